@@ -1,0 +1,38 @@
+"""A child program for tests/runtime_test.py.
+
+Evaluates a federated mean through tff_priv.runtime, prints READY with its
+result, waits for one line on stdin, then ends as argv[1] says:
+'exit' (normal exit), 'raise' (uncaught exception), 'wait' (blocks until a
+signal arrives). With argv[2] == 'plain' it skips tff_priv.runtime and uses the
+context TFF sets on import (the control case).
+"""
+
+import os
+import sys
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+
+mode = sys.argv[1]
+plain = len(sys.argv) > 2 and sys.argv[2] == 'plain'
+if not plain:
+  from tff_priv import runtime  # pylint: disable=g-import-not-at-top
+
+  runtime.set_context()
+import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+
+@tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+def mean(x):
+  return tff.federated_mean(x)
+
+
+print(f'READY {mean([1.0, 2.0, 6.0])}', flush=True)
+sys.stdin.readline()
+if mode == 'raise':
+  raise RuntimeError('child fails on purpose')
+if mode == 'wait':
+  while True:
+    time.sleep(1)

@@ -1,0 +1,253 @@
+"""The TFF execution context used by tff_priv, and the worker process it owns.
+
+TFF 0.87 runs computations in a C++ `worker_binary` that the execution context
+starts as a child process on first use. TFF stops it only from a `__del__` that
+does not run at interpreter exit, so by default the worker outlives the Python
+process: a pipe that reads the script's output never closes and orphans pile
+up. This module is the one place that fixes that.
+
+`set_context()` installs a TFF execution context and guarantees that every
+worker binary started in this process is stopped when the process ends:
+
+* normal exit and uncaught exceptions: an `atexit` hook;
+* SIGTERM (and SIGINT / SIGHUP when no handler of the program's own is set):
+  a handler that stops the workers, then lets the signal take its usual
+  effect (the previous handler runs, or the process dies of the signal);
+* SIGKILL or any other death that runs no Python code: on Linux every worker
+  is started with `PR_SET_PDEATHSIG` so the kernel kills it when its parent
+  dies.
+
+How: TFF's `local_cpp_executor_factory` starts the worker with
+`subprocess.Popen` through the `subprocess` name of its own module. We give that
+module (and only that module) a proxy of `subprocess` whose `Popen` records
+the process and sets the parent-death signal. TFF has no hook for this; the
+proxy is checked against the pinned TFF (0.87) by tests/runtime_test.py.
+
+Contexts:
+
+* ``'simulation'`` (default): TFF's test C++ context. Secure-aggregation
+  intrinsics (`federated_secure_sum`, `federated_secure_sum_bitwidth`, ...) are
+  simulated by their plain bodies, as TFF does for its own tests, so factories
+  built on `tff.aggregators.SecureSumFactory` run in simulation. The values are
+  the ones secure aggregation would produce; the cryptography is not run.
+* ``'native'``: TFF's default local C++ context (no secure intrinsics).
+"""
+
+import atexit
+import ctypes
+import ctypes.util
+import gc
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+
+from absl import logging
+
+_CONTEXTS = ('simulation', 'native')
+_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1
+_STOP_TIMEOUT_SECONDS = 5.0
+
+_lock = threading.Lock()
+_workers: list[subprocess.Popen] = []
+_installed = False
+_previous_handlers: dict[int, object] = {}
+
+
+def _set_parent_death_signal() -> None:
+  """Runs in the forked child before exec: die with SIGKILL when the parent dies."""
+  libc_name = ctypes.util.find_library('c')
+  if not libc_name:
+    return
+  libc = ctypes.CDLL(libc_name, use_errno=True)
+  libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class _TrackedPopen(subprocess.Popen):
+  """`subprocess.Popen` that registers the process as a TFF worker of ours."""
+
+  def __init__(self, *args, **kwargs):
+    if sys.platform.startswith('linux') and kwargs.get('preexec_fn') is None:
+      # Linux delivers the parent-death signal when the *thread* that forked
+      # the child exits. TFF starts its worker from the thread of its sync
+      # context's event loop, which lives as long as the context; the atexit
+      # and signal hooks below do not depend on this at all.
+      kwargs['preexec_fn'] = _set_parent_death_signal
+    super().__init__(*args, **kwargs)
+    with _lock:
+      _workers.append(self)
+    logging.debug('tff_priv.runtime: started TFF worker pid %d', self.pid)
+
+
+def _running(proc: subprocess.Popen) -> bool:
+  """Whether `proc` has not exited; never reaps it (see `stop_workers`)."""
+  if proc.returncode is not None:
+    return False
+  try:
+    return (
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        is None
+    )
+  except ChildProcessError:
+    return False
+
+
+def worker_pids() -> list[int]:
+  """PIDs of the TFF workers started by this process that are still running."""
+  with _lock:
+    return [p.pid for p in _workers if _running(p)]
+
+
+def stop_workers(timeout: float = _STOP_TIMEOUT_SECONDS) -> None:
+  """Stops every TFF worker this process started (SIGINT, then SIGKILL).
+
+  Safe to call more than once and from a signal handler. A stopped worker is
+  left unreaped (a zombie until TFF or the exit of this process reaps it):
+  TFF's service manager signals and waits on its worker's PID before starting
+  a fresh one, which must not fail on a PID that no longer exists. So a
+  computation after `stop_workers()` transparently starts a new worker.
+  """
+  with _lock:
+    procs = [p for p in _workers if _running(p)]
+    _workers[:] = procs
+  for p in procs:
+    try:
+      os.kill(p.pid, signal.SIGINT)  # How TFF itself asks the worker to stop.
+    except ProcessLookupError:
+      pass
+  deadline = time.monotonic() + timeout
+  for p in procs:
+    while _running(p) and time.monotonic() < deadline:
+      time.sleep(0.02)
+    if _running(p):
+      os.kill(p.pid, signal.SIGKILL)
+      try:
+        os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+      except ChildProcessError:
+        pass
+  with _lock:
+    _workers[:] = [p for p in _workers if _running(p)]
+
+
+def _on_signal(signum, frame):
+  stop_workers()
+  previous = _previous_handlers.get(signum, signal.SIG_DFL)
+  if callable(previous):
+    previous(signum, frame)
+    return
+  if previous == signal.SIG_IGN:
+    return
+  # Default action: die of the same signal, so the exit status says so.
+  signal.signal(signum, signal.SIG_DFL)
+  os.kill(os.getpid(), signum)
+
+
+def _install_signal_handlers() -> None:
+  if threading.current_thread() is not threading.main_thread():
+    logging.warning(
+        'tff_priv.runtime: set_context() called off the main thread; signal '
+        'handlers not installed (atexit and parent-death cleanup still apply).'
+    )
+    return
+  for signum in _HANDLED_SIGNALS:
+    current = signal.getsignal(signum)
+    if current is _on_signal:
+      continue
+    if signum != signal.SIGTERM and current not in (
+        signal.SIG_DFL,
+        signal.default_int_handler,
+    ):
+      # The program handles SIGINT/SIGHUP itself; atexit still stops workers.
+      continue
+    _previous_handlers[signum] = current
+    signal.signal(signum, _on_signal)
+
+
+def _install_worker_tracking() -> None:
+  """Routes TFF's worker start through `_TrackedPopen` (idempotent)."""
+  global _installed
+  if _installed:
+    return
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
+  # pylint: enable=g-import-not-at-top
+
+  current = getattr(executor_factory, 'subprocess', None)
+  if current is None or not hasattr(current, 'Popen'):
+    raise RuntimeError(
+        'tff_priv.runtime: this TensorFlow Federated does not start its worker '
+        'through executor_factory.subprocess.Popen; tff_priv supports TFF '
+        '0.87 (see requirements-nodeps.txt).'
+    )
+  # A plain namespace, not a module object: at interpreter shutdown Python
+  # clears the dicts of module objects, and TFF's `ServiceManager.__del__`
+  # still reads `subprocess.Popen` then.
+  proxy = types.SimpleNamespace(**vars(subprocess))
+  proxy.Popen = _TrackedPopen
+  executor_factory.subprocess = proxy
+  atexit.register(_at_exit)
+  _installed = True
+
+
+def _release_replaced_contexts() -> None:
+  # A context TFF no longer references is finalized by the cyclic GC; if that
+  # happens during interpreter teardown, its `ServiceManager.__del__` fails on
+  # module globals already cleared ("Exception ignored in ... __del__"). Collect
+  # it now, while modules are intact.
+  gc.collect()
+
+
+def _at_exit() -> None:
+  stop_workers()
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+  from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
+  # pylint: enable=g-import-not-at-top
+
+  context_stack_impl.context_stack.set_default_context(
+      runtime_error_context.RuntimeErrorContext()
+  )
+  _release_replaced_contexts()
+
+
+def set_context(
+    kind: str = 'simulation', *, default_num_clients: int = 0
+) -> None:
+  """Sets TFF's default execution context, with worker cleanup guaranteed.
+
+  Args:
+    kind: 'simulation' (TFF's test C++ context: secure-aggregation intrinsics
+      simulated by their plain bodies) or 'native' (TFF's local C++ context).
+    default_num_clients: the client cardinality used when a computation's
+      arguments do not determine it.
+
+  Raises:
+    ValueError: `kind` is not one of the contexts above, or
+      `default_num_clients` is negative.
+  """
+  if kind not in _CONTEXTS:
+    raise ValueError(f'kind must be one of {_CONTEXTS}, got {kind!r}')
+  if default_num_clients < 0:
+    raise ValueError(
+        f'default_num_clients must be >= 0, got {default_num_clients}'
+    )
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  _install_worker_tracking()
+  _install_signal_handlers()
+  # Workers of a context we replace would otherwise live until exit.
+  stop_workers()
+  if kind == 'simulation':
+    tff.backends.test.set_sync_test_cpp_execution_context(
+        default_num_clients=default_num_clients
+    )
+  else:
+    tff.backends.native.set_sync_local_cpp_execution_context(
+        default_num_clients=default_num_clients
+    )
+  _release_replaced_contexts()
+
