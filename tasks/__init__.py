@@ -1,0 +1,1 @@
+"""Tasks: data and model per task, as tff.simulation.baselines.BaselineTask."""

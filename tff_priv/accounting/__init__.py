@@ -1,0 +1,1 @@
+"""Privacy accounting: DpEvents, one ledger over dp_accounting, calibration, the papers' closed forms."""

@@ -1,0 +1,1 @@
+"""TFF aggregation factories that wire tff_priv's mechanisms into AggregationProcesses."""

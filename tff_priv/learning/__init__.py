@@ -1,0 +1,1 @@
+"""Learning-process builders on tff.learning templates (client work, round schedules, masks)."""

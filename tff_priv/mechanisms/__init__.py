@@ -1,0 +1,1 @@
+"""Pure TensorFlow privacy mechanisms (encode, noise, sparsify, clip); no TFF types."""
