@@ -1,0 +1,101 @@
+"""The accountants behind the ledger: dp_accounting's RDP and PLD accountants.
+
+They are dp_accounting's own (`RdpAccountant`, `PLDAccountant`), extended by
+one event type that dp_accounting 0.4.3 lacks, `PureEpsilonDpEvent`:
+
+* RDP: adds `events.pure_epsilon_rdp(orders, eps)` per release (the RDP of
+  randomized response, which dominates every eps-DP mechanism).
+* PLD: composes the PLD of a generic (eps, 0)-DP mechanism
+  (`privacy_loss_distribution.from_privacy_parameters`), which is the PLD of
+  randomized response and hence tight for the worst case.
+
+The neighbouring relation follows the sampling: Poisson sampling is accounted
+under add-or-remove-one, fixed-size sampling without replacement under
+replace-one. A pure eps-DP event holds under either.
+"""
+
+from typing import Optional
+
+from dp_accounting import dp_event
+from dp_accounting import privacy_accountant
+from dp_accounting.pld import common as pld_common
+from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.pld import privacy_loss_distribution
+from dp_accounting.rdp import rdp_privacy_accountant
+
+from tff_priv import validation
+from tff_priv.accounting import events
+
+NeighboringRelation = privacy_accountant.NeighboringRelation
+
+ACCOUNTANTS = ('rdp', 'pld')
+RELATIONS = {
+    'add_or_remove_one': NeighboringRelation.ADD_OR_REMOVE_ONE,
+    'replace_one': NeighboringRelation.REPLACE_ONE,
+}
+PLD_DISCRETIZATION = 1e-4  # dp_accounting's default value_discretization_interval.
+
+
+class RdpAccountant(rdp_privacy_accountant.RdpAccountant):
+  """dp_accounting's RDP accountant, plus `PureEpsilonDpEvent`."""
+
+  def _maybe_compose(
+      self, event: dp_event.DpEvent, count: int, do_compose: bool
+  ) -> Optional[privacy_accountant.PrivacyAccountant.CompositionErrorDetails]:
+    if isinstance(event, events.PureEpsilonDpEvent):
+      if do_compose:
+        self._rdp += count * events.pure_epsilon_rdp(self._orders, event.epsilon)
+      return None
+    return super()._maybe_compose(event, count, do_compose)
+
+
+class PLDAccountant(pld_privacy_accountant.PLDAccountant):
+  """dp_accounting's PLD accountant, plus `PureEpsilonDpEvent`."""
+
+  def _maybe_compose(
+      self, event: dp_event.DpEvent, count: int, do_compose: bool
+  ) -> Optional[privacy_accountant.PrivacyAccountant.CompositionErrorDetails]:
+    if isinstance(event, events.PureEpsilonDpEvent):
+      if do_compose:
+        pld = privacy_loss_distribution.from_privacy_parameters(
+            pld_common.DifferentialPrivacyParameters(event.epsilon, 0.0),
+            value_discretization_interval=self._value_discretization_interval,
+        )
+        self._pld = self._pld.compose(pld.self_compose(count))
+      return None
+    return super()._maybe_compose(event, count, do_compose)
+
+
+def make_accountant(
+    name: str, neighboring_relation: str
+) -> privacy_accountant.PrivacyAccountant:
+  """A fresh accountant: `name` in ('rdp', 'pld'), relation by its name."""
+  validation.one_of('accountant', name, ACCOUNTANTS)
+  relation = RELATIONS[
+      validation.one_of('neighboring_relation', neighboring_relation, RELATIONS)
+  ]
+  if name == 'rdp':
+    return RdpAccountant(neighboring_relation=relation)
+  return PLDAccountant(
+      neighboring_relation=relation,
+      value_discretization_interval=PLD_DISCRETIZATION,
+  )
+
+
+def relation_for(event: dp_event.DpEvent) -> Optional[str]:
+  """The neighbouring relation an event's sampling needs, None if any works."""
+  if isinstance(event, dp_event.PoissonSampledDpEvent):
+    return 'add_or_remove_one'
+  if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
+    return 'replace_one'
+  if isinstance(event, dp_event.SelfComposedDpEvent):
+    return relation_for(event.event)
+  if isinstance(event, dp_event.ComposedDpEvent):
+    needs = {relation_for(e) for e in event.events} - {None}
+    if len(needs) > 1:
+      raise ValueError(
+          'the event mixes Poisson sampling (add-or-remove-one) with '
+          'fixed-size sampling (replace-one); no accountant counts both'
+      )
+    return needs.pop() if needs else None
+  return None

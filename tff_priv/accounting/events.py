@@ -1,0 +1,140 @@
+"""What a tff_priv mechanism releases, as dp_accounting `DpEvent`s.
+
+tff_priv keeps dp_accounting's split between what happened (a `DpEvent`) and
+how it is counted (an accountant, see `accountants.py`). Mechanisms describe a
+release with the builders here; the ledger (`ledger.py`) collects them.
+
+Events used by tff_priv:
+
+* Gaussian mechanism on a sum with L2 sensitivity S and noise std s:
+  `GaussianDpEvent(noise_multiplier = s / S)`.
+* Client sampling, per round:
+  - Poisson sampling with rate q (each client joins independently):
+    `PoissonSampledDpEvent(q, ...)`, counted under add-or-remove-one adjacency;
+  - fixed-size sampling of K of N clients without replacement:
+    `SampledWithoutReplacementDpEvent(N, K, ...)`, counted under replace-one
+    adjacency (Wang, Balle, Kasiviswanathan 2019).
+  - no sampling (every client, every round): the bare Gaussian event.
+* A pure eps-DP release, such as one eps-LDP report of one value (LDP-FL's
+  two-point encoder): `PureEpsilonDpEvent(epsilon)`, defined here because
+  dp_accounting 0.4.3 has no event for it. Its Renyi divergence is bounded by
+  that of binary randomized response (see `pure_epsilon_rdp`).
+"""
+
+import math
+from typing import Optional
+
+import attr
+from dp_accounting import dp_event
+import numpy as np
+
+from tff_priv import validation
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class PureEpsilonDpEvent(dp_event.DpEvent):
+  """A release that is epsilon-DP (delta = 0) for any two neighbouring inputs.
+
+  For local DP, the "input" is one user's value and any two values are
+  neighbours, so one eps-LDP report is this event.
+  """
+
+  epsilon: float
+
+
+def pure_epsilon_rdp(orders, epsilon: float) -> np.ndarray:
+  """Renyi DP of order `alpha` of any epsilon-DP mechanism, for each order.
+
+  Every eps-DP mechanism's pair of output distributions on neighbouring inputs
+  is a post-processing of binary randomized response with parameter eps
+  (Kairouz, Oh, Viswanath 2015, "The composition theorem for differential
+  privacy", Thm 2.2/2.3), so by the data-processing inequality its Renyi
+  divergence is at most randomized response's. With p = e^eps / (1 + e^eps):
+
+      RDP(alpha) = 1/(alpha - 1) * log(p^alpha (1-p)^(1-alpha)
+                                       + (1-p)^alpha p^(1-alpha)),
+
+  which never exceeds eps (Mironov 2017, Prop. 3: eps-DP is (alpha, eps)-RDP).
+
+  Args:
+    orders: RDP orders alpha > 1.
+    epsilon: the pure DP parameter, >= 0.
+
+  Returns:
+    The RDP values, one per order.
+  """
+  epsilon = validation.non_negative('epsilon', epsilon)
+  alpha = np.asarray(orders, dtype=np.float64)
+  if np.any(alpha <= 1):
+    raise ValueError('orders must all be > 1')
+  if epsilon == 0:
+    return np.zeros_like(alpha)
+  log_p = -np.logaddexp(0.0, -epsilon)  # log(e^eps / (1 + e^eps))
+  log_q = -np.logaddexp(0.0, epsilon)  # log(1 / (1 + e^eps))
+  terms = np.logaddexp(
+      alpha * log_p + (1 - alpha) * log_q, alpha * log_q + (1 - alpha) * log_p
+  )
+  return np.minimum(terms / (alpha - 1), epsilon)
+
+
+def sampled_gaussian_event(
+    noise_multiplier: float,
+    *,
+    sampling_probability: Optional[float] = None,
+    population: Optional[int] = None,
+    sample_size: Optional[int] = None,
+) -> dp_event.DpEvent:
+  """The event of one round of a Gaussian sum over sampled clients.
+
+  Give at most one sampling description: `sampling_probability` (Poisson
+  sampling with that rate), or `population` and `sample_size` (fixed-size
+  sampling without replacement). Neither: every client takes part.
+
+  Args:
+    noise_multiplier: noise std divided by the L2 sensitivity of the sum, >= 0
+      (0 is a non-private release: the accountants then report infinite eps).
+    sampling_probability: Poisson sampling rate q in (0, 1].
+    population: number of clients N sampled from (fixed-size sampling).
+    sample_size: number of clients K sampled per round (fixed-size sampling).
+
+  Returns:
+    A `dp_accounting.DpEvent`.
+  """
+  noise_multiplier = validation.non_negative(
+      'noise_multiplier', noise_multiplier
+  )
+  gaussian = dp_event.GaussianDpEvent(noise_multiplier)
+  fixed = population is not None or sample_size is not None
+  if sampling_probability is not None and fixed:
+    raise ValueError(
+        'give either sampling_probability (Poisson sampling) or '
+        'population and sample_size (fixed-size sampling), not both'
+    )
+  if sampling_probability is not None:
+    q = validation.half_open_unit('sampling_probability', sampling_probability)
+    return gaussian if q == 1 else dp_event.PoissonSampledDpEvent(q, gaussian)
+  if fixed:
+    if population is None or sample_size is None:
+      raise ValueError(
+          'fixed-size sampling needs both population and sample_size'
+      )
+    population = validation.int_at_least('population', population, 1)
+    sample_size = validation.int_at_least('sample_size', sample_size, 1)
+    if sample_size > population:
+      raise ValueError(
+          f'sample_size ({sample_size}) must be <= population ({population})'
+      )
+    if sample_size == population:
+      return gaussian
+    return dp_event.SampledWithoutReplacementDpEvent(
+        population, sample_size, gaussian
+    )
+  return gaussian
+
+
+def pure_epsilon_event(epsilon: float) -> PureEpsilonDpEvent:
+  """The event of one eps-DP (or eps-LDP) release."""
+  epsilon = validation.positive('epsilon', epsilon)
+  if not math.isfinite(epsilon):
+    raise ValueError(f'epsilon must be finite, got {epsilon}')
+  return PureEpsilonDpEvent(epsilon)

@@ -1,0 +1,289 @@
+"""The privacy ledger: every release of a training run, counted by one accountant.
+
+A `PrivacyLedger` records each release as a dp_accounting `DpEvent` (with a
+repeat count: consecutive identical releases are merged) and answers eps for a
+delta, or delta for an eps, with dp_accounting's RDP accountant (default) or
+PLD accountant. Nothing else in tff_priv computes a spent epsilon: mechanisms
+emit events (`events.py`), the ledger counts them, and a paper's closed form
+(`closed_forms.py`) is only ever printed beside the ledger's answer.
+
+Rounds with different noise (a CRD schedule, dropouts that lower the achieved
+noise) are recorded one by one; the composition is then heterogeneous, which
+both accountants handle exactly as dp_accounting's `ComposedDpEvent`.
+
+The ledger serialises to JSON (`to_json` / `from_json`) with floats written
+exactly (Python's shortest round-trip repr), so a checkpoint can carry it as a
+string tensor and a resumed run continues its spent budget: eps after a round
+trip is bit-identical.
+"""
+
+import json
+import math
+from typing import Optional
+
+import attr
+from dp_accounting import dp_event
+
+from tff_priv import validation
+from tff_priv.accounting import accountants
+from tff_priv.accounting import events
+
+_FORMAT = 'tff_priv.PrivacyLedger/1'
+# Event classes a serialised ledger may name; nothing else is instantiated
+# from JSON.
+_EVENT_CLASSES = {
+    cls.__name__: cls
+    for cls in (
+        dp_event.NoOpDpEvent,
+        dp_event.NonPrivateDpEvent,
+        dp_event.GaussianDpEvent,
+        dp_event.LaplaceDpEvent,
+        dp_event.SelfComposedDpEvent,
+        dp_event.ComposedDpEvent,
+        dp_event.PoissonSampledDpEvent,
+        dp_event.SampledWithReplacementDpEvent,
+        dp_event.SampledWithoutReplacementDpEvent,
+        events.PureEpsilonDpEvent,
+    )
+}
+
+
+class PrivacyLedger:
+  """Records DP releases and reports what they spent.
+
+  Example:
+
+    ledger = PrivacyLedger()
+    for _ in range(rounds):
+      ledger.record_gaussian(noise_multiplier=1.1, sampling_probability=0.01)
+    eps = ledger.epsilon(delta=1e-5)            # RDP accountant
+    eps_pld = ledger.epsilon(1e-5, accountant='pld')
+  """
+
+  def __init__(self, neighboring_relation: Optional[str] = None):
+    """Creates an empty ledger.
+
+    Args:
+      neighboring_relation: 'add_or_remove_one' or 'replace_one'. None: taken
+        from the first sampled release (Poisson sampling needs
+        add-or-remove-one, fixed-size sampling replace-one), add-or-remove-one
+        if no release says.
+    """
+    if neighboring_relation is not None:
+      validation.one_of(
+          'neighboring_relation', neighboring_relation, accountants.RELATIONS
+      )
+    self._relation = neighboring_relation
+    self._entries: list[list] = []  # [event, count], consecutive ones merged.
+
+  # Recording.
+
+  def record(self, event: dp_event.DpEvent, count: int = 1) -> None:
+    """Records `count` repetitions of `event`."""
+    if not isinstance(event, dp_event.DpEvent):
+      raise TypeError(f'event must be a dp_accounting DpEvent, got {event!r}')
+    count = validation.int_at_least('count', count, 1)
+    needed = accountants.relation_for(event)
+    if needed is not None:
+      if self._relation is None:
+        self._relation = needed
+      elif needed != self._relation:
+        raise ValueError(
+            f'this ledger counts under {self._relation} adjacency, and the '
+            f'event {event} needs {needed}: Poisson sampling is accounted '
+            'under add_or_remove_one, fixed-size sampling under replace_one'
+        )
+    if not self._make('rdp').supports(event):
+      raise ValueError(f'the RDP accountant cannot count {event}')
+    if self._entries and self._entries[-1][0] == event:
+      self._entries[-1][1] += count
+    else:
+      self._entries.append([event, count])
+
+  def record_gaussian(
+      self,
+      noise_multiplier: float,
+      *,
+      sampling_probability: Optional[float] = None,
+      population: Optional[int] = None,
+      sample_size: Optional[int] = None,
+      count: int = 1,
+  ) -> None:
+    """Records `count` rounds of a (sampled) Gaussian sum.
+
+    See `events.sampled_gaussian_event` for the arguments.
+    """
+    self.record(
+        events.sampled_gaussian_event(
+            noise_multiplier,
+            sampling_probability=sampling_probability,
+            population=population,
+            sample_size=sample_size,
+        ),
+        count,
+    )
+
+  def record_pure_epsilon(self, epsilon: float, count: int = 1) -> None:
+    """Records `count` eps-DP releases (e.g. eps-LDP reports of one value each)."""
+    self.record(events.pure_epsilon_event(epsilon), count)
+
+  def extend(self, other: 'PrivacyLedger') -> None:
+    """Records every release of `other` after this ledger's."""
+    for event, count in other.entries:
+      self.record(event, count)
+
+  # Reading.
+
+  @property
+  def neighboring_relation(self) -> str:
+    return self._relation or 'add_or_remove_one'
+
+  @property
+  def entries(self) -> tuple[tuple[dp_event.DpEvent, int], ...]:
+    """The releases recorded so far, as (event, count) pairs in order."""
+    return tuple((event, count) for event, count in self._entries)
+
+  @property
+  def num_releases(self) -> int:
+    return sum(count for _, count in self._entries)
+
+  def dp_event(self) -> dp_event.DpEvent:
+    """Everything recorded, as one dp_accounting event."""
+    parts = [
+        event if count == 1 else dp_event.SelfComposedDpEvent(event, count)
+        for event, count in self._entries
+    ]
+    if not parts:
+      return dp_event.NoOpDpEvent()
+    return parts[0] if len(parts) == 1 else dp_event.ComposedDpEvent(parts)
+
+  def supports(self, accountant: str = 'rdp') -> bool:
+    """Whether `accountant` ('rdp' or 'pld') can count every recorded release."""
+    return self._make(accountant).supports(self.dp_event())
+
+  def epsilon(self, delta: float, accountant: str = 'rdp') -> float:
+    """The smallest eps such that the run so far is (eps, delta)-DP.
+
+    Args:
+      delta: in (0, 1).
+      accountant: 'rdp' (default; dp_accounting's RdpAccountant) or 'pld'.
+
+    Returns:
+      eps (0 for an empty ledger, inf after a non-private release).
+
+    Raises:
+      ValueError: bad delta, or the accountant cannot count a release (PLD in
+        dp_accounting 0.4.3 does not count fixed-size sampling).
+    """
+    delta = validation.open_unit('delta', delta)
+    return self._composed(accountant).get_epsilon(delta)
+
+  def delta(self, epsilon: float, accountant: str = 'rdp') -> float:
+    """The smallest delta such that the run so far is (epsilon, delta)-DP."""
+    epsilon = validation.non_negative('epsilon', epsilon)
+    return self._composed(accountant).get_delta(epsilon)
+
+  def report(self, delta: float) -> dict:
+    """eps at `delta` from every accountant that can count this ledger.
+
+    Returns:
+      {'delta': delta, 'rdp_epsilon': ..., 'pld_epsilon': ... or None,
+       'neighboring_relation': ..., 'releases': ...,
+       'unsupported': {accountant: reason}}.
+    """
+    result = {
+        'delta': validation.open_unit('delta', delta),
+        'neighboring_relation': self.neighboring_relation,
+        'releases': self.num_releases,
+        'unsupported': {},
+    }
+    for name in accountants.ACCOUNTANTS:
+      if self.supports(name):
+        result[f'{name}_epsilon'] = self.epsilon(delta, name)
+      else:
+        result[f'{name}_epsilon'] = None
+        result['unsupported'][name] = (
+            f'dp_accounting {name.upper()} accountant does not support '
+            f'{self.dp_event()}'
+        )
+    return result
+
+  # Serialisation.
+
+  def to_json(self) -> str:
+    """The ledger as a JSON string (exact: floats round-trip bit for bit)."""
+    return json.dumps({
+        'format': _FORMAT,
+        'neighboring_relation': self._relation,
+        'entries': [
+            {'count': count, 'event': _encode(event)}
+            for event, count in self._entries
+        ],
+    })
+
+  @classmethod
+  def from_json(cls, text: str) -> 'PrivacyLedger':
+    """The ledger that `to_json` wrote."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get('format') != _FORMAT:
+      raise ValueError(f'not a serialised PrivacyLedger ({_FORMAT})')
+    ledger = cls(data['neighboring_relation'])
+    for entry in data['entries']:
+      ledger.record(_decode(entry['event']), entry['count'])
+    return ledger
+
+  def __eq__(self, other):
+    return (
+        isinstance(other, PrivacyLedger)
+        and self.neighboring_relation == other.neighboring_relation
+        and self.entries == other.entries
+    )
+
+  def __repr__(self):
+    return (
+        f'PrivacyLedger({self.neighboring_relation}, '
+        f'{self.num_releases} releases: {self.dp_event()})'
+    )
+
+  # Internals.
+
+  def _make(self, accountant: str):
+    return accountants.make_accountant(accountant, self.neighboring_relation)
+
+  def _composed(self, accountant: str):
+    acc = self._make(accountant)
+    event = self.dp_event()
+    if not acc.supports(event):
+      raise ValueError(
+          f'the {accountant} accountant cannot count this ledger ({event}); '
+          "use accountant='rdp'"
+      )
+    return acc.compose(event)
+
+
+def _encode(value):
+  if isinstance(value, dp_event.DpEvent):
+    cls = type(value)
+    if _EVENT_CLASSES.get(cls.__name__) is not cls:
+      raise TypeError(f'cannot serialise event type {cls.__name__}')
+    out = {'type': cls.__name__}
+    for field in attr.fields(cls):
+      out[field.name] = _encode(getattr(value, field.name))
+    return out
+  if isinstance(value, (list, tuple)):
+    return [_encode(v) for v in value]
+  if isinstance(value, float) and not math.isfinite(value):
+    raise ValueError(f'cannot serialise non-finite value {value}')
+  return value
+
+
+def _decode(value):
+  if isinstance(value, dict):
+    cls = _EVENT_CLASSES.get(value.get('type'))
+    if cls is None:
+      raise ValueError(f'unknown event type in ledger: {value.get("type")!r}')
+    kwargs = {k: _decode(v) for k, v in value.items() if k != 'type'}
+    return cls(**kwargs)
+  if isinstance(value, list):
+    return [_decode(v) for v in value]
+  return value
