@@ -1,0 +1,171 @@
+"""Tests for tff_priv.learning.udp_client_work: the clipped full-batch step."""
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks import models
+from tff_priv.learning import udp_client_work
+
+_LOSS = udp_client_work.sparse_categorical_crossentropy()
+
+
+def _tiny_model_fn():
+  keras_model = tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(4,)),
+      tf.keras.layers.Dense(3, activation='softmax'),
+  ])
+  return tff.learning.models.from_keras_model(
+      keras_model,
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+      input_spec=(
+          tf.TensorSpec([None, 4], tf.float32),
+          tf.TensorSpec([None], tf.int32),
+      ),
+  )
+
+
+def _mlp_model_fn():
+  return tff.learning.models.from_keras_model(
+      models.mlp(input_shape=(28, 28)),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+      input_spec=(
+          tf.TensorSpec([None, 28, 28], tf.float32),
+          tf.TensorSpec([None], tf.int32),
+      ),
+  )
+
+
+def _weights(model_fn, seed=0):
+  tf.keras.utils.set_random_seed(seed)
+  model = model_fn()
+  return tf.nest.map_structure(
+      lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(model)
+  )
+
+
+def _dataset(x, y, batch):
+  return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
+
+
+def _flat(update):
+  return np.concatenate([np.ravel(u) for u in update])
+
+
+class UdpClientWorkTest(tf.test.TestCase):
+
+  def test_update_is_one_clipped_full_batch_step(self):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(7, 4)).astype(np.float32) * 3
+    y = rng.integers(0, 3, size=7).astype(np.int32)
+    lr, clip = 0.5, 0.2
+    weights = _weights(_tiny_model_fn)
+    work = udp_client_work.build_udp_client_work(
+        _tiny_model_fn, learning_rate=lr, clip_norm=clip, per_example_loss=_LOSS
+    )
+    out = work.next(work.initialize(), [weights], [_dataset(x, y, batch=3)])
+    update = out.result[0].update
+    # The same step computed here example by example, in eager mode.
+    kernel = tf.Variable(weights.trainable[0])
+    bias = tf.Variable(weights.trainable[1])
+    grad_sum = [np.zeros_like(weights.trainable[0]), np.zeros_like(weights.trainable[1])]
+    clipped_any = False
+    for i in range(7):
+      with tf.GradientTape() as tape:
+        probs = tf.nn.softmax(x[i : i + 1] @ kernel + bias)
+        loss = _LOSS(y[i : i + 1], probs)
+      g = tape.gradient(loss, [kernel, bias])
+      norm = np.sqrt(sum(np.sum(t.numpy() ** 2) for t in g))
+      clipped_any |= norm > clip
+      scale = min(1.0, clip / norm)
+      grad_sum = [s + scale * t.numpy() for s, t in zip(grad_sum, g)]
+    self.assertTrue(clipped_any)  # The test exercises the clip.
+    expected = [lr / 7 * s for s in grad_sum]  # update = w^t - w_i.
+    self.assertAllClose(update[0], expected[0], atol=1e-6)
+    self.assertAllClose(update[1], expected[1], atol=1e-6)
+    self.assertEqual(out.result[0].update_weight, 7.0)
+    self.assertAllClose(out.measurements['sensitivity'], 2 * lr * clip / 7)
+    self.assertTrue(out.measurements['sensitivity_is_derived'])
+
+  def test_replacing_one_example_moves_update_by_at_most_sensitivity(self):
+    # The paper's MLP 784-256-10 on random data.
+    rng = np.random.default_rng(2)
+    n, lr, clip = 12, 0.5, 0.1
+    x = rng.uniform(size=(n, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, size=n).astype(np.int32)
+    weights = _weights(_mlp_model_fn)
+    work = udp_client_work.build_udp_client_work(
+        _mlp_model_fn, learning_rate=lr, clip_norm=clip, per_example_loss=_LOSS
+    )
+    bound = udp_client_work.udp_sensitivity(lr, clip, n)
+    state = work.initialize()
+    base = _flat(work.next(state, [weights], [_dataset(x, y, 5)]).result[0].update)
+    distances = []
+    for trial in range(4):
+      x2, y2 = x.copy(), y.copy()
+      i = trial * 3
+      x2[i] = rng.uniform(size=(28, 28)) * 10  # A very different example.
+      y2[i] = (y[i] + 1 + trial) % 10
+      out = work.next(state, [weights], [_dataset(x2, y2, 5)])
+      distances.append(np.linalg.norm(_flat(out.result[0].update) - base))
+      self.assertAllClose(out.measurements['sensitivity'], bound)
+    self.assertLessEqual(max(distances), bound * (1 + 1e-4))
+    self.assertGreater(max(distances), 0.0)
+
+  def test_client_without_examples(self):
+    weights = _weights(_tiny_model_fn)
+    work = udp_client_work.build_udp_client_work(
+        _tiny_model_fn, learning_rate=0.1, clip_norm=1.0, per_example_loss=_LOSS
+    )
+    empty = _dataset(np.zeros((0, 4), np.float32), np.zeros((0,), np.int32), 2)
+    full = _dataset(np.ones((3, 4), np.float32), np.zeros((3,), np.int32), 2)
+    out = work.next(work.initialize(), [weights, weights], [empty, full])
+    self.assertEqual(out.result[0].update_weight, 0.0)
+    for t in out.result[0].update:
+      self.assertAllEqual(t, np.zeros_like(t))
+    self.assertAllClose(out.measurements['sensitivity'], 2 * 0.1 * 1.0 / 3)
+    self.assertTrue(np.isfinite(out.measurements['train']['loss']))
+
+  def test_several_steps_need_a_stated_sensitivity(self):
+    with self.assertRaisesRegex(ValueError, 'stated_sensitivity'):
+      udp_client_work.build_udp_client_work(
+          _tiny_model_fn,
+          learning_rate=0.1,
+          clip_norm=1.0,
+          per_example_loss=_LOSS,
+          local_steps=2,
+      )
+    work = udp_client_work.build_udp_client_work(
+        _tiny_model_fn,
+        learning_rate=0.1,
+        clip_norm=1.0,
+        per_example_loss=_LOSS,
+        local_steps=2,
+        stated_sensitivity=0.3,
+    )
+    data = _dataset(np.ones((3, 4), np.float32), np.zeros((3,), np.int32), 2)
+    out = work.next(work.initialize(), [_weights(_tiny_model_fn)], [data])
+    self.assertAllClose(out.measurements['sensitivity'], 0.3)
+    self.assertFalse(out.measurements['sensitivity_is_derived'])
+
+  def test_bad_arguments(self):
+    base = dict(learning_rate=0.1, clip_norm=1.0, per_example_loss=_LOSS)
+    for name, bad in (
+        ('learning_rate', 0.0),
+        ('clip_norm', -1.0),
+        ('clip_norm', 0.0),
+        ('local_steps', 0),
+        ('stated_sensitivity', -0.1),
+    ):
+      with self.assertRaisesRegex(ValueError, name):
+        udp_client_work.build_udp_client_work(
+            _tiny_model_fn, **{**base, name: bad}
+        )
+    with self.assertRaisesRegex(TypeError, 'per_example_loss'):
+      udp_client_work.build_udp_client_work(
+          _tiny_model_fn, **{**base, 'per_example_loss': 'xent'}
+      )
+
+
+if __name__ == '__main__':
+  tf.test.main()

@@ -1,0 +1,239 @@
+"""UDP's local step as a `tff.learning.templates.ClientWorkProcess`.
+
+Wei et al. (UDP, Algorithm 1), client i at round t with its dataset D_i:
+
+  g_m = grad loss(w^t; example m),                     per example m in D_i
+  g~_m = g_m / max(1, ||g_m||_2 / C),                  clipped to L2 norm C
+  w_i = w^t - (eta / |D_i|) sum_m g~_m,                ONE full-batch step.
+
+Replacing one example of D_i changes sum_m g~_m by at most 2C, so the update
+has L2 sensitivity Delta = 2 eta C / |D_i| (eq. (13)). That bound holds for
+one full-batch step only: with several local steps the trajectories of the
+two datasets diverge and 2 eta C / |D_i| bounds nothing. So `local_steps > 1`
+is accepted only with a `stated_sensitivity` from the caller, and the
+measurements then say the sensitivity was stated, not derived.
+
+Per-example gradients are vectorised (`tf.vectorized_map` over the examples of
+a batch, as tensorflow_privacy's vectorized optimizers), not a Python loop; the
+full-batch gradient is accumulated over the client's batches at the fixed
+weights w^t, so batching does not change the step.
+
+The update follows tff.learning's convention (FedAvg's client work): update =
+w^t - w_i (a server SGD step of learning rate 1 then applies the mean),
+update_weight = |D_i|. A client with no examples sends a zero update with
+weight 0. Noise is not added here: `tff_priv.aggregators.GaussianUDPFactory`
+adds it on the client, so any tff.learning aggregator composes with this.
+
+Measurements: `train` (loss and num_examples over the round's clients, loss
+at w^t), `sensitivity` (the largest Delta over the round's clients, which is
+the one that binds the per-client guarantee when the noise is shared) and
+`sensitivity_is_derived` (False when stated).
+"""
+
+import collections
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_priv import validation
+
+PerExampleLoss = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+
+
+def sparse_categorical_crossentropy(from_logits: bool = False) -> PerExampleLoss:
+  """Per-example sparse categorical cross-entropy, for classifier models."""
+
+  def loss(y_true, y_pred):
+    return tf.keras.losses.sparse_categorical_crossentropy(
+        y_true, y_pred, from_logits=from_logits
+    )
+
+  return loss
+
+
+def udp_sensitivity(learning_rate: float, clip_norm: float, num_examples: int):
+  """Delta = 2 eta C / |D_i|: one clipped full-batch step, replace-one (eq. 13)."""
+  learning_rate = validation.positive('learning_rate', learning_rate)
+  clip_norm = validation.positive('clip_norm', clip_norm)
+  num_examples = validation.int_at_least('num_examples', num_examples, 1)
+  return 2.0 * learning_rate * clip_norm / num_examples
+
+
+def _unpack(batch):
+  if isinstance(batch, collections.abc.Mapping):
+    return batch['x'], batch['y']
+  return batch[0], batch[1]
+
+
+def clipped_per_example_grads(model, x, y, per_example_loss, clip_norm):
+  """Per-example gradients at the model's weights, each clipped to L2 norm C.
+
+  Vectorised over the batch with `tf.vectorized_map`.
+
+  Returns:
+    (list of [batch, *variable.shape] clipped gradients, [batch] losses).
+  """
+  variables = model.trainable_variables
+
+  def one(example):
+    ex_x, ex_y = example
+    with tf.GradientTape() as tape:
+      pred = model.predict_on_batch(
+          tf.nest.map_structure(lambda t: t[tf.newaxis], ex_x), training=True
+      )
+      loss = tf.reduce_sum(per_example_loss(ex_y[tf.newaxis], pred))
+    grads = tape.gradient(loss, variables)
+    grads = [
+        tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+        for g, v in zip(grads, variables)
+    ]
+    norm = tf.linalg.global_norm(grads)
+    scale = tf.minimum(1.0, clip_norm / tf.maximum(norm, 1e-30))
+    return [g * scale for g in grads], loss
+
+  return tf.vectorized_map(one, (x, y))
+
+
+def build_udp_client_work(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    learning_rate: float,
+    clip_norm: float,
+    per_example_loss: PerExampleLoss,
+    local_steps: int = 1,
+    stated_sensitivity: Optional[float] = None,
+) -> tff.learning.templates.ClientWorkProcess:
+  """UDP client work: clipped per-example gradients, full-batch step(s).
+
+  Args:
+    model_fn: no-arg function returning a `tff.learning.models.VariableModel`
+      built from scratch (e.g. from `tff.learning.models.from_keras_model`);
+      `predict_on_batch` gives the predictions fed to `per_example_loss`.
+    learning_rate: eta > 0.
+    clip_norm: C > 0, the per-example gradient L2 clip.
+    per_example_loss: (y_true, y_pred) -> per-example losses, shape [batch]
+      (e.g. `sparse_categorical_crossentropy()`).
+    local_steps: full-batch steps per round; 1 is the paper's (sensitivity
+      derived); more requires `stated_sensitivity`.
+    stated_sensitivity: the caller's L2 sensitivity of the update when
+      local_steps > 1 (reported as stated).
+
+  Returns:
+    A `tff.learning.templates.ClientWorkProcess`.
+  """
+  learning_rate = validation.positive('learning_rate', learning_rate)
+  clip_norm = validation.positive('clip_norm', clip_norm)
+  local_steps = validation.int_at_least('local_steps', local_steps, 1)
+  if not callable(per_example_loss):
+    raise TypeError('per_example_loss must be callable (y_true, y_pred)')
+  if local_steps > 1 and stated_sensitivity is None:
+    raise ValueError(
+        'local_steps > 1 needs stated_sensitivity: 2 eta C / |D_i| bounds the '
+        'sensitivity of ONE full-batch step only'
+    )
+  if stated_sensitivity is not None:
+    stated_sensitivity = validation.positive(
+        'stated_sensitivity', stated_sensitivity
+    )
+  derived = stated_sensitivity is None
+
+  with tf.Graph().as_default():
+    whimsy_model = model_fn()
+  element_type = tff.types.tensorflow_to_type(whimsy_model.input_spec)
+  data_type = tff.SequenceType(element_type)
+  weights_type = tff.learning.models.weights_type_from_model(whimsy_model)
+
+  def _client_update(model, initial_weights, dataset):
+    weights = tff.learning.models.ModelWeights.from_model(model)
+    tf.nest.map_structure(
+        lambda v, t: v.assign(t), weights, initial_weights
+    )
+    variables = model.trainable_variables
+    lr = tf.constant(learning_rate, tf.float32)
+
+    def full_batch_step():
+      def reduce_batch(acc, batch):
+        grad_sum, count, loss_sum = acc
+        x, y = _unpack(batch)
+        grads, losses = clipped_per_example_grads(
+            model, x, y, per_example_loss, clip_norm
+        )
+        grad_sum = tuple(
+            s + tf.reduce_sum(g, axis=0) for s, g in zip(grad_sum, grads)
+        )
+        count += tf.shape(losses, out_type=tf.int64)[0]
+        return grad_sum, count, loss_sum + tf.reduce_sum(losses)
+
+      zeros = tuple(tf.zeros_like(v) for v in variables)
+      grad_sum, count, loss_sum = dataset.reduce(
+          (zeros, tf.constant(0, tf.int64), tf.constant(0.0, tf.float32)),
+          reduce_batch,
+      )
+      n = tf.cast(count, tf.float32)
+      for v, g in zip(variables, grad_sum):
+        v.assign_sub(tf.math.divide_no_nan(lr, n) * g)
+      return count, loss_sum
+
+    count, loss_sum = full_batch_step()  # Loss is measured at w^t.
+    for _ in range(local_steps - 1):
+      full_batch_step()
+
+    update = tf.nest.map_structure(
+        tf.subtract, initial_weights.trainable, weights.trainable
+    )
+    n = tf.cast(count, tf.float32)
+    if derived:
+      sensitivity = tf.math.divide_no_nan(2.0 * lr * clip_norm, n)
+    else:
+      sensitivity = tf.where(
+          count > 0, tf.constant(stated_sensitivity, tf.float32), 0.0
+      )
+    return (
+        tff.learning.templates.ClientResult(update=update, update_weight=n),
+        loss_sum,
+        n,
+        sensitivity,
+    )
+
+  @tff.tensorflow.computation(weights_type, data_type)
+  def client_update(initial_weights, dataset):
+    model = model_fn()
+    # A tf.function, for automatic control dependencies between the weight
+    # assignments and the steps (as TFF's own client updates).
+    return tf.function(_client_update)(model, initial_weights, dataset)
+
+  @tff.tensorflow.computation(np.float32, np.float32)
+  def loss_summary(total_loss, total_examples):
+    return collections.OrderedDict(
+        loss=tf.math.divide_no_nan(total_loss, total_examples),
+        num_examples=total_examples,
+    )
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_value((), tff.SERVER)
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(weights_type, tff.CLIENTS),
+      tff.FederatedType(data_type, tff.CLIENTS),
+  )
+  def next_fn(state, weights, client_data):
+    result, loss_sum, num_examples, sensitivity = tff.federated_map(
+        client_update, (weights, client_data)
+    )
+    total_examples = tff.federated_sum(num_examples)
+    total_loss = tff.federated_sum(loss_sum)
+    measurements = tff.federated_zip(
+        collections.OrderedDict(
+            train=tff.federated_map(loss_summary, (total_loss, total_examples)),
+            sensitivity=tff.federated_max(sensitivity),
+            sensitivity_is_derived=tff.federated_value(derived, tff.SERVER),
+        )
+    )
+    return tff.templates.MeasuredProcessOutput(state, result, measurements)
+
+  return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)
+
