@@ -17,6 +17,13 @@ def _number(name: str, value) -> float:
   return value
 
 
+def required(name: str, value):
+  """`value`, if it is not None."""
+  if value is None:
+    raise ValueError(f'{name} is required')
+  return value
+
+
 def positive(name: str, value) -> float:
   """`value` as a float, if finite and > 0."""
   value = _number(name, value)

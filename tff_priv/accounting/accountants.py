@@ -34,6 +34,11 @@ RELATIONS = {
     'replace_one': NeighboringRelation.REPLACE_ONE,
 }
 PLD_DISCRETIZATION = 1e-4  # dp_accounting's default value_discretization_interval.
+# The privacy loss of k compositions of a pure eps release spans k * eps; on a
+# grid of PLD_DISCRETIZATION that is k * eps / 1e-4 points, and the FFT of a
+# larger span needs more memory than a machine has (1.66M values x 10 rounds at
+# eps 1 would need ~480 GB). Beyond this span the PLD accountant declines.
+PLD_MAX_SPAN = 2e6
 
 
 class RdpAccountant(rdp_privacy_accountant.RdpAccountant):
@@ -80,6 +85,36 @@ def make_accountant(
       neighboring_relation=relation,
       value_discretization_interval=PLD_DISCRETIZATION,
   )
+
+
+def pure_epsilon_span(event: dp_event.DpEvent, count: int = 1) -> float:
+  """Sum of count * eps over the pure-eps releases in `event` (its PLD span)."""
+  if isinstance(event, events.PureEpsilonDpEvent):
+    return count * event.epsilon
+  if isinstance(event, dp_event.SelfComposedDpEvent):
+    return pure_epsilon_span(event.event, count * event.count)
+  if isinstance(event, dp_event.ComposedDpEvent):
+    return sum(pure_epsilon_span(e, count) for e in event.events)
+  return 0.0
+
+
+def can_count(name: str, event: dp_event.DpEvent, relation: str) -> Optional[str]:
+  """None if accountant `name` can count `event`, else the reason it cannot.
+
+  dp_accounting's `supports` looks at event types only; the PLD accountant also
+  declines pure-eps compositions whose span exceeds its grid (see above).
+  """
+  acc = make_accountant(name, relation)
+  if not acc.supports(event):
+    return f'dp_accounting {name.upper()} accountant does not support {event}'
+  if name == 'pld':
+    span = pure_epsilon_span(event) / PLD_DISCRETIZATION
+    if span > PLD_MAX_SPAN:
+      return (
+          f'the pure-eps releases span {span:.3g} PLD grid points (limit '
+          f'{PLD_MAX_SPAN:.0g}): too large for the PLD accountant'
+      )
+  return None
 
 
 def relation_for(event: dp_event.DpEvent) -> Optional[str]:

@@ -60,10 +60,10 @@ def _check(formula, z, epsilon, delta, q, rounds, accountant):
       noise_multiplier=z,
       claimed_epsilon=epsilon,
       claimed_delta=delta,
-      true_epsilon=true_eps,
-      true_delta=composed.get_delta(epsilon),
+      true_epsilon=float(true_eps),
+      true_delta=float(composed.get_delta(epsilon)),
       accountant=accountant,
-      holds=true_eps <= epsilon,
+      holds=bool(true_eps <= epsilon),
   )
 
 

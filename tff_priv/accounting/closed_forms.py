@@ -236,7 +236,9 @@ def ldp_shuffle_composed(
   goes to the k per-release bounds (delta / (2 k) each), half to the
   composition, which dp_accounting's PLD accountant does tightly for
   (eps, delta)-DP mechanisms (`from_privacy_parameters`, self-composed k
-  times).
+  times), or, when k releases are too many for the PLD grid, the advanced
+  composition theorem (Dwork, Rothblum, Vadhan 2010): sqrt(2 k ln(2/delta)) eps
+  + k eps (e^eps - 1), the `reason` field then says so.
 
   Returns:
     A `ShuffleBound` for the whole run at `delta`, not applicable when the
@@ -254,6 +256,21 @@ def ldp_shuffle_composed(
         epsilon=None,
         delta=delta,
         reason=f'per release at delta/(2dT): {per_release.reason}',
+    )
+  if k * per_release.epsilon / accountants.PLD_DISCRETIZATION > (
+      accountants.PLD_MAX_SPAN
+  ):
+    # Too many releases for the PLD grid: the advanced composition theorem
+    # (Dwork, Rothblum, Vadhan 2010, Thm III.3) with delta' = delta / 2.
+    eps = per_release.epsilon
+    total = math.sqrt(2 * k * math.log(2 / delta)) * eps + k * eps * math.expm1(
+        eps
+    )
+    return ShuffleBound(
+        applicable=True,
+        epsilon=total,
+        delta=delta,
+        reason='composed by the advanced composition theorem (PLD grid too large)',
     )
   pld = privacy_loss_distribution.from_privacy_parameters(
       pld_common.DifferentialPrivacyParameters(

@@ -159,7 +159,12 @@ class PrivacyLedger:
 
   def supports(self, accountant: str = 'rdp') -> bool:
     """Whether `accountant` ('rdp' or 'pld') can count every recorded release."""
-    return self._make(accountant).supports(self.dp_event())
+    return self._cannot_count(accountant) is None
+
+  def _cannot_count(self, accountant: str):
+    return accountants.can_count(
+        accountant, self.dp_event(), self.neighboring_relation
+    )
 
   def epsilon(self, delta: float, accountant: str = 'rdp') -> float:
     """The smallest eps such that the run so far is (eps, delta)-DP.
@@ -198,14 +203,12 @@ class PrivacyLedger:
         'unsupported': {},
     }
     for name in accountants.ACCOUNTANTS:
-      if self.supports(name):
+      reason = self._cannot_count(name)
+      if reason is None:
         result[f'{name}_epsilon'] = self.epsilon(delta, name)
       else:
         result[f'{name}_epsilon'] = None
-        result['unsupported'][name] = (
-            f'dp_accounting {name.upper()} accountant does not support '
-            f'{self.dp_event()}'
-        )
+        result['unsupported'][name] = reason
     return result
 
   # Serialisation.
@@ -251,14 +254,13 @@ class PrivacyLedger:
     return accountants.make_accountant(accountant, self.neighboring_relation)
 
   def _composed(self, accountant: str):
-    acc = self._make(accountant)
-    event = self.dp_event()
-    if not acc.supports(event):
+    reason = self._cannot_count(accountant)
+    if reason is not None:
       raise ValueError(
-          f'the {accountant} accountant cannot count this ledger ({event}); '
-          "use accountant='rdp'"
+          f"accountant='{accountant}' cannot count this ledger: {reason}; use "
+          "accountant='rdp'"
       )
-    return acc.compose(event)
+    return self._make(accountant).compose(self.dp_event())
 
 
 def _encode(value):

@@ -1,0 +1,65 @@
+"""scripts/privacy.py end to end, in a subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+
+import tensorflow as tf
+
+_SCRIPT = os.path.join(
+    os.path.dirname(__file__), '..', '..', 'scripts', 'privacy.py'
+)
+
+
+def _run(*args):
+  return subprocess.run(
+      [sys.executable, _SCRIPT, *args],
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+  )
+
+
+class PrivacyScriptTest(tf.test.TestCase):
+
+  def test_json_names_the_accountants(self):
+    result = _run(
+        '--mechanism=dp_fedavg', '--noise_multiplier=1.0',
+        '--sampling_rate=0.05', '--rounds=100', '--delta=1e-5', '--format=json',
+    )
+    self.assertEqual(result.returncode, 0, result.stderr)
+    report = json.loads(result.stdout)
+    self.assertGreater(report['rdp_epsilon'], 0)
+    self.assertGreater(report['pld_epsilon'], 0)
+
+  def test_target_epsilon_gives_noise(self):
+    result = _run(
+        '--mechanism=smp', '--epsilon=1.0', '--sampling_rate=0.01',
+        '--rounds=300', '--delta=1e-5', '--format=json',
+    )
+    self.assertEqual(result.returncode, 0, result.stderr)
+    report = json.loads(result.stdout)
+    self.assertAllClose(
+        report['calibration']['rdp_noise_multiplier'], 1.17, atol=0.01
+    )
+    self.assertAllClose(report['paper']['paper_noise_multiplier'], 2.246, atol=1e-3)
+
+  def test_bad_flags_exit_2_with_one_line(self):
+    for args in (
+        ['--mechanism=foo', '--rounds=1'],
+        ['--mechanism=smp', '--rounds=1', '--delta=1.5', '--noise_multiplier=1'],
+        ['--mechanism=smp', '--rounds=0', '--noise_multiplier=1'],
+        ['--mechanism=smp', '--rounds=1', '--epsilon=-1'],
+        ['--mechanism=smp', '--rounds=x'],
+    ):
+      result = _run(*args)
+      self.assertEqual(result.returncode, 2, args)
+      lines = [l for l in result.stderr.splitlines() if 'error' in l]
+      self.assertLen(lines, 1, result.stderr)
+      self.assertEqual(result.stdout, '')
+
+
+if __name__ == '__main__':
+  tf.test.main()
