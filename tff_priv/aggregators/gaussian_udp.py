@@ -19,12 +19,17 @@ tff.learning passes, |D_i| for UDP client work) or
 unweighted like the inner one, as TFF's own wrapping factories
 (`tff.aggregators.clipping_factory`).
 
-Measurements: `noise_stddev` (the sigma used this round), and for a schedule
-`round_cost`, `spent_budget`, `total_budget`, `rounds_done`,
-`planned_rounds`, plus the inner factory's under `mean`. The ledger charges
-the sigma of `noise_stddev`, never a nominal one.
+The same "client noise, then inner mean" factory serves parameter distortion
+(`tff_priv.aggregators.distortion`), whose sigma comes from a TV target: the
+per-round sigma is a `NoiseSource`.
+
+Measurements: `noise` (`noise_stddev`, the sigma used this round, and what the
+source adds: for a schedule `round_cost`, `spent_budget`, `total_budget`,
+`rounds_done`, `planned_rounds`) and the inner factory's under `mean`. The
+ledger charges the sigma of `noise_stddev`, never a nominal one.
 """
 
+import abc
 import collections
 from typing import Optional, Union
 
@@ -36,8 +41,74 @@ from tff_priv import validation
 from tff_priv.mechanisms import gaussian
 from tff_priv.mechanisms import noise_schedule
 
+InnerFactory = Union[
+    tff.aggregators.WeightedAggregationFactory,
+    tff.aggregators.UnweightedAggregationFactory,
+]
 
-def _check_value_type(value_type):
+
+class NoiseSource(abc.ABC):
+  """Where a round's client noise std comes from (pure TF pieces).
+
+  `round_noise(state, value_variance)` runs on the server; `value_variance`
+  is the mean over coordinates of the variance of the clients' values this
+  round when `uses_value_variance` is True (computed by the factory, a
+  non-private statistic of the round), else 0.
+  """
+
+  uses_value_variance = False
+
+  @abc.abstractmethod
+  def initial_state(self):
+    """The source's state (tensors)."""
+
+  @abc.abstractmethod
+  def round_noise(self, state, value_variance):
+    """(stddev float32, new state, OrderedDict of measurements)."""
+
+
+class FixedNoise(NoiseSource):
+  """The same std every round."""
+
+  def __init__(self, noise_stddev: float):
+    self.noise_stddev = validation.non_negative('noise_stddev', noise_stddev)
+
+  def initial_state(self):
+    return tf.constant(self.noise_stddev, tf.float32)
+
+  def round_noise(self, state, value_variance):
+    del value_variance
+    return state, state, collections.OrderedDict(noise_stddev=state)
+
+
+class ScheduledNoise(NoiseSource):
+  """The CRD schedule's sigma_t (`noise_schedule.BudgetSchedule`)."""
+
+  def __init__(self, schedule: noise_schedule.BudgetSchedule):
+    if not isinstance(schedule, noise_schedule.BudgetSchedule):
+      raise TypeError(f'schedule must be a BudgetSchedule, got {schedule!r}')
+    self.schedule = schedule
+
+  def initial_state(self):
+    return self.schedule.initial_state()
+
+  def round_noise(self, state, value_variance):
+    del value_variance
+    state = noise_schedule.ScheduleState(*state)
+    sigma, cost = self.schedule.round_noise(state)
+    new_state = self.schedule.after_round(state, cost)
+    sigma = tf.cast(sigma, tf.float32)
+    return sigma, new_state, collections.OrderedDict(
+        noise_stddev=sigma,
+        round_cost=cost,
+        spent_budget=new_state.spent,
+        total_budget=new_state.total_budget,
+        rounds_done=new_state.rounds_done,
+        planned_rounds=new_state.planned_rounds,
+    )
+
+
+def check_value_type(value_type):
   if not (
       isinstance(value_type, (tff.TensorType, tff.StructType))
       and tff.types.is_structure_of_floats(value_type)
@@ -48,76 +119,57 @@ def _check_value_type(value_type):
     )
 
 
-class _GaussianUDP:
-  """The implementation shared by the weighted and unweighted factories."""
+def _as_nest(value):
+  if isinstance(value, tff.structure.Struct):  # A StructType without container.
+    return tff.structure.to_odict_or_tuple(value)
+  return value
 
-  def __init__(
-      self,
-      noise_stddev: Optional[float],
-      schedule: Optional[noise_schedule.BudgetSchedule],
-      inner_agg_factory,
-  ):
-    if (noise_stddev is None) == (schedule is None):
-      raise ValueError('give exactly one of noise_stddev and schedule')
-    if noise_stddev is not None:
-      noise_stddev = validation.non_negative('noise_stddev', noise_stddev)
-    if schedule is not None and not isinstance(
-        schedule, noise_schedule.BudgetSchedule
-    ):
-      raise TypeError(f'schedule must be a BudgetSchedule, got {schedule!r}')
-    self._noise_stddev = noise_stddev
-    self._schedule = schedule
+
+class _ClientNoise:
+  """Client-side noise from a `NoiseSource`, then the inner mean."""
+
+  def __init__(self, source: NoiseSource, inner_agg_factory: InnerFactory):
+    self._source = source
     self._inner = inner_agg_factory
 
   @property
-  def noise_stddev(self) -> Optional[float]:
-    return self._noise_stddev
-
-  @property
-  def schedule(self) -> Optional[noise_schedule.BudgetSchedule]:
-    return self._schedule
+  def noise_source(self) -> NoiseSource:
+    return self._source
 
   def _create(self, value_type, weight_type=None):
-    _check_value_type(value_type)
+    check_value_type(value_type)
     if weight_type is None:
       inner_process = self._inner.create(value_type)
     else:
       inner_process = self._inner.create(value_type, weight_type)
-    schedule = self._schedule
-    fixed = self._noise_stddev
+    source = self._source
 
     @tff.tensorflow.computation
     def init_noise_state():
-      if schedule is None:
-        return tf.constant(fixed, tf.float32)
-      return schedule.initial_state()
+      return source.initial_state()
 
     noise_state_type = init_noise_state.type_signature.result
 
-    @tff.tensorflow.computation(noise_state_type)
-    def round_noise(noise_state):
-      if schedule is None:
-        return noise_state, noise_state, collections.OrderedDict(
-            noise_stddev=noise_state
-        )
-      state = noise_schedule.ScheduleState(*noise_state)
-      sigma, cost = schedule.round_noise(state)
-      new_state = schedule.after_round(state, cost)
-      measurements = collections.OrderedDict(
-          noise_stddev=tf.cast(sigma, tf.float32),
-          round_cost=cost,
-          spent_budget=new_state.spent,
-          total_budget=new_state.total_budget,
-          rounds_done=new_state.rounds_done,
-          planned_rounds=new_state.planned_rounds,
-      )
-      return tf.cast(sigma, tf.float32), new_state, measurements
+    @tff.tensorflow.computation(noise_state_type, np.float32)
+    def round_noise(noise_state, value_variance):
+      return source.round_noise(noise_state, value_variance)
 
     @tff.tensorflow.computation(value_type, np.float32)
     def add_noise(value, stddev):
-      if isinstance(value, tff.structure.Struct):  # A StructType without container.
-        value = tff.structure.to_odict_or_tuple(value)
-      return gaussian.add_gaussian_noise(value, stddev)
+      return gaussian.add_gaussian_noise(_as_nest(value), stddev)
+
+    @tff.tensorflow.computation(value_type)
+    def moments(value):
+      flat = tf.concat(
+          [tf.reshape(tf.cast(t, tf.float32), [-1]) for t in
+           tf.nest.flatten(_as_nest(value))],
+          axis=0,
+      )
+      return flat, tf.square(flat)
+
+    @tff.tensorflow.computation
+    def zero():
+      return tf.constant(0.0, tf.float32)
 
     @tff.federated_computation()
     def init_fn():
@@ -129,8 +181,16 @@ class _GaussianUDP:
       )
 
     def next_impl(state, value, weight=None):
+      if source.uses_value_variance:
+        first, second = tff.federated_map(moments, value)
+        variance = tff.federated_map(
+            _mean_variance,
+            (tff.federated_mean(first), tff.federated_mean(second)),
+        )
+      else:
+        variance = tff.federated_eval(zero, tff.SERVER)
       stddev, new_noise_state, noise_measurements = tff.federated_map(
-          round_noise, state.noise
+          round_noise, (state.noise, variance)
       )
       noisy = tff.federated_map(
           add_noise, (value, tff.federated_broadcast(stddev))
@@ -170,32 +230,54 @@ class _GaussianUDP:
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-class _WeightedGaussianUDPFactory(
-    _GaussianUDP, tff.aggregators.WeightedAggregationFactory
-):
+@tff.tensorflow.computation
+def _mean_variance(first, second):
+  """Mean over coordinates of E[x^2] - E[x]^2 (clipped at 0 for rounding)."""
+  return tf.reduce_mean(tf.maximum(second - tf.square(first), 0.0))
+
+
+class _WeightedClientNoise(_ClientNoise, tff.aggregators.WeightedAggregationFactory):
 
   def create(self, value_type, weight_type):
     return self._create(value_type, weight_type)
 
 
-class _UnweightedGaussianUDPFactory(
-    _GaussianUDP, tff.aggregators.UnweightedAggregationFactory
+class _UnweightedClientNoise(
+    _ClientNoise, tff.aggregators.UnweightedAggregationFactory
 ):
 
   def create(self, value_type):
     return self._create(value_type)
 
 
+def client_noise_factory(
+    source: NoiseSource, inner_agg_factory: Optional[InnerFactory] = None
+):
+  """Client noise from `source`, then `inner_agg_factory` (default MeanFactory).
+
+  Returns a weighted or an unweighted factory, following the inner one.
+  """
+  if not isinstance(source, NoiseSource):
+    raise TypeError(f'source must be a NoiseSource, got {source!r}')
+  if inner_agg_factory is None:
+    inner_agg_factory = tff.aggregators.MeanFactory()
+  if isinstance(inner_agg_factory, tff.aggregators.WeightedAggregationFactory):
+    return _WeightedClientNoise(source, inner_agg_factory)
+  if isinstance(
+      inner_agg_factory, tff.aggregators.UnweightedAggregationFactory
+  ):
+    return _UnweightedClientNoise(source, inner_agg_factory)
+  raise TypeError(
+      'inner_agg_factory must be a tff.aggregators Weighted- or '
+      f'UnweightedAggregationFactory, got {inner_agg_factory!r}'
+  )
+
+
 def GaussianUDPFactory(  # pylint: disable=invalid-name
     noise_stddev: Optional[float] = None,
     *,
     schedule: Optional[noise_schedule.BudgetSchedule] = None,
-    inner_agg_factory: Optional[
-        Union[
-            tff.aggregators.WeightedAggregationFactory,
-            tff.aggregators.UnweightedAggregationFactory,
-        ]
-    ] = None,
+    inner_agg_factory: Optional[InnerFactory] = None,
 ):
   """Client-side Gaussian noise on each upload, then `inner_agg_factory`.
 
@@ -212,19 +294,11 @@ def GaussianUDPFactory(  # pylint: disable=invalid-name
     A `tff.aggregators.WeightedAggregationFactory` or
     `UnweightedAggregationFactory`, following `inner_agg_factory`.
   """
-  if inner_agg_factory is None:
-    inner_agg_factory = tff.aggregators.MeanFactory()
-  if isinstance(inner_agg_factory, tff.aggregators.WeightedAggregationFactory):
-    return _WeightedGaussianUDPFactory(
-        noise_stddev, schedule, inner_agg_factory
-    )
-  if isinstance(
-      inner_agg_factory, tff.aggregators.UnweightedAggregationFactory
-  ):
-    return _UnweightedGaussianUDPFactory(
-        noise_stddev, schedule, inner_agg_factory
-    )
-  raise TypeError(
-      'inner_agg_factory must be a tff.aggregators Weighted- or '
-      f'UnweightedAggregationFactory, got {inner_agg_factory!r}'
+  if (noise_stddev is None) == (schedule is None):
+    raise ValueError('give exactly one of noise_stddev and schedule')
+  source = (
+      FixedNoise(noise_stddev)
+      if schedule is None
+      else ScheduledNoise(schedule)
   )
+  return client_noise_factory(source, inner_agg_factory)
