@@ -1,1 +1,13 @@
-"""Tasks: data and model per task, as tff.simulation.baselines.BaselineTask."""
+"""Tasks: data and model per task, as tff.simulation.baselines.BaselineTask.
+
+`get_task(name, train_client_spec=..., ...)` builds one of `TASK_NAMES`; see
+`tasks.registry` for the names, their data and options. A data set that is
+neither cached nor downloadable raises `DatasetUnavailableError`, naming the
+file expected and where to put it.
+"""
+
+from tasks.cache import DatasetUnavailableError
+from tasks.registry import get_task
+from tasks.registry import OFFLINE_TASK_NAMES
+from tasks.registry import TASK_NAMES
+from tasks.registry import task_options
