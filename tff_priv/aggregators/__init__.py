@@ -1,1 +1,12 @@
-"""TFF aggregation factories that wire tff_priv's mechanisms into AggregationProcesses."""
+"""TFF aggregation factories that wire tff_priv's mechanisms into AggregationProcesses.
+
+  LDPEncodeFactory            LDP-FL two-point encoding (ldp_encode.py)
+  GaussianUDPFactory          UDP client noise, fixed or CRD-scheduled (gaussian_udp.py)
+  SparsifiedSecureSumFactory  Fed-SMP sparsify-clip-noise secure sum (sparsified_secure_sum.py)
+  DistortionFactory           TV-calibrated parameter distortion (distortion.py)
+"""
+
+from tff_priv.aggregators.distortion import DistortionFactory
+from tff_priv.aggregators.gaussian_udp import GaussianUDPFactory
+from tff_priv.aggregators.ldp_encode import LDPEncodeFactory
+from tff_priv.aggregators.sparsified_secure_sum import SparsifiedSecureSumFactory
