@@ -29,8 +29,8 @@ coordinates, noise multiplier sigma, clip C and K expected clients per round:
             aggregator=with_top_k_mask(state.aggregator, mask))
         output = process.next(state, client_data)
 
-    A learning-process builder that does the public training inside TFF is
-    not part of this module.
+    `tff_priv.learning.fedsmp.build_fedsmp_process` does the public
+    training inside TFF, in the learning process itself.
 * Client: mask -> scale by d/k (rand_k only) -> clip the L2 norm of the k
   values to C -> add N(0, sigma^2 C^2 / K) to each of the k values -> upload
   the k values (`tff_priv.mechanisms.sparsify.sparsify_clip_noise`). The noise
