@@ -34,9 +34,9 @@ class ReportsTest(tf.test.TestCase):
     )
     self.assertAllClose(udp['noise_multiplier'], 3.0)
     distortion = reports.mechanism_report(
-        'distortion', delta=1e-3, rounds=50, noise_stddev=0.3, clip=0.5
+        'distortion', delta=1e-3, rounds=50, noise_stddev=1.5, clip=0.5
     )
-    self.assertAllClose(distortion['noise_multiplier'], 0.3)
+    self.assertAllClose(distortion['noise_multiplier'], 1.5)
     # The paper's eq. (10) claim for z = 3, q = 1, T = 50, delta = 1e-3:
     # sqrt(2 * 50 * ln 1000) / 3 = 8.7608.
     self.assertAllClose(udp['paper']['paper_claimed_epsilon'], 8.7608, atol=1e-4)
