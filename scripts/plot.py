@@ -1,0 +1,65 @@
+r"""PNG plots of tff_priv training runs: accuracy vs round, accuracy vs eps.
+
+Reads the run directories scripts/train.py wrote (their eval_metrics.csv,
+config.json and summary.json; see `tff_priv.program.plotting`):
+
+  .venv/bin/python scripts/plot.py \
+      --run_dirs=output/none,output/dp_fedavg,output/smp --output_dir=output
+
+writes <output_dir>/accuracy_vs_round.png and accuracy_vs_epsilon.png and
+prints their paths. Exit status 2 with one line on stderr for bad flags or a
+directory that is not a run directory.
+"""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+from tff_priv.program import plotting
+
+_RUN_DIRS = flags.DEFINE_list(
+    'run_dirs', None, 'Comma-separated run directories of scripts/train.py.'
+)
+_OUTPUT_DIR = flags.DEFINE_string(
+    'output_dir', 'output', 'Where the PNG files are written.'
+)
+
+ROUND_PNG = 'accuracy_vs_round.png'
+EPSILON_PNG = 'accuracy_vs_epsilon.png'
+
+
+def _fail(message):
+  print(f'plot.py: error: {message} (see --help)', file=sys.stderr)
+  sys.exit(2)
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(f'unexpected arguments {argv[1:]}')
+  if not _RUN_DIRS.value:
+    _fail('--run_dirs is required')
+  try:
+    runs = [plotting.load_run(d) for d in _RUN_DIRS.value]
+  except ValueError as e:
+    _fail(str(e))
+  outputs = (
+      (plotting.plot_accuracy_vs_round, ROUND_PNG),
+      (plotting.plot_accuracy_vs_epsilon, EPSILON_PNG),
+  )
+  for plot, name in outputs:
+    path = os.path.join(_OUTPUT_DIR.value, name)
+    plot(runs, path)
+    print(path)
+
+
+def _parse_flags(argv):
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    _fail(str(e))
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=_parse_flags)

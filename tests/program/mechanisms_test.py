@@ -1,0 +1,236 @@
+"""Tests of tff_priv.program.mechanisms: parameters, builds and charges.
+
+Rounds of every mechanism run end to end in tests/scripts/train_script_test.py
+(which checks each ledger against the run's own CSV); here: the parameter
+rules, and builds on a tiny model checked without running a round.
+"""
+
+import collections
+
+from absl.testing import parameterized
+from dp_accounting import dp_event
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_priv.accounting import calibration
+from tff_priv.accounting import events
+from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.program import mechanisms
+from tff_priv.program import sampling
+
+P = mechanisms.MechanismParams
+
+
+def _model_fn():
+  keras_model = tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(4,)),
+      tf.keras.layers.Dense(3, activation='softmax'),
+  ])
+  return tff.learning.models.from_keras_model(
+      keras_model,
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+      input_spec=(
+          tf.TensorSpec([None, 4], tf.float32),
+          tf.TensorSpec([None], tf.int32),
+      ),
+  )
+
+
+def _build(name, params, kind=None, **kwargs):
+  args = dict(
+      model_fn=_model_fn,
+      sampling=sampling.ClientSampling(
+          kind or mechanisms.SAMPLING_KIND[name], 10, 4
+      ),
+      total_rounds=3,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      client_learning_rate=0.1,
+  )
+  args.update(kwargs)
+  return mechanisms.build(name, params, **args)
+
+
+class ResolveTest(tf.test.TestCase, parameterized.TestCase):
+
+  def test_defaults(self):
+    d = mechanisms.DEFAULT_DELTA
+    e = mechanisms.DEFAULT_EPSILON
+    self.assertEqual(mechanisms.resolve('none', P()), P(delta=d))
+    self.assertEqual(
+        mechanisms.resolve('dp_fedavg', P()), P(delta=d, epsilon=e)
+    )
+    self.assertEqual(
+        mechanisms.resolve('smp', P()),
+        P(delta=d, epsilon=e, clip=mechanisms.DEFAULT_CLIP,
+          compression=mechanisms.DEFAULT_COMPRESSION),
+    )
+    self.assertEqual(
+        mechanisms.resolve('udp', P()),
+        P(delta=d, epsilon=e, clip=mechanisms.DEFAULT_CLIP,
+          udp_calibration='tight'),
+    )
+    self.assertEqual(
+        mechanisms.resolve('distortion', P(parameter_variance=0.1)),
+        P(delta=d, epsilon=e, clip=mechanisms.DEFAULT_CLIP,
+          parameter_variance=0.1),
+    )
+    self.assertEqual(
+        mechanisms.resolve('ldp', P()),
+        P(delta=d, ldp_epsilon=mechanisms.DEFAULT_LDP_EPSILON,
+          ldp_range_mode='fixed', ldp_center=0.0,
+          ldp_radius=mechanisms.DEFAULT_LDP_RADIUS),
+    )
+
+  def test_given_noise_replaces_default_epsilon(self):
+    self.assertEqual(
+        mechanisms.resolve('dp_fedavg', P(noise_multiplier=1.0)),
+        P(delta=mechanisms.DEFAULT_DELTA, noise_multiplier=1.0),
+    )
+    resolved = mechanisms.resolve('distortion', P(target_tv=0.5))
+    self.assertIsNone(resolved.epsilon)
+    self.assertIsNone(resolved.parameter_variance)  # Estimated per round.
+
+  def test_resolve_is_idempotent(self):
+    for name in mechanisms.MECHANISMS:
+      params = P(parameter_variance=0.1) if name == 'distortion' else P()
+      once = mechanisms.resolve(name, params)
+      self.assertEqual(mechanisms.resolve(name, once), once)
+
+  @parameterized.named_parameters(
+      ('mechanism', 'fedsgd', P(), ValueError, 'mechanism'),
+      ('epsilon_zero', 'dp_fedavg', P(epsilon=0.0), ValueError, 'epsilon'),
+      ('epsilon_negative', 'smp', P(epsilon=-1.0), ValueError, 'epsilon'),
+      ('delta_one', 'dp_fedavg', P(delta=1.0), ValueError, 'delta'),
+      ('delta_zero', 'udp', P(delta=0.0), ValueError, 'delta'),
+      ('noise_negative', 'smp', P(noise_multiplier=-0.1), ValueError,
+       'noise_multiplier'),
+      ('stddev_negative', 'udp', P(noise_stddev=-1.0), ValueError,
+       'noise_stddev'),
+      ('clip_zero', 'dp_fedavg', P(clip=0.0), ValueError, 'clip'),
+      ('compression_zero', 'smp', P(compression=0.0), ValueError,
+       'compression'),
+      ('compression_above_one', 'smp', P(compression=1.5), ValueError,
+       'compression'),
+      ('ldp_epsilon', 'ldp', P(ldp_epsilon=0.0), ValueError, 'ldp_epsilon'),
+      ('ldp_radius', 'ldp', P(ldp_radius=-1.0), ValueError, 'ldp_radius'),
+      ('ldp_range_mode', 'ldp', P(ldp_range_mode='auto'), ValueError,
+       'ldp_range_mode'),
+      ('ldp_center', 'ldp', P(ldp_center=float('inf')), ValueError,
+       'ldp_center'),
+      ('target_tv', 'distortion', P(target_tv=1.0), ValueError, 'target_tv'),
+      ('parameter_variance', 'distortion',
+       P(target_tv=0.5, parameter_variance=0.0), ValueError,
+       'parameter_variance'),
+      ('rho', 'distortion', P(target_tv=0.5, rho=0.0), ValueError, 'rho'),
+      ('udp_calibration', 'udp', P(udp_calibration='loose'), ValueError,
+       'udp_calibration'),
+      ('epsilon_type', 'smp', P(epsilon='1'), TypeError, 'epsilon'),
+  )
+  def test_bad_values(self, name, params, error, message):
+    with self.assertRaisesRegex(error, message):
+      mechanisms.resolve(name, params)
+
+  @parameterized.named_parameters(
+      ('none_epsilon', 'none', P(epsilon=1.0), 'epsilon'),
+      ('none_clip', 'none', P(clip=1.0), 'clip'),
+      ('dp_fedavg_compression', 'dp_fedavg', P(compression=0.5),
+       'compression'),
+      ('dp_fedavg_stddev', 'dp_fedavg', P(noise_stddev=1.0), 'noise_stddev'),
+      ('ldp_epsilon_target', 'ldp', P(epsilon=1.0), 'epsilon'),
+      ('smp_rho', 'smp', P(rho=0.5), 'rho'),
+      ('udp_target_tv', 'udp', P(target_tv=0.5), 'target_tv'),
+      ('distortion_ldp', 'distortion', P(ldp_radius=1.0), 'ldp_radius'),
+  )
+  def test_parameter_that_does_not_apply(self, name, params, message):
+    with self.assertRaisesRegex(ValueError, f'{message} does not apply'):
+      mechanisms.resolve(name, params)
+
+  def test_conflicting_noise_levels(self):
+    with self.assertRaisesRegex(ValueError, 'at most one'):
+      mechanisms.resolve('smp', P(epsilon=1.0, noise_multiplier=1.0))
+    with self.assertRaisesRegex(ValueError, 'at most one'):
+      mechanisms.resolve('distortion', P(noise_stddev=1.0, target_tv=0.5))
+
+  def test_rules_between_parameters(self):
+    with self.assertRaisesRegex(ValueError, 'parameter_variance is required'):
+      mechanisms.resolve('distortion', P(noise_stddev=1.0))
+    with self.assertRaisesRegex(ValueError, 'udp_calibration applies only'):
+      mechanisms.resolve('udp', P(noise_multiplier=1.0, udp_calibration='paper'))
+
+
+class BuildTest(tf.test.TestCase):
+
+  def test_count_parameters(self):
+    self.assertEqual(mechanisms.count_parameters(_model_fn), 4 * 3 + 3)
+
+  def test_train_metrics(self):
+    metrics = collections.OrderedDict(
+        client_work=collections.OrderedDict(
+            train=collections.OrderedDict(loss=np.float32(0.5), num_examples=3)
+        )
+    )
+    self.assertEqual(
+        mechanisms.train_metrics(metrics), {'loss': 0.5, 'num_examples': 3.0}
+    )
+
+  def test_wrong_sampling_kind(self):
+    with self.assertRaisesRegex(ValueError, 'fixed sampling'):
+      _build('udp', P(), kind='poisson', min_client_examples=5)
+
+  def test_udp_needs_smallest_dataset(self):
+    with self.assertRaisesRegex(ValueError, 'min_client_examples'):
+      _build('udp', P())
+
+  def test_adaptive_clipping_out_of_reach(self):
+    # TFF's adaptive clipping needs z < 2 * 0.05 * K = 0.4 with K = 4.
+    with self.assertRaisesRegex(ValueError, 'adaptive clipping'):
+      _build('dp_fedavg', P(noise_multiplier=0.5))
+
+  def test_dp_fedavg_calibrates_to_the_target(self):
+    mech = _build('dp_fedavg', P(epsilon=3.0, clip=1.0))
+    z = mech.resolved['noise_multiplier']
+    ledger = ledger_lib.PrivacyLedger()
+    for _ in range(3):  # total_rounds
+      mech.charge(ledger, None)
+    # The calibration's contract: eps <= target, within its z tolerance.
+    self.assertLessEqual(ledger.epsilon(mechanisms.DEFAULT_DELTA), 3.0)
+    self.assertAllClose(
+        z,
+        calibration.calibrate_noise_multiplier(
+            3.0, mechanisms.DEFAULT_DELTA, 3, sampling_probability=0.4
+        ),
+    )
+    self.assertEqual(mech.upload_bytes_per_client(None), 4 * 15)
+
+  def test_ldp_charges_every_value_and_the_range_release(self):
+    mech = _build(
+        'ldp', P(ldp_epsilon=0.5, ldp_range_mode='quantile', ldp_radius=0.1)
+    )
+    ledger = ledger_lib.PrivacyLedger()
+    mech.charge(ledger, None)
+    (values, count), (range_release, one) = ledger.entries
+    self.assertEqual(values, events.PureEpsilonDpEvent(0.5))
+    self.assertEqual(count, 15)  # d = 4 * 3 + 3 values of eps0 each.
+    self.assertEqual(one, 1)
+    # The quantile estimate is released by the K = 4 sampled of 10 clients.
+    self.assertIsInstance(
+        range_release, dp_event.SampledWithoutReplacementDpEvent
+    )
+    self.assertEqual(
+        (range_release.source_dataset_size, range_release.sample_size),
+        (10, 4),
+    )
+    self.assertLen(range_release.event.events, 2)  # One per tensor.
+
+  def test_ldp_minmax_is_a_non_private_release(self):
+    mech = _build('ldp', P(ldp_range_mode='minmax'))
+    ledger = ledger_lib.PrivacyLedger()
+    mech.charge(ledger, None)
+    self.assertEqual(ledger.epsilon(1e-5), float('inf'))
+    self.assertTrue(any('minmax' in c for c in mech.caveats))
+
+
+if __name__ == '__main__':
+  tf.test.main()

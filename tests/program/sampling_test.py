@@ -1,0 +1,128 @@
+"""Tests of tff_priv.program.sampling: the draws and what the ledger is told."""
+
+from absl.testing import parameterized
+from dp_accounting import dp_event
+import numpy as np
+import tensorflow as tf
+
+from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.program import sampling
+
+
+class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
+
+  def test_poisson_count_matches_rate(self):
+    # Counts are Binomial(N, q): mean Nq, variance Nq(1-q). Over R rounds the
+    # mean count has standard error sqrt(Nq(1-q)/R); tolerance 5 of them.
+    n, k, rounds = 1000, 100, 400
+    s = sampling.ClientSampling('poisson', n, k)
+    counts = [len(s.sample_indices(7, r)) for r in range(1, rounds + 1)]
+    q = k / n
+    se = np.sqrt(n * q * (1 - q) / rounds)
+    self.assertAllClose(np.mean(counts), k, atol=5 * se)
+    # Variance too: the sample variance of R draws has relative standard error
+    # about sqrt(2 / R) (0.07); tolerance 5 of them.
+    self.assertAllClose(
+        np.var(counts), n * q * (1 - q), rtol=5 * np.sqrt(2 / rounds)
+    )
+
+  def test_poisson_can_draw_nobody(self):
+    s = sampling.ClientSampling('poisson', 10, 1)  # P(empty) = 0.9^10 = 0.35.
+    sizes = [len(s.sample_indices(0, r)) for r in range(1, 50)]
+    self.assertIn(0, sizes)
+    self.assertGreater(max(sizes), 0)
+
+  def test_fixed_draws_exactly_k_distinct_sorted(self):
+    s = sampling.ClientSampling('fixed', 20, 7)
+    for r in range(1, 30):
+      idx = s.sample_indices(3, r)
+      self.assertLen(idx, 7)
+      self.assertLen(set(idx.tolist()), 7)
+      self.assertAllEqual(idx, np.sort(idx))
+      self.assertTrue(np.all((idx >= 0) & (idx < 20)))
+
+  def test_fixed_is_uniform_over_clients(self):
+    # Each client is picked with probability K/N per round: its count over R
+    # rounds is Binomial(R, K/N); tolerance 5 standard deviations per client.
+    n, k, rounds = 10, 3, 2000
+    s = sampling.ClientSampling('fixed', n, k)
+    counts = np.zeros(n)
+    for r in range(1, rounds + 1):
+      counts[s.sample_indices(1, r)] += 1
+    p = k / n
+    self.assertAllClose(
+        counts, np.full(n, rounds * p), atol=5 * np.sqrt(rounds * p * (1 - p))
+    )
+
+  @parameterized.parameters('poisson', 'fixed')
+  def test_draw_depends_only_on_seed_and_round(self, kind):
+    s = sampling.ClientSampling(kind, 50, 10)
+    again = sampling.ClientSampling(kind, 50, 10)
+    self.assertAllEqual(s.sample_indices(5, 3), again.sample_indices(5, 3))
+    # Rounds and seeds give different draws (50 choose 10 is large).
+    self.assertNotAllEqual(s.sample_indices(5, 3), s.sample_indices(5, 4))
+    self.assertNotAllEqual(s.sample_indices(5, 3), s.sample_indices(6, 3))
+
+  def test_sample_maps_indices_to_ids(self):
+    ids = [f'c{i}' for i in range(6)]
+    s = sampling.ClientSampling('fixed', 6, 2)
+    self.assertEqual(
+        s.sample(ids, 0, 1), [ids[i] for i in s.sample_indices(0, 1)]
+    )
+
+  def test_all_clients_when_k_equals_n(self):
+    self.assertAllEqual(
+        sampling.ClientSampling('poisson', 5, 5).sample_indices(0, 1),
+        np.arange(5),
+    )
+    self.assertAllEqual(
+        sampling.ClientSampling('fixed', 5, 5).sample_indices(0, 1),
+        np.arange(5),
+    )
+
+  def test_ledger_events_match_the_draw(self):
+    poisson = sampling.ClientSampling('poisson', 100, 5)
+    fixed = sampling.ClientSampling('fixed', 100, 5)
+    self.assertEqual(poisson.rate, 0.05)
+    self.assertEqual(
+        poisson.ledger_kwargs(), {'sampling_probability': 0.05}
+    )
+    self.assertEqual(
+        fixed.ledger_kwargs(), {'population': 100, 'sample_size': 5}
+    )
+    ledger = ledger_lib.PrivacyLedger()
+    ledger.record_gaussian(1.0, **poisson.ledger_kwargs())
+    (event, _), = ledger.entries
+    self.assertIsInstance(event, dp_event.PoissonSampledDpEvent)
+    ledger = ledger_lib.PrivacyLedger()
+    ledger.record_gaussian(1.0, **fixed.ledger_kwargs())
+    (event, _), = ledger.entries
+    self.assertIsInstance(event, dp_event.SampledWithoutReplacementDpEvent)
+    self.assertEqual(poisson.describe()['model'], 'poisson')
+    self.assertEqual(fixed.describe()['clients_per_round'], 5)
+
+  @parameterized.named_parameters(
+      ('kind', dict(kind='uniform'), ValueError, 'kind'),
+      ('num_clients_zero', dict(num_clients=0), ValueError, 'num_clients'),
+      ('num_clients_float', dict(num_clients=4.0), TypeError, 'num_clients'),
+      ('k_zero', dict(clients_per_round=0), ValueError, 'clients_per_round'),
+      ('k_above_n', dict(clients_per_round=11), ValueError, 'clients_per_round'),
+  )
+  def test_bad_construction(self, change, error, message):
+    kwargs = dict(kind='poisson', num_clients=10, clients_per_round=3)
+    kwargs.update(change)
+    with self.assertRaisesRegex(error, message):
+      sampling.ClientSampling(**kwargs)
+
+  def test_bad_draw_arguments(self):
+    s = sampling.ClientSampling('fixed', 4, 2)
+    with self.assertRaisesRegex(ValueError, 'seed'):
+      s.sample_indices(-1, 1)
+    with self.assertRaisesRegex(ValueError, 'round_num'):
+      s.sample_indices(0, 0)
+    with self.assertRaisesRegex(ValueError, 'client ids'):
+      s.sample(['a', 'b', 'c'], 0, 1)
+
+
+if __name__ == '__main__':
+  tf.test.main()

@@ -1,0 +1,221 @@
+"""Tests of tff_priv.program.training: configuration, output directory, resume.
+
+One in-process run on 'digits' is stopped after a round that has no
+checkpoint and resumed; the kill -9 variant runs in a subprocess in
+tests/scripts/train_script_test.py.
+"""
+
+import csv
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+
+from absl.testing import parameterized
+import tensorflow as tf
+
+from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.program import layout
+from tff_priv.program import mechanisms
+from tff_priv.program import training
+
+_DIGITS_PARAMETERS = 8 * 8 * 256 + 256 + 256 * 10 + 10  # tasks.models.mlp
+
+
+def _config(**changes):
+  base = training.RunConfig(
+      task='digits',
+      batch_size=20,
+      mechanism='ldp',
+      clients_per_round=2,
+      total_rounds=4,
+      eval_every=2,
+      client_learning_rate=0.1,
+  )
+  return dataclasses.replace(base, **changes)
+
+
+def _rows(path):
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+class RunConfigTest(tf.test.TestCase, parameterized.TestCase):
+
+  def test_valid_config_resolves_params(self):
+    config = _config(task_options={'num_clients': 5, 'model': None})
+    valid = config.validate()
+    self.assertEqual(valid.task_options, {'num_clients': 5})
+    self.assertEqual(
+        valid.params, mechanisms.resolve('ldp', mechanisms.MechanismParams())
+    )
+    self.assertEqual(valid.validate(), valid)
+    as_dict = valid.to_dict()
+    self.assertEqual(as_dict['params'], valid.params.given())
+    json.dumps(as_dict)  # JSON-ready.
+
+  @parameterized.named_parameters(
+      ('task', dict(task='imagenet'), ValueError, 'task'),
+      ('option_unknown', dict(task_options={'alpha': 0.1}), ValueError,
+       'alpha does not apply'),
+      ('option_of_other_task', dict(
+          task='shakespeare_offline', task_options={'num_clients': 3}),
+       ValueError, 'num_clients does not apply'),
+      ('num_clients', dict(task_options={'num_clients': 0}), ValueError,
+       'num_clients'),
+      ('batch_size', dict(batch_size=0), ValueError, 'batch_size'),
+      ('num_epochs', dict(num_epochs=0), ValueError, 'num_epochs'),
+      ('clients_per_round', dict(clients_per_round=0), ValueError,
+       'clients_per_round'),
+      ('total_rounds', dict(total_rounds=0), ValueError, 'total_rounds'),
+      ('eval_every', dict(eval_every=0), ValueError, 'eval_every'),
+      ('seed', dict(seed=-1), ValueError, 'seed'),
+      ('rounds_type', dict(total_rounds=2.0), TypeError, 'total_rounds'),
+      ('client_optimizer', dict(client_optimizer='rmsprop'), ValueError,
+       'client_optimizer'),
+      ('server_optimizer', dict(server_optimizer='lamb'), ValueError,
+       'server_optimizer'),
+      ('client_lr', dict(client_learning_rate=0.0), ValueError,
+       'client_learning_rate'),
+      ('server_lr', dict(server_learning_rate=-1.0), ValueError,
+       'server_learning_rate'),
+      ('mechanism', dict(mechanism='dp_sgd'), ValueError, 'mechanism'),
+      ('params', dict(params=mechanisms.MechanismParams(delta=2.0)),
+       ValueError, 'delta'),
+      ('udp_adam', dict(mechanism='udp', client_optimizer='adam'), ValueError,
+       'client_optimizer'),
+      ('udp_server', dict(mechanism='udp', server_learning_rate=0.5),
+       ValueError, 'server_learning_rate'),
+      ('udp_epochs', dict(mechanism='udp', num_epochs=2), ValueError,
+       'num_epochs'),
+      ('udp_text', dict(mechanism='udp', task='shakespeare_offline'),
+       ValueError, 'softmax classifier'),
+  )
+  def test_bad_field(self, changes, error, message):
+    with self.assertRaisesRegex(error, message):
+      _config(**changes).validate()
+
+
+class _TempDirTestCase(tf.test.TestCase):
+
+  def _make_tempdir(self):
+    path = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+class OutputDirectoryTest(_TempDirTestCase):
+
+  def test_new_then_same_then_other_configuration(self):
+    root = os.path.join(self._make_tempdir(), 'run')
+    config = _config().validate()
+    self.assertFalse(training.prepare_output_dir(root, config, write=False))
+    self.assertFalse(os.path.exists(root))  # Only checked.
+    self.assertFalse(training.prepare_output_dir(root, config))
+    with open(layout.path(root, layout.CONFIG)) as f:
+      written = json.load(f)
+    self.assertEqual(written['mechanism'], 'ldp')
+    self.assertEqual(written['format'], layout.CONFIG_FORMAT)
+    self.assertTrue(training.prepare_output_dir(root, config))
+    other = _config(total_rounds=5).validate()
+    with self.assertRaisesRegex(training.ConfigError, 'total_rounds'):
+      training.prepare_output_dir(root, other)
+    with open(layout.path(root, layout.CONFIG)) as f:
+      self.assertEqual(json.load(f), written)  # Not overwritten.
+
+  def test_foreign_directory_is_refused(self):
+    root = self._make_tempdir()
+    with open(os.path.join(root, 'notes.txt'), 'w') as f:
+      f.write('mine')
+    with self.assertRaisesRegex(training.ConfigError, 'not a tff_priv run'):
+      training.prepare_output_dir(root, _config().validate())
+    self.assertEqual(os.listdir(root), ['notes.txt'])
+
+  def test_existing_empty_directory_is_used(self):
+    root = self._make_tempdir()
+    self.assertFalse(training.prepare_output_dir(root, _config().validate()))
+
+
+class RunTest(_TempDirTestCase):
+
+  def test_more_clients_per_round_than_clients_is_refused(self):
+    root = os.path.join(self._make_tempdir(), 'run')
+    with self.assertRaisesRegex(training.ConfigError, 'clients_per_round'):
+      training.run(_config(clients_per_round=11), root, progress=False)
+    self.assertFalse(os.path.exists(root))  # A refused run leaves nothing.
+
+  def test_stop_and_resume_continues_rounds_and_ledger(self):
+    root = os.path.join(self._make_tempdir(), 'run')
+    config = _config()
+    # Session 1: checkpoints at rounds 0 and 2; round 3 runs and is released
+    # but not checkpointed before the stop.
+    self.assertIsNone(
+        training.run(
+            config, root, checkpoint_every=2, progress=False,
+            stop_after_round=3,
+        )
+    )
+    self.assertEqual(
+        [r[layout.ROUND] for r in _rows(layout.path(root, layout.TRAIN_CSV))],
+        ['1', '2', '3'],
+    )
+    self.assertFalse(os.path.exists(layout.path(root, layout.SUMMARY)))
+    # Session 2 resumes at round 2, runs rounds 3 and 4 again from the
+    # checkpointed ledger.
+    summary = training.run(config, root, checkpoint_every=2, progress=False)
+    self.assertEqual(summary['sessions'], [{'start_round': 0},
+                                           {'start_round': 2}])
+    train_rows = _rows(layout.path(root, layout.TRAIN_CSV))
+    self.assertEqual([r[layout.ROUND] for r in train_rows],
+                     ['1', '2', '3', '4'])
+    eval_rows = _rows(layout.path(root, layout.EVAL_CSV))
+    self.assertEqual([r[layout.ROUND] for r in eval_rows], ['2', '4'])
+
+    # The ledger holds exactly 4 rounds of d eps0-LDP values: nothing reset,
+    # nothing counted twice.
+    ledger = ledger_lib.PrivacyLedger.from_json(
+        json.dumps(summary['privacy']['ledger'])
+    )
+    eps0 = mechanisms.DEFAULT_LDP_EPSILON
+    expected = ledger_lib.PrivacyLedger()
+    expected.record_pure_epsilon(eps0, count=4 * _DIGITS_PARAMETERS)
+    self.assertEqual(ledger.num_releases, 4 * _DIGITS_PARAMETERS)
+    self.assertEqual(
+        summary['privacy']['rdp_epsilon'],
+        expected.epsilon(mechanisms.DEFAULT_DELTA),
+    )
+    # Each row's eps is the ledger's after that round.
+    for row, rounds in zip(train_rows, range(1, 5)):
+      after = ledger_lib.PrivacyLedger()
+      after.record_pure_epsilon(eps0, count=rounds * _DIGITS_PARAMETERS)
+      self.assertAllClose(
+          float(row[layout.RDP_EPSILON]),
+          after.epsilon(mechanisms.DEFAULT_DELTA),
+          rtol=1e-12,
+      )
+    self.assertEqual(summary['sampling']['model'], 'fixed')
+    self.assertEqual(
+        summary['uplink_bytes']['total'],
+        4 * 2 * 4 * _DIGITS_PARAMETERS,  # rounds x K x 4 bytes x d
+    )
+    self.assertEqual(
+        summary['final_test_accuracy'],
+        float(eval_rows[-1][layout.TEST_ACCURACY]),
+    )
+    self.assertEqual(
+        summary['best_test_accuracy'],
+        max(float(r[layout.TEST_ACCURACY]) for r in eval_rows),
+    )
+    self.assertEqual(summary['privacy']['closed_form']['num_values'],
+                     _DIGITS_PARAMETERS)
+
+    # Started again after the end: nothing runs, the summary is rewritten.
+    again = training.run(config, root, checkpoint_every=2, progress=False)
+    self.assertEqual(again['privacy']['rdp_epsilon'],
+                     summary['privacy']['rdp_epsilon'])
+    self.assertEqual(again['sessions'][-1], {'start_round': 4})
+
+
+if __name__ == '__main__':
+  tf.test.main()

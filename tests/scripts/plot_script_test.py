@@ -1,0 +1,77 @@
+"""scripts/plot.py end to end, in a subprocess, on run directories written here."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import tensorflow as tf
+
+from tff_priv.program import layout
+
+_SCRIPT = os.path.join(
+    os.path.dirname(__file__), '..', '..', 'scripts', 'plot.py'
+)
+_PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+
+
+def _run(*args):
+  return subprocess.run(
+      [sys.executable, _SCRIPT, *args],
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+  )
+
+
+def _write_run(root, mechanism, eps_per_round):
+  os.makedirs(root)
+  with open(layout.path(root, layout.CONFIG), 'w') as f:
+    json.dump({'task': 'digits', 'mechanism': mechanism, 'params': {}}, f)
+  with open(layout.path(root, layout.EVAL_CSV), 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow([layout.ROUND, layout.TEST_ACCURACY, layout.RDP_EPSILON])
+    for r in (1, 2, 3):
+      writer.writerow([r, 0.2 * r, eps_per_round * r])
+
+
+class PlotScriptTest(tf.test.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.tmp = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+  def test_writes_both_pngs(self):
+    dirs = []
+    for mechanism, eps in (('dp_fedavg', 1.0), ('smp', 0.5), ('none', 'inf')):
+      root = os.path.join(self.tmp, mechanism)
+      _write_run(root, mechanism, float(eps))
+      dirs.append(root)
+    out = os.path.join(self.tmp, 'plots')
+    result = _run(f'--run_dirs={",".join(dirs)}', f'--output_dir={out}')
+    self.assertEqual(result.returncode, 0, result.stderr)
+    paths = result.stdout.split()
+    self.assertEqual(
+        [os.path.basename(p) for p in paths],
+        ['accuracy_vs_round.png', 'accuracy_vs_epsilon.png'],
+    )
+    for path in paths:
+      with open(path, 'rb') as f:
+        self.assertEqual(f.read(8), _PNG_SIGNATURE)
+
+  def test_bad_input_exits_2_with_one_line(self):
+    for args in ([], [f'--run_dirs={self.tmp}'], ['--bogus=1']):
+      result = _run(*args)
+      self.assertEqual(result.returncode, 2, args)
+      lines = [l for l in result.stderr.splitlines() if 'error' in l]
+      self.assertLen(lines, 1, result.stderr)
+      self.assertEqual(result.stdout, '')
+
+
+if __name__ == '__main__':
+  tf.test.main()

@@ -1,0 +1,547 @@
+"""scripts/train.py end to end, in subprocesses.
+
+* Every mechanism runs 2 rounds on 'digits': exit 0, one CSV row per round,
+  a strict-JSON summary, and a ledger equal to what the rounds in the CSV
+  must have charged (the charge rule of each mechanism, rebuilt here from the
+  CSV's own columns).
+* Kill -9 mid-run, then the same command again: the round counter continues
+  from the checkpoint and the final ledger equals that of an uninterrupted
+  run with the same flags (smp, whose charge depends on how many clients the
+  seeded Poisson draw of each round gave).
+* Bad flags and a run directory of another configuration: exit status 2 and
+  one error line, nothing created or overwritten. One case runs in a
+  subprocess; the others call the script's own flag parser and main() in
+  this process (SystemExit(2)), which spares a TF import per case.
+* No TFF worker survives any of these processes (normal exit or SIGKILL):
+  every child seen while a script runs is gone afterwards, and its output
+  pipes reached EOF (a surviving worker would hold them open).
+
+The subprocesses run concurrently (each spends ~10 s importing TF and TFF).
+The smp run of 5 rounds is both smp's end-to-end run and the uninterrupted
+reference of the kill test.
+"""
+
+import concurrent.futures
+import contextlib
+import csv
+import dataclasses
+import functools
+import importlib.util
+import io
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import tensorflow as tf
+
+from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.program import layout
+from tff_priv.program import sampling
+from tff_priv.program import training
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+_SCRIPT = os.path.join(_ROOT, 'scripts', 'train.py')
+_TIMEOUT = 900
+_PARALLEL = 4
+_NUM_CLIENTS = 10  # The 'digits' task.
+_K = 3
+_DIGITS_PARAMETERS = 8 * 8 * 256 + 256 + 256 * 10 + 10  # tasks.models.mlp
+_COMMON = (
+    '--task=digits', f'--clients_per_round={_K}', '--batch_size=20',
+    '--client_learning_rate=0.1', '--eval_every=1', '--noprogress',
+)
+
+
+def _smp_seed():
+  """A seed whose Poisson draws give clients in rounds 1, 3, 4, 5, none in 2."""
+  draw = sampling.ClientSampling('poisson', _NUM_CLIENTS, _K)
+  for seed in range(100_000):
+    sizes = [len(draw.sample_indices(seed, r)) for r in range(1, 6)]
+    if sizes[1] == 0 and all(sizes[r] for r in (0, 2, 3, 4)):
+      return seed
+  raise AssertionError('no such seed')
+
+
+_SMP_SEED = _smp_seed()
+_SMP_ROUNDS = 5
+_MECHANISM_FLAGS = {
+    'none': (),
+    'dp_fedavg': ('--noise_multiplier=0.5', '--clip=1.0'),
+    'distortion': ('--noise_multiplier=0.5', '--parameter_variance=1e-4',
+                   '--rho=0.3'),
+    'udp': ('--epsilon=8', '--clip=1.0'),
+    'ldp': ('--ldp_epsilon=2', '--ldp_radius=0.05'),
+    # Also the kill test's configuration and uninterrupted reference. The
+    # later --eval_every and --total_rounds win over _COMMON's and the 2.
+    'smp': ('--noise_multiplier=0.8', '--compression=0.2',
+            f'--seed={_SMP_SEED}', f'--total_rounds={_SMP_ROUNDS}',
+            f'--eval_every={_SMP_ROUNDS}'),
+}
+
+
+# /proc helpers, as in tests/runtime_test.py.
+def _stat(pid):
+  """(ppid, start time) of a live, non-zombie process, else None."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      fields = f.read().rsplit(')', 1)[1].split()
+  except (FileNotFoundError, ProcessLookupError):
+    return None
+  if fields[0] == 'Z':
+    return None
+  return int(fields[1]), int(fields[19])
+
+
+def _children(pid):
+  found = set()
+  for entry in os.listdir('/proc'):
+    if entry.isdigit():
+      stat = _stat(int(entry))
+      if stat is not None and stat[0] == pid:
+        found.add((int(entry), stat[1]))
+  return found
+
+
+def _alive(pid, start_time):
+  stat = _stat(pid)
+  return stat is not None and stat[1] == start_time
+
+
+def _wait_gone(procs, seconds=15.0):
+  deadline = time.monotonic() + seconds
+  while time.monotonic() < deadline:
+    alive = [p for p in procs if _alive(*p)]
+    if not alive:
+      return []
+    time.sleep(0.1)
+  return alive
+
+
+@dataclasses.dataclass
+class _Result:
+  returncode: int
+  stdout: str
+  stderr: str
+  children: set
+  survivors: list
+
+
+class _Watched:
+  """A running train.py whose children are recorded while it runs."""
+
+  def __init__(self, args):
+    self.proc = subprocess.Popen(
+        [sys.executable, _SCRIPT, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=_ROOT,
+    )
+    self.children = set()
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._watch, daemon=True)
+    self._thread.start()
+
+  def _watch(self):
+    while not self._stop.is_set():
+      self.children |= _children(self.proc.pid)
+      self._stop.wait(0.2)
+
+  def finish(self):
+    try:
+      out, err = self.proc.communicate(timeout=_TIMEOUT)
+    except subprocess.TimeoutExpired:
+      self.proc.kill()
+      out, err = self.proc.communicate()
+      err += '\n[test] TIMEOUT: output pipes stayed open (a surviving worker?)'
+    self._stop.set()
+    self._thread.join()
+    return _Result(
+        self.proc.returncode, out, err, self.children,
+        _wait_gone(self.children),
+    )
+
+
+def _run(*args):
+  return _Watched(args).finish()
+
+
+def _mechanism_args(mechanism, root):
+  return (*_COMMON, f'--mechanism={mechanism}', '--total_rounds=2',
+          *_MECHANISM_FLAGS[mechanism], f'--root_output_dir={root}')
+
+
+def _kill_and_resume(root):
+  """Starts the smp run, SIGKILLs it once a checkpoint of round >= 2 exists."""
+  args = _mechanism_args('smp', root)
+  watched = _Watched(args)
+  ckpt_dir = layout.path(root, layout.CHECKPOINTS)
+  seen = -1
+  deadline = time.monotonic() + _TIMEOUT
+  while time.monotonic() < deadline and watched.proc.poll() is None:
+    if os.path.isdir(ckpt_dir):
+      versions = [
+          int(e[len(layout.CHECKPOINT_PREFIX):])
+          for e in os.listdir(ckpt_dir)
+          if e[len(layout.CHECKPOINT_PREFIX):].isdigit()
+      ]
+      seen = max(versions, default=-1)
+      if seen >= 2:
+        watched.proc.send_signal(signal.SIGKILL)
+        break
+    time.sleep(0.05)
+  killed = watched.finish()
+  summary_after_kill = os.path.exists(layout.path(root, layout.SUMMARY))
+  resumed = _run(*args)
+  return killed, seen, summary_after_kill, resumed
+
+
+def _load_json(path):
+  def no_constants(name):
+    raise ValueError(f'not strict JSON: {name}')
+
+  with open(path) as f:
+    return json.loads(f.read(), parse_constant=no_constants)
+
+
+def _rows(path):
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+def _ledger(summary):
+  return ledger_lib.PrivacyLedger.from_json(
+      json.dumps(summary['privacy']['ledger'])
+  )
+
+
+@functools.cache
+def _load_script():
+  """scripts/train.py as a module, loaded once (its flags are global)."""
+  spec = importlib.util.spec_from_file_location('train_script', _SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)  # Defines the script's absl flags.
+  return module
+
+
+def _main_in_process(script, *args):
+  """(exit status, stderr) of the script's flag parsing and main()."""
+  err = io.StringIO()
+  script.flags.FLAGS.unparse_flags()
+  try:
+    with contextlib.redirect_stderr(err):
+      argv = script._parse_flags(['train.py', *args])  # pylint: disable=protected-access
+      script.main(argv)
+  except SystemExit as e:
+    return e.code, err.getvalue()
+  finally:
+    script.flags.FLAGS.unparse_flags()
+  return 0, err.getvalue()
+
+
+class TrainScriptTest(tf.test.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.tmp = tempfile.mkdtemp()
+    cls.dirs = {m: os.path.join(cls.tmp, m) for m in _MECHANISM_FLAGS}
+    cls.killed_dir = os.path.join(cls.tmp, 'killed')
+    with concurrent.futures.ThreadPoolExecutor(_PARALLEL) as pool:
+      kill = pool.submit(_kill_and_resume, cls.killed_dir)
+      runs = {
+          m: pool.submit(_run, *_mechanism_args(m, cls.dirs[m]))
+          for m in _MECHANISM_FLAGS
+      }
+      bad = pool.submit(
+          _run, '--task=digits', '--mechanism=fedsgd',
+          f'--root_output_dir={os.path.join(cls.tmp, "bad")}',
+      )
+      cls.runs = {m: f.result() for m, f in runs.items()}
+      cls.kill = kill.result()
+      cls.bad = bad.result()
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.tmp, ignore_errors=True)
+    super().tearDownClass()
+
+  def _check_ok(self, result):
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertNotIn('TIMEOUT', result.stderr)
+    self.assertNotEmpty(result.children, 'no TFF worker was seen')
+    self.assertEqual(result.survivors, [], 'a TFF worker outlived its run')
+
+  def _summary_and_rows(self, mechanism, rounds=2):
+    root = self.dirs[mechanism]
+    summary = _load_json(layout.path(root, layout.SUMMARY))
+    rows = _rows(layout.path(root, layout.TRAIN_CSV))
+    self.assertEqual(
+        [r[layout.ROUND] for r in rows],
+        [str(t) for t in range(1, rounds + 1)],
+    )
+    # The loop drew each round's clients with the seeded sampler.
+    kind = summary['sampling']['model']
+    seed = summary['parameters']['seed']
+    draw = sampling.ClientSampling(kind, _NUM_CLIENTS, _K)
+    self.assertEqual(
+        [int(r['clients']) for r in rows],
+        [len(draw.sample_indices(seed, t)) for t in range(1, rounds + 1)],
+    )
+    self.assertEqual(summary['rounds'], rounds)
+    self.assertEqual(summary['mechanism'], mechanism)
+    self.assertEqual(summary['task'], 'digits')
+    self.assertBetween(summary['final_test_accuracy'], 0.0, 1.0)
+    self.assertGreater(summary['wall_time_seconds'], 0)
+    # Each row's eps is the ledger's after that round.
+    ledger = _ledger(summary)
+    self.assertEqual(
+        float(rows[-1][layout.RDP_EPSILON]),
+        ledger.epsilon(summary['privacy']['delta']),
+    )
+    self.assertEqual(
+        summary['privacy']['rdp_epsilon'],
+        str(ledger.epsilon(summary['privacy']['delta']))
+        if mechanism == 'none'
+        else ledger.epsilon(summary['privacy']['delta']),
+    )
+    eval_rows = _rows(layout.path(root, layout.EVAL_CSV))
+    self.assertEqual(
+        float(eval_rows[-1][layout.TEST_ACCURACY]),
+        summary['final_test_accuracy'],
+    )
+    return summary, rows, ledger
+
+  def _expected(self, record):
+    expected = ledger_lib.PrivacyLedger()
+    record(expected)
+    return expected
+
+  def _check_dense_uplink(self, summary, rows):
+    per_client = 4 * _DIGITS_PARAMETERS
+    self.assertEqual(summary['parameters']['num_parameters'],
+                     _DIGITS_PARAMETERS)
+    self.assertEqual(summary['uplink_bytes']['per_client_per_round'],
+                     per_client)
+    self.assertEqual(
+        summary['uplink_bytes']['total'],
+        sum(int(r['clients']) for r in rows) * per_client,
+    )
+
+  def test_none(self):
+    self._check_ok(self.runs['none'])
+    summary, rows, ledger = self._summary_and_rows('none')
+    self.assertEqual(summary['privacy']['rdp_epsilon'], 'inf')
+    self.assertEqual(ledger.num_releases, 2)
+    self.assertEqual(math.inf, ledger.epsilon(1e-5))
+    self._check_dense_uplink(summary, rows)
+
+  def test_dp_fedavg(self):
+    self._check_ok(self.runs['dp_fedavg'])
+    summary, rows, ledger = self._summary_and_rows('dp_fedavg')
+    q = _K / _NUM_CLIENTS
+    self.assertEqual(
+        ledger,
+        self._expected(
+            lambda l: l.record_gaussian(0.5, sampling_probability=q, count=2)
+        ),
+    )
+    self.assertEqual(summary['sampling']['model'], 'poisson')
+    self.assertGreater(summary['privacy']['pld_epsilon'], 0)
+    self._check_dense_uplink(summary, rows)
+
+  def test_smp_charges_the_achieved_noise_and_an_empty_round(self):
+    self._check_ok(self.runs['smp'])
+    summary, rows, ledger = self._summary_and_rows('smp', _SMP_ROUNDS)
+    q = _K / _NUM_CLIENTS
+    self.assertEqual(rows[1]['clients'], '0')  # Nobody drawn: nominal charge.
+    expected_z = []
+    for row in rows:
+      n = int(row['clients'])
+      if n:
+        self.assertEqual(int(row['aggregator/num_reporting_clients']), n)
+      expected_z.append(0.8 * math.sqrt(n / _K) if n else 0.8)
+    events = [e for e, count in ledger.entries for _ in range(count)]
+    self.assertLen(events, _SMP_ROUNDS)
+    for event, z in zip(events, expected_z):
+      self.assertEqual(event.sampling_probability, q)
+      self.assertAllClose(event.event.noise_multiplier, z, rtol=1e-12)
+    k = round(0.2 * _DIGITS_PARAMETERS)
+    self.assertEqual(summary['parameters']['resolved']['kept_coordinates'], k)
+    self.assertEqual(int(rows[0]['aggregator/uploaded_bits_per_client']),
+                     32 * k)
+    self.assertEqual(
+        summary['uplink_bytes']['total'],
+        sum(int(r['clients']) for r in rows) * 4 * k,
+    )
+    self.assertEqual(int(rows[1]['uplink_bytes']), 0)
+    self.assertIn('paper', summary['privacy']['closed_form'])
+
+  def test_distortion(self):
+    self._check_ok(self.runs['distortion'])
+    summary, rows, ledger = self._summary_and_rows('distortion')
+    q = _K / _NUM_CLIENTS
+    # sigma_e = z * 2C = 1, read back as noise multiplier sigma_e / 2C.
+    self.assertEqual(
+        ledger,
+        self._expected(
+            lambda l: l.record_gaussian(0.5, sampling_probability=q, count=2)
+        ),
+    )
+    for row in rows:
+      self.assertEqual(
+          float(row['aggregator/clipping/noise/noise_stddev']), 1.0
+      )
+      # rho = 0.3: ceil(1 / rho) = 4 Bernoulli batches per client.
+      self.assertEqual(
+          float(row['client_work/train/num_batches']),
+          4 * int(row['clients']),
+      )
+    self.assertIn('tv_upper', summary['privacy']['closed_form'])
+    self._check_dense_uplink(summary, rows)
+
+  def test_udp(self):
+    self._check_ok(self.runs['udp'])
+    summary, rows, ledger = self._summary_and_rows('udp')
+    resolved = summary['parameters']['resolved']
+    sensitivity = 2 * 0.1 * 1.0 / resolved['min_client_examples']
+    self.assertAllClose(resolved['sensitivity'], sensitivity, rtol=1e-12)
+    # digits: 1,437 training images over 10 clients.
+    self.assertIn(resolved['min_client_examples'], (143, 144))
+    for row in rows:
+      self.assertLessEqual(
+          float(row['client_work/sensitivity']), sensitivity * (1 + 1e-6)
+      )
+    for (event, _), row in zip(ledger.entries, rows):
+      self.assertEqual(event.source_dataset_size, _NUM_CLIENTS)
+      self.assertEqual(event.sample_size, _K)
+      self.assertAllClose(
+          event.event.noise_multiplier,
+          float(row['aggregator/noise/noise_stddev']) / sensitivity,
+          rtol=1e-12,
+      )
+    # Calibrated for eps 8 over the 2 rounds (float32 sigma in the rounds).
+    self.assertAllClose(summary['privacy']['rdp_epsilon'], 8.0, atol=0.01)
+    self.assertIn('paper', summary['privacy']['closed_form'])
+    self.assertEqual(summary['sampling']['model'], 'fixed')
+    self._check_dense_uplink(summary, rows)
+
+  def test_ldp(self):
+    self._check_ok(self.runs['ldp'])
+    summary, rows, ledger = self._summary_and_rows('ldp')
+    self.assertEqual(
+        ledger,
+        self._expected(
+            lambda l: l.record_pure_epsilon(2.0, count=2 * _DIGITS_PARAMETERS)
+        ),
+    )
+    closed = summary['privacy']['closed_form']
+    self.assertEqual(closed['plain_composition_epsilon'],
+                     2.0 * 2 * _DIGITS_PARAMETERS)
+    self.assertEqual(closed['paper_epsilon_per_value'], 2.0)
+    self.assertIn('shuffle_applicable', closed)
+    self._check_dense_uplink(summary, rows)
+
+  def test_kill_and_resume_continues_with_the_same_ledger(self):
+    killed, seen, summary_after_kill, resumed = self.kill
+    self.assertEqual(killed.returncode, -signal.SIGKILL, killed.stderr[-2000:])
+    self.assertGreaterEqual(seen, 2)
+    self.assertFalse(summary_after_kill)
+    self.assertNotEmpty(killed.children)
+    self.assertEqual(killed.survivors, [], 'worker outlived a SIGKILLed run')
+    self._check_ok(resumed)
+    reference_run = self.runs['smp']
+    self._check_ok(reference_run)
+    reference_dir = self.dirs['smp']
+    summary = _load_json(layout.path(self.killed_dir, layout.SUMMARY))
+    reference = _load_json(layout.path(reference_dir, layout.SUMMARY))
+    starts = [s['start_round'] for s in summary['sessions']]
+    self.assertEqual(starts[0], 0)
+    self.assertLen(starts, 2)
+    self.assertGreaterEqual(starts[1], 2)  # Resumed, not restarted.
+    self.assertEqual(reference['sessions'], [{'start_round': 0}])
+    self.assertEqual(summary['privacy']['ledger'],
+                     reference['privacy']['ledger'])
+    self.assertEqual(summary['privacy']['rdp_epsilon'],
+                     reference['privacy']['rdp_epsilon'])
+    self.assertEqual(_ledger(summary).num_releases, _SMP_ROUNDS)
+    self.assertEqual(summary['uplink_bytes'], reference['uplink_bytes'])
+    rows = _rows(layout.path(self.killed_dir, layout.TRAIN_CSV))
+    reference_rows = _rows(layout.path(reference_dir, layout.TRAIN_CSV))
+    self.assertEqual([r[layout.ROUND] for r in rows],
+                     [str(t) for t in range(1, _SMP_ROUNDS + 1)])
+    self.assertEqual(
+        [(r['clients'], r[layout.RDP_EPSILON]) for r in rows],
+        [(r['clients'], r[layout.RDP_EPSILON]) for r in reference_rows],
+    )
+
+  def test_bad_flag_in_a_subprocess_exits_2_with_one_line(self):
+    result = self.bad
+    self.assertEqual(result.returncode, 2, result.stderr[-2000:])
+    lines = [l for l in result.stderr.splitlines() if 'error' in l]
+    self.assertLen(lines, 1, result.stderr[-2000:])
+    self.assertStartsWith(lines[0], 'train.py: error: ')
+    self.assertIn('mechanism', lines[0])
+    self.assertEqual(result.stdout, '')
+    self.assertFalse(os.path.exists(os.path.join(self.tmp, 'bad')))
+
+  def test_bad_flags_exit_2_with_one_line(self):
+    script = _load_script()
+    root = os.path.join(self.tmp, 'refused')
+    cases = {
+        'task': (('--task=imagenet',), 'task'),
+        'mechanism': (('--mechanism=fedsgd',), 'mechanism'),
+        'epsilon': (('--epsilon=0',), 'epsilon'),
+        'delta': (('--delta=1',), 'delta'),
+        'clients_per_round': (
+            ('--task=digits', '--clients_per_round=11'), 'clients_per_round'
+        ),
+        'flag_type': (('--total_rounds=two',), 'total_rounds'),
+        'not_applicable': (
+            ('--mechanism=udp', '--compression=0.5'),
+            'compression does not apply',
+        ),
+        'arguments': (('extra',), 'unexpected arguments'),
+    }
+    for name, (args, message) in cases.items():
+      with self.subTest(name):
+        status, err = _main_in_process(
+            script, *args, f'--root_output_dir={root}'
+        )
+        self.assertEqual(status, 2, err)
+        lines = err.splitlines()
+        self.assertLen(lines, 1, err)
+        self.assertStartsWith(lines[0], 'train.py: error: ')
+        self.assertIn(message, lines[0])
+        self.assertFalse(os.path.exists(root))  # Nothing created.
+
+  def test_other_configuration_is_refused_not_overwritten(self):
+    script = _load_script()
+    root = os.path.join(self.tmp, 'existing')
+    flags = ('--task=digits', '--mechanism=dp_fedavg')
+    config = training.RunConfig(
+        task='digits', mechanism='dp_fedavg', total_rounds=2
+    ).validate()
+    training.prepare_output_dir(root, config)
+    with open(layout.path(root, layout.CONFIG)) as f:
+      before = f.read()
+    status, err = _main_in_process(
+        script, *flags, '--total_rounds=3', f'--root_output_dir={root}'
+    )
+    self.assertEqual(status, 2, err)
+    self.assertLen(err.splitlines(), 1, err)
+    self.assertIn('total_rounds', err)
+    with open(layout.path(root, layout.CONFIG)) as f:
+      self.assertEqual(f.read(), before)
+    self.assertEqual(os.listdir(root), [layout.CONFIG])
+
+
+if __name__ == '__main__':
+  tf.test.main()

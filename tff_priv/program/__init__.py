@@ -1,0 +1,1 @@
+"""The training program: mechanism builders, the loop on tff.program, plots."""

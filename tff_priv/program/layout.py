@@ -1,0 +1,39 @@
+"""What a training run writes in its output directory (names only, no TF).
+
+One place for the file and column names that `training.py` writes and
+`plotting.py` (and anyone else) reads:
+
+  <root_output_dir>/
+    config.json         the run's configuration, written at the first start;
+                        a restart with a different one is refused
+    checkpoints/        tff.program.FileProgramStateManager program states
+    train_metrics.csv   one row per round (tff.program.CSVFileReleaseManager)
+    eval_metrics.csv    one row per evaluation of the centralized test set
+    tensorboard/        tff.program.TensorBoardReleaseManager summaries
+    summary.json        written when the run completes
+"""
+
+import os
+
+CONFIG = 'config.json'
+CHECKPOINTS = 'checkpoints'
+TRAIN_CSV = 'train_metrics.csv'
+EVAL_CSV = 'eval_metrics.csv'
+TENSORBOARD = 'tensorboard'
+SUMMARY = 'summary.json'
+CHECKPOINT_PREFIX = 'program_state_'
+
+# Columns both CSV files have (the key first).
+ROUND = 'round'
+RDP_EPSILON = 'rdp_epsilon'
+# Columns of eval_metrics.csv.
+TEST_ACCURACY = 'test_accuracy'
+TEST_LOSS = 'test_loss'
+
+CONFIG_FORMAT = 'tff_priv.program.RunConfig/1'
+SUMMARY_FORMAT = 'tff_priv.program.Summary/1'
+
+
+def path(root_output_dir: str, name: str) -> str:
+  """The path of `name` (one of the names above) in a run directory."""
+  return os.path.join(root_output_dir, name)

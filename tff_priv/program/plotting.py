@@ -1,0 +1,202 @@
+"""Plots of training runs: test accuracy vs round, and privacy vs utility.
+
+Reads what `training.run` writes (file and column names from `layout.py`):
+each run's eval_metrics.csv (test accuracy and the eps spent so far, per
+evaluated round), config.json and, when the run completed, summary.json.
+Draws with matplotlib's object API on the Agg canvas (no pyplot, no global
+backend), so it works without a display and imports no TensorFlow.
+
+* `plot_accuracy_vs_round`: one line per run.
+* `plot_accuracy_vs_epsilon`: the privacy-utility curves. Each run's eval rows
+  give (eps spent so far, test accuracy) after every evaluation: a thin line
+  per run, its last point marked. Runs of the same mechanism share a colour
+  and their last points are joined, sorted by eps, which is the usual
+  "accuracy at a budget" curve when the runs differ in their target eps. A run
+  whose eps is infinite (mechanism 'none', a non-private release) has no
+  place on the eps axis and is drawn as a horizontal dashed line at its
+  accuracy.
+"""
+
+import collections
+import csv
+import dataclasses
+import json
+import math
+import os
+from typing import Optional, Sequence
+
+from matplotlib.backends import backend_agg
+from matplotlib import figure
+
+from tff_priv.program import layout
+
+
+@dataclasses.dataclass
+class Run:
+  """One run directory, read back.
+
+  Attributes:
+    directory: the run directory.
+    task: its task.
+    mechanism: its mechanism.
+    label: the legend text.
+    rounds: evaluated rounds, increasing.
+    test_accuracy: test accuracy at those rounds.
+    epsilon: eps spent (RDP accountant) up to those rounds.
+    summary: summary.json, or None if the run has not completed.
+  """
+
+  directory: str
+  task: str
+  mechanism: str
+  label: str
+  rounds: list[int]
+  test_accuracy: list[float]
+  epsilon: list[float]
+  summary: Optional[dict]
+
+
+def _float(text: str) -> float:
+  return float(text) if text not in ('', 'None') else math.nan
+
+
+def _label(config: dict, summary: Optional[dict]) -> str:
+  params = config.get('params', {})
+  parts = [config.get('mechanism', '?')]
+  if 'epsilon' in params:
+    parts.append(f"eps={params['epsilon']:g}")
+  if 'ldp_epsilon' in params:
+    parts.append(f"eps0={params['ldp_epsilon']:g}")
+  if 'noise_multiplier' in params:
+    parts.append(f"z={params['noise_multiplier']:g}")
+  if 'compression' in params:
+    parts.append(f"p={params['compression']:g}")
+  if summary is None:
+    parts.append('(incomplete)')
+  return ' '.join(parts)
+
+
+def load_run(directory: str) -> Run:
+  """Reads a run directory written by `training.run`.
+
+  Raises:
+    ValueError: the directory has no config.json or no eval_metrics.csv.
+  """
+  config_path = layout.path(directory, layout.CONFIG)
+  eval_path = layout.path(directory, layout.EVAL_CSV)
+  for path in (config_path, eval_path):
+    if not os.path.isfile(path):
+      raise ValueError(f'{directory} is not a run directory: no {path}')
+  with open(config_path) as f:
+    config = json.load(f)
+  summary = None
+  summary_path = layout.path(directory, layout.SUMMARY)
+  if os.path.isfile(summary_path):
+    with open(summary_path) as f:
+      summary = json.load(f)
+  rows = []
+  with open(eval_path) as f:
+    for row in csv.DictReader(f):
+      rows.append((
+          int(row[layout.ROUND]),
+          _float(row[layout.TEST_ACCURACY]),
+          _float(row[layout.RDP_EPSILON]),
+      ))
+  rows.sort()
+  return Run(
+      directory=directory,
+      task=config.get('task', '?'),
+      mechanism=config.get('mechanism', '?'),
+      label=_label(config, summary),
+      rounds=[r[0] for r in rows],
+      test_accuracy=[r[1] for r in rows],
+      epsilon=[r[2] for r in rows],
+      summary=summary,
+  )
+
+
+def _save(fig: figure.Figure, path: str) -> None:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  backend_agg.FigureCanvasAgg(fig)
+  fig.savefig(path, dpi=120, bbox_inches='tight')
+
+
+def _colors(runs: Sequence[Run]) -> dict[str, str]:
+  mechanisms = sorted({r.mechanism for r in runs})
+  return {m: f'C{i % 10}' for i, m in enumerate(mechanisms)}
+
+
+def plot_accuracy_vs_round(runs: Sequence[Run], path: str) -> None:
+  """Test accuracy after each evaluated round, one line per run, as a PNG."""
+  if not runs:
+    raise ValueError('runs must not be empty')
+  colors = _colors(runs)
+  fig = figure.Figure(figsize=(7, 4.5))
+  ax = fig.add_subplot()
+  for run in runs:
+    ax.plot(
+        run.rounds,
+        run.test_accuracy,
+        marker='o',
+        markersize=3,
+        color=colors[run.mechanism],
+        label=run.label,
+    )
+  ax.set_xlabel('round')
+  ax.set_ylabel('test accuracy')
+  ax.set_title(f'test accuracy vs round ({", ".join(sorted({r.task for r in runs}))})')
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize='small')
+  _save(fig, path)
+
+
+def plot_accuracy_vs_epsilon(runs: Sequence[Run], path: str) -> None:
+  """Privacy-utility curves: test accuracy vs eps spent, as a PNG."""
+  if not runs:
+    raise ValueError('runs must not be empty')
+  colors = _colors(runs)
+  fig = figure.Figure(figsize=(7, 4.5))
+  ax = fig.add_subplot()
+  last_points = collections.defaultdict(list)
+  delta = None
+  for run in runs:
+    if run.summary is not None:
+      delta = run.summary.get('privacy', {}).get('delta', delta)
+    finite = [
+        (e, a)
+        for e, a in zip(run.epsilon, run.test_accuracy)
+        if math.isfinite(e) and e > 0 and not math.isnan(a)
+    ]
+    color = colors[run.mechanism]
+    if not finite:
+      if run.test_accuracy:
+        ax.axhline(
+            run.test_accuracy[-1],
+            color=color,
+            linestyle='--',
+            label=f'{run.label} (eps = inf)',
+        )
+      continue
+    eps, acc = zip(*finite)
+    ax.plot(eps, acc, color=color, alpha=0.35, linewidth=1)
+    ax.plot(eps[-1], acc[-1], 'o', color=color)
+    last_points[run.mechanism].append((eps[-1], acc[-1]))
+  for mechanism, points in sorted(last_points.items()):
+    points.sort()
+    ax.plot(
+        [p[0] for p in points],
+        [p[1] for p in points],
+        '-o',
+        color=colors[mechanism],
+        label=mechanism,
+    )
+  ax.set_xscale('log')
+  ax.set_xlabel(
+      'eps spent (RDP accountant)'
+      + (f', delta = {delta:g}' if delta is not None else '')
+  )
+  ax.set_ylabel('test accuracy')
+  ax.set_title('privacy vs utility (thin lines: a run over its rounds)')
+  ax.grid(True, which='both', alpha=0.3)
+  ax.legend(fontsize='small')
+  _save(fig, path)

@@ -1,0 +1,116 @@
+"""Client sampling of the training program, and how the ledger must count it.
+
+The privacy accountant is only right if it is told how clients were really
+sampled, so the program draws every round's clients here and the ledger is
+charged with the same description (`ledger_kwargs`):
+
+* 'poisson': each of the N clients joins a round independently with
+  probability q = K / N (K = `clients_per_round`, the expected number), so a
+  round has Binomial(N, q) clients, possibly none. Accounted as
+  `PoissonSampledDpEvent(q, ...)` under add-or-remove-one adjacency
+  (DP-FedAvg, Fed-SMP and the distortion mechanism).
+* 'fixed': exactly K of the N clients, uniformly without replacement.
+  Accounted as `SampledWithoutReplacementDpEvent(N, K, ...)` under replace-one
+  adjacency (UDP, whose paper samples K of U clients; LDP-FL, whose shuffle
+  bound needs the number n = K of clients whose reports are shuffled
+  together).
+
+Round t's draw depends only on (seed, t): numpy's generator seeded with the
+sequence [seed, t]. A run resumed from a checkpoint therefore samples exactly
+the clients the uninterrupted run would have sampled, and the ledger charges
+(which may depend on how many clients reported) are the same.
+"""
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from tff_priv import validation
+
+KINDS = ('poisson', 'fixed')
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientSampling:
+  """How each round's clients are drawn from a population of N.
+
+  Attributes:
+    kind: 'poisson' or 'fixed' (see the module docstring).
+    num_clients: N >= 1.
+    clients_per_round: K in [1, N]: the expected number per round for
+      'poisson', the exact number for 'fixed'.
+  """
+
+  kind: str
+  num_clients: int
+  clients_per_round: int
+
+  def __post_init__(self):
+    validation.one_of('sampling kind', self.kind, KINDS)
+    validation.int_at_least('num_clients', self.num_clients, 1)
+    validation.int_at_least('clients_per_round', self.clients_per_round, 1)
+    if self.clients_per_round > self.num_clients:
+      raise ValueError(
+          f'clients_per_round ({self.clients_per_round}) must be <= the '
+          f'number of clients of the task ({self.num_clients})'
+      )
+
+  @property
+  def rate(self) -> float:
+    """q = K / N: the Poisson rate, or the fraction sampled per round."""
+    return self.clients_per_round / self.num_clients
+
+  def ledger_kwargs(self) -> dict:
+    """The sampling arguments of `PrivacyLedger.record_gaussian` for this draw."""
+    if self.kind == 'poisson':
+      return {'sampling_probability': self.rate}
+    return {
+        'population': self.num_clients,
+        'sample_size': self.clients_per_round,
+    }
+
+  def describe(self) -> dict:
+    """A JSON-ready description (for the run summary)."""
+    return {
+        'model': self.kind,
+        'num_clients': self.num_clients,
+        'clients_per_round': self.clients_per_round,
+        'rate': self.rate,
+        'accounted_as': (
+            'PoissonSampledDpEvent (add_or_remove_one)'
+            if self.kind == 'poisson'
+            else 'SampledWithoutReplacementDpEvent (replace_one)'
+        ),
+    }
+
+  def sample_indices(self, seed: int, round_num: int) -> np.ndarray:
+    """Sorted indices in [0, N) of the clients of round `round_num`.
+
+    Args:
+      seed: the run's seed, >= 0.
+      round_num: the round, >= 1.
+
+    Returns:
+      int64 indices, sorted; may be empty for 'poisson'.
+    """
+    seed = validation.int_at_least('seed', seed, 0)
+    round_num = validation.int_at_least('round_num', round_num, 1)
+    rng = np.random.default_rng([seed, round_num])
+    if self.kind == 'poisson':
+      joined = rng.random(self.num_clients) < self.rate
+      return np.flatnonzero(joined).astype(np.int64)
+    picked = rng.choice(
+        self.num_clients, size=self.clients_per_round, replace=False
+    )
+    return np.sort(picked).astype(np.int64)
+
+  def sample(
+      self, client_ids: Sequence[str], seed: int, round_num: int
+  ) -> list[str]:
+    """The ids of the clients of round `round_num` (see `sample_indices`)."""
+    if len(client_ids) != self.num_clients:
+      raise ValueError(
+          f'expected {self.num_clients} client ids, got {len(client_ids)}'
+      )
+    return [client_ids[i] for i in self.sample_indices(seed, round_num)]

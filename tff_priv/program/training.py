@@ -1,0 +1,662 @@
+"""The training program: a task, a mechanism, the ledger, on TFF's program layer.
+
+`run(config, root_output_dir)` trains `config.mechanism` on `config.task` for
+`config.total_rounds` rounds and writes the run directory described in
+`layout.py`. Each round:
+
+1. draws its clients (`sampling.ClientSampling`, seeded by (seed, round), so a
+   resumed run draws what the uninterrupted run would have);
+2. runs the mechanism's `LearningProcess.next` (skipped when Poisson sampling
+   drew nobody: nothing is released, and the ledger is still charged, which
+   over-counts);
+3. charges the privacy ledger from the round's own measurements
+   (`Mechanism.charge`) and releases the round's metrics with the eps spent so
+   far (RDP accountant at the run's delta) to `tff.program.CSVFileReleaseManager`,
+   `tff.program.TensorBoardReleaseManager` and the log;
+4. every `eval_every` rounds and at the last round, evaluates the global model
+   on the task's centralized test set (`tff.learning.algorithms.build_fed_eval`);
+5. every `checkpoint_every` rounds and at the last round, saves the program
+   state with `tff.program.FileProgramStateManager`.
+
+The program state is (learning process state, round number, the ledger as
+JSON, best test accuracy and its round, uplink bytes, wall time, the start
+round of every session). A run killed at any point and started again with the
+same output directory loads the latest checkpoint and continues from its round
+with its ledger: eps is never reset, and the rounds after the checkpoint are
+run (and charged) again from the checkpointed ledger, so nothing is counted
+twice. CSV rows of those rounds are replaced: a CSV release of round r first
+removes the rows of rounds >= r.
+
+Why not `tff.learning.programs.train_model`: its program state is fixed
+(`ProgramState(state, round_number, next_evaluation_timestamp_seconds,
+data_iterator)`) and cannot carry the ledger; its data source draws a fixed
+number of clients uniformly, not Poisson sampling; it saves every round and
+releases only `client_work/train` metrics; and it requires a
+`LearningAlgorithmState`. This loop uses the same parts (program state
+manager, release managers, a federated evaluation) around those needs.
+
+Configuration and resume: `config.json` holds everything that determines the
+run's result (`RunConfig.to_dict`). A restart whose configuration differs is
+refused (`ConfigError`), as is an existing non-empty directory that is not a
+run directory. Only `checkpoint_every`, `keep_checkpoints`, `progress` and
+`cache_dir` (where data is read) may change between sessions; `total_rounds`
+may not (with `epsilon` it sets the calibrated noise).
+"""
+
+import asyncio
+import collections
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Optional
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+import tqdm
+
+import tasks
+from tff_priv import validation
+from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.program import layout
+from tff_priv.program import mechanisms
+from tff_priv.program import sampling as sampling_lib
+
+OPTIMIZERS = {
+    'sgd': tff.learning.optimizers.build_sgdm,
+    'adam': tff.learning.optimizers.build_adam,
+}
+# Task options a run may set (the synthetic-split ones exist only for the
+# tasks that have them; `tasks.get_task` rejects the others).
+TASK_OPTION_NAMES = ('model', 'num_clients', 'partition')
+_NO_ACCURACY = -1.0
+
+
+class ConfigError(ValueError):
+  """The run cannot start as configured (a usage error, not a failure)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """Everything that determines a run's result.
+
+  Attributes:
+    task: one of `tasks.TASK_NAMES`.
+    task_options: options of `tasks.get_task` (among TASK_OPTION_NAMES).
+    batch_size: client batch size.
+    num_epochs: local epochs per round.
+    mechanism: one of `mechanisms.MECHANISMS`.
+    params: the mechanism's `MechanismParams` (resolved by `validate`).
+    clients_per_round: K: expected (Poisson) or exact (fixed) clients/round.
+    total_rounds: T.
+    client_optimizer: 'sgd' or 'adam'.
+    client_learning_rate: the clients' learning rate (UDP's eta).
+    server_optimizer: 'sgd' or 'adam'.
+    server_learning_rate: the server's learning rate.
+    eval_every: evaluate the test set every this many rounds (and at the end).
+    seed: seeds the data split, client sampling, model init, smp masks.
+  """
+
+  task: str = 'mnist5k'
+  task_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+  batch_size: int = 10
+  num_epochs: int = 1
+  mechanism: str = 'dp_fedavg'
+  params: mechanisms.MechanismParams = mechanisms.MechanismParams()
+  clients_per_round: int = 10
+  total_rounds: int = 20
+  client_optimizer: str = 'sgd'
+  client_learning_rate: float = 0.05
+  server_optimizer: str = 'sgd'
+  server_learning_rate: float = 1.0
+  eval_every: int = 5
+  seed: int = 0
+
+  def validate(self) -> 'RunConfig':
+    """Checks every field (without loading data); params resolved.
+
+    Raises:
+      ValueError: naming the bad field.
+    """
+    validation.one_of('task', self.task, tasks.TASK_NAMES)
+    options = {k: v for k, v in self.task_options.items() if v is not None}
+    known = tasks.task_options(self.task)
+    for key in options:
+      if key not in TASK_OPTION_NAMES or key not in known:
+        raise ValueError(f'{key} does not apply to task {self.task!r}')
+    if 'num_clients' in options:
+      validation.int_at_least('num_clients', options['num_clients'], 1)
+    validation.int_at_least('batch_size', self.batch_size, 1)
+    validation.int_at_least('num_epochs', self.num_epochs, 1)
+    validation.int_at_least('clients_per_round', self.clients_per_round, 1)
+    validation.int_at_least('total_rounds', self.total_rounds, 1)
+    validation.int_at_least('eval_every', self.eval_every, 1)
+    validation.int_at_least('seed', self.seed, 0)
+    validation.one_of('client_optimizer', self.client_optimizer, OPTIMIZERS)
+    validation.one_of('server_optimizer', self.server_optimizer, OPTIMIZERS)
+    validation.positive('client_learning_rate', self.client_learning_rate)
+    validation.positive('server_learning_rate', self.server_learning_rate)
+    params = mechanisms.resolve(self.mechanism, self.params)
+    if self.mechanism == 'udp':
+      if self.client_optimizer != 'sgd':
+        raise ValueError(
+            "client_optimizer must be 'sgd' for mechanism 'udp': its client "
+            'step is one clipped full-batch gradient step of rate '
+            'client_learning_rate'
+        )
+      if self.server_optimizer != 'sgd' or self.server_learning_rate != 1.0:
+        raise ValueError(
+            "server_optimizer='sgd' with server_learning_rate=1 is the only "
+            "server update of mechanism 'udp' (the new model is the weighted "
+            'mean of the noisy client models)'
+        )
+      if self.num_epochs != 1:
+        raise ValueError(
+            "num_epochs must be 1 for mechanism 'udp' (one full-batch step)"
+        )
+      if self.task.startswith('shakespeare'):
+        raise ValueError(
+            "mechanism 'udp' needs a softmax classifier task (its per-example "
+            f'loss is the sparse categorical cross-entropy), not {self.task!r}'
+        )
+    return dataclasses.replace(self, task_options=options, params=params)
+
+  def to_dict(self) -> dict[str, Any]:
+    """JSON-ready, with the mechanism's parameters under 'params'."""
+    out = dataclasses.asdict(self)
+    out['params'] = self.params.given()
+    return out
+
+
+def _build_task(config: RunConfig, cache_dir: Optional[str]):
+  spec = tff.simulation.baselines.ClientSpec(
+      num_epochs=config.num_epochs, batch_size=config.batch_size
+  )
+  kwargs = {}
+  if cache_dir is not None and config.task not in tasks.OFFLINE_TASK_NAMES:
+    kwargs['cache_dir'] = cache_dir
+  try:
+    return tasks.get_task(
+        config.task,
+        train_client_spec=spec,
+        seed=config.seed,
+        **kwargs,
+        **config.task_options,
+    )
+  except (ValueError, TypeError, tasks.DatasetUnavailableError) as e:
+    raise ConfigError(str(e)) from e
+
+
+def _num_examples(dataset: tf.data.Dataset) -> int:
+  n = int(dataset.cardinality())
+  if n >= 0:
+    return n
+  return int(dataset.reduce(np.int64(0), lambda count, _: count + 1))
+
+
+def _accuracy_key(metrics) -> Optional[str]:
+  if 'sparse_categorical_accuracy' in metrics:
+    return 'sparse_categorical_accuracy'
+  candidates = [k for k in metrics if 'accuracy' in k]
+  return candidates[0] if candidates else None
+
+
+def _finite_or_str(x):
+  """JSON has no inf / nan: they are written as strings."""
+  if isinstance(x, float) and not math.isfinite(x):
+    return str(x)
+  if isinstance(x, dict):
+    return {k: _finite_or_str(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_finite_or_str(v) for v in x]
+  return x
+
+
+def _write_json(path: str, value) -> None:
+  tmp = f'{path}.tmp{os.getpid()}'
+  with open(tmp, 'w') as f:
+    json.dump(_finite_or_str(value), f, indent=2, sort_keys=True)
+    f.write('\n')
+  os.replace(tmp, path)
+
+
+def prepare_output_dir(
+    root_output_dir: str, config: RunConfig, write: bool = True
+) -> bool:
+  """Writes config.json in a new run directory, or checks it on a restart.
+
+  Args:
+    root_output_dir: the run directory.
+    config: the validated configuration.
+    write: False: only check (nothing is created).
+
+  Returns:
+    True when the directory already holds this configuration's run (resume).
+
+  Raises:
+    ConfigError: the directory holds another configuration, or is a non-empty
+      directory that is not a run directory.
+  """
+  config_path = layout.path(root_output_dir, layout.CONFIG)
+  wanted = {'format': layout.CONFIG_FORMAT, **config.to_dict()}
+  wanted = json.loads(json.dumps(_finite_or_str(wanted)))
+  if os.path.exists(config_path):
+    with open(config_path) as f:
+      found = json.load(f)
+    if found != wanted:
+      keys = sorted(
+          k
+          for k in set(found) | set(wanted)
+          if found.get(k) != wanted.get(k)
+      )
+      differ = ', '.join(
+          f'{k}: {found.get(k)!r} there, {wanted.get(k)!r} now' for k in keys
+      )
+      raise ConfigError(
+          f'{root_output_dir} holds a run of another configuration ({differ});'
+          ' use another root_output_dir or the same flags'
+      )
+    return True
+  if os.path.isdir(root_output_dir) and os.listdir(root_output_dir):
+    raise ConfigError(
+        f'{root_output_dir} exists and is not a tff_priv run directory (no '
+        f'{layout.CONFIG}); use an empty or new root_output_dir'
+    )
+  if write:
+    os.makedirs(root_output_dir, exist_ok=True)
+    _write_json(config_path, wanted)
+  return False
+
+
+def _program_state(
+    train_state,
+    round_num: int,
+    ledger: ledger_lib.PrivacyLedger,
+    best_accuracy: float,
+    best_round: int,
+    uplink_bytes: int,
+    wall_seconds: float,
+    sessions: list[int],
+):
+  return collections.OrderedDict(
+      train_state=train_state,
+      round_num=np.int64(round_num),
+      ledger=ledger.to_json(),
+      best_test_accuracy=np.float64(best_accuracy),
+      best_round=np.int64(best_round),
+      uplink_bytes=np.int64(uplink_bytes),
+      wall_seconds=np.float64(wall_seconds),
+      sessions=json.dumps(sessions),
+  )
+
+
+def _text(value) -> str:
+  return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class _Progress:
+  """A tqdm bar per round, quiet unless asked for and stderr is a terminal."""
+
+  def __init__(self, enabled: bool, total: int, initial: int):
+    self._bar = tqdm.tqdm(
+        total=total,
+        initial=initial,
+        unit='round',
+        disable=not (enabled and sys.stderr.isatty()),
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+
+  def update(self, **postfix):
+    self._bar.set_postfix(
+        {k: f'{v:.4g}' for k, v in postfix.items() if v is not None},
+        refresh=False,
+    )
+    self._bar.update(1)
+
+  def close(self):
+    self._bar.close()
+
+
+def run(
+    config: RunConfig,
+    root_output_dir: str,
+    *,
+    checkpoint_every: int = 1,
+    keep_checkpoints: int = 3,
+    progress: bool = True,
+    cache_dir: Optional[str] = None,
+    stop_after_round: Optional[int] = None,
+) -> Optional[dict[str, Any]]:
+  """Runs (or resumes) the training program; see the module docstring.
+
+  Args:
+    config: the run's configuration (validated here).
+    root_output_dir: the run directory.
+    checkpoint_every: save the program state every this many rounds.
+    keep_checkpoints: program states kept on disk (the latest ones).
+    progress: show a tqdm bar (only when stderr is a terminal).
+    cache_dir: where cached data sets are read (online tasks only).
+    stop_after_round: stop after this round as if interrupted (after its
+      checkpoint, if one is due), without a summary; None: run to the end.
+
+  Sets the global Python, NumPy and TensorFlow seeds to `config.seed`
+  (`tf.keras.utils.set_random_seed`) before building the model.
+
+  Returns:
+    The summary (also written to summary.json), or None when stopped early.
+
+  Raises:
+    ConfigError: the configuration or the output directory is refused, before
+      any round runs.
+    ValueError: a bad argument of this function.
+  """
+  try:
+    config = config.validate()
+  except ValueError as e:
+    raise ConfigError(str(e)) from e
+  checkpoint_every = validation.int_at_least(
+      'checkpoint_every', checkpoint_every, 1
+  )
+  keep_checkpoints = validation.int_at_least(
+      'keep_checkpoints', keep_checkpoints, 1
+  )
+  if stop_after_round is not None:
+    validation.int_at_least('stop_after_round', stop_after_round, 1)
+  return asyncio.run(
+      _run(
+          config,
+          root_output_dir,
+          checkpoint_every=checkpoint_every,
+          keep_checkpoints=keep_checkpoints,
+          progress=progress,
+          cache_dir=cache_dir,
+          stop_after_round=stop_after_round,
+      )
+  )
+
+
+async def _run(
+    config,
+    root_output_dir,
+    *,
+    checkpoint_every,
+    keep_checkpoints,
+    progress,
+    cache_dir,
+    stop_after_round,
+):
+  session_start = time.monotonic()
+  # Refuse another run's directory first; create it only once the task and
+  # the mechanism are known to build (a refused run leaves nothing behind).
+  prepare_output_dir(root_output_dir, config, write=False)
+  tf.keras.utils.set_random_seed(config.seed)
+  task = _build_task(config, cache_dir)
+  train_data = task.datasets.train_data
+  client_ids = list(train_data.client_ids)
+  try:
+    client_sampling = sampling_lib.ClientSampling(
+        mechanisms.SAMPLING_KIND[config.mechanism],
+        len(client_ids),
+        config.clients_per_round,
+    )
+  except ValueError as e:
+    raise ConfigError(str(e)) from e
+  min_examples = None
+  if config.mechanism == 'udp':
+    min_examples = min(
+        _num_examples(train_data.create_tf_dataset_for_client(c))
+        for c in client_ids
+    )
+  try:
+    mechanism = mechanisms.build(
+        config.mechanism,
+        config.params,
+        model_fn=task.model_fn,
+        sampling=client_sampling,
+        total_rounds=config.total_rounds,
+        client_optimizer_fn=OPTIMIZERS[config.client_optimizer](
+            learning_rate=config.client_learning_rate
+        ),
+        server_optimizer_fn=OPTIMIZERS[config.server_optimizer](
+            learning_rate=config.server_learning_rate
+        ),
+        client_learning_rate=config.client_learning_rate,
+        min_client_examples=min_examples,
+        seed=config.seed,
+    )
+  except ValueError as e:
+    raise ConfigError(str(e)) from e
+  prepare_output_dir(root_output_dir, config)
+  process = mechanism.process
+  delta = mechanism.params.delta
+
+  evaluation = tff.learning.algorithms.build_fed_eval(task.model_fn)
+  test_data = task.datasets.get_centralized_test_data()
+
+  def evaluate(train_state) -> dict[str, float]:
+    eval_state = evaluation.set_model_weights(
+        evaluation.initialize(), process.get_model_weights(train_state)
+    )
+    output = evaluation.next(eval_state, [test_data])
+    metrics = output.metrics['client_work']['eval']['current_round_metrics']
+    return {k: float(v) for k, v in metrics.items()}
+
+  # Program state: load the latest checkpoint, or start (and save round 0).
+  state_manager = tff.program.FileProgramStateManager(
+      layout.path(root_output_dir, layout.CHECKPOINTS),
+      prefix=layout.CHECKPOINT_PREFIX,
+      keep_total=keep_checkpoints,
+      keep_first=False,
+  )
+  initial_state = process.initialize()
+  template = _program_state(
+      initial_state, 0, ledger_lib.PrivacyLedger(), _NO_ACCURACY, 0, 0, 0.0, []
+  )
+  loaded, version = await state_manager.load_latest(template)
+  if loaded is None:
+    train_state, start_round = initial_state, 0
+    ledger = ledger_lib.PrivacyLedger()
+    best_accuracy, best_round, uplink_bytes, wall_before = _NO_ACCURACY, 0, 0, 0.0
+    sessions = [0]
+    await state_manager.save(
+        _program_state(
+            train_state, 0, ledger, best_accuracy, 0, 0, 0.0, sessions
+        ),
+        version=0,
+    )
+  else:
+    train_state = loaded['train_state']
+    start_round = int(loaded['round_num'])
+    ledger = ledger_lib.PrivacyLedger.from_json(_text(loaded['ledger']))
+    best_accuracy = float(loaded['best_test_accuracy'])
+    best_round = int(loaded['best_round'])
+    uplink_bytes = int(loaded['uplink_bytes'])
+    wall_before = float(loaded['wall_seconds'])
+    sessions = json.loads(_text(loaded['sessions'])) + [start_round]
+    logging.info(
+        'Resuming %s from checkpoint %d (round %d, eps %.4g at delta %g)',
+        root_output_dir,
+        version,
+        start_round,
+        ledger.epsilon(delta),
+        delta,
+    )
+
+  train_csv = tff.program.CSVFileReleaseManager(
+      layout.path(root_output_dir, layout.TRAIN_CSV), key_fieldname=layout.ROUND
+  )
+  eval_csv = tff.program.CSVFileReleaseManager(
+      layout.path(root_output_dir, layout.EVAL_CSV), key_fieldname=layout.ROUND
+  )
+  tensorboard = tff.program.TensorBoardReleaseManager(
+      layout.path(root_output_dir, layout.TENSORBOARD)
+  )
+  log = tff.program.LoggingReleaseManager()
+
+  bar = _Progress(progress, config.total_rounds, start_round)
+  last_accuracy = None
+  round_num = start_round
+  try:
+    for round_num in range(start_round + 1, config.total_rounds + 1):
+      round_start = time.monotonic()
+      chosen = client_sampling.sample(client_ids, config.seed, round_num)
+      if chosen:
+        data = [
+            mechanism.preprocess(
+                task.datasets.train_preprocess_fn(
+                    train_data.create_tf_dataset_for_client(c)
+                )
+            )
+            for c in chosen
+        ]
+        output = process.next(train_state, data)
+        train_state, metrics = output.state, output.metrics
+      else:
+        metrics = None  # Nobody sampled: nothing runs, nothing is released.
+      mechanism.charge(ledger, metrics)
+      eps = ledger.epsilon(delta)
+      round_bytes = len(chosen) * mechanism.upload_bytes_per_client(metrics)
+      uplink_bytes += round_bytes
+      row = collections.OrderedDict([
+          ('clients', len(chosen)),
+          (layout.RDP_EPSILON, eps),
+          ('delta', delta),
+          ('uplink_bytes', round_bytes),
+          ('round_seconds', time.monotonic() - round_start),
+      ])
+      if metrics is not None:
+        row.update(metrics)
+      releases = [
+          train_csv.release(row, key=round_num),
+          tensorboard.release({'train': row}, key=round_num),
+          log.release(row, key=round_num),
+      ]
+
+      if round_num % config.eval_every == 0 or round_num == config.total_rounds:
+        test = evaluate(train_state)
+        key = _accuracy_key(test)
+        last_accuracy = test[key] if key else None
+        if last_accuracy is not None and last_accuracy > best_accuracy:
+          best_accuracy, best_round = last_accuracy, round_num
+        eval_row = collections.OrderedDict([
+            (layout.TEST_ACCURACY, last_accuracy),
+            (layout.TEST_LOSS, test.get('loss')),
+            (layout.RDP_EPSILON, eps),
+            ('eval', test),
+        ])
+        releases += [
+            eval_csv.release(eval_row, key=round_num),
+            tensorboard.release({'eval': eval_row}, key=round_num),
+        ]
+      await asyncio.gather(*releases)
+
+      if round_num % checkpoint_every == 0 or round_num == config.total_rounds:
+        await state_manager.save(
+            _program_state(
+                train_state,
+                round_num,
+                ledger,
+                best_accuracy,
+                best_round,
+                uplink_bytes,
+                wall_before + time.monotonic() - session_start,
+                sessions,
+            ),
+            version=round_num,
+        )
+      train = mechanisms.train_metrics(metrics) if metrics else {}
+      train_accuracy_key = _accuracy_key(train)
+      bar.update(
+          loss=train.get('loss'),
+          acc=train.get(train_accuracy_key) if train_accuracy_key else None,
+          test_acc=last_accuracy,
+          eps=eps,
+      )
+      if stop_after_round is not None and round_num >= stop_after_round:
+        if round_num < config.total_rounds:
+          return None
+  finally:
+    bar.close()
+
+  if round_num == start_round:  # Resumed after the last round: evaluate.
+    test = evaluate(train_state)
+  final = test  # The last round was evaluated.
+  key = _accuracy_key(final)
+  final_accuracy = final[key] if key else None
+  wall_seconds = wall_before + time.monotonic() - session_start
+  summary = _summary(
+      config,
+      mechanism,
+      ledger,
+      final_metrics=final,
+      final_accuracy=final_accuracy,
+      best_accuracy=best_accuracy if best_accuracy != _NO_ACCURACY else None,
+      best_round=best_round,
+      uplink_bytes=uplink_bytes,
+      wall_seconds=wall_seconds,
+      sessions=sessions,
+  )
+  _write_json(layout.path(root_output_dir, layout.SUMMARY), summary)
+  return summary
+
+
+def _summary(
+    config,
+    mechanism,
+    ledger,
+    *,
+    final_metrics,
+    final_accuracy,
+    best_accuracy,
+    best_round,
+    uplink_bytes,
+    wall_seconds,
+    sessions,
+):
+  """The run's summary (see `run`)."""
+  delta = mechanism.params.delta
+  accounted = ledger.report(delta)
+  closed_form = mechanism.closed_form_report(config.total_rounds)
+  return {
+      'format': layout.SUMMARY_FORMAT,
+      'task': config.task,
+      'task_options': config.task_options,
+      'mechanism': config.mechanism,
+      'parameters': {
+          **config.to_dict(),
+          'resolved': mechanism.resolved,
+          'num_parameters': mechanism.num_parameters,
+      },
+      'sampling': mechanism.sampling.describe(),
+      'rounds': config.total_rounds,
+      'final_test_accuracy': final_accuracy,
+      'best_test_accuracy': best_accuracy,
+      'best_round': best_round if best_accuracy is not None else None,
+      'final_test_metrics': final_metrics,
+      'privacy': {
+          'delta': delta,
+          'rdp_epsilon': accounted['rdp_epsilon'],
+          'pld_epsilon': accounted['pld_epsilon'],
+          'accountants': {
+              'rdp_epsilon': 'dp_accounting RdpAccountant',
+              'pld_epsilon': 'dp_accounting PLDAccountant',
+          },
+          'unsupported': accounted['unsupported'],
+          'neighboring_relation': accounted['neighboring_relation'],
+          'releases': accounted['releases'],
+          'closed_form': closed_form,
+          'caveats': mechanism.caveats,
+          'ledger': json.loads(ledger.to_json()),
+      },
+      'uplink_bytes': {
+          'total': uplink_bytes,
+          'per_client_per_round': mechanism.upload_bytes_per_client(None),
+      },
+      'wall_time_seconds': wall_seconds,
+      'sessions': [{'start_round': r} for r in sessions],
+  }
