@@ -12,11 +12,11 @@ directory that is not a run directory.
 """
 
 import os
-import sys
 
 from absl import app
 from absl import flags
 
+from tff_priv import cli
 from tff_priv.program import plotting
 
 _RUN_DIRS = flags.DEFINE_list(
@@ -30,9 +30,9 @@ ROUND_PNG = 'accuracy_vs_round.png'
 EPSILON_PNG = 'accuracy_vs_epsilon.png'
 
 
-def _fail(message):
-  print(f'plot.py: error: {message} (see --help)', file=sys.stderr)
-  sys.exit(2)
+_CLI = cli.Cli('plot.py')
+_fail = _CLI.fail
+_parse_flags = _CLI.parse_flags
 
 
 def main(argv):
@@ -53,12 +53,6 @@ def main(argv):
     plot(runs, path)
     print(path)
 
-
-def _parse_flags(argv):
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    _fail(str(e))
 
 
 if __name__ == '__main__':

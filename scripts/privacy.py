@@ -19,6 +19,7 @@ import sys
 from absl import app
 from absl import flags
 
+from tff_priv import cli
 from tff_priv.accounting import reports
 
 _MECHANISM = flags.DEFINE_enum(
@@ -62,9 +63,9 @@ _EPSILON = flags.DEFINE_float(
 _FORMAT = flags.DEFINE_enum('format', 'text', ['text', 'json'], 'Output format.')
 
 
-def _fail(message):
-  print(f'privacy.py: error: {message} (see --help)', file=sys.stderr)
-  sys.exit(2)
+_CLI = cli.Cli('privacy.py')
+_fail = _CLI.fail
+_parse_flags = _CLI.parse_flags
 
 
 def _print_text(report, indent=''):
@@ -110,12 +111,6 @@ def main(argv):
   else:
     _print_text(report)
 
-
-def _parse_flags(argv):
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    _fail(str(e))
 
 
 if __name__ == '__main__':

@@ -28,6 +28,7 @@ from absl import flags
 from absl import logging
 
 import tasks
+from tff_priv import cli
 from tff_priv import runtime
 from tff_priv.aggregators import ldp_encode
 from tff_priv.learning import udp
@@ -172,9 +173,9 @@ _PROGRESS = flags.DEFINE_bool(
 )
 
 
-def _fail(message):
-  print(f'train.py: error: {message} (see --help)', file=sys.stderr)
-  sys.exit(2)
+_CLI = cli.Cli('train.py')
+_fail = _CLI.fail
+_parse_flags = _CLI.parse_flags
 
 
 def _config() -> training.RunConfig:
@@ -257,12 +258,6 @@ def main(argv):
       f"rdp_epsilon={privacy['rdp_epsilon']} at delta={privacy['delta']}"
   )
 
-
-def _parse_flags(argv):
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    _fail(str(e))
 
 
 if __name__ == '__main__':
