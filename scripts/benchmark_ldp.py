@@ -9,14 +9,22 @@ repeat so that machine load affects both alike, and prints ratios of medians:
    (exact path: clipping and non-finite bookkeeping).
 2. `LDPEncodeFactory` `next` with `clients` clients vs
    `tff.aggregators.UnweightedMeanFactory` on the same data (target <= 1.5x).
-3. Split, merge and average by id of `transport_clients` clients' encoded
-   values (wall and CPU time; the target is "seconds").
+3. Split and shuffle of `transport_clients` clients' encoded values: split,
+   merge (the whole stream in memory) and average by id, then the streaming
+   path (average_by_id over merge_chunks, the stream never held whole); wall
+   and CPU time and peak memory of each path (target: well under 30 s for 100
+   clients x 1.66M values), and the means checked against the direct mean of
+   the encoded values. With --transport_baseline, also the direct simulation
+   (an independent U(0, T) delay per message, argsort) on the same messages,
+   and the ratio.
 
 The value structure is the McMahan et al. CNN (1,663,370 float32 parameters
 in 8 tensors) unless --flat. Usage:
 
   python scripts/benchmark_ldp.py
   python scripts/benchmark_ldp.py --clients=10 --transport_clients=10
+  # Part 3 alone (part 1 once, part 2 skipped):
+  python scripts/benchmark_ldp.py --encode_repeats=1 --clients=0
 """
 
 import gc
@@ -57,6 +65,17 @@ _TRANSPORT_CLIENTS = flags.DEFINE_integer(
     'transport_clients', 100, 'Clients for split and shuffle; 0 skips it.'
 )
 _MAX_DELAY = flags.DEFINE_float('max_delay', 10.0, 'T of the send delays.')
+_CHUNK_SIZE = flags.DEFINE_integer(
+    'transport_chunk_size',
+    0,
+    'chunk_size of merge / merge_chunks; 0 = their default.',
+)
+_TRANSPORT_BASELINE = flags.DEFINE_bool(
+    'transport_baseline',
+    False,
+    'Also time the direct simulation (a U(0, T) delay per message, argsort); '
+    'it needs about 50 bytes per message at its peak.',
+)
 
 # McMahan et al. (2017) CNN for 28x28x1 inputs: 1,663,370 parameters.
 _CNN_SHAPES = (
@@ -169,11 +188,49 @@ def bench_factory(shapes):
         '  (target <= 1.5x)')
 
 
+def _reset_peak_memory():
+  """Resets the peak RSS of this process (Linux), if the kernel allows it."""
+  try:
+    with open('/proc/self/clear_refs', 'w') as f:
+      f.write('5')
+  except OSError:
+    pass
+
+
+def _peak_memory_gb():
+  """Peak RSS (VmHWM) since the last reset, in GB; nan where unknown."""
+  try:
+    with open('/proc/self/status') as f:
+      for line in f:
+        if line.startswith('VmHWM:'):
+          return int(line.split()[1]) * 1024 / 1e9
+  except OSError:
+    pass
+  return float('nan')
+
+
+def _direct_simulation(messages, rng, max_delay):
+  """The transport as the paper states it: a U(0, T) delay per message, sort.
+
+  The reference the O(N) draw of `split_shuffle.merge` is measured against.
+  """
+  tensor_id, flat_index, value = (
+      np.concatenate([getattr(m, f) for m in messages])
+      for f in ('tensor_id', 'flat_index', 'value')
+  )
+  send_time = rng.uniform(0.0, max_delay, size=len(value))
+  order = np.argsort(send_time)
+  return split_shuffle.Messages(
+      tensor_id[order], flat_index[order], value[order], send_time[order]
+  )
+
+
 def bench_transport(shapes):
-  """Part 3: split, merge and average_by_id, wall and CPU time."""
+  """Part 3: split, merge and average_by_id, wall and CPU time, peak memory."""
   n = _TRANSPORT_CLIENTS.value
   rng = np.random.default_rng(2)
   encoded = []
+  sums = [np.zeros(s, np.float64) for s in shapes]
   for u in range(n):
     values = _client_values(rng, shapes, _RADIUS.value)
     encoded.append([
@@ -182,37 +239,114 @@ def bench_transport(shapes):
         ).encoded.numpy()
         for l, v in enumerate(values)
     ])
+    for total, x in zip(sums, encoded[-1]):
+      total += x
+  # All reports are finite: the factory's mean is the plain mean.
+  direct_mean = [total / n for total in sums]
+  del sums
   timings = {}
 
   def timed(name, fn):
+    gc.collect()
+    _reset_peak_memory()
     wall, cpu = time.perf_counter(), time.process_time()
     result = fn()
-    timings[name] = (time.perf_counter() - wall, time.process_time() - cpu)
+    timings[name] = (
+        time.perf_counter() - wall,
+        time.process_time() - cpu,
+        _peak_memory_gb(),
+    )
     return result
 
   def split_all():
     messages = []
     for u in range(n):
-      messages.append(split_shuffle.split(encoded[u], u, _MAX_DELAY.value))
+      messages.append(split_shuffle.split(encoded[u]))
       encoded[u] = None  # keep memory down: the messages hold the values
     return messages
 
+  def max_error(means):
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(means, direct_mean))
+
+  chunk_size = _CHUNK_SIZE.value or None
   messages = timed('split (all clients)', split_all)
-  merged = timed('merge', lambda: split_shuffle.merge(messages))
-  del messages
-  gc.collect()
-  means = timed(
-      'average_by_id', lambda: split_shuffle.average_by_id(merged, shapes)
+  merged = timed(
+      'merge',
+      lambda: split_shuffle.merge(messages, 3, _MAX_DELAY.value, chunk_size),
   )
+  num_messages = len(merged)
+  # float64 means: compared with the direct float64 mean below.
+  means = timed(
+      'average_by_id',
+      lambda: split_shuffle.average_by_id(merged, shapes, np.float64),
+  )
+  del merged
+  error_merged = max_error(means)
+  streamed = timed(
+      'streaming',
+      lambda: split_shuffle.average_by_id(
+          split_shuffle.merge_chunks(
+              messages, 3, _MAX_DELAY.value, chunk_size
+          ),
+          shapes,
+          np.float64,
+      ),
+  )
+  error_streamed = max_error(streamed)
+  same_stream = max(
+      float(np.max(np.abs(a - b))) for a, b in zip(means, streamed)
+  )
+  del means, streamed
+  if _TRANSPORT_BASELINE.value:
+    baseline = timed(
+        'direct simulation',
+        lambda: _direct_simulation(
+            messages, np.random.default_rng(4), _MAX_DELAY.value
+        ),
+    )
+    timed(
+        'average_by_id (baseline)',
+        lambda: split_shuffle.average_by_id(baseline, shapes, np.float64),
+    )
+    del baseline
+
   d = sum(int(np.prod(s)) for s in shapes)
   print(f'\n[3] split and shuffle, {n} clients x d = {d} '
-        f'= {len(merged):,} messages (numpy, one thread: under load, CPU '
-        'time is the better measure of the work)')
-  for name, (wall, cpu) in timings.items():
-    print(f'  {name:20s} wall {wall:8.2f} s   cpu {cpu:8.2f} s')
-  print(f'  {"total":20s} wall {sum(w for w, _ in timings.values()):8.2f} s'
-        f'   cpu {sum(c for _, c in timings.values()):8.2f} s')
-  del means, merged
+        f'= {num_messages:,} messages, chunk_size {chunk_size or "default"} '
+        '(numpy, one '
+        'thread: under load, CPU time is the better measure of the work; peak '
+        'memory = peak RSS of the process during the step)')
+  for name, (wall, cpu, peak) in timings.items():
+    print(f'  {name:26s} wall {wall:8.2f} s   cpu {cpu:8.2f} s   '
+          f'peak {peak:6.2f} GB')
+
+  def total(names):
+    wall = sum(timings[k][0] for k in names)
+    cpu = sum(timings[k][1] for k in names)
+    return wall, cpu
+
+  paths = {
+      'split+merge+average': ['split (all clients)', 'merge', 'average_by_id'],
+      'split+streaming': ['split (all clients)', 'streaming'],
+  }
+  if _TRANSPORT_BASELINE.value:
+    paths['split+direct+average'] = [
+        'split (all clients)', 'direct simulation', 'average_by_id (baseline)'
+    ]
+  for name, names in paths.items():
+    wall, cpu = total(names)
+    print(f'  total {name:20s} wall {wall:8.2f} s   cpu {cpu:8.2f} s'
+          '   (target: well under 30 s)')
+  if _TRANSPORT_BASELINE.value:
+    new, old = total(paths['split+merge+average']), total(
+        paths['split+direct+average']
+    )
+    print(f'  ratio direct simulation / split+merge+average: wall '
+          f'{old[0] / new[0]:.2f}x, cpu {old[1] / new[1]:.2f}x')
+  print(f'  max |mean - direct mean of the reports|: merge {error_merged:.2e}, '
+        f'streaming {error_streamed:.2e}; merge vs streaming (same seed, same '
+        f'stream) {same_stream:.2e}')
+  del messages
 
 
 def main(argv):

@@ -8,6 +8,12 @@ Both processes aggregate the same K client updates of the same value type
 * `udp_weighted` / `udp_unweighted`: `GaussianUDPFactory(noise_stddev=...)`
   (one noise draw per client, then the weighted / unweighted mean).
 
+and, as a floor, `client_noise_draws`: only the K x d standard normal draws
+that client-side noise needs (one `tf.function` drawing d normals and adding
+them to an update, run K times), with no TFF in it. The UDP mechanism puts the
+noise on each client's upload, so these draws are part of its cost by
+definition; `gaussian_fixed` draws d normals once, at the server.
+
 Each process is warmed up once, then the processes are timed --repeats times
 round-robin, so all see the same machine load; the printed ratios are medians
 over the baseline's median. Issue 6's target: udp <= 1.1x gaussian_fixed.
@@ -22,10 +28,12 @@ import time
 from absl import app
 from absl import flags
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import runtime
 from tff_priv.aggregators import gaussian_udp
+from tff_priv.mechanisms import gaussian
 
 _SHAPES = flags.DEFINE_string(
     'shapes', '784x256,256,256x10,10',
@@ -74,25 +82,43 @@ def main(argv):
   weights = [float(w) for w in rng.integers(50, 150, size=k)]
   states = {name: p.initialize() for name, (p, _) in processes.items()}
 
+  tensors = [[tf.constant(v) for v in value] for value in values]
+
+  @tf.function
+  def draw(update):
+    return gaussian.add_gaussian_noise(update, _NOISE.value)
+
+  def draws_only():
+    start = time.perf_counter()
+    for update in tensors:
+      draw(update)
+    return time.perf_counter() - start
+
   def run(name):
+    if name == 'client_noise_draws':
+      return draws_only()
     process, weighted = processes[name]
     args = (states[name], values, weights) if weighted else (states[name], values)
     start = time.perf_counter()
     states[name] = process.next(*args).state
     return time.perf_counter() - start
 
-  for name in processes:  # Warm-up: compilation and worker start.
+  names = list(processes) + ['client_noise_draws']
+  for name in names:  # Warm-up: compilation and worker start.
     run(name)
   times = collections.defaultdict(list)
   for _ in range(_REPEATS.value):
-    for name in processes:
+    for name in names:
       times[name].append(run(name))
   d = sum(int(np.prod(s)) for s in shapes)
   base = statistics.median(times['gaussian_fixed'])
   print(f'd = {d:,}, K = {k}, repeats = {_REPEATS.value} (median seconds)')
   for name, ts in times.items():
     median = statistics.median(ts)
-    print(f'{name:16s} {median:8.3f} s   ratio {median / base:5.2f}x')
+    print(f'{name:18s} {median:8.3f} s   ratio {median / base:5.2f}x')
+  floor = (base + statistics.median(times['client_noise_draws'])) / base
+  print(f'floor for client-side noise (gaussian_fixed + the draws): '
+        f'{floor:.2f}x')
 
 
 if __name__ == '__main__':

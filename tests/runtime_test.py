@@ -11,54 +11,19 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 from absl.testing import parameterized
 import tensorflow as tf
 
+from tests import procfs
 from tff_priv import runtime
 
 _CHILD = os.path.join(os.path.dirname(__file__), 'testdata', 'runtime_child.py')
 _TIMEOUT = 120
 
 
-def _children(pid):
-  """(pid, start time) of every live process whose parent is `pid`."""
-  found = []
-  for entry in os.listdir('/proc'):
-    if not entry.isdigit():
-      continue
-    stat = _stat(int(entry))
-    if stat is not None and stat[0] == pid:
-      found.append((int(entry), stat[1]))
-  return found
-
-
-def _stat(pid):
-  """(ppid, start time) of a live, non-zombie process, else None."""
-  try:
-    with open(f'/proc/{pid}/stat') as f:
-      fields = f.read().rsplit(')', 1)[1].split()
-  except (FileNotFoundError, ProcessLookupError):
-    return None
-  if fields[0] == 'Z':
-    return None
-  return int(fields[1]), int(fields[19])
-
-
-def _alive(pid, start_time):
-  stat = _stat(pid)
-  return stat is not None and stat[1] == start_time  # Same process, not a reused PID.
-
-
 def _wait_gone(procs, seconds=10.0):
-  deadline = time.monotonic() + seconds
-  while time.monotonic() < deadline:
-    alive = [p for p in procs if _alive(*p)]
-    if not alive:
-      return []
-    time.sleep(0.1)
-  return alive
+  return procfs.wait_gone(procs, seconds)
 
 
 def _start(mode, *extra, stderr=subprocess.DEVNULL):
@@ -81,7 +46,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
   def _run_and_end(self, mode, how, stderr=subprocess.DEVNULL):
     proc, line = _start(mode, stderr=stderr)
     self.assertEqual(line.split()[1], '3.0')
-    workers = _children(proc.pid)
+    workers = procfs.children(proc.pid)
     self.assertNotEmpty(workers, 'the child started no worker process')
     if how == 'stdin':
       proc.stdin.write('go\n')
@@ -128,7 +93,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     # Shows that the checks above can fail: without tff_priv.runtime the worker
     # outlives a normally exiting process (TFF 0.87). Cleans up after itself.
     proc, _ = _start('exit', 'plain')
-    workers = _children(proc.pid)
+    workers = procfs.children(proc.pid)
     self.assertNotEmpty(workers)
     proc.stdin.write('go\n')
     proc.stdin.flush()

@@ -47,6 +47,24 @@ class DistortionFactoryTest(tf.test.TestCase):
         rtol=1e-5,
     )
 
+  def test_noise_free_measures_variance(self):
+    # sigma_e = 0 needs no variance (TV is 0 exactly); the variance is then
+    # estimated as a measurement, and the result is the exact mean.
+    rng = np.random.default_rng(1)
+    values = [rng.normal(size=100).astype(np.float32) for _ in range(5)]
+    process = distortion.DistortionFactory(noise_stddev=0.0).create(
+        tff.TensorType(np.float32, [100])
+    )
+    out = process.next(process.initialize(), values)
+    noise = out.measurements['noise']
+    self.assertAllClose(out.result, np.mean(values, axis=0), atol=1e-6)
+    self.assertEqual(noise['noise_stddev'], 0.0)
+    self.assertEqual(noise['tv_upper'], 0.0)
+    self.assertTrue(noise['variance_estimated'])
+    self.assertAllClose(
+        noise['parameter_variance'], np.mean(np.var(values, axis=0)), rtol=1e-4
+    )
+
   def test_clip_before_distortion(self):
     value_type = tff.to_type(
         collections.OrderedDict(a=tff.TensorType(np.float32, [10, 10]))

@@ -156,6 +156,10 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
   def test_rules_between_parameters(self):
     with self.assertRaisesRegex(ValueError, 'parameter_variance is required'):
       mechanisms.resolve('distortion', P(noise_stddev=1.0))
+    # Noise-free distortion has TV 0 whatever the variance.
+    self.assertEqual(
+        mechanisms.resolve('distortion', P(noise_stddev=0.0)).noise_stddev, 0.0
+    )
     with self.assertRaisesRegex(ValueError, 'udp_calibration applies only'):
       mechanisms.resolve('udp', P(noise_multiplier=1.0, udp_calibration='paper'))
 

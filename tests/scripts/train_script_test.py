@@ -41,6 +41,7 @@ import time
 
 import tensorflow as tf
 
+from tests import procfs
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
 from tff_priv.program import sampling
@@ -86,42 +87,8 @@ _MECHANISM_FLAGS = {
 }
 
 
-# /proc helpers, as in tests/runtime_test.py.
-def _stat(pid):
-  """(ppid, start time) of a live, non-zombie process, else None."""
-  try:
-    with open(f'/proc/{pid}/stat') as f:
-      fields = f.read().rsplit(')', 1)[1].split()
-  except (FileNotFoundError, ProcessLookupError):
-    return None
-  if fields[0] == 'Z':
-    return None
-  return int(fields[1]), int(fields[19])
-
-
-def _children(pid):
-  found = set()
-  for entry in os.listdir('/proc'):
-    if entry.isdigit():
-      stat = _stat(int(entry))
-      if stat is not None and stat[0] == pid:
-        found.add((int(entry), stat[1]))
-  return found
-
-
-def _alive(pid, start_time):
-  stat = _stat(pid)
-  return stat is not None and stat[1] == start_time
-
-
 def _wait_gone(procs, seconds=15.0):
-  deadline = time.monotonic() + seconds
-  while time.monotonic() < deadline:
-    alive = [p for p in procs if _alive(*p)]
-    if not alive:
-      return []
-    time.sleep(0.1)
-  return alive
+  return procfs.wait_gone(procs, seconds)
 
 
 @dataclasses.dataclass
@@ -151,7 +118,7 @@ class _Watched:
 
   def _watch(self):
     while not self._stop.is_set():
-      self.children |= _children(self.proc.pid)
+      self.children |= procfs.children(self.proc.pid)
       self._stop.wait(0.2)
 
   def finish(self):

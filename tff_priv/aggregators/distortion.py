@@ -64,10 +64,10 @@ class TVNoise(gaussian_udp.NoiseSource):
       parameter_variance = validation.positive(
           'parameter_variance', parameter_variance
       )
-    elif noise_stddev is not None:
+    elif noise_stddev:
       raise ValueError(
-          'with a fixed noise_stddev give parameter_variance: the TV bounds '
-          'need it'
+          'with a fixed noise_stddev > 0 give parameter_variance: the TV '
+          'bounds need it'
       )
     self.parameter_variance = parameter_variance
     self.uses_value_variance = parameter_variance is None
@@ -82,7 +82,11 @@ class TVNoise(gaussian_udp.NoiseSource):
       noise_stddev = validation.non_negative('noise_stddev', noise_stddev)
       self._scale = None
       self._fixed = noise_stddev
-      unit_scale = noise_stddev / parameter_variance**0.5
+      # sigma_e = 0: TV = 0 whatever the variance, which may then be left to
+      # the per-round estimate (a measurement, e.g. of a noise-free baseline).
+      unit_scale = (
+          noise_stddev / parameter_variance**0.5 if noise_stddev else 0.0
+      )
     # The bounds depend on sigma_e / sigma only, fixed above.
     self.tv_lower, self.tv_upper = total_variation.tv_bounds(
         unit_scale, 1.0, self.dimension
@@ -128,7 +132,8 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
     """Validates the arguments (see the module docstring).
 
     Args:
-      noise_stddev: sigma_e >= 0 (needs parameter_variance for the TV bounds).
+      noise_stddev: sigma_e >= 0 (sigma_e > 0 needs parameter_variance for the
+        TV bounds; sigma_e = 0 has TV 0 and may estimate the variance).
       target_tv: a TV target in (0, 1) to calibrate sigma_e.
       parameter_variance: sigma^2 > 0 per coordinate; None: estimated per
         round across the clients (released without noise).
@@ -148,10 +153,10 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
       total_variation.noise_for_tv(target_tv, 1.0, 1, 'lower')  # Feasible?
     if clip is not None:
       clip = validation.positive('clip', clip)
-    if noise_stddev is not None and parameter_variance is None:
+    if noise_stddev and parameter_variance is None:
       raise ValueError(
-          'with a fixed noise_stddev give parameter_variance: the TV bounds '
-          'need it'
+          'with a fixed noise_stddev > 0 give parameter_variance: the TV '
+          'bounds need it'
       )
     self._kwargs = dict(
         noise_stddev=noise_stddev,

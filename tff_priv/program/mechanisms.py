@@ -214,11 +214,12 @@ def resolve(name: str, params: MechanismParams) -> MechanismParams:
   if name == 'smp':
     given.setdefault('compression', DEFAULT_COMPRESSION)
   if name == 'distortion' and 'target_tv' not in given:
-    if 'parameter_variance' not in given:
+    noise_free = 0 in (given.get('noise_stddev'), given.get('noise_multiplier'))
+    if 'parameter_variance' not in given and not noise_free:
       raise ValueError(
           'parameter_variance is required for mechanism distortion with a '
-          'fixed noise (epsilon, noise_multiplier or noise_stddev): the TV '
-          'bounds it reports need it'
+          'fixed noise (epsilon, noise_multiplier or noise_stddev > 0): the '
+          'TV bounds it reports need it'
       )
   if name == 'ldp':
     given.setdefault('ldp_epsilon', DEFAULT_LDP_EPSILON)
@@ -605,7 +606,7 @@ def build(
       mech.resolved['noise_multiplier'] = noise_stddev / (2.0 * params.clip)
       source = factory.noise_source(d)
       mech.resolved.update(tv_lower=source.tv_lower, tv_upper=source.tv_upper)
-    if params.parameter_variance is None:
+    if params.target_tv is not None and params.parameter_variance is None:
       mech.caveats.append(
           'sigma_e is calibrated each round from the clients\' parameter '
           'variance, released to the server without noise: the eps of the '
