@@ -20,7 +20,6 @@ McMahan CNN. The data differ: the offline mnist5k task has 5,000 MNIST digits
 """
 
 import collections
-import json
 import os
 import time
 
@@ -33,6 +32,7 @@ import tensorflow_federated as tff
 import tasks
 from tff_priv import runtime
 from tff_priv.learning import ldp_fl
+from tff_priv.program import results_log
 
 # LDP-FL Table 1, MNIST row (accuracy %).
 PAPER_MNIST = collections.OrderedDict(
@@ -163,18 +163,6 @@ def _run_config(task, clients, mode, eps, run, num_values):
   return record
 
 
-def _load(path):
-  if not os.path.exists(path):
-    return {}
-  out = {}
-  with open(path) as f:
-    for line in f:
-      if line.strip():
-        r = json.loads(line)
-        out[r['key']] = r
-  return out
-
-
 def _column(eps):
   return 'noise-free' if eps is None else f'eps={eps:g}'
 
@@ -270,7 +258,7 @@ def main(argv):
   epsilons = [float(e) for e in _EPSILONS.value]
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   path = os.path.join(_OUTPUT_DIR.value, 'results.jsonl')
-  results = _load(path)
+  results = results_log.load(path)
   task, clients = _data()
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(task.model_fn())
@@ -290,8 +278,7 @@ def main(argv):
       continue
     record = _run_config(task, clients, mode, eps, run, num_values)
     results[key] = record
-    with open(path, 'a') as f:
-      f.write(json.dumps(record) + '\n')
+    results_log.append(path, record)
     print(
         f"{key}: accuracy {record['test_accuracy']:.4f} "
         f"({record['seconds']:.0f} s)", flush=True,

@@ -109,6 +109,7 @@ from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.aggregators import sparsified_secure_sum as sss
 from tff_priv.learning import fedsmp
 from tff_priv.program import sampling as sampling_lib
+from tff_priv.program import results_log
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 MB = 1e6  # The paper's MB: 1,663,370 float32 values x 3 uploads = 19.96 MB.
@@ -497,18 +498,6 @@ def _run(
   }
 
 
-def _load(path: str) -> dict[str, dict]:
-  if not os.path.exists(path):
-    return {}
-  out = {}
-  with open(path) as f:
-    for line in f:
-      if line.strip():
-        r = json.loads(line)
-        out[r['key']] = r
-  return out
-
-
 def _check_same_setting(results: dict[str, dict], s: Setting) -> None:
   """Refuses to mix runs of another setting of the same task."""
   wanted = json.loads(json.dumps(dataclasses.asdict(s)))
@@ -578,8 +567,7 @@ def _run_task(s, specs, results, results_path, target_accuracy):
     print(f'{key}: running', flush=True)
     record = _run(s, sp, data, z, evaluation, target_accuracy)
     results[key] = record
-    with open(results_path, 'a') as f:
-      f.write(json.dumps(_json_safe(record)) + '\n')
+    results_log.append(results_path, _json_safe(record))
     print(
         f"{key}: final accuracy {record['final_test_accuracy']:.4f} (best "
         f"{record['best_test_accuracy']:.4f}), eps {record['epsilon_spent']:.3f}"
@@ -805,7 +793,7 @@ def main(argv):
                       else _TARGET_ACCURACY.value) for s in settings}
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   results_path = os.path.join(_OUTPUT_DIR.value, 'results.jsonl')
-  results = _load(results_path)
+  results = results_log.load(results_path)
   try:
     for s in settings:
       _check_setting(s)

@@ -30,7 +30,6 @@ table (summary.md) and a plot (udp_loss_vs_rounds.png).
     .venv/bin/python scripts/udp_experiments.py --output_dir=results/udp
 """
 
-import json
 import os
 import time
 
@@ -47,6 +46,7 @@ from tff_priv import runtime
 from tff_priv.learning import crd
 from tff_priv.learning import udp
 from tff_priv.learning import udp_client_work
+from tff_priv.program import results_log
 
 # Privacy.
 _EPSILONS = flags.DEFINE_list('epsilons', ['4', '8', '16'], 'Target eps values.')
@@ -133,10 +133,7 @@ def main(argv):
   runtime.set_context()
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   results_path = os.path.join(_OUTPUT_DIR.value, 'results.jsonl')
-  done_keys = set()
-  if os.path.exists(results_path):
-    with open(results_path) as f:
-      done_keys = {json.loads(line)['key'] for line in f if line.strip()}
+  done_keys = set(results_log.load(results_path))
   model_fn, clients, validation, test = _data()
   n = _SAMPLES.value
   sens = udp_client_work.udp_sensitivity(_LEARNING_RATE.value, _CLIP.value, n)
@@ -200,8 +197,7 @@ def main(argv):
           first_sigma=sigmas[0], last_sigma=sigmas[-1],
           sensitivity=sens, seconds=time.time() - start,
       )
-      with open(results_path, 'a') as f:
-        f.write(json.dumps(record) + '\n')
+      results_log.append(results_path, record)
       logging.info('%s', record)
       print(
           f'{key:34s} rounds {len(sigmas):3d}  loss {loss:.3f}  acc '
@@ -220,8 +216,7 @@ def _summarise(results_path):
   import matplotlib.pyplot as plt
   # pylint: enable=g-import-not-at-top
 
-  with open(results_path) as f:
-    records = [json.loads(line) for line in f if line.strip()]
+  records = list(results_log.load(results_path).values())
   groups = {}
   for r in records:
     groups.setdefault(

@@ -52,7 +52,6 @@ and utility_loss.png.
     .venv/bin/python scripts/utility_loss.py --output_dir=results/utility_loss
 """
 
-import json
 import os
 import time
 
@@ -69,6 +68,7 @@ from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.mechanisms import bernoulli_sampling
 from tff_priv.program import mechanisms
 from tff_priv.program import sampling as sampling_lib
+from tff_priv.program import results_log
 
 _TASKS = ('mnist5k', 'digits')
 _MODELS = ('softmax', 'mlp')
@@ -347,13 +347,6 @@ def _flat(weights):
   )
 
 
-def _load(results_path):
-  if not os.path.exists(results_path):
-    return {}
-  with open(results_path) as f:
-    return {r['key']: r for r in (json.loads(l) for l in f if l.strip())}
-
-
 def main(argv):
   cli_ = cli.Cli('utility_loss.py')
   if len(argv) > 1:
@@ -367,7 +360,7 @@ def main(argv):
   out_dir = _OUTPUT_DIR.value
   os.makedirs(out_dir, exist_ok=True)
   results_path = os.path.join(out_dir, 'results.jsonl')
-  done = _load(results_path)
+  done = results_log.load(results_path)
   exp = _Experiment(clients, test, input_shape)
   clip = _CLIP.value
   global _NOISE_FREE_PARAMS
@@ -428,8 +421,7 @@ def main(argv):
         delta=_DELTA.value,
         seconds=time.time() - start,
     )
-    with open(results_path, 'a') as f:
-      f.write(json.dumps(record) + '\n')
+    results_log.append(results_path, record)
     done[key] = record
     print(f'{key:28s} ||W-W*||^2 {record["sq_distance"]:.4g}  acc '
           f'{record["test_accuracy"]:.3f}  sigma_e {record["noise_stddev"]:.3g}'
