@@ -26,6 +26,14 @@ def _wait_gone(procs, seconds=10.0):
   return procfs.wait_gone(procs, seconds)
 
 
+def _default_signals():
+  # The child starts with the default dispositions whatever this process
+  # inherited (e.g. SIGHUP ignored under nohup, which tff_priv.runtime rightly
+  # respects: it then installs no SIGHUP handler).
+  for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, signal.SIG_DFL)
+
+
 def _start(mode, *extra, stderr=subprocess.DEVNULL):
   proc = subprocess.Popen(
       [sys.executable, _CHILD, mode, *extra],
@@ -33,6 +41,7 @@ def _start(mode, *extra, stderr=subprocess.DEVNULL):
       stdout=subprocess.PIPE,
       stderr=stderr,
       text=True,
+      preexec_fn=_default_signals,
   )
   line = proc.stdout.readline()
   if not line.startswith('READY'):
