@@ -102,7 +102,6 @@ _OUTPUT_DIR = flags.DEFINE_string(
 )
 
 _NOISE_FREE = 'none'
-_NOISE_FREE_PARAMS = None  # Set in main (needs --clip).
 
 
 def _float_list(name, values, low, high, low_open):
@@ -209,7 +208,7 @@ def _model_fn(input_shape):
 class _Experiment:
   """Builds each noise level's process once and runs it."""
 
-  def __init__(self, clients, test, input_shape):
+  def __init__(self, clients, test, input_shape, noise_free):
     self.clients = [
         tf.data.Dataset.from_tensor_slices((x, y)) for x, y in clients
     ]
@@ -222,6 +221,7 @@ class _Experiment:
     self._built = {}
     self.init_weights = None
     self._full_batches = None
+    self._noise_free = noise_free
 
   def mechanism(self, level, params):
     if level not in self._built:
@@ -262,7 +262,7 @@ class _Experiment:
   def initialize(self):
     """Draws the initial weights every run starts from."""
     if self.init_weights is None:
-      mech = self.mechanism(_NOISE_FREE, _NOISE_FREE_PARAMS)
+      mech = self.mechanism(_NOISE_FREE, self._noise_free)
       self.init_weights = mech.process.get_model_weights(
           mech.process.initialize()
       )
@@ -361,12 +361,9 @@ def main(argv):
   os.makedirs(out_dir, exist_ok=True)
   results_path = os.path.join(out_dir, 'results.jsonl')
   done = results_log.load(results_path)
-  exp = _Experiment(clients, test, input_shape)
   clip = _CLIP.value
-  global _NOISE_FREE_PARAMS
-  noise_free = _NOISE_FREE_PARAMS = mechanisms.MechanismParams(
-      noise_stddev=0.0, clip=clip
-  )
+  noise_free = mechanisms.MechanismParams(noise_stddev=0.0, clip=clip)
+  exp = _Experiment(clients, test, input_shape, noise_free)
 
   # W*: the long noise-free full-batch run (centralised: see _reference).
   reference_path = os.path.join(out_dir, 'reference.npz')

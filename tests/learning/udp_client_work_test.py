@@ -5,24 +5,13 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import models
+from tests import tiny_models
 from tff_priv.learning import udp_client_work
 
 _LOSS = udp_client_work.sparse_categorical_crossentropy()
 
 
-def _tiny_model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(4,)),
-      tf.keras.layers.Dense(3, activation='softmax'),
-  ])
-  return tff.learning.models.from_keras_model(
-      keras_model,
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-      input_spec=(
-          tf.TensorSpec([None, 4], tf.float32),
-          tf.TensorSpec([None], tf.int32),
-      ),
-  )
+_tiny_model_fn = tiny_models.softmax_model_fn
 
 
 def _mlp_model_fn():

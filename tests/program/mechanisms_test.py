@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tests import tiny_models
 from tff_priv.accounting import calibration
 from tff_priv.accounting import events
 from tff_priv.accounting import ledger as ledger_lib
@@ -22,19 +23,7 @@ from tff_priv.program import sampling
 P = mechanisms.MechanismParams
 
 
-def _model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(4,)),
-      tf.keras.layers.Dense(3, activation='softmax'),
-  ])
-  return tff.learning.models.from_keras_model(
-      keras_model,
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-      input_spec=(
-          tf.TensorSpec([None, 4], tf.float32),
-          tf.TensorSpec([None], tf.int32),
-      ),
-  )
+_model_fn = tiny_models.softmax_model_fn
 
 
 def _build(name, params, kind=None, **kwargs):
