@@ -8,7 +8,14 @@ tensors, d = 1,663,370) and K clients:
 * `smp_plain_p<p>`: `SparsifiedSecureSumFactory(secure=False)` for each p in
   --compressions;
 * `smp_secure_p<p>`: `SparsifiedSecureSumFactory(secure=True)` for each p in
-  --secure_compressions.
+  --secure_compressions;
+* `client_noise_draws_p<p>`: only the K x k standard normal draws, timed
+  alone (K calls of one tf.function, outside TFF), and gaussian_fixed + these
+  draws: a reference point for the cost that noising every upload at its
+  client adds to DP-FedAvg's server-noised round. Not a lower bound: it keeps
+  gaussian_fixed's own d server draws, and K separate eager calls carry
+  per-call overhead where TFF's clients may run concurrently. The sigma0 rows
+  (noise multiplier 0) show the rest of the aggregation without any draw.
 
 Value sources (--value_source, both by default):
 
@@ -39,6 +46,7 @@ import tensorflow_federated as tff
 
 from tff_priv import runtime
 from tff_priv.aggregators import sparsified_secure_sum
+from tff_priv.mechanisms import sparsify
 
 # Value type.
 _SHAPES = flags.DEFINE_string(
@@ -131,6 +139,28 @@ def _client_generated(process, value_type, shapes):
   return run
 
 
+def _noise_draw_calls(d, k_clients):
+  """The K x k standard normal draws alone, per p of --compressions.
+
+  Fed-SMP's noise is drawn on every client (K k normals per round) where
+  gaussian_fixed draws d at the server.
+  """
+  calls = collections.OrderedDict()
+  for p in _COMPRESSIONS.value:
+    k = int(sparsify.num_kept(d, float(p)))
+
+    @tf.function
+    def draw(k=k):
+      return tf.random.normal([k])
+
+    def draw_all(draw=draw):
+      for _ in range(k_clients):
+        draw().numpy()
+
+    calls[f'client_noise_draws_p{float(p):g}'] = draw_all
+  return calls
+
+
 def _time(fn, *args):
   start = time.perf_counter()
   fn(*args)
@@ -139,6 +169,11 @@ def _time(fn, *args):
 
 def _report(title, times):
   base = statistics.median(times['gaussian_fixed'])
+  floors = {
+      name[len('client_noise_draws_'):]: (base + statistics.median(ts)) / base
+      for name, ts in times.items()
+      if name.startswith('client_noise_draws_')
+  }
   print(f'\n{title}')
   print(f'{"process":<22} {"median s":>9} {"min s":>8} {"ratio":>7}  all (s)')
   for name, ts in times.items():
@@ -147,6 +182,9 @@ def _report(title, times):
         f'{name:<22} {med:9.2f} {min(ts):8.2f} {med / base:6.2f}x  '
         + ', '.join(f'{t:.2f}' for t in ts)
     )
+  for p, floor in floors.items():
+    print(f'gaussian_fixed + the client noise draws at {p} timed alone: '
+          f'{floor:.2f}x')
 
 
 def main(argv):
@@ -188,6 +226,8 @@ def main(argv):
       for name, p in processes.items():
         run = _client_generated(p, value_type, shapes)
         calls[name] = lambda run=run, st=states[name]: run(st, seeds)
+    draws = _noise_draw_calls(d, k_clients)
+    calls.update(draws)
     for name, call in calls.items():  # warm-up: tracing, compilation
       call()
     times = {name: [] for name in calls}

@@ -12,7 +12,8 @@ Keras files are cached, else it is skipped with a log line):
   compression 1 (clipped FedAvg, eps = inf), as the ceiling;
 
 and on the offline Shakespeare task (char-LSTM, 820,522 parameters), Fed-SMP
-at one p (--shakespeare_compression, --shakespeare_mask) against DP-FedAvg.
+at one p (--shakespeare_compression, --shakespeare_mask) against DP-FedAvg
+(and, with --noise_free, the noise-free ceiling).
 
 All runs of a task share one noise multiplier sigma, calibrated ONCE for the
 target (--epsilon, --delta) over the planned --rounds with Poisson client
@@ -30,10 +31,12 @@ can exceed the target by a little: the number reported is the ledger's.
 Clients are drawn by `tff_priv.program.sampling.ClientSampling('poisson',
 ...)` seeded by (seed, round): every method of a task sees the same clients
 in the same rounds. top_k's public set D_pub (the paper: 1,000 training
-examples held out from the clients) is the union of the first
---public_clients clients of the task's split; those clients are never
-sampled, for every method, so all methods train on the same private
-population (the paper gives the non-top_k methods the public examples too).
+examples held out from the clients) is the first --public_clients clients
+of the task's split, each preprocessed as a client's data
+(`tasks.hold_out_public_clients`: per-client speech limit, batches within a
+client); those clients are never sampled, for every method, so all methods
+train on the same private population (the paper gives the non-top_k methods
+the public examples too).
 
 Setup of the defaults, scaled to 2 CPU cores shared with other jobs, and
 what differs from the paper (Sec. 6.1-6.2; several of its numbers were lost
@@ -338,20 +341,10 @@ def _build_data(s: Setting) -> _Data:
         samples_per_client=s.samples_per_client, partition='iid',
     )
   task = tasks.get_task(s.task, train_client_spec=spec, seed=s.seed, **options)
-  train = task.datasets.train_data
-  ids = list(train.client_ids)
-  if s.public_clients >= len(ids):
-    raise ValueError(
-        f'public_clients ({s.public_clients}) must leave private clients '
-        f'(the task has {len(ids)})'
-    )
-  preprocess = task.datasets.train_preprocess_fn
   public = None
+  private_ids = list(task.datasets.train_data.client_ids)
   if s.public_clients:
-    raw = train.create_tf_dataset_for_client(ids[0])
-    for c in ids[1 : s.public_clients]:
-      raw = raw.concatenate(train.create_tf_dataset_for_client(c))
-    public = preprocess(raw)
+    public, private_ids = tasks.hold_out_public_clients(task, s.public_clients)
   test = task.datasets.get_centralized_test_data()
   if s.test_examples:
     # A fixed random subset (the same for every run of the setting).
@@ -367,7 +360,7 @@ def _build_data(s: Setting) -> _Data:
   with tf.Graph().as_default():
     model = task.model_fn()
     d = int(sum(np.prod(v.shape) for v in model.trainable_variables))
-  return _Data(task, ids[s.public_clients :], public, test, d)
+  return _Data(task, private_ids, public, test, d)
 
 
 def _accuracy_key(metrics) -> str:
@@ -808,6 +801,8 @@ def main(argv):
           RunSpec('dp_fedavg', None, 1.0),
           RunSpec('fed_smp', _SH_MASK.value, _SH_COMPRESSION.value),
       ]
+      if _NOISE_FREE.value:
+        specs.append(RunSpec('noise_free', None, 1.0))
     else:
       specs = _specs(compressions, masks, _NOISE_FREE.value)
     _run_task(s, specs, results, results_path, targets[s.task])

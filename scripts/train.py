@@ -7,6 +7,8 @@ state, CSV / TensorBoard releases, the summary. Run from the repository root:
   .venv/bin/python scripts/train.py                  # dp_fedavg on mnist5k
   .venv/bin/python scripts/train.py --mechanism=smp --epsilon=8 \
       --compression=0.1 --root_output_dir=output/smp
+  .venv/bin/python scripts/train.py --mechanism=smp --mask=top_k \
+      --public_clients=20 --compression=0.01 --root_output_dir=output/smp_top_k
   .venv/bin/python scripts/train.py --mechanism=udp --epsilon=8 --clip=1 \
       --client_learning_rate=0.5 --root_output_dir=output/udp
 
@@ -124,6 +126,16 @@ _COMPRESSION = flags.DEFINE_float(
     'compression', None,
     f'smp: kept fraction k/d (default {mechanisms.DEFAULT_COMPRESSION}).',
 )
+_MASK = flags.DEFINE_enum(
+    'mask', None, list(mechanisms.MASKS),
+    f"smp: 'rand_k' (public seed) or 'top_k' (the server trains on public "
+    f"clients; default {mechanisms.DEFAULT_MASK!r}).",
+)
+_PUBLIC_CLIENTS = flags.DEFINE_integer(
+    'public_clients', None,
+    'smp with --mask=top_k: the first N clients form the public set, never '
+    f'sampled (default {mechanisms.DEFAULT_PUBLIC_CLIENTS}).',
+)
 _LDP_EPSILON = flags.DEFINE_float(
     'ldp_epsilon', None,
     f'ldp: eps of every reported value (default '
@@ -196,6 +208,8 @@ def _config() -> training.RunConfig:
           noise_stddev=_NOISE_STDDEV.value,
           clip=_CLIP.value,
           compression=_COMPRESSION.value,
+          mask=_MASK.value,
+          public_clients=_PUBLIC_CLIENTS.value,
           ldp_epsilon=_LDP_EPSILON.value,
           ldp_range_mode=_LDP_RANGE_MODE.value,
           ldp_center=_LDP_CENTER.value,

@@ -7,6 +7,7 @@ file expected and where to put it.
 """
 
 from tasks.cache import DatasetUnavailableError
+from tasks.public_split import hold_out_public_clients
 from tasks.registry import get_task
 from tasks.registry import OFFLINE_TASK_NAMES
 from tasks.registry import TASK_NAMES

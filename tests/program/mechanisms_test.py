@@ -2,7 +2,7 @@
 
 Rounds of every mechanism run end to end in tests/scripts/train_script_test.py
 (which checks each ledger against the run's own CSV); here: the parameter
-rules, and builds on a tiny model checked without running a round.
+rules, and builds on a tiny model (one round of smp's top_k process).
 """
 
 import collections
@@ -53,7 +53,13 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(
         mechanisms.resolve('smp', P()),
         P(delta=d, epsilon=e, clip=mechanisms.DEFAULT_CLIP,
-          compression=mechanisms.DEFAULT_COMPRESSION),
+          compression=mechanisms.DEFAULT_COMPRESSION, mask='rand_k'),
+    )
+    self.assertEqual(
+        mechanisms.resolve('smp', P(mask='top_k')),
+        P(delta=d, epsilon=e, clip=mechanisms.DEFAULT_CLIP,
+          compression=mechanisms.DEFAULT_COMPRESSION, mask='top_k',
+          public_clients=mechanisms.DEFAULT_PUBLIC_CLIENTS),
     )
     self.assertEqual(
         mechanisms.resolve('udp', P()),
@@ -116,6 +122,13 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
       ('udp_calibration', 'udp', P(udp_calibration='loose'), ValueError,
        'udp_calibration'),
       ('epsilon_type', 'smp', P(epsilon='1'), TypeError, 'epsilon'),
+      ('mask', 'smp', P(mask='top'), ValueError, 'mask'),
+      ('public_clients_zero', 'smp', P(mask='top_k', public_clients=0),
+       ValueError, 'public_clients'),
+      ('public_clients_type', 'smp', P(mask='top_k', public_clients=2.0),
+       TypeError, 'public_clients'),
+      ('public_clients_rand_k', 'smp', P(public_clients=5), ValueError,
+       'public_clients applies only'),
   )
   def test_bad_values(self, name, params, error, message):
     with self.assertRaisesRegex(error, message):
@@ -129,6 +142,7 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
       ('dp_fedavg_stddev', 'dp_fedavg', P(noise_stddev=1.0), 'noise_stddev'),
       ('ldp_epsilon_target', 'ldp', P(epsilon=1.0), 'epsilon'),
       ('smp_rho', 'smp', P(rho=0.5), 'rho'),
+      ('dp_fedavg_mask', 'dp_fedavg', P(mask='top_k'), 'mask'),
       ('udp_target_tv', 'udp', P(target_tv=0.5), 'target_tv'),
       ('distortion_ldp', 'distortion', P(ldp_radius=1.0), 'ldp_radius'),
   )
@@ -223,6 +237,76 @@ class BuildTest(tf.test.TestCase):
     mech.charge(ledger, None)
     self.assertEqual(ledger.epsilon(1e-5), float('inf'))
     self.assertTrue(any('minmax' in c for c in mech.caveats))
+
+  def test_client_metrics_caveat_on_every_private_mechanism(self):
+    extra = {
+        'udp': dict(min_client_examples=5),
+        'distortion': dict(params=P(parameter_variance=0.1)),
+        'dp_fedavg': dict(params=P(clip=1.0)),
+    }
+    for name in mechanisms.MECHANISMS:
+      with self.subTest(name):
+        kwargs = dict(extra.get(name, {}))
+        params = kwargs.pop('params', P())
+        mech = _build(name, params, **kwargs)
+        self.assertEqual(
+            mechanisms.CLIENT_METRICS_CAVEAT in mech.caveats, name != 'none'
+        )
+    top_k = _build('smp', P(mask='top_k'), public_data=_public_data(seed=0))
+    self.assertIn(mechanisms.CLIENT_METRICS_CAVEAT, top_k.caveats)
+
+  def test_smp_top_k_needs_public_data_and_rand_k_refuses_it(self):
+    with self.assertRaisesRegex(ValueError, 'needs public_data'):
+      _build('smp', P(mask='top_k'))
+    with self.assertRaisesRegex(ValueError, 'public_data applies only'):
+      _build('smp', P(), public_data=_public_data(seed=0))
+    with self.assertRaisesRegex(ValueError, 'public_data applies only'):
+      _build('dp_fedavg', P(clip=1.0), public_data=_public_data(seed=0))
+
+  def test_smp_top_k_round_uses_the_public_mask(self):
+    # One round of the built process: the round's mask is the top-k of the
+    # server's public update (fedsmp), the charge is the achieved noise;
+    # changing the private clients' data leaves the mask as it was, changing
+    # the public data changes it (from the same global model).
+    weights = []
+
+    def mask_of_round(public_seed, private_seed):
+      mech = _build(
+          'smp',
+          P(mask='top_k', compression=0.2, noise_multiplier=0.7, clip=1.0),
+          public_data=_public_data(seed=public_seed),
+      )
+      self.assertEqual(mech.resolved['mask'], 'top_k')
+      k = mech.resolved['kept_coordinates']
+      self.assertEqual(k, 3)  # round(0.2 * 15)
+      clients = [_public_data(seed=private_seed + 10 * i) for i in range(2)]
+      state = mech.process.initialize()
+      if weights:
+        state = mech.process.set_model_weights(state, weights[0])
+      else:
+        weights.append(mech.process.get_model_weights(state))
+      output = mech.process.next(state, clients)
+      mask = np.asarray(output.state.aggregator.mask_indices)
+      self.assertLen(np.unique(mask), k)
+      self.assertEqual(int(output.metrics['mask']['mask_size']), k)
+      ledger = ledger_lib.PrivacyLedger()
+      mech.charge(ledger, output.metrics)
+      # 2 of K = 4 expected clients reported: z sqrt(2 / 4).
+      ((event, _),) = ledger.entries
+      self.assertAllClose(event.event.noise_multiplier, 0.7 * np.sqrt(0.5))
+      return mask
+
+    mask = mask_of_round(public_seed=1, private_seed=2)
+    self.assertAllEqual(mask_of_round(public_seed=1, private_seed=3), mask)
+    # 3 of 15 coordinates: 455 possible masks.
+    self.assertNotAllEqual(mask_of_round(public_seed=4, private_seed=2), mask)
+
+
+def _public_data(seed):
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(12, 4)).astype(np.float32)
+  y = rng.integers(0, 3, size=12).astype(np.int32)
+  return tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
 
 
 if __name__ == '__main__':

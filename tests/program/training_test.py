@@ -124,6 +124,29 @@ class OutputDirectoryTest(_TempDirTestCase):
     with open(layout.path(root, layout.CONFIG)) as f:
       self.assertEqual(json.load(f), written)  # Not overwritten.
 
+  def test_run_written_before_a_new_default_resumes(self):
+    # An smp config.json from before `mask` existed (rand_k was the only
+    # mask): same run, it resumes; a different given value is still refused.
+    root = os.path.join(self._make_tempdir(), 'run')
+    config = _config(
+        mechanism='smp', params=mechanisms.MechanismParams(compression=0.2)
+    ).validate()
+    self.assertEqual(config.params.mask, 'rand_k')
+    training.prepare_output_dir(root, config)
+    path = layout.path(root, layout.CONFIG)
+    with open(path) as f:
+      old = json.load(f)
+    del old['params']['mask']
+    with open(path, 'w') as f:
+      json.dump(old, f)
+    self.assertTrue(training.prepare_output_dir(root, config))
+    top_k = _config(
+        mechanism='smp',
+        params=mechanisms.MechanismParams(compression=0.2, mask='top_k'),
+    ).validate()
+    with self.assertRaisesRegex(training.ConfigError, 'top_k'):
+      training.prepare_output_dir(root, top_k)
+
   def test_foreign_directory_is_refused(self):
     root = self._make_tempdir()
     with open(os.path.join(root, 'notes.txt'), 'w') as f:

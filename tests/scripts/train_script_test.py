@@ -1,9 +1,9 @@
 """scripts/train.py end to end, in subprocesses.
 
-* Every mechanism runs 2 rounds on 'digits': exit 0, one CSV row per round,
-  a strict-JSON summary, and a ledger equal to what the rounds in the CSV
-  must have charged (the charge rule of each mechanism, rebuilt here from the
-  CSV's own columns).
+* Every mechanism runs 2 rounds on 'digits' (smp with both masks): exit 0,
+  one CSV row per round, a strict-JSON summary, and a ledger equal to what
+  the rounds in the CSV must have charged (the charge rule of each mechanism,
+  rebuilt here from the CSV's own columns).
 * Kill -9 mid-run, then the same command again: the round counter continues
   from the checkpoint and the final ledger equals that of an uninterrupted
   run with the same flags (smp, whose charge depends on how many clients the
@@ -71,6 +71,7 @@ def _smp_seed():
 
 
 _SMP_SEED = _smp_seed()
+_PUBLIC_CLIENTS = 2
 _SMP_ROUNDS = 5
 _MECHANISM_FLAGS = {
     'none': (),
@@ -84,7 +85,12 @@ _MECHANISM_FLAGS = {
     'smp': ('--noise_multiplier=0.8', '--compression=0.2',
             f'--seed={_SMP_SEED}', f'--total_rounds={_SMP_ROUNDS}',
             f'--eval_every={_SMP_ROUNDS}'),
+    # Fed-SMP's top_k mask: 2 public clients held out, K of the other 8.
+    'smp_top_k': ('--noise_multiplier=0.8', '--compression=0.01',
+                  '--mask=top_k', f'--public_clients={_PUBLIC_CLIENTS}'),
 }
+# Runs of another name than their mechanism.
+_RUN_MECHANISM = {'smp_top_k': 'smp'}
 
 
 def _wait_gone(procs, seconds=15.0):
@@ -140,9 +146,10 @@ def _run(*args):
   return _Watched(args).finish()
 
 
-def _mechanism_args(mechanism, root):
-  return (*_COMMON, f'--mechanism={mechanism}', '--total_rounds=2',
-          *_MECHANISM_FLAGS[mechanism], f'--root_output_dir={root}')
+def _mechanism_args(run, root):
+  return (*_COMMON, f'--mechanism={_RUN_MECHANISM.get(run, run)}',
+          '--total_rounds=2', *_MECHANISM_FLAGS[run],
+          f'--root_output_dir={root}')
 
 
 def _kill_and_resume(root):
@@ -246,8 +253,9 @@ class TrainScriptTest(tf.test.TestCase):
     self.assertNotEmpty(result.children, 'no TFF worker was seen')
     self.assertEqual(result.survivors, [], 'a TFF worker outlived its run')
 
-  def _summary_and_rows(self, mechanism, rounds=2):
-    root = self.dirs[mechanism]
+  def _summary_and_rows(self, run, rounds=2, num_clients=_NUM_CLIENTS):
+    mechanism = _RUN_MECHANISM.get(run, run)
+    root = self.dirs[run]
     summary = _load_json(layout.path(root, layout.SUMMARY))
     rows = _rows(layout.path(root, layout.TRAIN_CSV))
     self.assertEqual(
@@ -257,7 +265,7 @@ class TrainScriptTest(tf.test.TestCase):
     # The loop drew each round's clients with the seeded sampler.
     kind = summary['sampling']['model']
     seed = summary['parameters']['seed']
-    draw = sampling.ClientSampling(kind, _NUM_CLIENTS, _K)
+    draw = sampling.ClientSampling(kind, num_clients, _K)
     self.assertEqual(
         [int(r['clients']) for r in rows],
         [len(draw.sample_indices(seed, t)) for t in range(1, rounds + 1)],
@@ -350,6 +358,37 @@ class TrainScriptTest(tf.test.TestCase):
     )
     self.assertEqual(int(rows[1]['uplink_bytes']), 0)
     self.assertIn('paper', summary['privacy']['closed_form'])
+
+  def test_smp_top_k_holds_out_the_public_clients(self):
+    self._check_ok(self.runs['smp_top_k'])
+    private = _NUM_CLIENTS - _PUBLIC_CLIENTS
+    # The rows' client counts are the seeded draws over the private clients.
+    summary, rows, ledger = self._summary_and_rows(
+        'smp_top_k', num_clients=private
+    )
+    self.assertEqual(summary['sampling']['num_clients'], private)
+    resolved = summary['parameters']['resolved']
+    self.assertEqual(resolved['mask'], 'top_k')
+    self.assertEqual(summary['parameters']['params']['public_clients'],
+                     _PUBLIC_CLIENTS)
+    k = round(0.01 * _DIGITS_PARAMETERS)
+    self.assertEqual(resolved['kept_coordinates'], k)
+    q = _K / private
+    events = [e for e, count in ledger.entries for _ in range(count)]
+    self.assertLen(events, 2)
+    self.assertTrue(any(int(r['clients']) for r in rows))
+    for row, event in zip(rows, events):
+      n = int(row['clients'])
+      self.assertEqual(event.sampling_probability, q)
+      self.assertAllClose(
+          event.event.noise_multiplier, 0.8 * math.sqrt(n / _K) if n else 0.8
+      )
+      if n:
+        # The server trained on D_pub for the round's mask of k coordinates.
+        self.assertEqual(int(row['mask/mask_size']), k)
+        self.assertGreater(float(row['mask/public_train/loss']), 0.0)
+        self.assertEqual(int(row['aggregator/uploaded_bits_per_client']),
+                         32 * k)
 
   def test_distortion(self):
     self._check_ok(self.runs['distortion'])
@@ -476,6 +515,15 @@ class TrainScriptTest(tf.test.TestCase):
             'compression does not apply',
         ),
         'arguments': (('extra',), 'unexpected arguments'),
+        'public_clients_all': (
+            ('--task=digits', '--mechanism=smp', '--mask=top_k',
+             '--public_clients=10'),
+            'public_clients (10) must leave private clients',
+        ),
+        'public_clients_rand_k': (
+            ('--mechanism=smp', '--public_clients=3'),
+            'public_clients applies only',
+        ),
     }
     for name, (args, message) in cases.items():
       with self.subTest(name):

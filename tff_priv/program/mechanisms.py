@@ -11,7 +11,7 @@ when the round measures the real one).
 |---|---|---|---|
 | none | `tff.learning.algorithms.build_weighted_fed_avg` | poisson | `NonPrivateDpEvent` (eps = inf) |
 | dp_fedavg | `build_unweighted_fed_avg` + TFF's DP aggregator: `tff.learning.dp_aggregator` (adaptive clip) or `DifferentiallyPrivateFactory.gaussian_fixed` (with `clip`) | poisson | Gaussian(z), Poisson(q) |
-| smp | `build_unweighted_fed_avg` + `SparsifiedSecureSumFactory` (rand_k) | poisson | Gaussian(measured `achieved_noise_multiplier`), Poisson(q) |
+| smp | rand_k: `build_unweighted_fed_avg` + `SparsifiedSecureSumFactory`; top_k: `tff_priv.learning.fedsmp.build_fedsmp_process` (mask from public data) | poisson | Gaussian(measured `achieved_noise_multiplier`), Poisson(q) |
 | distortion | `build_unweighted_fed_avg` + `DistortionFactory` (with `clip`) | poisson | Gaussian(measured `noise_stddev` / 2C), Poisson(q) |
 | udp | `tff_priv.learning.crd.build_udp_process` (fixed sigma) | fixed | Gaussian(measured `noise_stddev` / Delta), K of N |
 | ldp | `build_unweighted_fed_avg` + `LDPEncodeFactory` | fixed | d x PureEpsilon(eps0) + the range release |
@@ -54,6 +54,7 @@ from tff_priv.aggregators import distortion
 from tff_priv.aggregators import ldp_encode
 from tff_priv.aggregators import sparsified_secure_sum
 from tff_priv.learning import crd
+from tff_priv.learning import fedsmp
 from tff_priv.learning import udp
 from tff_priv.learning import udp_client_work
 from tff_priv.mechanisms import bernoulli_sampling
@@ -73,9 +74,22 @@ DEFAULT_EPSILON = 8.0
 DEFAULT_DELTA = 1e-5
 DEFAULT_CLIP = 1.0
 DEFAULT_COMPRESSION = 0.1
+DEFAULT_MASK = 'rand_k'
+DEFAULT_PUBLIC_CLIENTS = 20
 DEFAULT_LDP_EPSILON = 1.0
 DEFAULT_LDP_RADIUS = 0.05
 BYTES_PER_FLOAT32 = 4
+MASKS = sparsified_secure_sum.MASKS
+
+# The processes keep tff.learning's default metrics aggregation
+# (`sum_then_finalize`, or UDP's own sums), so the round metrics the program
+# logs are exact sums over the round's clients.
+CLIENT_METRICS_CAVEAT = (
+    "the clients' training metrics of each round (summed loss, example "
+    'counts, accuracy; udp also its largest client sensitivity) reach the '
+    'server without noise and are logged: eps covers the model updates, not '
+    'these statistics'
+)
 
 # The parameters each mechanism takes; any other one given is an error, so a
 # flag never silently does nothing.
@@ -88,7 +102,8 @@ _NOISE_SPECS = {
 ACCEPTS = {
     'none': ('delta',),
     'dp_fedavg': ('delta', 'clip') + _NOISE_SPECS['dp_fedavg'],
-    'smp': ('delta', 'clip', 'compression') + _NOISE_SPECS['smp'],
+    'smp': ('delta', 'clip', 'compression', 'mask', 'public_clients')
+    + _NOISE_SPECS['smp'],
     'udp': ('delta', 'clip', 'udp_calibration') + _NOISE_SPECS['udp'],
     'distortion': ('delta', 'clip', 'parameter_variance', 'rho')
     + _NOISE_SPECS['distortion'],
@@ -112,6 +127,11 @@ class MechanismParams:
       clipping); smp: L2 clip of the k kept values; udp: per-example gradient
       clip; distortion: L2 clip of the upload.
     compression: smp: p = k / d in (0, 1].
+    mask: smp: 'rand_k' (a public seed) or 'top_k' (the server trains on public
+      data each round and keeps the k largest coordinates of its update).
+    public_clients: smp with mask 'top_k': this many clients of the task's
+      split (the first ones) form the public set D_pub; they are never
+      sampled, and the sampling rate is K over the remaining clients.
     ldp_epsilon: ldp: eps0 of every reported value.
     ldp_range_mode: ldp: 'fixed', 'minmax' or 'quantile'.
     ldp_center: ldp: the range center c.
@@ -129,6 +149,8 @@ class MechanismParams:
   noise_stddev: Optional[float] = None
   clip: Optional[float] = None
   compression: Optional[float] = None
+  mask: Optional[str] = None
+  public_clients: Optional[int] = None
   ldp_epsilon: Optional[float] = None
   ldp_range_mode: Optional[str] = None
   ldp_center: Optional[float] = None
@@ -193,6 +215,10 @@ def resolve(name: str, params: MechanismParams) -> MechanismParams:
     validation.one_of(
         'udp_calibration', given['udp_calibration'], udp.CALIBRATIONS
     )
+  if 'mask' in given:
+    validation.one_of('mask', given['mask'], MASKS)
+  if 'public_clients' in given:
+    validation.int_at_least('public_clients', given['public_clients'], 1)
 
   given.setdefault('delta', DEFAULT_DELTA)
   noise_specs = _NOISE_SPECS.get(name, ())
@@ -213,6 +239,14 @@ def resolve(name: str, params: MechanismParams) -> MechanismParams:
     given.setdefault('clip', DEFAULT_CLIP)
   if name == 'smp':
     given.setdefault('compression', DEFAULT_COMPRESSION)
+    given.setdefault('mask', DEFAULT_MASK)
+    if given['mask'] == 'top_k':
+      given.setdefault('public_clients', DEFAULT_PUBLIC_CLIENTS)
+    elif 'public_clients' in given:
+      raise ValueError(
+          "public_clients applies only with mask='top_k' (rand_k draws its "
+          'mask from a public seed)'
+      )
   if name == 'distortion' and 'target_tv' not in given:
     noise_free = 0 in (given.get('noise_stddev'), given.get('noise_multiplier'))
     if 'parameter_variance' not in given and not noise_free:
@@ -466,6 +500,7 @@ def build(
     client_learning_rate: float,
     min_client_examples: Optional[int] = None,
     seed: int = 0,
+    public_data: Optional[tf.data.Dataset] = None,
 ) -> Mechanism:
   """Builds mechanism `name`: its learning process and its ledger charge.
 
@@ -481,6 +516,10 @@ def build(
     client_learning_rate: eta of UDP's clipped full-batch step.
     min_client_examples: udp: the smallest |D_i| of the population.
     seed: seeds the smp mask sequence and the rho mini-batches.
+    public_data: smp with mask 'top_k' only, and required then: D_pub, the
+      union of the `public_clients` held-out clients' training data,
+      preprocessed (batched, epochs repeated) as a client's data is. The
+      `sampling` population must exclude those clients.
 
   Returns:
     A `Mechanism`.
@@ -488,8 +527,43 @@ def build(
   Raises:
     ValueError: bad parameters, or a sampling of the wrong kind.
   """
+  mech = _build(
+      name,
+      params,
+      model_fn=model_fn,
+      sampling=sampling,
+      total_rounds=total_rounds,
+      client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn,
+      client_learning_rate=client_learning_rate,
+      min_client_examples=min_client_examples,
+      seed=seed,
+      public_data=public_data,
+  )
+  if name != 'none':
+    mech.caveats.append(CLIENT_METRICS_CAVEAT)
+  return mech
+
+
+def _build(
+    name,
+    params,
+    *,
+    model_fn,
+    sampling,
+    total_rounds,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    client_learning_rate,
+    min_client_examples,
+    seed,
+    public_data,
+):
+  """`build` without the caveats common to every private mechanism."""
   params = resolve(name, params)
   total_rounds = validation.int_at_least('total_rounds', total_rounds, 1)
+  if public_data is not None and params.mask != 'top_k':
+    raise ValueError("public_data applies only to smp with mask='top_k'")
   if sampling.kind != SAMPLING_KIND[name]:
     raise ValueError(
         f'mechanism {name!r} is accounted under {SAMPLING_KIND[name]} '
@@ -553,25 +627,49 @@ def build(
 
   if name == 'smp':
     z = calibrated_z()
+    top_k = params.mask == 'top_k'
+    if top_k and public_data is None:
+      raise ValueError(
+          "mechanism 'smp' with mask='top_k' needs public_data (D_pub)"
+      )
     factory = sparsified_secure_sum.SparsifiedSecureSumFactory(
         z,
         params.clip,
         params.compression,
         k_expected,
-        mask='rand_k',
+        mask=params.mask,
         secure=True,
-        mask_seed=seed,
+        mask_seed=None if top_k else seed,
     )
-    mech = _SMP(name, params, sampling, unweighted(factory), d)
+    if top_k:
+      # The server's public training uses the clients' optimizer; the
+      # client datasets (and D_pub) already repeat the local epochs.
+      process = fedsmp.build_fedsmp_process(
+          model_fn,
+          client_optimizer_fn=client_optimizer_fn,
+          aggregator_factory=factory,
+          server_optimizer_fn=server_optimizer_fn,
+          public_data=public_data,
+      )
+    else:
+      process = unweighted(factory)
+    mech = _SMP(name, params, sampling, process, d)
     mech.resolved.update(
         noise_multiplier=z,
-        mask='rand_k',
+        mask=params.mask,
         kept_coordinates=int(sparsify.num_kept(d, params.compression)),
     )
     mech.caveats.append(
         'each round is charged at the achieved noise multiplier '
         'sigma sqrt(n / K) of the n clients that reported'
     )
+    if top_k:
+      mech.caveats.append(
+          f'top_k: the mask comes from the server\'s training on the '
+          f'{params.public_clients} public clients (held out, never sampled), '
+          'whose data are public and get no protection: eps covers the other '
+          'clients; the mask releases nothing about them'
+      )
     return mech
 
   if name == 'distortion':

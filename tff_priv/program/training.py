@@ -5,7 +5,9 @@
 `layout.py`. Each round:
 
 1. draws its clients (`sampling.ClientSampling`, seeded by (seed, round), so a
-   resumed run draws what the uninterrupted run would have);
+   resumed run draws what the uninterrupted run would have; with smp's top_k
+   mask the first `public_clients` clients are the server's public set D_pub
+   and are never drawn);
 2. runs the mechanism's `LearningProcess.next` (skipped when Poisson sampling
    drew nobody: nothing is released, and the ledger is still charged, which
    over-counts);
@@ -224,6 +226,29 @@ def _write_json(path: str, value) -> None:
   os.replace(tmp, path)
 
 
+def _with_defaults(found: dict[str, Any]) -> dict[str, Any]:
+  """A config.json's content with its mechanism parameters resolved.
+
+  A parameter whose default was added after the file was written (smp's
+  `mask`, 'rand_k', the only mask before) is then not a difference: the run
+  resumes. Adding a default that changes what an older run did would need a
+  new `layout.CONFIG_FORMAT` instead.
+  """
+  mechanism, params = found.get('mechanism'), found.get('params')
+  if mechanism not in mechanisms.MECHANISMS or not isinstance(params, dict):
+    return found
+  try:
+    resolved = mechanisms.resolve(
+        mechanism, mechanisms.MechanismParams(**params)
+    )
+  except (TypeError, ValueError):
+    return found  # Reported as a difference by the caller.
+  return {
+      **found,
+      'params': json.loads(json.dumps(_finite_or_str(resolved.given()))),
+  }
+
+
 def prepare_output_dir(
     root_output_dir: str, config: RunConfig, write: bool = True
 ) -> bool:
@@ -246,7 +271,7 @@ def prepare_output_dir(
   wanted = json.loads(json.dumps(_finite_or_str(wanted)))
   if os.path.exists(config_path):
     with open(config_path) as f:
-      found = json.load(f)
+      found = _with_defaults(json.load(f))
     if found != wanted:
       keys = sorted(
           k
@@ -398,6 +423,15 @@ async def _run(
   task = _build_task(config, cache_dir)
   train_data = task.datasets.train_data
   client_ids = list(train_data.client_ids)
+  public_data = None
+  if config.params.public_clients:
+    # smp top_k: the first public_clients clients are D_pub, never sampled.
+    try:
+      public_data, client_ids = tasks.hold_out_public_clients(
+          task, config.params.public_clients
+      )
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
   try:
     client_sampling = sampling_lib.ClientSampling(
         mechanisms.SAMPLING_KIND[config.mechanism],
@@ -428,6 +462,7 @@ async def _run(
         client_learning_rate=config.client_learning_rate,
         min_client_examples=min_examples,
         seed=config.seed,
+        public_data=public_data,
     )
   except ValueError as e:
     raise ConfigError(str(e)) from e
