@@ -5,8 +5,8 @@ import math
 from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 
+from tests import tiny_models
 from tff_priv.accounting import closed_forms
 from tff_priv.learning import crd
 from tff_priv.learning import udp
@@ -14,19 +14,7 @@ from tff_priv.learning import udp_client_work
 from tff_priv.mechanisms import noise_schedule
 
 _LOSS = udp_client_work.sparse_categorical_crossentropy()
-_SPEC = (tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None], tf.int32))
-
-
-def _model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(4,)),
-      tf.keras.layers.Dense(3, activation='softmax'),
-  ])
-  return tff.learning.models.from_keras_model(
-      keras_model,
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-      input_spec=_SPEC,
-  )
+_model_fn = tiny_models.softmax_model_fn
 
 
 def _data(rng, n):
