@@ -8,7 +8,7 @@ state, CSV / TensorBoard releases, the summary. Run from the repository root:
   .venv/bin/python scripts/train.py --mechanism=smp --epsilon=8 \
       --compression=0.1 --root_output_dir=output/smp
   .venv/bin/python scripts/train.py --mechanism=smp --mask=top_k \
-      --public_clients=20 --compression=0.01 --root_output_dir=output/smp_top_k
+      --public_clients=20 --compression=0.1 --root_output_dir=output/smp_top_k
   .venv/bin/python scripts/train.py --mechanism=udp --epsilon=8 --clip=1 \
       --client_learning_rate=0.5 --root_output_dir=output/udp
 

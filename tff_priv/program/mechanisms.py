@@ -517,9 +517,10 @@ def build(
     min_client_examples: udp: the smallest |D_i| of the population.
     seed: seeds the smp mask sequence and the rho mini-batches.
     public_data: smp with mask 'top_k' only, and required then: D_pub, the
-      union of the `public_clients` held-out clients' training data,
-      preprocessed (batched, epochs repeated) as a client's data is. The
-      `sampling` population must exclude those clients.
+      `public_clients` held-out clients' training data, each preprocessed
+      (batched, epochs repeated) as a client's data is, concatenated
+      (`tasks.hold_out_public_clients`). The `sampling` population must
+      exclude those clients.
 
   Returns:
     A `Mechanism`.
