@@ -1,0 +1,208 @@
+"""What a factory's round guarantees, to whom: the DpEvent in its state and its reading.
+
+Every tff_priv aggregation factory keeps, as TFF's `DifferentiallyPrivateFactory`
+does (`DPAggregatorState`), the `dp_accounting.DpEvent` of the release its
+last `next` made in its state: two fields, `dp_event` (the event's
+`to_named_tuple()` form, tensors inside the TFF state) and `is_init_state`
+(True in the state `initialize` returns, whose event is a placeholder).
+`extract_dp_event` reads it back for tff_priv's factories and TFF's own. The
+event covers one round for one unit; client sampling is not in it: the caller
+wraps it in the sampling of the round (`PrivacyLedger.record_round`).
+
+A factory also says whom that event protects (`Guarantee`): the unit
+('example' of a client's data, 'client', or one reported 'value'), where the
+noise is added, and the neighbouring relation of the event. Two adversaries
+follow from it:
+
+* the analyst, who sees only the released models: the round's event under the
+  round's client sampling, composed over rounds (amplification by sampling);
+* the server, which picks the clients and sees what reaches it: each upload
+  for noise added on the client ('local'), the securely summed noisy
+  aggregate for noise that clients add before a secure sum ('secure_sum'),
+  the clients' raw updates when it adds the noise itself ('central'). It
+  knows who took part, so no amplification: a client is charged, under
+  replace-one adjacency, for the rounds it took part in
+  (`server_view_event`; `tff_priv.accounting.individual`).
+"""
+
+import dataclasses
+from typing import Any, Optional
+
+import attr
+from dp_accounting import dp_event
+import numpy as np
+
+from tff_priv import validation
+from tff_priv.accounting import accountants
+
+UNITS = ('example', 'client', 'value')
+NOISE_PLACEMENTS = ('local', 'secure_sum', 'central')
+
+
+class ExtractingDpEventFromInitialStateError(ValueError):
+  """The state came from `initialize()`: its DpEvent is a placeholder."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Guarantee:
+  """Whom a factory's round event protects, and how.
+
+  Attributes:
+    unit: 'example' (one example of one client's data), 'client' (all of one
+      client's data) or 'value' (one reported scalar).
+    noise: 'local' (each upload is noised on the client: the server sees
+      noisy uploads), 'secure_sum' (clients add shares of the noise and the
+      server sees only their secure sum) or 'central' (the server adds the
+      noise to the clients' raw updates).
+    neighboring_relation: the relation under which the round's `dp_event`
+      holds: 'add_or_remove_one' or 'replace_one' (of the unit).
+    description: one sentence a summary can print.
+  """
+
+  unit: str
+  noise: str
+  neighboring_relation: str
+  description: str = ''
+
+  def __post_init__(self):
+    validation.one_of('unit', self.unit, UNITS)
+    validation.one_of('noise', self.noise, NOISE_PLACEMENTS)
+    validation.one_of(
+        'neighboring_relation', self.neighboring_relation, accountants.RELATIONS
+    )
+
+  def server_view_event(self, event: dp_event.DpEvent) -> dp_event.DpEvent:
+    """The event one participating unit is charged against the server.
+
+    Under replace-one adjacency and without sampling: 'local' and
+    'secure_sum' charge the round's event (with every Gaussian noise
+    multiplier halved when the event holds under add-or-remove-one: replacing
+    a unit moves a clipped sum by twice the clip); 'central' is not private
+    against the server that adds the noise (`NonPrivateDpEvent`).
+    """
+    if self.noise == 'central':
+      return dp_event.NonPrivateDpEvent()
+    if self.neighboring_relation == 'replace_one':
+      return event
+    return _halve_gaussians(event)
+
+
+def _halve_gaussians(event: dp_event.DpEvent) -> dp_event.DpEvent:
+  if isinstance(event, dp_event.GaussianDpEvent):
+    return dp_event.GaussianDpEvent(event.noise_multiplier / 2.0)
+  if isinstance(event, dp_event.SelfComposedDpEvent):
+    return dp_event.SelfComposedDpEvent(
+        _halve_gaussians(event.event), event.count
+    )
+  if isinstance(event, dp_event.ComposedDpEvent):
+    return dp_event.ComposedDpEvent([_halve_gaussians(e) for e in event.events])
+  if isinstance(
+      event,
+      (dp_event.NoOpDpEvent, dp_event.NonPrivateDpEvent),
+  ):
+    return event
+  raise ValueError(
+      f'no replace-one reading of {event} under add-or-remove-one is known'
+  )
+
+
+# TFF's DifferentiallyPrivateFactory: the server clips and noises the sum of
+# the clients' raw updates (add-or-remove-one client, sensitivity = clip).
+TFF_DP_FACTORY_GUARANTEE = Guarantee(
+    unit='client',
+    noise='central',
+    neighboring_relation='add_or_remove_one',
+    description=(
+        "TFF's DP-FedAvg: the server clips each client's update and adds "
+        'Gaussian noise to their sum; an analyst who sees the models is '
+        'protected, the server sees the raw updates'
+    ),
+)
+
+
+def _field(state: Any, name: str):
+  if isinstance(state, dict):
+    return state[name]
+  return getattr(state, name)
+
+
+def _is_tff_dp_state(state) -> bool:
+  cls = type(state)
+  return (
+      cls.__name__ == 'DPAggregatorState'
+      and cls.__module__.startswith('tensorflow_federated')
+  )
+
+
+def extract_dp_event(aggregator_state: Any) -> dp_event.DpEvent:
+  """The DpEvent of the release that produced `aggregator_state`.
+
+  Args:
+    aggregator_state: the state returned by `next` of a process created by a
+      tff_priv factory (`LDPEncodeFactory`, `GaussianUDPFactory`,
+      `SparsifiedSecureSumFactory`, `DistortionFactory`) or by TFF's
+      `tff.aggregators.DifferentiallyPrivateFactory` (read with TFF's own
+      `extract_dp_event_from_state`). In a `tff.learning` process this is
+      `state.aggregator`.
+
+  Returns:
+    A `dp_accounting.DpEvent` with plain Python numbers, without client
+    sampling.
+
+  Raises:
+    ExtractingDpEventFromInitialStateError: the state is `initialize()`'s.
+    TypeError: the state carries no DpEvent.
+  """
+  if _is_tff_dp_state(aggregator_state):
+    # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.aggregators import differential_privacy
+    try:
+      event = differential_privacy.extract_dp_event_from_state(aggregator_state)
+    except differential_privacy.ExtractingDpEventFromInitialStateError as e:
+      raise ExtractingDpEventFromInitialStateError(str(e)) from e
+    return _plain(event)
+  try:
+    named = _field(aggregator_state, 'dp_event')
+    is_init = _field(aggregator_state, 'is_init_state')
+  except (AttributeError, KeyError, TypeError) as e:
+    raise TypeError(
+        'aggregator_state carries no DpEvent (no dp_event / is_init_state '
+        'fields): pass the state returned by next() of a tff_priv factory or '
+        f"of TFF's DifferentiallyPrivateFactory, got {type(aggregator_state)}"
+    ) from e
+  if bool(is_init):
+    raise ExtractingDpEventFromInitialStateError(
+        'the state comes from initialize(), whose DpEvent is a placeholder; '
+        'pass a state returned by next()'
+    )
+  return _plain(dp_event.DpEvent.from_named_tuple(named))
+
+
+def _plain(value):
+  """`value` with numpy scalars as Python numbers (JSON-ready, comparable)."""
+  if isinstance(value, dp_event.DpEvent):
+    return type(value)(
+        **{f.name: _plain(getattr(value, f.name)) for f in attr.fields(type(value))}
+    )
+  if isinstance(value, (list, tuple)):
+    return [_plain(v) for v in value]
+  if isinstance(value, (np.integer,)):
+    return int(value)
+  if isinstance(value, (np.floating,)):
+    return float(value)
+  if isinstance(value, np.ndarray) and value.ndim == 0:
+    return value.item()
+  return value
+
+
+def guarantee_of(factory: Any) -> Optional[Guarantee]:
+  """The `Guarantee` of a tff_priv factory or of TFF's DP factory, else None."""
+  guarantee = getattr(factory, 'guarantee', None)
+  if isinstance(guarantee, Guarantee):
+    return guarantee
+  cls = type(factory)
+  if cls.__name__ == 'DifferentiallyPrivateFactory' and cls.__module__.startswith(
+      'tensorflow_federated'
+  ):
+    return TFF_DP_FACTORY_GUARANTEE
+  return None
