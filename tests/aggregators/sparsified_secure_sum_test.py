@@ -15,6 +15,10 @@ import tensorflow_federated as tff
 # computation (there is no public API for it in TFF 0.87).
 from tensorflow_federated.python.core.impl.compiler import tree_analysis
 
+from dp_accounting import dp_event
+
+from tff_priv.accounting import guarantees
+from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.aggregators import sparsified_secure_sum as sss
 from tff_priv.mechanisms import sparsify
 
@@ -67,13 +71,16 @@ class TypeTest(tf.test.TestCase, parameterized.TestCase):
     if mask == 'rand_k':
       self.assertEqual(
           tff.structure.name_list(state_type.member),
-          ['round_num', 'mask_seed', 'sum_state'],
+          ['round_num', 'mask_seed', 'sum_state', 'dp_event', 'is_init_state'],
       )
       self.assertEqual(state_type.member.mask_seed, tff.TensorType(np.int64, [2]))
     else:
       self.assertEqual(
           tff.structure.name_list(state_type.member),
-          ['mask_indices', 'mask_is_fresh', 'sum_state'],
+          [
+              'mask_indices', 'mask_is_fresh', 'sum_state', 'dp_event',
+              'is_init_state',
+          ],
       )
       self.assertEqual(state_type.member.mask_indices, tff.TensorType(np.int32, [5]))
     next_type = process.next.type_signature
@@ -83,17 +90,7 @@ class TypeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(next_type.result.result, tff.FederatedType(_VECTOR, tff.SERVER))
     measurements = next_type.result.measurements.member
     self.assertEqual(
-        tff.structure.name_list(measurements),
-        [
-            'achieved_noise_multiplier',
-            'num_reporting_clients',
-            'uploaded_bits_per_client',
-            'secure_sum_clipped_fraction',
-            'sum',
-        ],
-    )
-    self.assertEqual(
-        measurements.achieved_noise_multiplier, tff.TensorType(np.float64)
+        tff.structure.name_list(measurements), ['uploaded_bits_per_client']
     )
 
   @parameterized.named_parameters(
@@ -200,8 +197,8 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(f.compression, 0.5)
     self.assertEqual(f.mask, 'rand_k')
     self.assertTrue(f.secure)
-    # Default bound: C plus 6 per-client noise stds (0.2 + 6 * 1.1 * 0.2 / sqrt(50)).
-    self.assertAlmostEqual(f.secure_bound, 0.2 + 6 * 1.1 * 0.2 / math.sqrt(50))
+    # Default bound: C plus 6 stds of the noisiest client share (n = 1).
+    self.assertAlmostEqual(f.secure_bound, 0.2 + 6 * 1.1 * 0.2)
     self.assertIsNone(_factory(secure=False).secure_bound)
 
 
@@ -343,7 +340,7 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.product(mask=sss.MASKS, secure=(True, False))
   def test_zero_updates_std_of_mean_and_exact_zeros_elsewhere(self, mask, secure):
     # K clients send zeros. On kept coordinates the mean is the sum of K
-    # independent N(0, sigma^2 C^2 / K) divided by K: std sigma C / K
+    # independent N(0, sigma^2 C^2 / K) (n = K) divided by K: std sigma C / K
     # (correlated client noise would give sigma C / sqrt(K)). Elsewhere it is
     # exactly 0. Tolerance: 5 relative standard errors of the sample std over
     # the rounds x k kept values.
@@ -369,8 +366,9 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
       self.assertTrue(np.all(output.result[indices] != 0.0))
       kept_values.append(output.result[indices])
       state = output.state
-      self.assertAllClose(output.measurements['achieved_noise_multiplier'], sigma)
-      self.assertEqual(output.measurements['num_reporting_clients'], k_clients)
+      self.assertEqual(
+          guarantees.extract_dp_event(state), dp_event.GaussianDpEvent(sigma)
+      )
     kept_values = np.concatenate(kept_values)
     n = kept_values.size
     self.assertAllClose(
@@ -382,25 +380,109 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
     )
 
   @parameterized.parameters(True, False)
-  def test_dropouts_lower_the_achieved_noise_multiplier(self, secure):
-    # n = 4 of K = 16 clients report: the summed noise has std
-    # sigma C sqrt(4 / 16) = sigma C / 2 and the measurement says sigma / 2.
-    # Tolerance: 5 relative standard errors of the sample std.
-    d, k_clients, reporting, sigma, clip = 4000, 16, 4, 2.0, 0.25
+  def test_noise_of_the_sum_does_not_depend_on_the_client_count(self, secure):
+    # n = K/2 and n = 2K clients send zeros: each adds N(0, sigma^2 C^2 / n),
+    # so the sum has std sigma C in both rounds (the paper's sigma^2 C^2 / K
+    # would give sigma C / sqrt(2) and sigma C sqrt(2), revealing n), and
+    # both rounds carry the same event. Tolerance: 5 relative standard errors
+    # of the sample std over the kept values.
+    d, k_clients, sigma, clip = 4000, 16, 2.0, 0.25
     process = _factory(
         noise_multiplier=sigma, clip=clip, compression=0.5,
         expected_clients_per_round=k_clients, secure=secure,
     ).create(tff.TensorType(np.float32, [d]))
-    state = process.initialize()
-    indices = _round_indices(state, d, d // 2)
-    output = process.next(state, [np.zeros(d, np.float32)] * reporting)
-    self.assertAllClose(output.measurements['achieved_noise_multiplier'], sigma / 2)
-    self.assertEqual(output.measurements['num_reporting_clients'], reporting)
-    summed_noise = output.result[indices] * k_clients
+    stds = []
+    for reporting in (k_clients // 2, 2 * k_clients):
+      state = process.initialize()
+      indices = _round_indices(state, d, d // 2)
+      output = process.next(state, [np.zeros(d, np.float32)] * reporting)
+      summed_noise = output.result[indices] * k_clients
+      stds.append(np.std(summed_noise, ddof=1) / clip)
+      self.assertAllClose(
+          stds[-1], sigma, rtol=5 * _relative_se_of_std(summed_noise.size)
+      )
+      self.assertEqual(
+          guarantees.extract_dp_event(output.state),
+          dp_event.GaussianDpEvent(sigma),
+      )
     self.assertAllClose(
-        np.std(summed_noise, ddof=1) / clip, sigma / 2,
-        rtol=5 * _relative_se_of_std(summed_noise.size),
+        stds[0], stds[1], rtol=5 * math.sqrt(2) * _relative_se_of_std(d // 2)
     )
+
+
+class DpEventTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.product(mask=sss.MASKS, secure=(True, False))
+  def test_state_event_composes_as_the_event_written_by_hand(self, mask, secure):
+    sigma = 1.3
+    process = _factory(
+        noise_multiplier=sigma, mask=mask, secure=secure
+    ).create(_VECTOR)
+    state = process.initialize()
+    with self.assertRaises(guarantees.ExtractingDpEventFromInitialStateError):
+      guarantees.extract_dp_event(state)
+    if mask == 'top_k':
+      state = sss.with_top_k_mask(state, np.arange(5))
+    output = process.next(state, [np.ones(10, np.float32)] * 3)
+    event = guarantees.extract_dp_event(output.state)
+    by_hand = dp_event.GaussianDpEvent(sigma)
+    self.assertEqual(event, by_hand)
+    for q in (1.0, 0.1):
+      ours, theirs = ledger_lib.PrivacyLedger(), ledger_lib.PrivacyLedger()
+      for _ in range(5):
+        ours.record_round(output.state, sampling_probability=q)
+        theirs.record(
+            by_hand if q == 1 else dp_event.PoissonSampledDpEvent(q, by_hand)
+        )
+      self.assertAllClose(ours.epsilon(1e-5), theirs.epsilon(1e-5), rtol=1e-6)
+
+  @parameterized.parameters(True, False)
+  def test_guarantee(self, secure):
+    guarantee = _factory(secure=secure).guarantee
+    self.assertEqual(guarantee.unit, 'client')
+    self.assertEqual(guarantee.neighboring_relation, 'add_or_remove_one')
+    self.assertEqual(guarantee.noise, 'secure_sum' if secure else 'central')
+    server = guarantee.server_view_event(dp_event.GaussianDpEvent(2.0))
+    self.assertEqual(
+        server,
+        dp_event.GaussianDpEvent(1.0)
+        if secure
+        else dp_event.NonPrivateDpEvent(),
+    )
+
+  @parameterized.product(mask=sss.MASKS, secure=(True, False))
+  def test_no_exact_client_statistic_in_the_measurements(self, mask, secure):
+    # Neighbouring client sets: one client's value replaced by one far outside
+    # the clip (and by a set with one client more). A measurement leaf that is
+    # the same on two runs of one input and differs between the neighbours is
+    # an un-noised client statistic.
+    d = 10
+    base = [np.full(d, 0.1, np.float32)] * 3
+    neighbours = {
+        'base': base,
+        'far': base[:2] + [np.full(d, 1e3, np.float32)],
+        'more': base + [np.full(d, 1e3, np.float32)],
+    }
+    process = _factory(mask=mask, secure=secure).create(
+        tff.TensorType(np.float32, [d])
+    )
+
+    def measurements(values):
+      state = process.initialize()
+      if mask == 'top_k':
+        state = sss.with_top_k_mask(state, np.arange(5))
+      return tf.nest.flatten(process.next(state, values).measurements)
+
+    runs = {name: (measurements(v), measurements(v)) for name, v in neighbours.items()}
+    for name in ('far', 'more'):
+      for leaf, (a1, a2, b1) in enumerate(
+          zip(runs['base'][0], runs['base'][1], runs[name][0])
+      ):
+        deterministic = np.array_equal(a1, a2)
+        self.assertFalse(
+            deterministic and not np.array_equal(a1, b1),
+            f'measurement leaf {leaf} is an exact client statistic ({name})',
+        )
 
 
 class DpFedAvgEquivalenceTest(tf.test.TestCase, parameterized.TestCase):
@@ -501,28 +583,6 @@ class MeasurementTest(tf.test.TestCase, parameterized.TestCase):
     output = process.next(process.initialize(), [np.zeros(100, np.float64)])
     self.assertEqual(output.measurements['uploaded_bits_per_client'], 64 * 10)
 
-  def test_secure_clipped_fraction(self):
-    # sigma = C = K = 1: each uploaded value of a zero update is N(0, 1); with
-    # B = C = 1 a fraction 2 (1 - Phi(1)) is clipped by the secure sum.
-    # Tolerance: 5 standard errors of a frequency over n = clients x k values.
-    d, clients = 2000, 3
-    process = _factory(
-        noise_multiplier=1.0, clip=1.0, compression=0.5,
-        expected_clients_per_round=1, secure_bound=1.0,
-    ).create(tff.TensorType(np.float32, [d]))
-    output = process.next(process.initialize(), [np.zeros(d, np.float32)] * clients)
-    frac = output.measurements['secure_sum_clipped_fraction']
-    p = math.erfc(1.0 / math.sqrt(2.0))
-    n = clients * d // 2
-    self.assertAllClose(frac, p, atol=5 * math.sqrt(p * (1 - p) / n))
-    # Nothing is clipped at the default bound (C + 6 stds) here.
-    default = _factory(
-        noise_multiplier=1.0, clip=1.0, compression=0.5,
-        expected_clients_per_round=1,
-    ).create(tff.TensorType(np.float32, [d]))
-    output = default.next(default.initialize(), [np.zeros(d, np.float32)] * clients)
-    self.assertEqual(output.measurements['secure_sum_clipped_fraction'], 0.0)
-
 
 def _model_fn():
   keras_model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])
@@ -556,7 +616,10 @@ class LearningIntegrationTest(tf.test.TestCase):
     )
     output = process.next(process.initialize(), [_client_data(0), _client_data(1)])
     measurements = output.metrics['aggregator']
-    self.assertAllClose(measurements['achieved_noise_multiplier'], 0.5)
+    self.assertEqual(
+        guarantees.extract_dp_event(output.state.aggregator),
+        dp_event.GaussianDpEvent(0.5),
+    )
     self.assertEqual(measurements['uploaded_bits_per_client'], 32 * 4)  # k = 4 of 8
 
   def test_top_k_round_driven_from_python(self):

@@ -9,6 +9,7 @@ Runs in tff_priv.runtime's 'simulation' context (tests/conftest.py).
 import collections
 
 from absl.testing import parameterized
+from dp_accounting import dp_event
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -16,6 +17,7 @@ import tensorflow_federated as tff
 # computation (there is no public API for it in TFF 0.87).
 from tensorflow_federated.python.core.impl.compiler import tree_analysis
 
+from tff_priv.accounting import guarantees
 from tff_priv.aggregators import sparsified_secure_sum as sss
 from tff_priv.learning import fedsmp
 from tff_priv.mechanisms import sparsify
@@ -407,8 +409,8 @@ class MeasurementTest(tf.test.TestCase, parameterized.TestCase):
         state.aggregator, sss.TopKState if mask == 'top_k' else sss.RandKState
     )
     k = sparsify.num_kept(_D, compression)
-    # Two of K = 4 clients report: the achieved noise multiplier is
-    # sigma sqrt(2 / 4), which is what a ledger must charge.
+    # Two of K = 4 clients report: their noise shares still sum to sigma C,
+    # and the state's event says so.
     output = process.next(
         state, [_dataset(*_examples(s, 8), batch=4) for s in (1, 2)]
     )
@@ -417,10 +419,10 @@ class MeasurementTest(tf.test.TestCase, parameterized.TestCase):
         list(metrics),
         ['distributor', 'client_work', 'aggregator', 'finalizer', 'mask'],
     )
-    self.assertAllClose(
-        metrics['aggregator']['achieved_noise_multiplier'], sigma * np.sqrt(0.5)
+    self.assertEqual(
+        guarantees.extract_dp_event(output.state.aggregator),
+        dp_event.GaussianDpEvent(sigma),
     )
-    self.assertEqual(metrics['aggregator']['num_reporting_clients'], 2)
     self.assertEqual(metrics['aggregator']['uploaded_bits_per_client'], 32 * k)
     self.assertEqual(metrics['mask']['mask_size'], k)
     self.assertEqual('public_train' in metrics['mask'], mask == 'top_k')

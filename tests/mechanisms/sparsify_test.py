@@ -272,55 +272,42 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
 
 class FormulaTest(tf.test.TestCase):
 
-  def test_sum_of_k_client_noises_has_std_sigma_c(self):
-    # K clients each add N(0, client_noise_stddev^2); the sum must have std
-    # sigma * C. Tolerance: 5 relative standard errors over n coordinates.
-    sigma, c, k_clients, n = 1.3, 0.5, 25, 20000
-    s = sparsify.client_noise_stddev(sigma, c, k_clients)
-    total = tf.add_n([
-        sparsify.add_gaussian_noise(tf.zeros([n], tf.float64), s)
-        for _ in range(k_clients)
-    ])
-    self.assertAllClose(
-        np.std(total, ddof=1), sigma * c, rtol=5 * _relative_se_of_std(n)
-    )
+  def test_sum_of_n_client_noises_has_std_sigma_c_for_every_n(self):
+    # n clients each add N(0, client_noise_stddev(n)^2); the sum must have std
+    # sigma * C whatever n is. Tolerance: 5 relative standard errors over the
+    # coordinates.
+    sigma, c, size = 1.3, 0.5, 20000
+    for n in (1, 4, 25):
+      s = sparsify.client_noise_stddev(sigma, c, n)
+      self.assertAllClose(s, sigma * c / math.sqrt(n))
+      total = tf.add_n([
+          sparsify.add_gaussian_noise(tf.zeros([size], tf.float32), s)
+          for _ in range(n)
+      ])
+      self.assertAllClose(
+          np.std(total, ddof=1), sigma * c, rtol=5 * _relative_se_of_std(size)
+      )
 
-  def test_achieved_noise_multiplier_matches_std_of_partial_sum(self):
-    # n of K clients report: the summed noise std divided by C is the
-    # achieved multiplier. Tolerance: 5 relative standard errors.
-    sigma, c, k_clients, reporting, n = 2.0, 0.3, 16, 4, 20000
-    s = sparsify.client_noise_stddev(sigma, c, k_clients)
-    total = tf.add_n([
-        sparsify.add_gaussian_noise(tf.zeros([n], tf.float64), s)
-        for _ in range(reporting)
-    ])
-    achieved = sparsify.achieved_noise_multiplier(sigma, reporting, k_clients)
-    self.assertEqual(achieved.dtype, tf.float64)
-    self.assertAllClose(achieved, sigma / 2.0)  # sqrt(4 / 16) = 1/2
+  def test_client_noise_stddev_of_an_empty_count_is_that_of_one(self):
+    self.assertAllClose(sparsify.client_noise_stddev(1.5, 2.0, 0), 3.0)
     self.assertAllClose(
-        np.std(total, ddof=1) / c, achieved, rtol=5 * _relative_se_of_std(n)
-    )
-
-  def test_achieved_noise_multiplier_edge_cases(self):
-    self.assertAllClose(sparsify.achieved_noise_multiplier(1.5, 10, 10), 1.5)
-    self.assertAllClose(sparsify.achieved_noise_multiplier(1.5, 0, 10), 0.0)
-    self.assertAllClose(
-        sparsify.achieved_noise_multiplier(1.0, tf.constant(40), 10), 2.0
+        sparsify.client_noise_stddev(1.0, 1.0, tf.constant(4)), 0.5
     )
 
   def test_secure_sum_bound_covers_clip_and_noise_tail(self):
     # Without noise the bound is the clip (a clipped value reaches at most C).
-    self.assertEqual(sparsify.secure_sum_bound(0.7, 0.0, 100, 6.0), 0.7)
-    # With noise, a fraction 2 (1 - Phi(z)) of pure-noise values exceed the
-    # bound minus C: at z = 2 about 4.55%. Tolerance: 5 standard errors.
-    sigma, c, k_clients, n = 1.0, 1.0, 4, 20000
-    bound = sparsify.secure_sum_bound(c, sigma, k_clients, 2.0)
+    self.assertEqual(sparsify.secure_sum_bound(0.7, 0.0, 6.0), 0.7)
+    # With noise, the largest per-client std is sigma C (n = 1); a fraction
+    # 2 (1 - Phi(z)) of pure-noise values then exceed the bound minus C: at
+    # z = 2 about 4.55%. Tolerance: 5 standard errors.
+    sigma, c, size = 1.0, 1.0, 20000
+    bound = sparsify.secure_sum_bound(c, sigma, 2.0)
     noise = sparsify.add_gaussian_noise(
-        tf.zeros([n], tf.float64), sparsify.client_noise_stddev(sigma, c, k_clients)
+        tf.zeros([size], tf.float32), sparsify.client_noise_stddev(sigma, c, 1)
     ).numpy()
     frac = np.mean(np.abs(noise) > bound - c)
     p = math.erfc(2.0 / math.sqrt(2.0))
-    self.assertAlmostEqual(frac, p, delta=5 * math.sqrt(p * (1 - p) / n))
+    self.assertAlmostEqual(frac, p, delta=5 * math.sqrt(p * (1 - p) / size))
 
 
 class CheckMaskIndicesTest(tf.test.TestCase, parameterized.TestCase):

@@ -77,22 +77,21 @@ def pure_epsilon_rdp(orders, epsilon: float) -> np.ndarray:
   return np.minimum(terms / (alpha - 1), epsilon)
 
 
-def sampled_gaussian_event(
-    noise_multiplier: float,
+def sampled_event(
+    event: dp_event.DpEvent,
     *,
     sampling_probability: Optional[float] = None,
     population: Optional[int] = None,
     sample_size: Optional[int] = None,
 ) -> dp_event.DpEvent:
-  """The event of one round of a Gaussian sum over sampled clients.
+  """`event` (one round, one unit) under the round's client sampling.
 
   Give at most one sampling description: `sampling_probability` (Poisson
   sampling with that rate), or `population` and `sample_size` (fixed-size
   sampling without replacement). Neither: every client takes part.
 
   Args:
-    noise_multiplier: noise std divided by the L2 sensitivity of the sum, >= 0
-      (0 is a non-private release: the accountants then report infinite eps).
+    event: the event of one round for a unit that takes part.
     sampling_probability: Poisson sampling rate q in (0, 1].
     population: number of clients N sampled from (fixed-size sampling).
     sample_size: number of clients K sampled per round (fixed-size sampling).
@@ -100,10 +99,8 @@ def sampled_gaussian_event(
   Returns:
     A `dp_accounting.DpEvent`.
   """
-  noise_multiplier = validation.non_negative(
-      'noise_multiplier', noise_multiplier
-  )
-  gaussian = dp_event.GaussianDpEvent(noise_multiplier)
+  if not isinstance(event, dp_event.DpEvent):
+    raise TypeError(f'event must be a dp_accounting DpEvent, got {event!r}')
   fixed = population is not None or sample_size is not None
   if sampling_probability is not None and fixed:
     raise ValueError(
@@ -112,7 +109,7 @@ def sampled_gaussian_event(
     )
   if sampling_probability is not None:
     q = validation.half_open_unit('sampling_probability', sampling_probability)
-    return gaussian if q == 1 else dp_event.PoissonSampledDpEvent(q, gaussian)
+    return event if q == 1 else dp_event.PoissonSampledDpEvent(q, event)
   if fixed:
     if population is None or sample_size is None:
       raise ValueError(
@@ -125,11 +122,39 @@ def sampled_gaussian_event(
           f'sample_size ({sample_size}) must be <= population ({population})'
       )
     if sample_size == population:
-      return gaussian
+      return event
     return dp_event.SampledWithoutReplacementDpEvent(
-        population, sample_size, gaussian
+        population, sample_size, event
     )
-  return gaussian
+  return event
+
+
+def sampled_gaussian_event(
+    noise_multiplier: float,
+    *,
+    sampling_probability: Optional[float] = None,
+    population: Optional[int] = None,
+    sample_size: Optional[int] = None,
+) -> dp_event.DpEvent:
+  """The event of one round of a Gaussian sum over sampled clients.
+
+  Args:
+    noise_multiplier: noise std divided by the L2 sensitivity of the sum, >= 0
+      (0 is a non-private release: the accountants then report infinite eps).
+    sampling_probability, population, sample_size: as `sampled_event`.
+
+  Returns:
+    A `dp_accounting.DpEvent`.
+  """
+  noise_multiplier = validation.non_negative(
+      'noise_multiplier', noise_multiplier
+  )
+  return sampled_event(
+      dp_event.GaussianDpEvent(noise_multiplier),
+      sampling_probability=sampling_probability,
+      population=population,
+      sample_size=sample_size,
+  )
 
 
 def pure_epsilon_event(epsilon: float) -> PureEpsilonDpEvent:

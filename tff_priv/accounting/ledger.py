@@ -27,6 +27,7 @@ from dp_accounting import dp_event
 from tff_priv import validation
 from tff_priv.accounting import accountants
 from tff_priv.accounting import events
+from tff_priv.accounting import guarantees
 
 _FORMAT = 'tff_priv.PrivacyLedger/1'
 # Event classes a serialised ledger may name; nothing else is instantiated
@@ -122,6 +123,41 @@ class PrivacyLedger:
         ),
         count,
     )
+
+  def record_round(
+      self,
+      aggregator_state,
+      *,
+      sampling_probability: Optional[float] = None,
+      population: Optional[int] = None,
+      sample_size: Optional[int] = None,
+  ) -> dp_event.DpEvent:
+    """Records the round that produced `aggregator_state`, under its sampling.
+
+    The one call a user's own `tff.learning` loop needs:
+
+      output = process.next(state, client_data)
+      ledger.record_round(output.state.aggregator, sampling_probability=q)
+
+    Args:
+      aggregator_state: the aggregator's state after `next`, of a tff_priv
+        factory or of TFF's `DifferentiallyPrivateFactory`
+        (`guarantees.extract_dp_event`).
+      sampling_probability: Poisson client sampling rate q.
+      population: N, for fixed-size sampling of `sample_size` of N clients.
+      sample_size: K, for fixed-size sampling.
+
+    Returns:
+      The event recorded (the factory's event wrapped in the sampling).
+    """
+    event = events.sampled_event(
+        guarantees.extract_dp_event(aggregator_state),
+        sampling_probability=sampling_probability,
+        population=population,
+        sample_size=sample_size,
+    )
+    self.record(event)
+    return event
 
   def record_pure_epsilon(self, epsilon: float, count: int = 1) -> None:
     """Records `count` eps-DP releases (e.g. eps-LDP reports of one value each)."""
@@ -219,7 +255,7 @@ class PrivacyLedger:
         'format': _FORMAT,
         'neighboring_relation': self._relation,
         'entries': [
-            {'count': count, 'event': _encode(event)}
+            {'count': count, 'event': encode_event(event)}
             for event, count in self._entries
         ],
     })
@@ -232,7 +268,7 @@ class PrivacyLedger:
       raise ValueError(f'not a serialised PrivacyLedger ({_FORMAT})')
     ledger = cls(data['neighboring_relation'])
     for entry in data['entries']:
-      ledger.record(_decode(entry['event']), entry['count'])
+      ledger.record(decode_event(entry['event']), entry['count'])
     return ledger
 
   def __eq__(self, other):
@@ -263,29 +299,31 @@ class PrivacyLedger:
     return self._make(accountant).compose(self.dp_event())
 
 
-def _encode(value):
+def encode_event(value):
+  """A DpEvent (or a field of one) as JSON-ready data (whitelisted types)."""
   if isinstance(value, dp_event.DpEvent):
     cls = type(value)
     if _EVENT_CLASSES.get(cls.__name__) is not cls:
       raise TypeError(f'cannot serialise event type {cls.__name__}')
     out = {'type': cls.__name__}
     for field in attr.fields(cls):
-      out[field.name] = _encode(getattr(value, field.name))
+      out[field.name] = encode_event(getattr(value, field.name))
     return out
   if isinstance(value, (list, tuple)):
-    return [_encode(v) for v in value]
+    return [encode_event(v) for v in value]
   if isinstance(value, float) and not math.isfinite(value):
     raise ValueError(f'cannot serialise non-finite value {value}')
   return value
 
 
-def _decode(value):
+def decode_event(value):
+  """The inverse of `encode_event`; only whitelisted event types."""
   if isinstance(value, dict):
     cls = _EVENT_CLASSES.get(value.get('type'))
     if cls is None:
       raise ValueError(f'unknown event type in ledger: {value.get("type")!r}')
-    kwargs = {k: _decode(v) for k, v in value.items() if k != 'type'}
+    kwargs = {k: decode_event(v) for k, v in value.items() if k != 'type'}
     return cls(**kwargs)
   if isinstance(value, list):
-    return [_decode(v) for v in value]
+    return [decode_event(v) for v in value]
   return value

@@ -1,84 +1,26 @@
 """Fed-SMP's sparsified, clipped, noised secure sum as a TFF aggregation factory.
 
-`SparsifiedSecureSumFactory` aggregates client updates (a structure of float
-tensors, treated as one flat vector of d values) the way Fed-SMP (Hu, Guo,
-Gong; ../shared/notes/mechanisms.md section 3) does, with k = round(p d) kept
-coordinates, noise multiplier sigma, clip C and K expected clients per round:
-
-* Server, each round: one mask of exactly k coordinates, identical for every
-  client of the round, fresh every round, never derived from private data.
-  - mask='rand_k': a uniform k-subset drawn from a public seed in the server
-    state (`RandKState.mask_seed`, folded with `round_num`, so it changes every
-    round; `sparsify.rand_k_indices`). The server derives the k indices once
-    and broadcasts them with the round. A deployment may broadcast the 16-byte
-    seed instead: the op is stateless, so clients calling
-    `sparsify.rand_k_indices` on it get the same indices; in simulation,
-    deriving them once at the server is K times cheaper.
-  - mask='top_k': the indices the caller put in the state with
-    `with_top_k_mask` before the round. A round whose mask was not refreshed
-    fails, as does a mask with indices outside [0, d). In a `tff.learning`
-    process whose `model_aggregator` is this factory, a Python loop does, each
-    round (tests/aggregators/sparsified_secure_sum_test.py shows it):
-
-        theta = state.global_model_weights.trainable
-        theta_pub = <train from theta on public data, clients' optimizer and
-                     local period>
-        mask = sparsify.top_k_mask_from_public_update(
-            theta_pub, theta, len(state.aggregator.mask_indices))
-        state = state._replace(
-            aggregator=with_top_k_mask(state.aggregator, mask))
-        output = process.next(state, client_data)
-
-    `tff_priv.learning.fedsmp.build_fedsmp_process` does the public
-    training inside TFF, in the learning process itself.
-* Client: mask -> scale by d/k (rand_k only) -> clip the L2 norm of the k
-  values to C -> add N(0, sigma^2 C^2 / K) to each of the k values -> upload
-  the k values (`tff_priv.mechanisms.sparsify.sparsify_clip_noise`). The noise
-  uses the client's own fresh randomness (TF's OS-seeded generator), never the
-  public mask seed, which the server knows and could subtract.
-* Movement: secure=True sums the k values with `tff.aggregators.SecureSumFactory`
-  (TFF's `federated_secure_sum_bitwidth`; floats are clipped to [-B, B] and
-  quantized to 32 bits), B = C + z sigma C / sqrt(K)
-  (`sparsify.secure_sum_bound`, z = `secure_bound_stddevs`); the counts in
-  the measurements are securely summed too, so no client value and no client
-  count moves by a plain sum. secure=False: `tff.aggregators.SumFactory`.
-* Server: (sum) / K scattered back into the d coordinates (zeros elsewhere),
-  unflattened into the value structure. The division is by the fixed K, not by
-  the number of reports.
-
-Guarantee: with n = K reporting clients the released sum is a Gaussian
-mechanism with sensitivity C and noise std sigma C on every kept coordinate:
-(alpha, alpha / (2 sigma^2))-RDP per round (k and d do not enter). With n
-clients reporting the noise std is sigma C sqrt(n / K): the measurement
-`achieved_noise_multiplier` = sigma sqrt(n / K) is what a ledger must charge
-(with sampling rate and rounds; this module does no accounting). Two caveats
-of the secure movement, both reported rather than hidden: values clipped to
-[-B, B] are altered per client after noising, which the Gaussian analysis does
-not cover (`secure_sum_clipped_fraction` counts them; at z = 6 a value is
-clipped with probability about 2e-9 when its signal part is within C); the
-32-bit quantization is deterministic rounding of each value by at most
-B / (2^32 - 1).
-
-With compression = 1 (k = d) this is DP-FedAvg with the noise added at the
-clients: mean of K clipped updates plus N(0, sigma^2 C^2 / K^2) per coordinate,
-the distribution `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed`
-(sigma, K, C) produces with the noise added at the server.
-
-Measurements of each round (server): `achieved_noise_multiplier` (float64),
-`num_reporting_clients` (int32), `uploaded_bits_per_client` (int64: 32 k with
-secure=True, k times the value bit width otherwise; DP-FedAvg uploads 32 d),
-`secure_sum_clipped_fraction` (float32: clipped values / (n k); 0 when
-secure=False) and `sum` (the inner sum factory's own measurements).
+`SparsifiedSecureSumFactory` is an unweighted factory for client updates (a
+structure of float tensors, one flat vector of d values): each round one
+shared mask of k = round(p d) coordinates (rand_k from a public seed, or top_k
+from public data), each client's kept values scaled, clipped to L2 norm C and
+noised on the client, the noisy values moved by a secure sum, the sum divided
+by the fixed K (Hu, Guo, Gong, "Federated Learning with Sparsified Model
+Perturbation"). The round releases a Gaussian mechanism of sensitivity C and
+noise multiplier sigma whatever the number of clients, and keeps its
+`dp_accounting.DpEvent` in its state (`tff_priv.accounting.guarantees`).
 """
 
 import collections
 from typing import Any, NamedTuple, Optional
 
+from dp_accounting import dp_event
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
+from tff_priv.accounting import guarantees
 from tff_priv.mechanisms import sparsify
 
 MASKS = ('rand_k', 'top_k')
@@ -95,11 +37,15 @@ class RandKState(NamedTuple):
       `rand_k_indices(round_seed(mask_seed, round_num), d, k)`.
     mask_seed: int64 [2], the public seed of the mask sequence.
     sum_state: state of the inner sum (secure or plain).
+    dp_event: the DpEvent of the last round (`guarantees.extract_dp_event`).
+    is_init_state: True in `initialize()`'s state (placeholder event).
   """
 
   round_num: Any
   mask_seed: Any
   sum_state: Any
+  dp_event: Any
+  is_init_state: Any
 
 
 class TopKState(NamedTuple):
@@ -110,11 +56,15 @@ class TopKState(NamedTuple):
     mask_is_fresh: bool scalar; `with_top_k_mask` sets it, `next` clears it
       and fails when it is not set.
     sum_state: state of the inner sum (secure or plain).
+    dp_event: the DpEvent of the last round (`guarantees.extract_dp_event`).
+    is_init_state: True in `initialize()`'s state (placeholder event).
   """
 
   mask_indices: Any
   mask_is_fresh: Any
   sum_state: Any
+  dp_event: Any
+  is_init_state: Any
 
 
 def with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
@@ -146,9 +96,51 @@ def with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
 class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
   """Fed-SMP aggregation: shared rand_k/top_k mask, clip, client noise, secure sum.
 
-  See the module docstring for the algorithm, the guarantee and the
-  measurements. The created process is a `tff.templates.AggregationProcess`
-  usable as the `model_aggregator` of `tff.learning` algorithms.
+  Unweighted: every client's clipped update counts alike and the sum is divided
+  by the fixed K (`expected_clients_per_round`), never by the realised count.
+
+  Each round of the created `tff.templates.AggregationProcess`:
+
+  * Mask (server): `mask='rand_k'` draws k distinct coordinates uniformly from
+    a public seed in the state (`RandKState.mask_seed` folded with
+    `round_num`, `sparsify.rand_k_indices`), derived once at the server and
+    broadcast; `mask='top_k'` uses the indices put in the state before the
+    round (`tff_priv.learning.fedsmp.build_fedsmp_process` trains on public
+    data inside TFF and does it; a round whose mask was not refreshed fails).
+    The mask depends on public inputs only.
+  * Count: the server learns n, the number of clients of the round, by a
+    secure sum of ones (a plain sum when `secure=False`), and broadcasts it.
+  * Client: mask -> scale by d/k (rand_k only; unbiased) -> clip the L2 norm
+    of the k values to C -> add N(0, sigma^2 C^2 / n) to each of the k values
+    with the client's own fresh randomness (never the public mask seed) ->
+    upload (`sparsify.sparsify_clip_noise`).
+  * Movement: `secure=True` sums the k values with
+    `tff.aggregators.SecureSumFactory` (values clipped to [-B, B] and
+    quantized to 32 bits, B = C + z sigma C, `sparsify.secure_sum_bound`:
+    a value is altered only when its noise exceeds z = `secure_bound_stddevs`
+    of its std, probability about 2e-9 per value at z = 6); `secure=False`
+    uses `tff.aggregators.SumFactory`.
+  * Server: (sum) / K scattered back into the d coordinates, unflattened.
+
+  Guarantee (`guarantee`, and `dp_event` in the state after `next`): the sum
+  carries N(0, sigma^2 C^2) on every kept coordinate for every n >= 1, so the
+  round is `GaussianDpEvent(sigma)`: sensitivity C under add-or-remove-one
+  client, client-level. The caller wraps it in its client sampling. Against an
+  analyst who sees the released models that is the whole story (with sampling
+  amplification); against the server, which picks the clients and, with
+  `secure=True`, sees only the noisy secure sum, a client is charged each
+  round it takes part in, without amplification and under replace-one
+  (`Guarantee.server_view_event`). With `secure=False` the server sees each
+  upload, which carries only its 1/n share of the noise: no guarantee holds
+  against it (`noise='central'`). n itself is never released: it sets the
+  noise shares, not the noise of the sum.
+
+  With compression = 1 (k = d) this is DP-FedAvg with the noise added at the
+  clients: the distribution `tff.aggregators.DifferentiallyPrivateFactory.
+  gaussian_fixed(sigma, K, C)` produces with the noise added at the server.
+
+  Measurements (public only): `uploaded_bits_per_client` (int64; 32 k with
+  `secure=True`, k times the value bit width otherwise).
   """
 
   def __init__(
@@ -167,19 +159,18 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
     """Initializes the factory; every argument is validated here.
 
     Args:
-      noise_multiplier: sigma >= 0; the sum over K clients carries noise of std
+      noise_multiplier: sigma >= 0; the clients' sum carries noise of std
         sigma * clip on every kept coordinate.
       clip: C > 0, L2 bound of each client's k (scaled) values.
       compression: p = k / d in (0, 1]; k = `sparsify.num_kept(d, p)`.
-      expected_clients_per_round: K >= 1, the number of clients the noise is
-        calibrated for and the divisor of the sum.
+      expected_clients_per_round: K >= 1, the divisor of the sum.
       mask: 'rand_k' (uniform, unbiased with the d/k scaling) or 'top_k'
         (indices supplied each round with `with_top_k_mask`).
       secure: True moves the values with `tff.aggregators.SecureSumFactory`,
         False with `tff.aggregators.SumFactory`.
       secure_bound: B, the secure sum clips every value to [-B, B]; must be
         >= clip (a clipped value can reach C). Default
-        `sparsify.secure_sum_bound(clip, sigma, K, secure_bound_stddevs)`.
+        `sparsify.secure_sum_bound(clip, sigma, secure_bound_stddevs)`.
         Only with secure=True.
       secure_bound_stddevs: z > 0 of the default bound (ignored when
         `secure_bound` is given).
@@ -220,8 +211,7 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
         )
     elif secure:
       secure_bound = sparsify.secure_sum_bound(
-          clip, noise_multiplier, expected_clients_per_round,
-          secure_bound_stddevs,
+          clip, noise_multiplier, secure_bound_stddevs
       )
     if mask_seed is not None:
       if mask != 'rand_k':
@@ -239,8 +229,34 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
   @property
   def noise_multiplier(self) -> float:
-    """Nominal sigma (what the round achieves when exactly K clients report)."""
+    """sigma: the noise std of the clients' sum over the clip."""
     return self._noise_multiplier
+
+  @property
+  def guarantee(self) -> guarantees.Guarantee:
+    """Client-level, add-or-remove-one; see the class docstring."""
+    if self._secure:
+      return guarantees.Guarantee(
+          unit='client',
+          noise='secure_sum',
+          neighboring_relation='add_or_remove_one',
+          description=(
+              'Fed-SMP: clipped sparsified updates, Gaussian noise shared '
+              'among the clients, secure sum: an analyst sees a Gaussian '
+              'mechanism of the clients\' sum; the server sees only the '
+              'noisy sum and is charged per participation'
+          ),
+      )
+    return guarantees.Guarantee(
+        unit='client',
+        noise='central',
+        neighboring_relation='add_or_remove_one',
+        description=(
+            'Fed-SMP without secure aggregation: an analyst sees a Gaussian '
+            'mechanism of the clients\' sum; the server sees each upload, '
+            'whose 1/n share of the noise protects nothing against it'
+        ),
+    )
 
   @property
   def clip(self) -> float:
@@ -249,7 +265,7 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
   @property
   def expected_clients_per_round(self) -> float:
-    """K, the number of clients the noise is calibrated for."""
+    """K, the divisor of the sum."""
     return self._expected_clients
 
   @property
@@ -291,9 +307,6 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
     # mask, which `next` checks).
     full = k == dimension and self._mask == 'rand_k'
     scale = sparsify.rand_k_scale(dimension, k) if self._mask == 'rand_k' else 1.0
-    noise_stddev = sparsify.client_noise_stddev(
-        self._noise_multiplier, self._clip, self._expected_clients
-    )
     clip = self._clip
     expected_clients = self._expected_clients
     noise_multiplier = self._noise_multiplier
@@ -311,7 +324,6 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
     else:
       upload_type = tff.TensorType(dtype, [k])
     indices_type = tff.TensorType(np.int32, [k])
-    upload_specs = tff.types.type_to_tf_tensor_specs(upload_type)
     if secure:
       inner_factory = tff.aggregators.SecureSumFactory(
           upper_bound_threshold=float(bound), lower_bound_threshold=-float(bound)
@@ -383,81 +395,92 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
         return tf.constant(False)
 
     # ---- Client. ----
+    def noise_share(num_clients):
+      return tf.cast(
+          sparsify.client_noise_stddev(noise_multiplier, clip, num_clients),
+          tf_dtype,
+      )
+
     if full:
 
-      @tff.tensorflow.computation(value_type)
-      def client_upload(value):
+      @tff.tensorflow.computation(value_type, np.int32)
+      def client_upload(value, num_clients):
         return sparsify.sparsify_clip_noise(
             _as_structure(value, specs), None, scale=1.0, clip=clip,
-            noise_stddev=noise_stddev,
+            noise_stddev=noise_share(num_clients),
         )
 
     else:
 
-      @tff.tensorflow.computation(value_type, indices_type)
-      def client_upload(value, indices):
+      @tff.tensorflow.computation(value_type, indices_type, np.int32)
+      def client_upload(value, indices, num_clients):
         return sparsify.sparsify_clip_noise(
             _as_structure(value, specs), indices, scale=scale, clip=clip,
-            noise_stddev=noise_stddev,
+            noise_stddev=noise_share(num_clients),
         )
 
-    if secure:
-      count_bits = max(1, k.bit_length())
+    def empty_round_noise(num_clients, shape):
+      # No client reported: the server draws the sum's noise itself, so the
+      # release has the same distribution for every n (the round still
+      # carries N(0, sigma^2 C^2) and nothing depends on client data).
+      stddev = tf.constant(noise_multiplier * clip, tf_dtype)
+      noise = tf.random.normal(shape, stddev=stddev, dtype=tf_dtype)
+      return tf.where(num_clients > 0, tf.zeros_like(noise), noise)
 
-      @tff.tensorflow.computation(upload_type)
-      def count_beyond_bound(upload):
-        return tf.add_n([
-            tf.reduce_sum(
-                tf.cast(tf.abs(t) > tf.constant(bound, tf_dtype), tf.int32)
-            )
-            for t in tf.nest.flatten(_as_structure(upload, upload_specs))
-        ])
+    @tff.tensorflow.computation
+    def round_event():
+      return dp_event.GaussianDpEvent(
+          tf.constant(noise_multiplier, tf.float64)
+      ).to_named_tuple()
 
     # ---- Server. ----
     if full:
 
-      @tff.tensorflow.computation(upload_type)
-      def server_result(summed):
+      @tff.tensorflow.computation(upload_type, np.int32)
+      def server_result(summed, num_clients):
         return tf.nest.map_structure(
-            lambda t: t / tf.constant(expected_clients, tf_dtype),
+            lambda t: (t + empty_round_noise(num_clients, tf.shape(t)))
+            / tf.constant(expected_clients, tf_dtype),
             _as_structure(summed, specs),
         )
 
     else:
 
-      @tff.tensorflow.computation(upload_type, indices_type)
-      def server_result(summed, indices):
+      @tff.tensorflow.computation(upload_type, indices_type, np.int32)
+      def server_result(summed, indices, num_clients):
+        summed = summed + empty_round_noise(num_clients, tf.shape(summed))
         mean = summed / tf.constant(expected_clients, tf_dtype)
         return sparsify.unflatten(
             sparsify.densify(mean, indices, dimension), specs
         )
 
-    @tff.tensorflow.computation(
-        tff.TensorType(np.int32), tff.TensorType(np.int32)
-    )
-    def server_measurements(num_reporting, num_clipped):
-      num_values = tf.cast(num_reporting, tf.float32) * tf.constant(
-          k, tf.float32
-      )
+    @tff.tensorflow.computation
+    def server_measurements():
       return collections.OrderedDict(
-          achieved_noise_multiplier=sparsify.achieved_noise_multiplier(
-              noise_multiplier, num_reporting, expected_clients
-          ),
-          num_reporting_clients=num_reporting,
           uploaded_bits_per_client=tf.constant(uploaded_bits, tf.int64),
-          secure_sum_clipped_fraction=tf.math.divide_no_nan(
-              tf.cast(num_clipped, tf.float32), num_values
-          ),
+      )
+
+    def make_state(mask_state, sum_state, event, is_init):
+      cls = RandKState if self._mask == 'rand_k' else TopKState
+      return tff.federated_zip(
+          cls(
+              mask_state[0],
+              mask_state[1],
+              sum_state,
+              event,
+              tff.federated_value(is_init, tff.SERVER),
+          )
       )
 
     @tff.federated_computation
     def init_fn():
       mask_state = tff.federated_eval(initial_mask_state, tff.SERVER)
-      if self._mask == 'rand_k':
-        state = RandKState(mask_state[0], mask_state[1], inner.initialize())
-      else:
-        state = TopKState(mask_state[0], mask_state[1], inner.initialize())
-      return tff.federated_zip(state)
+      return make_state(
+          mask_state,
+          inner.initialize(),
+          tff.federated_eval(round_event, tff.SERVER),
+          True,
+      )
 
     @tff.federated_computation(
         init_fn.type_signature.result,
@@ -479,48 +502,38 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
         )
         new_mask_state = (state.mask_indices, tff.federated_eval(not_fresh, tff.SERVER))
 
-      if full:
-        uploads = tff.federated_map(client_upload, value)
-        summed = inner.next(state.sum_state, uploads)
-        result = tff.federated_map(server_result, summed.result)
-      else:
-        uploads = tff.federated_map(
-            client_upload, (value, tff.federated_broadcast(indices))
-        )
-        summed = inner.next(state.sum_state, uploads)
-        result = tff.federated_map(server_result, (summed.result, indices))
-
       ones = tff.federated_value(1, tff.CLIENTS)
       if secure:
-        num_reporting = tff.federated_secure_sum_bitwidth(ones, bitwidth=1)
-        num_clipped = tff.federated_secure_sum_bitwidth(
-            tff.federated_map(count_beyond_bound, uploads), bitwidth=count_bits
+        num_clients = tff.federated_secure_sum_bitwidth(ones, bitwidth=1)
+      else:
+        num_clients = tff.federated_sum(ones)
+      clients_num_clients = tff.federated_broadcast(num_clients)
+      if full:
+        uploads = tff.federated_map(client_upload, (value, clients_num_clients))
+        summed = inner.next(state.sum_state, uploads)
+        result = tff.federated_map(
+            server_result, (summed.result, num_clients)
         )
       else:
-        num_reporting = tff.federated_sum(ones)
-        num_clipped = tff.federated_value(0, tff.SERVER)
-      round_measurements = tff.federated_map(
-          server_measurements, (num_reporting, num_clipped)
-      )
-      measurements = tff.federated_zip(
-          collections.OrderedDict(
-              achieved_noise_multiplier=round_measurements.achieved_noise_multiplier,
-              num_reporting_clients=round_measurements.num_reporting_clients,
-              uploaded_bits_per_client=round_measurements.uploaded_bits_per_client,
-              secure_sum_clipped_fraction=(
-                  round_measurements.secure_sum_clipped_fraction
-              ),
-              sum=summed.measurements,
-          )
-      )
-      if self._mask == 'rand_k':
-        new_state = RandKState(*new_mask_state, summed.state)
-      else:
-        new_state = TopKState(*new_mask_state, summed.state)
+        uploads = tff.federated_map(
+            client_upload,
+            (value, tff.federated_broadcast(indices), clients_num_clients),
+        )
+        summed = inner.next(state.sum_state, uploads)
+        result = tff.federated_map(
+            server_result, (summed.result, indices, num_clients)
+        )
+      # The inner sum's own measurements (SecureSumFactory's clipped counts)
+      # are exact client statistics: not released.
       return tff.templates.MeasuredProcessOutput(
-          state=tff.federated_zip(new_state),
+          state=make_state(
+              new_mask_state,
+              summed.state,
+              tff.federated_eval(round_event, tff.SERVER),
+              False,
+          ),
           result=result,
-          measurements=measurements,
+          measurements=tff.federated_eval(server_measurements, tff.SERVER),
       )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)

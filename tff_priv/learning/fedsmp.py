@@ -1,7 +1,6 @@
 """Fed-SMP as a TFF learning process: rand_k / top_k masks, DP-FedAvg at p = 1.
 
-`build_fedsmp_process` composes one round of Fed-SMP (Hu, Guo, Gong;
-../shared/notes/mechanisms.md section 3) around a
+`build_fedsmp_process` composes one round of Fed-SMP (Hu, Guo, Gong) around a
 `tff_priv.aggregators.sparsified_secure_sum.SparsifiedSecureSumFactory`:
 
 1. Server, mask='top_k' only: from the global model theta^t, the server trains
@@ -18,8 +17,9 @@
    passes over its data (`tff.learning.templates.build_model_delta_client_work`
    with the client optimizer: the optimizer state, e.g. the momentum of the
    paper's momentum SGD, is initialised afresh every round).
-3. Aggregate with the factory: sparsify, clip to C, add N(0, sigma^2 C^2 / K)
-   on the k kept values, secure sum, divide by the fixed K.
+3. Aggregate with the factory: sparsify, clip to C, add N(0, sigma^2 C^2 / n)
+   on the k kept values (n = the round's clients, counted securely), secure
+   sum, divide by the fixed K.
 4. Server update with `server_optimizer_fn` (default SGD, learning rate 1).
 
 Sign convention. Fed-SMP's client update is Delta_i = theta_i - theta^t and
@@ -39,10 +39,11 @@ model's `input_spec`); it is read once when the process is built and embedded
 in the server computation as constants (Fed-SMP's public set is small and
 public), so every round trains on the same batches in the same order.
 
-Guarantee: that of the factory (see its module), per round, for the model
-update: a Gaussian mechanism of sensitivity C with achieved noise multiplier
-`aggregator.achieved_noise_multiplier`, which the caller charges to a ledger
-with the sampling rate (this module does no accounting). The mask adds nothing
+Guarantee: that of the factory, per round, for the model update: a Gaussian
+mechanism of sensitivity C and noise multiplier sigma, whose DpEvent is in
+`state.aggregator` (`PrivacyLedger.record_round(state.aggregator, ...)`
+charges it with the sampling rate; this module does no accounting). The mask
+adds nothing
 (public inputs only). NOT covered: the clients' training metrics, which TFF
 aggregates with `metrics_aggregator` (default `tff.learning.metrics.
 sum_then_finalize`: a plain, un-noised sum of the clients' loss sums and
@@ -50,8 +51,8 @@ example counts). A run that must release nothing else passes a
 `metrics_aggregator` that releases nothing (see `no_client_metrics`).
 
 Measurements of each round (server): `distributor`, `client_work`,
-`aggregator` (everything the factory measures: `achieved_noise_multiplier`,
-`num_reporting_clients`, `uploaded_bits_per_client`, ...), `finalizer`, and
+`aggregator` (the factory's public `uploaded_bits_per_client`), `finalizer`,
+and
 `mask`: `mask_size` (int32, k) and, for top_k, `public_train` (the finalized
 metrics of the public training, same names as the clients' `train` metrics:
 with `tff.learning.models.from_keras_model`, `loss` is the example-weighted
@@ -251,10 +252,8 @@ def build_fedsmp_process(
     def set_round_mask(state, indices):
       # What `sss.with_top_k_mask` does outside TFF; the aggregator's `next`
       # checks that the indices are sorted, distinct and in [0, d).
-      return sss.TopKState(
-          mask_indices=indices,
-          mask_is_fresh=tf.constant(True),
-          sum_state=state.sum_state,
+      return state._replace(
+          mask_indices=indices, mask_is_fresh=tf.constant(True)
       )
 
   @tff.federated_computation

@@ -1,10 +1,11 @@
 """Fed-SMP's client step: shared sparsification mask, L2 clip, noise on kept coordinates.
 
 Sparsified model perturbation (Hu, Guo, Gong, "Federated Learning with
-Sparsified Model Perturbation"; ../shared/notes/mechanisms.md section 3). A
+Sparsified Model Perturbation"). A
 client's update is one flat vector `Delta` of `d` values (a structure of
 tensors is flattened in `tf.nest` order). One round of Fed-SMP with K expected
-clients, noise multiplier sigma, clip C and `k` kept coordinates:
+clients, noise multiplier sigma, clip C, `k` kept coordinates and n clients
+that report in the round:
 
 1. Mask. The server picks one set `S` of exactly `k` coordinates for the round,
    the same for every client of the round, fresh every round, never derived
@@ -16,23 +17,25 @@ clients, noise multiplier sigma, clip C and `k` kept coordinates:
 2. Sparsify: `v = s * Delta[S]`, with `s = d / k` for rand_k (so that
    E_S[scatter(v)] = Delta: unbiased) and `s = 1` for top_k (biased).
 3. Clip: `v <- v * min(1, C / ||v||_2)`, so ||v||_2 <= C.
-4. Noise on the kept coordinates only: `v <- v + N(0, sigma^2 C^2 / K I_k)`.
+4. Noise on the kept coordinates only: `v <- v + N(0, sigma^2 C^2 / n I_k)`
+   (`client_noise_stddev`; n is counted by a secure sum and broadcast first).
 5. Upload the `k` values of `v` (through secure aggregation); the server
-   divides the sum by K and scatters it back into the `d` coordinates.
+   divides the sum by the fixed K and scatters it back into the `d`
+   coordinates.
 
-Guarantee: with n = K reporting clients, the sum of the uploads is the sum of
-K vectors of L2 norm <= C plus N(0, sigma^2 C^2 I_k), a Gaussian mechanism of
+Guarantee: the sum of the n uploads is the sum of n vectors of L2 norm <= C
+plus exactly N(0, sigma^2 C^2 I_k) whatever n is, a Gaussian mechanism of
 sensitivity C (add/remove one client) and noise multiplier sigma:
-(alpha, alpha / (2 sigma^2))-RDP per round, whatever k and d; the mask is
-public and data-independent, so it releases nothing. With n clients reporting,
-the noise of the sum is N(0, n sigma^2 C^2 / K I_k) and the achieved noise
-multiplier is sigma * sqrt(n / K) (`achieved_noise_multiplier`).
+(alpha, alpha / (2 sigma^2))-RDP per round, whatever k, d and n; the mask is
+public and data-independent, so it releases nothing. (The paper's per-client
+noise sigma^2 C^2 / K gives the sum a noise std sigma C sqrt(n / K) that
+reveals n and is below sigma C whenever fewer than K clients report.)
 
 Order traps (the order above is the only correct one): clipping before
 sparsifying and rescaling leaves the uploaded norm up to (d/k) C, not C (the
 sensitivity argument fails); noise added before masking and clipping goes
 through the d/k scaling and a data-dependent clip factor, so its std on the
-kept coordinates is no longer sigma C / sqrt(K); noise on all d coordinates
+kept coordinates is no longer sigma C / sqrt(n); noise on all d coordinates
 puts d sigma^2 C^2 / K^2 of noise energy into the average instead of
 k sigma^2 C^2 / K^2; a per-client mask breaks secure aggregation and leaks
 data.
@@ -74,61 +77,40 @@ def rand_k_scale(dimension: int, k: int) -> float:
 
 
 def client_noise_stddev(
-    noise_multiplier: float, clip: float, expected_clients: float
-) -> float:
-  """Per-client, per-kept-coordinate noise std sigma * C / sqrt(K).
-
-  The sum of K independent such noises has std sigma * C on every kept
-  coordinate.
-  """
-  return noise_multiplier * clip / math.sqrt(expected_clients)
-
-
-def achieved_noise_multiplier(
-    noise_multiplier: float, num_reporting: Any, expected_clients: float
+    noise_multiplier: float, clip: float, num_clients: Any
 ) -> tf.Tensor:
-  """Noise multiplier of the summed noise when n clients report: sigma sqrt(n/K).
+  """Per-client, per-kept-coordinate noise std sigma * C / sqrt(n).
 
-  Each of the n reporting clients adds independent N(0, sigma^2 C^2 / K) to
-  every kept coordinate, so the sum carries N(0, n sigma^2 C^2 / K): std
-  sigma C sqrt(n / K). The sensitivity of the sum to one client stays C, so the
-  round is a Gaussian mechanism with noise multiplier sigma sqrt(n / K): below
-  the nominal sigma when n < K (dropouts), above it when n > K, 0 when no client
-  reports (nothing is released). This is the multiplier to charge to the
-  privacy ledger, never the nominal sigma.
+  The sum of the n reporting clients' independent noises then has std exactly
+  sigma * C on every kept coordinate, whatever n is.
 
   Args:
-    noise_multiplier: the nominal sigma >= 0.
-    num_reporting: n, the number of clients whose upload entered the sum
-      (Python number or integer tensor).
-    expected_clients: K > 0, the number of clients the noise was calibrated for.
+    noise_multiplier: sigma >= 0.
+    clip: C > 0.
+    num_clients: n, the round's reporting clients (number or integer tensor);
+      n < 1 is treated as 1.
 
   Returns:
-    A float64 scalar tensor sigma * sqrt(n / K).
+    A float32 scalar tensor.
   """
-  n = tf.cast(num_reporting, tf.float64)
-  return tf.constant(noise_multiplier, tf.float64) * tf.sqrt(
-      n / tf.constant(expected_clients, tf.float64)
-  )
+  n = tf.maximum(tf.cast(num_clients, tf.float32), 1.0)
+  return tf.constant(noise_multiplier * clip, tf.float32) / tf.sqrt(n)
 
 
 def secure_sum_bound(
     clip: float,
     noise_multiplier: float,
-    expected_clients: float,
     num_stddevs: float,
 ) -> float:
-  """Bound B = C + z sigma C / sqrt(K) on every uploaded value.
+  """Bound B = C + z sigma C on every uploaded value.
 
   After clipping, a kept coordinate is at most C in absolute value (all of the
-  norm on one coordinate); the per-client noise exceeds z of its standard
-  deviations with probability 2 (1 - Phi(z)) per value (about 2e-9 at z = 6).
-  A secure sum clipping to [-B, B] therefore alters only values whose noise is
-  beyond z standard deviations.
+  norm on one coordinate); a client's noise std is sigma C / sqrt(n) <= sigma C
+  and exceeds z of its standard deviations with probability 2 (1 - Phi(z))
+  per value (about 2e-9 at z = 6). A secure sum clipping to [-B, B] therefore
+  alters only values whose noise is beyond z standard deviations, for any n.
   """
-  return clip + num_stddevs * client_noise_stddev(
-      noise_multiplier, clip, expected_clients
-  )
+  return clip + num_stddevs * noise_multiplier * clip
 
 
 def round_seed(seed: Any, round_num: Any) -> tf.Tensor:
@@ -283,7 +265,8 @@ def add_gaussian_noise(
 
   Args:
     values: float tensor or structure of float tensors.
-    stddev: noise standard deviation; 0 returns `values` unchanged.
+    stddev: noise standard deviation (a number or a scalar tensor); the
+      number 0 returns `values` unchanged.
     seed: None (default) draws the noise from TF's stateful generator, seeded
       from the operating system's entropy when the op is created: every client
       gets its own fresh randomness. An int64 [2] tensor makes the noise a
@@ -294,7 +277,7 @@ def add_gaussian_noise(
   Returns:
     The noised values, same structure, dtypes and shapes.
   """
-  if stddev == 0.0:
+  if isinstance(stddev, (int, float)) and stddev == 0.0:
     return values
   leaves = [tf.convert_to_tensor(t) for t in tf.nest.flatten(values)]
   noised = []
@@ -330,7 +313,7 @@ def sparsify_clip_noise(
       client).
     scale: d / k for rand_k (`rand_k_scale`), 1 for top_k.
     clip: C > 0, bound on the L2 norm of the k scaled values.
-    noise_stddev: per-coordinate noise std, sigma C / sqrt(K)
+    noise_stddev: per-coordinate noise std, sigma C / sqrt(n)
       (`client_noise_stddev`).
     seed: see `add_gaussian_noise` (None in production).
 

@@ -1,0 +1,210 @@
+"""Individual (per-client) accounting against the server, with a budget filter.
+
+The server picks each round's clients and sees what reaches it, so sampling
+does not amplify privacy against it: a client's privacy loss is the
+composition of the events of the rounds it took part in (each read by
+`Guarantee.server_view_event`, under replace-one adjacency), and a client
+never sampled has spent nothing. `IndividualLedger` keeps that history per
+client and answers each client's eps at the run's delta, and the worst one.
+
+Budget filter: with `budget_epsilon` set, `admits(client, event)` is False
+for a client whose eps would exceed the budget after one more round of
+`event`; the training program then leaves that client out of the round, so
+no client ever exceeds the budget. Individual privacy filters (Feldman and
+Zrnic, "Individual Privacy Accounting via a Renyi Filter", NeurIPS 2021) make
+such per-client stopping valid under adaptive composition; here the events a
+client is charged depend only on the configuration and the public sampler.
+
+Clients with the same history share one accountant computation (`_eps_of`), so
+a population of thousands costs a few accountant calls per round.
+"""
+
+import json
+import math
+from typing import Hashable, Iterable, Optional
+
+from dp_accounting import dp_event
+
+from tff_priv import validation
+from tff_priv.accounting import accountants
+from tff_priv.accounting import ledger as ledger_lib
+
+_FORMAT = 'tff_priv.IndividualLedger/1'
+# The server view counts each participation without sampling, under the
+# relation of the server-view events.
+RELATION = 'replace_one'
+
+
+class IndividualLedger:
+  """Per-client composition of server-view events, with an optional filter.
+
+  Example:
+
+    ledger = IndividualLedger(delta=1e-5, budget_epsilon=8.0)
+    for round_num in ...:
+      chosen = [c for c in sampled if ledger.admits(c, event)]
+      ...  # run the round with `chosen`
+      ledger.record(chosen, event)
+    ledger.max_epsilon()
+  """
+
+  def __init__(
+      self,
+      delta: float,
+      budget_epsilon: Optional[float] = None,
+      accountant: str = 'rdp',
+  ):
+    """Creates an empty ledger.
+
+    Args:
+      delta: the delta at which eps is reported, in (0, 1).
+      budget_epsilon: a client's eps may not exceed this (None: no filter).
+      accountant: 'rdp' or 'pld'.
+    """
+    self._delta = validation.open_unit('delta', delta)
+    if budget_epsilon is not None:
+      budget_epsilon = validation.positive('budget_epsilon', budget_epsilon)
+    self._budget = budget_epsilon
+    self._accountant = validation.one_of(
+        'accountant', accountant, accountants.ACCOUNTANTS
+    )
+    self._events: list[dp_event.DpEvent] = []
+    # client -> run-length history [[event index, count], ...].
+    self._history: dict[str, list[list[int]]] = {}
+    self._cache: dict[tuple, float] = {}
+    self._excluded: set[str] = set()
+
+  @property
+  def delta(self) -> float:
+    return self._delta
+
+  @property
+  def budget_epsilon(self) -> Optional[float]:
+    return self._budget
+
+  def _index(self, event: dp_event.DpEvent) -> int:
+    if not isinstance(event, dp_event.DpEvent):
+      raise TypeError(f'event must be a dp_accounting DpEvent, got {event!r}')
+    for i, known in enumerate(self._events):
+      if known == event:
+        return i
+    self._events.append(event)
+    return len(self._events) - 1
+
+  def _eps_of(self, history: tuple) -> float:
+    if not history:
+      return 0.0
+    if history not in self._cache:
+      ledger = ledger_lib.PrivacyLedger(RELATION)
+      for index, count in history:
+        ledger.record(self._events[index], count)
+      self._cache[history] = ledger.epsilon(self._delta, self._accountant)
+    return self._cache[history]
+
+  @staticmethod
+  def _extended(history: Iterable, index: int) -> tuple:
+    runs = [list(run) for run in history]
+    if runs and runs[-1][0] == index:
+      runs[-1][1] += 1
+    else:
+      runs.append([index, 1])
+    return tuple(tuple(run) for run in runs)
+
+  def _key(self, client: Hashable) -> tuple:
+    return tuple(tuple(run) for run in self._history.get(str(client), ()))
+
+  def record(self, clients: Iterable[Hashable], event: dp_event.DpEvent) -> None:
+    """Charges one round of `event` (a server-view event) to each client."""
+    index = self._index(event)
+    for client in clients:
+      key = str(client)
+      self._history[key] = [
+          list(run) for run in self._extended(self._key(key), index)
+      ]
+
+  def epsilon(self, client: Hashable) -> float:
+    """The client's eps at `delta` over the rounds it took part in."""
+    return self._eps_of(self._key(client))
+
+  def max_epsilon(self) -> float:
+    """The largest eps of any client (0 before any round)."""
+    return max(
+        (self._eps_of(self._key(c)) for c in self._history), default=0.0
+    )
+
+  def participations(self, client: Hashable) -> int:
+    return sum(count for _, count in self._key(client))
+
+  def admits(self, client: Hashable, event: dp_event.DpEvent) -> bool:
+    """Whether one more round of `event` keeps the client within the budget."""
+    if self._budget is None:
+      return True
+    eps = self._eps_of(self._extended(self._key(client), self._index(event)))
+    return eps <= self._budget
+
+  def filter(
+      self, clients: Iterable[Hashable], event: dp_event.DpEvent
+  ) -> list:
+    """The clients `admits` lets take part; the others are remembered."""
+    kept = []
+    for client in clients:
+      if self.admits(client, event):
+        kept.append(client)
+      else:
+        self._excluded.add(str(client))
+    return kept
+
+  @property
+  def num_excluded(self) -> int:
+    """Clients the filter has left out of at least one round."""
+    return len(self._excluded)
+
+  @property
+  def num_clients(self) -> int:
+    """Clients that took part in at least one round."""
+    return len(self._history)
+
+  def report(self) -> dict:
+    """JSON-ready: worst eps, clients charged, the filter's work."""
+    eps = self.max_epsilon()
+    return {
+        'max_epsilon': eps if math.isfinite(eps) else str(eps),
+        'delta': self._delta,
+        'budget_epsilon': self._budget,
+        'clients_charged': self.num_clients,
+        'max_participations': max(
+            (self.participations(c) for c in self._history), default=0
+        ),
+        'clients_excluded_by_budget': self.num_excluded,
+        'neighboring_relation': RELATION,
+        'accountant': self._accountant,
+    }
+
+  def to_json(self) -> str:
+    """Exact JSON (events through the ledger's encoder)."""
+    return json.dumps({
+        'format': _FORMAT,
+        'delta': self._delta,
+        'budget_epsilon': self._budget,
+        'accountant': self._accountant,
+        'events': [ledger_lib.encode_event(e) for e in self._events],
+        'history': self._history,
+        'excluded': sorted(self._excluded),
+    })
+
+  @classmethod
+  def from_json(cls, text: str) -> 'IndividualLedger':
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get('format') != _FORMAT:
+      raise ValueError(f'not a serialised IndividualLedger ({_FORMAT})')
+    ledger = cls(data['delta'], data['budget_epsilon'], data['accountant'])
+    ledger._events = [ledger_lib.decode_event(e) for e in data['events']]
+    ledger._history = {k: [list(r) for r in v] for k, v in data['history'].items()}
+    ledger._excluded = set(data['excluded'])
+    return ledger
+
+  def __eq__(self, other):
+    return (
+        isinstance(other, IndividualLedger)
+        and self.to_json() == other.to_json()
+    )
