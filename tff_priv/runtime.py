@@ -30,7 +30,12 @@ Contexts:
   simulated by their plain bodies, as TFF does for its own tests, so factories
   built on `tff.aggregators.SecureSumFactory` run in simulation. The values are
   the ones secure aggregation would produce; the cryptography is not run.
-* ``'native'``: TFF's default local C++ context (no secure intrinsics).
+* ``'native'``: TFF's default local C++ context (no secure intrinsics:
+  `check_secure_intrinsics` refuses factories that need them, in one line).
+
+`set_context(..., program=True)` installs the same context wrapped in a
+`tff.program.NativeFederatedContext`, what `tff.program` and
+`tff.learning.programs.train_model` need.
 """
 
 import atexit
@@ -56,6 +61,7 @@ _lock = threading.Lock()
 _workers: list[subprocess.Popen] = []
 _installed = False
 _previous_handlers: dict[int, object] = {}
+_current_kind = None
 
 
 def _set_parent_death_signal() -> None:
@@ -215,8 +221,11 @@ def _at_exit() -> None:
 
 
 def set_context(
-    kind: str = 'simulation', *, default_num_clients: int = 0
-) -> None:
+    kind: str = 'simulation',
+    *,
+    default_num_clients: int = 0,
+    program: bool = False,
+):
   """Sets TFF's default execution context, with worker cleanup guaranteed.
 
   Args:
@@ -224,11 +233,19 @@ def set_context(
       simulated by their plain bodies) or 'native' (TFF's local C++ context).
     default_num_clients: the client cardinality used when a computation's
       arguments do not determine it.
+    program: False installs TFF's synchronous context (computations return
+      values); True installs a `tff.program.NativeFederatedContext` over the
+      asynchronous one, for `tff.program` and
+      `tff.learning.programs.train_model`.
+
+  Returns:
+    The installed context.
 
   Raises:
     ValueError: `kind` is not one of the contexts above, or
       `default_num_clients` is negative.
   """
+  global _current_kind
   if kind not in _CONTEXTS:
     raise ValueError(f'kind must be one of {_CONTEXTS}, got {kind!r}')
   if default_num_clients < 0:
@@ -241,13 +258,45 @@ def set_context(
   _install_signal_handlers()
   # Workers of a context we replace would otherwise live until exit.
   stop_workers()
-  if kind == 'simulation':
-    tff.backends.test.set_sync_test_cpp_execution_context(
+  if program:
+    if kind == 'simulation':
+      inner = tff.backends.test.create_async_test_cpp_execution_context(
+          default_num_clients=default_num_clients
+      )
+    else:
+      inner = tff.backends.native.create_async_local_cpp_execution_context(
+          default_num_clients=default_num_clients
+      )
+    context = tff.program.NativeFederatedContext(inner)
+  elif kind == 'simulation':
+    context = tff.backends.test.create_sync_test_cpp_execution_context(
         default_num_clients=default_num_clients
     )
   else:
-    tff.backends.native.set_sync_local_cpp_execution_context(
+    context = tff.backends.native.create_sync_local_cpp_execution_context(
         default_num_clients=default_num_clients
     )
+  tff.framework.set_default_context(context)
+  _current_kind = kind
   _release_replaced_contexts()
+  return context
 
+
+def check_secure_intrinsics(what: str) -> None:
+  """Raises a one-line error if the installed context cannot run secure sums.
+
+  TFF's 'native' local context has no secure-aggregation intrinsics (it fails
+  deep inside its worker with "Cannot embed a federated value").
+
+  Args:
+    what: the factory that needs them, for the message.
+
+  Raises:
+    RuntimeError: the context set by `set_context` is 'native'.
+  """
+  if _current_kind == 'native':
+    raise RuntimeError(
+        f"{what} uses TFF's secure-sum intrinsics, which the 'native' context "
+        "does not run: use tff_priv.runtime.set_context('simulation') (it "
+        'simulates them), or secure=False'
+    )

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_priv import runtime
 from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.mechanisms import sparsify
@@ -299,8 +300,12 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
     Raises:
       TypeError: `value_type` is not such a structure.
+      RuntimeError: secure=True in tff_priv.runtime's 'native' context, which
+        has no secure-sum intrinsics.
     """
     dtype, specs, dimension = _check_value_type(value_type)
+    if self._secure:
+      runtime.check_secure_intrinsics('SparsifiedSecureSumFactory(secure=True)')
     k = sparsify.num_kept(dimension, self._compression)
     # rand_k with k == d keeps every coordinate in order: the mask, the gather
     # and the scatter are identities and are skipped (top_k always sends its

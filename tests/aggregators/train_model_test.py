@@ -1,0 +1,156 @@
+"""tff_priv factories in TFF's own training program, `tff.learning.programs.train_model`.
+
+A user composes a tff_priv factory into a `tff.learning` process, runs it with
+TFF's program logic in the `tff.program.NativeFederatedContext` that
+`tff_priv.runtime.set_context(program=True)` installs, and charges the ledger
+from the aggregator state of each round with one call.
+"""
+
+import asyncio
+import pickle
+import tempfile
+
+from dp_accounting import dp_event
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import tiny_models
+from tff_priv import runtime
+from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.aggregators import sparsified_secure_sum as sss
+
+
+def _client_arrays(seed):
+  rng = np.random.default_rng(seed)
+  return (
+      rng.normal(size=[6, 4]).astype(np.float32),
+      rng.integers(0, 3, size=[6]).astype(np.int32),
+  )
+
+
+def _dataset(arrays):
+  return tf.data.Dataset.from_tensor_slices(arrays).batch(3)
+
+
+class _ArraysIterator(tff.program.FederatedDataSourceIterator):
+  """Clients' data as numpy arrays, K drawn uniformly per round.
+
+  `train_model` deep-copies the iterator into its program state, which
+  `tff.program.DatasetDataSource` cannot survive in TFF 0.87 (a
+  `tf.data.Dataset` holds a graph that cannot be copied); numpy arrays can.
+  """
+
+  def __init__(self, clients, seed=0):
+    self._clients = clients
+    self._rng = np.random.default_rng(seed)
+
+  @property
+  def federated_type(self):
+    return tff.FederatedType(
+        tff.SequenceType(_dataset(self._clients[0]).element_spec), tff.CLIENTS
+    )
+
+  def select(self, k):
+    chosen = self._rng.choice(len(self._clients), size=k, replace=False)
+    return [_dataset(self._clients[i]) for i in chosen]
+
+  def to_bytes(self):
+    return pickle.dumps((self._clients, self._rng.bit_generator.state))
+
+  @classmethod
+  def from_bytes(cls, buffer):
+    clients, rng_state = pickle.loads(buffer)
+    iterator = cls(clients)
+    iterator._rng.bit_generator.state = rng_state
+    return iterator
+
+  def __eq__(self, other):
+    return self is other
+
+
+class _ArraysSource(tff.program.FederatedDataSource):
+
+  def __init__(self, clients):
+    self._clients = clients
+
+  @property
+  def federated_type(self):
+    return self.iterator().federated_type
+
+  def iterator(self):
+    return _ArraysIterator(self._clients)
+
+
+class TrainModelTest(tf.test.TestCase):
+
+  def tearDown(self):
+    runtime.set_context('simulation')  # The suite's context (conftest.py).
+    super().tearDown()
+
+  def test_three_rounds_of_train_model_charge_the_ledger(self):
+    runtime.set_context('simulation', program=True)
+    sigma, clients_per_round, population = 0.8, 2, 6
+    process = tff.learning.algorithms.build_unweighted_fed_avg(
+        tiny_models.softmax_model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        model_aggregator=sss.SparsifiedSecureSumFactory(
+            sigma, 1.0, 0.5, clients_per_round, mask_seed=1
+        ),
+    )
+    ledger = ledger_lib.PrivacyLedger()
+
+    def charge(output):
+      # The one line a user's loop needs: the factory's event, the sampling.
+      ledger.record_round(
+          output.state.aggregator, population=population,
+          sample_size=clients_per_round,
+      )
+      return False  # Keep every round.
+
+    release = tff.program.MemoryReleaseManager()
+    asyncio.run(
+        tff.learning.programs.train_model(
+            train_process=process,
+            train_data_source=_ArraysSource(
+                [_client_arrays(s) for s in range(population)]
+            ),
+            train_per_round_clients=clients_per_round,
+            train_total_rounds=3,
+            should_discard_round=charge,
+            program_state_manager=tff.program.FileProgramStateManager(
+                tempfile.mkdtemp()
+            ),
+            model_output_manager=tff.program.MemoryReleaseManager(),
+            train_metrics_manager=release,
+            evaluation_manager=None,
+            evaluation_periodicity=1,
+        )
+    )
+    self.assertLen(release.values(), 3)
+    self.assertEqual(ledger.num_releases, 3)
+    by_hand = ledger_lib.PrivacyLedger()
+    by_hand.record(
+        dp_event.SelfComposedDpEvent(
+            dp_event.SampledWithoutReplacementDpEvent(
+                population, clients_per_round, dp_event.GaussianDpEvent(sigma)
+            ),
+            3,
+        )
+    )
+    self.assertAllClose(ledger.epsilon(1e-5), by_hand.epsilon(1e-5), rtol=1e-6)
+
+  def test_secure_factory_in_the_native_context_fails_in_one_line(self):
+    runtime.set_context('native')
+    factory = sss.SparsifiedSecureSumFactory(1.0, 1.0, 0.5, 2, secure=True)
+    with self.assertRaisesRegex(RuntimeError, "set_context\\('simulation'\\)"):
+      factory.create(tff.TensorType(np.float32, [4]))
+    # Without secure aggregation it runs there.
+    plain = sss.SparsifiedSecureSumFactory(1.0, 1.0, 0.5, 2, secure=False)
+    process = plain.create(tff.TensorType(np.float32, [4]))
+    output = process.next(process.initialize(), [np.ones(4, np.float32)] * 2)
+    self.assertEqual(output.result.shape, (4,))
+
+
+if __name__ == '__main__':
+  tf.test.main()
