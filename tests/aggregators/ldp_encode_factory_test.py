@@ -5,6 +5,10 @@ computation (that is what makes two clients independent), so its outputs
 cannot be seeded: statistical checks use a tolerance of 5 standard errors (a
 false-alarm probability below 1e-6 per check), with standard errors from the
 exact two-point distribution (Lemma 4). Client data use fixed seeds.
+
+`exact_statistic_leaves` is the neighbouring-input check of what a process
+measures: a measurement that is deterministic for a given input yet changes
+when one client's value is replaced is an exact client statistic.
 """
 
 import collections
@@ -17,6 +21,9 @@ from sklearn import datasets
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_priv.accounting import accountants
+from tff_priv.accounting import events
+from tff_priv.accounting import guarantees
 from tff_priv.aggregators import ldp_encode
 from tff_priv.mechanisms import ldp_encode as mechanism
 
@@ -49,6 +56,86 @@ def _two_values(center, radius, eps, dtype=tf.float32):
   return [tf.cast(lo, dtype).numpy(), tf.cast(hi, dtype).numpy()]
 
 
+def _flat_leaves(nest):
+  """{path: np.ndarray} of every leaf of a measurements structure.
+
+  Paths join the names (or, unnamed, the positions) of the containers with
+  '/'. Python containers (OrderedDict, tuple, NamedTuple, attrs) are read
+  through `tff.structure`, as TFF returns them.
+  """
+  out = collections.OrderedDict()
+
+  def visit(value, path):
+    if not isinstance(value, tff.structure.Struct) and not tf.nest.is_nested(
+        value
+    ):
+      out['/'.join(path)] = np.asarray(value)
+      return
+    struct = (
+        value
+        if isinstance(value, tff.structure.Struct)
+        else tff.structure.from_container(value)
+    )
+    for i, (name, element) in enumerate(tff.structure.iter_elements(struct)):
+      visit(element, path + [name if name is not None else str(i)])
+
+  visit(nest, [])
+  return out
+
+
+def _same(a, b):
+  """Bit-identical arrays (NaN equals NaN of the same payload)."""
+  return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def exact_statistic_leaves(run, inputs, neighbour, *, public=()):
+  """Measurement leaves that behave as exact statistics of the clients' data.
+
+  Runs `run(inputs)` and `run(neighbour)` twice each (`neighbour` is `inputs`
+  with one client's value replaced) and flattens what they return. A leaf is
+  flagged when it is identical across the two runs of the same input (no
+  noise) yet different between the neighbours: it reveals the replaced
+  client's value exactly. Leaves listed in `public` (documented public or
+  documented non-private releases) are not flagged.
+
+  Args:
+    run: input -> a structure of measurements (tf.nest or tff.structure).
+    inputs: the clients' values.
+    neighbour: the same clients' values, one of them replaced.
+    public: paths (joined with '/') of leaves documented as public.
+
+  Returns:
+    The flagged leaf paths, in flattening order.
+  """
+  first = [_flat_leaves(run(inputs)) for _ in range(2)]
+  second = [_flat_leaves(run(neighbour)) for _ in range(2)]
+  paths = list(first[0])
+  for leaves in first[1:] + second:
+    if list(leaves) != paths:
+      raise ValueError(f'measurement structure changed: {list(leaves)}')
+  flagged = []
+  for path in paths:
+    if path in public:
+      continue
+    a1, a2 = first[0][path], first[1][path]
+    b1, b2 = second[0][path], second[1][path]
+    if _same(a1, a2) and _same(b1, b2) and not _same(a1, b1):
+      flagged.append(path)
+  return flagged
+
+
+def _rdp_epsilon(event, delta=1e-5):
+  accountant = accountants.make_accountant('rdp', 'replace_one')
+  accountant.compose(event)
+  return accountant.get_epsilon(delta)
+
+
+def _one_round_event(factory, value_type, clients):
+  process = factory.create(value_type)
+  output = process.next(process.initialize(), clients)
+  return guarantees.extract_dp_event(output.state)
+
+
 def _zscores(result, values, center, radius, eps):
   """(result - mean of clipped values) / sd of the mean (Lemma 4)."""
   stacked = np.stack(values).astype(np.float64)
@@ -67,28 +154,39 @@ class TypeTest(tf.test.TestCase, parameterized.TestCase):
     )
     self.assertIsInstance(process, tff.templates.AggregationProcess)
     vector = tff.TensorType(_F32, [2])
-    state_type = tff.FederatedType(
-        collections.OrderedDict(
-            center=vector, radius=vector, range_estimator=(), report_mean=()
-        ),
-        tff.SERVER,
+    state_type = process.initialize.type_signature.result
+    self.assertEqual(state_type.placement, tff.SERVER)
+    member = state_type.member
+    self.assertIs(member.python_container, ldp_encode.LDPState)
+    self.assertEqual(
+        tff.structure.name_list(member),
+        [
+            'center',
+            'radius',
+            'range_estimator',
+            'report_mean',
+            'dp_event',
+            'is_init_state',
+        ],
     )
-    self.assertTrue(
-        process.initialize.type_signature.result.is_equivalent_to(state_type)
-    )
+    for name, expected in (
+        ('center', vector),
+        ('radius', vector),
+        ('range_estimator', tff.StructType([])),
+        ('report_mean', tff.StructType([])),
+        ('is_init_state', tff.TensorType(np.bool_)),
+    ):
+      self.assertTrue(member[name].is_equivalent_to(expected), name)
     result_type = process.next.type_signature.result
+    # The state next returns has initialize's type, dp_event included.
+    self.assertTrue(result_type.state.is_equivalent_to(state_type))
     self.assertTrue(
         result_type.result.is_equivalent_to(
             tff.FederatedType(value_type, tff.SERVER)
         )
     )
     measurements_type = tff.FederatedType(
-        collections.OrderedDict(
-            center=vector,
-            radius=vector,
-            clipped_fraction=vector,
-            nonfinite_count=tff.TensorType(np.int64, [2]),
-        ),
+        collections.OrderedDict(center=vector, radius=vector),
         tff.SERVER,
     )
     self.assertTrue(
@@ -139,7 +237,7 @@ class TypeTest(tf.test.TestCase, parameterized.TestCase):
 
 class FixedRangeTest(tf.test.TestCase):
 
-  def test_per_tensor_range_two_values_and_clipped_fraction(self):
+  def test_per_tensor_range_two_values(self):
     value_type = _list_type([6], [4])
     factory = ldp_encode.LDPEncodeFactory(
         1.0, center=[0.0, 5.0], radius=[1.0, 0.5]
@@ -157,10 +255,9 @@ class FixedRangeTest(tf.test.TestCase):
     m = output.measurements
     self.assertAllEqual(m['center'], [0.0, 5.0])
     self.assertAllEqual(m['radius'], [1.0, 0.5])
-    self.assertAllClose(m['clipped_fraction'], [2 / 6, 1 / 4])
-    self.assertAllEqual(m['nonfinite_count'], [0, 0])
-    self.assertAllEqual(output.state['center'], [0.0, 5.0])
-    self.assertAllEqual(output.state['radius'], [1.0, 0.5])
+    self.assertEqual(list(m), ['center', 'radius'])
+    self.assertAllEqual(output.state.center, [0.0, 5.0])
+    self.assertAllEqual(output.state.radius, [1.0, 0.5])
 
   def test_unbiased_with_lemma_4_variance(self):
     eps, c, r, n, d = 1.0, 0.2, 1.0, 8, 4000
@@ -177,7 +274,7 @@ class FixedRangeTest(tf.test.TestCase):
     m4 = np.mean(z**4)
     self.assertNear(z.var(), 1.0, 5 * math.sqrt((m4 - 1) / d))
     # Some values were clipped: the estimate is of the clipped mean.
-    self.assertGreater(output.measurements['clipped_fraction'], 0.05)
+    self.assertGreater(np.mean(np.abs(np.stack(values) - c) > r), 0.05)
 
   def test_per_tensor_length_must_match(self):
     value_type = _list_type([2], [2])
@@ -209,17 +306,16 @@ class MinMaxRangeTest(tf.test.TestCase):
     self.assertAllEqual(first.measurements['radius'], [2.0, 2.0])
     state = first.state
     # Tensor 0: finite values only (NaN and inf ignored), global min / max.
-    self.assertEqual(state['center'][0] - state['radius'][0], -0.5)
-    self.assertEqual(state['center'][0] + state['radius'][0], 1.5)
+    self.assertEqual(state.center[0] - state.radius[0], -0.5)
+    self.assertEqual(state.center[0] + state.radius[0], 1.5)
     # Tensor 1: all values equal, so the radius is min_radius.
-    self.assertAllEqual(state['center'], [0.5, 3.0])
-    self.assertAllEqual(state['radius'], np.array([1.0, 1e-3], _F32))
+    self.assertAllEqual(state.center, [0.5, 3.0])
+    self.assertAllEqual(state.radius, np.array([1.0, 1e-3], _F32))
     second = process.next(state, values)
     self.assertAllEqual(second.measurements['center'], [0.5, 3.0])
     self.assertAllEqual(
         second.measurements['radius'], np.array([1.0, 1e-3], _F32)
     )
-    self.assertAllEqual(second.measurements['nonfinite_count'], [2, 0])
 
   def test_range_kept_when_no_finite_value(self):
     process = ldp_encode.LDPEncodeFactory(1.0, 'minmax', radius=2.0).create(
@@ -228,17 +324,26 @@ class MinMaxRangeTest(tf.test.TestCase):
     output = process.next(
         process.initialize(), [np.array([np.nan, np.inf], _F32)] * 2
     )
-    self.assertAllEqual(output.state['center'], [0.0])
-    self.assertAllEqual(output.state['radius'], [2.0])
+    self.assertAllEqual(output.state.center, [0.0])
+    self.assertAllEqual(output.state.radius, [2.0])
     self.assertAllEqual(output.result, [0.0, 0.0])
 
   def test_range_release_is_charged_as_non_private(self):
     factory = ldp_encode.LDPEncodeFactory(1.0, 'minmax', radius=1.0)
-    event = factory.range_dp_event(_list_type([2]))
-    self.assertIsInstance(event, dp_accounting.NonPrivateDpEvent)
-    accountant = dp_accounting.rdp.RdpAccountant()
-    accountant.compose(event)
-    self.assertEqual(accountant.get_epsilon(1e-5), math.inf)
+    event = _one_round_event(
+        factory, _list_type([2]), [[np.array([0.5, -0.5], _F32)]]
+    )
+    self.assertEqual(
+        event,
+        dp_accounting.ComposedDpEvent([
+            dp_accounting.SelfComposedDpEvent(
+                events.PureEpsilonDpEvent(1.0), 2
+            ),
+            dp_accounting.NonPrivateDpEvent(),
+        ]),
+    )
+    self.assertEqual(_rdp_epsilon(event), math.inf)
+    self.assertIn('not private', factory.guarantee.description)
 
 
 class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
@@ -258,7 +363,7 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
     process = factory.create(_list_type([5]))
     rng = np.random.default_rng(1)
     values = [[rng.uniform(-scale, scale, [5]).astype(_F32)] for _ in range(n)]
-    new_radius = process.next(process.initialize(), values).state['radius'][0]
+    new_radius = process.next(process.initialize(), values).state.radius[0]
     # Geometric update r * exp(-lr (below - target)), below in [0, 1]: the
     # radius can never move further than these bounds...
     self.assertBetween(
@@ -273,8 +378,64 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
     else:
       self.assertGreater(new_radius, r0 * math.exp(lr * 0.25))
 
-  def test_range_dp_event_is_a_real_gaussian_release(self):
-    n, stddev, num_tensors = 50, 5.0, 3
+  def test_range_event_is_a_gaussian_count_per_tensor_replace_one(self):
+    n, stddev, eps = 50, 5.0, 1.0
+    value_type = _list_type([2], [3], [4])
+    factory = ldp_encode.LDPEncodeFactory(
+        eps,
+        'quantile',
+        radius=1.0,
+        expected_clients_per_round=n,
+        quantile_noise_stddev=stddev,
+    )
+    clients = [
+        [np.full([2], 0.1 * i, _F32), np.zeros([3], _F32), np.ones([4], _F32)]
+        for i in range(3)
+    ]
+    event = _one_round_event(factory, value_type, clients)
+    # Replace-one: a client's record flips from -0.5 to +0.5, sensitivity 1.
+    by_hand = dp_accounting.ComposedDpEvent([
+        dp_accounting.SelfComposedDpEvent(events.PureEpsilonDpEvent(eps), 9),
+        dp_accounting.ComposedDpEvent(
+            [dp_accounting.GaussianDpEvent(stddev / 1.0)] * 3
+        ),
+    ])
+    self.assertEqual(event, by_hand)
+    self.assertIsInstance(event.events[1].events[0].noise_multiplier, float)
+    self.assertAllClose(_rdp_epsilon(event), _rdp_epsilon(by_hand), rtol=1e-6)
+    self.assertTrue(math.isfinite(_rdp_epsilon(event)))
+
+    def range_epsilon(ev, rounds=100):
+      accountant = dp_accounting.rdp.RdpAccountant(
+          neighboring_relation=(
+              dp_accounting.NeighboringRelation.REPLACE_ONE
+          )
+      )
+      accountant.compose(ev, rounds)
+      return accountant.get_epsilon(1e-5)
+
+    # L Gaussian releases of multiplier z compose like one of z / sqrt(L).
+    self.assertAllClose(
+        range_epsilon(event.events[1]),
+        range_epsilon(dp_accounting.GaussianDpEvent(stddev / math.sqrt(3))),
+        rtol=1e-4,
+    )
+    noisier = ldp_encode.LDPEncodeFactory(
+        eps,
+        'quantile',
+        radius=1.0,
+        expected_clients_per_round=n,
+        quantile_noise_stddev=2 * stddev,
+    )
+    noisier_event = _one_round_event(noisier, value_type, clients)
+    self.assertLess(
+        range_epsilon(noisier_event.events[1]), range_epsilon(event.events[1])
+    )
+
+  def test_multiplier_is_half_of_tensorflow_privacys_add_or_remove_one(self):
+    # tensorflow_privacy's query accounts a record of +-0.5 appearing or not
+    # (stddev / 0.5); replacing a client flips it (stddev / 1).
+    n, stddev = 40, 3.0
     factory = ldp_encode.LDPEncodeFactory(
         1.0,
         'quantile',
@@ -282,53 +443,172 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
         expected_clients_per_round=n,
         quantile_noise_stddev=stddev,
     )
-    event = factory.range_dp_event(_list_type([2], [3], [4]))
-    self.assertIsInstance(event, dp_accounting.ComposedDpEvent)
-    self.assertLen(event.events, num_tensors)
-    for e in event.events:
-      self.assertIsInstance(e, dp_accounting.GaussianDpEvent)
-      # Records of +-0.5 (sensitivity 0.5) with noise stddev.
-      self.assertAlmostEqual(e.noise_multiplier, stddev / 0.5, places=5)
-      self.assertIsInstance(e.noise_multiplier, float)
-
-    def epsilon(ev, rounds=100):
-      accountant = dp_accounting.rdp.RdpAccountant()
-      accountant.compose(ev, rounds)
-      return accountant.get_epsilon(1e-5)
-
-    # L Gaussian releases of multiplier z compose like one of z / sqrt(L).
-    self.assertAllClose(
-        epsilon(event),
-        epsilon(dp_accounting.GaussianDpEvent(stddev / 0.5 / math.sqrt(3))),
-        rtol=1e-4,
+    query = factory._quantile_query(1.0)  # pylint: disable=protected-access
+    _, _, tfp_event = query.get_noised_result(
+        query.initial_sample_state(), query.initial_global_state()
     )
-    self.assertTrue(math.isfinite(epsilon(event)))
-    noisier = ldp_encode.LDPEncodeFactory(
-        1.0,
-        'quantile',
-        radius=1.0,
-        expected_clients_per_round=n,
-        quantile_noise_stddev=2 * stddev,
-    ).range_dp_event(_list_type([2], [3], [4]))
-    self.assertLess(epsilon(noisier), epsilon(event))
+    event = _one_round_event(
+        factory, tff.TensorType(_F32, [3]), [np.zeros([3], _F32)]
+    )
+    self.assertAllClose(
+        event.events[1].events[0].noise_multiplier,
+        float(tfp_event.noise_multiplier) / 2,
+        rtol=1e-6,
+    )
 
   def test_default_noise_is_andrew_et_al(self):
-    event = ldp_encode.LDPEncodeFactory(
-        1.0, 'quantile', radius=1.0, expected_clients_per_round=40
-    ).range_dp_event(tff.TensorType(_F32, [3]))
-    # stddev = expected / 20 = 2, multiplier 2 / 0.5.
-    self.assertAlmostEqual(event.events[0].noise_multiplier, 4.0, places=5)
-
-  def test_fixed_range_releases_nothing(self):
-    event = ldp_encode.LDPEncodeFactory(1.0, radius=1.0).range_dp_event(
-        tff.TensorType(_F32, [3])
+    event = _one_round_event(
+        ldp_encode.LDPEncodeFactory(
+            1.0, 'quantile', radius=1.0, expected_clients_per_round=40
+        ),
+        tff.TensorType(_F32, [3]),
+        [np.zeros([3], _F32)],
     )
-    self.assertIsInstance(event, dp_accounting.NoOpDpEvent)
+    # stddev = expected / 20 = 2, multiplier 2 / 1 under replace-one.
+    self.assertEqual(event.events[1].events[0].noise_multiplier, 2.0)
+
+  def test_guarantee_says_whom_the_range_release_protects(self):
+    guarantee = ldp_encode.LDPEncodeFactory(
+        1.0, 'quantile', radius=1.0, expected_clients_per_round=10
+    ).guarantee
+    self.assertEqual(guarantee.unit, 'client')
+    # The server sees the exact count before the noise: nothing against it.
+    self.assertEqual(guarantee.noise, 'central')
+    self.assertEqual(
+        guarantee.server_view_event(dp_accounting.GaussianDpEvent(1.0)),
+        dp_accounting.NonPrivateDpEvent(),
+    )
+    self.assertEqual(guarantee.neighboring_relation, 'replace_one')
+    self.assertIn('in the clear', guarantee.description)
+    self.assertIn('not against that server', guarantee.description)
+
+
+class DpEventTest(tf.test.TestCase):
+
+  def test_fixed_round_event_is_d_pure_epsilon_releases(self):
+    eps = 0.7
+    value_type = _list_type([3], [2, 2])
+    factory = ldp_encode.LDPEncodeFactory(eps, radius=1.0)
+    self.assertEqual(factory.num_scalars(value_type), 7)
+    process = factory.create(value_type)
+    state = process.initialize()
+    clients = [[np.zeros([3], _F32), np.ones([2, 2], _F32)]] * 2
+    output = process.next(state, clients)
+    event = guarantees.extract_dp_event(output.state)
+    by_hand = dp_accounting.ComposedDpEvent([
+        dp_accounting.SelfComposedDpEvent(events.PureEpsilonDpEvent(eps), 7),
+        dp_accounting.NoOpDpEvent(),
+    ])
+    self.assertEqual(event, by_hand)
+    self.assertIsInstance(event.events[0].event.epsilon, float)
+    self.assertIsInstance(event.events[0].count, int)
+    self.assertAllClose(_rdp_epsilon(event), _rdp_epsilon(by_hand), rtol=1e-6)
+    # The next round's event is the same.
+    again = process.next(output.state, clients)
+    self.assertEqual(guarantees.extract_dp_event(again.state), by_hand)
+    guarantee = factory.guarantee
+    self.assertEqual(
+        (guarantee.unit, guarantee.noise, guarantee.neighboring_relation),
+        ('client', 'local', 'replace_one'),
+    )
+
+  def test_initial_state_event_is_a_placeholder(self):
+    for mode, kwargs in (
+        ('fixed', {}),
+        ('minmax', {}),
+        ('quantile', dict(expected_clients_per_round=10)),
+    ):
+      process = ldp_encode.LDPEncodeFactory(
+          1.0, mode, radius=1.0, **kwargs
+      ).create(_list_type([2], [3]))
+      state = process.initialize()
+      self.assertTrue(state.is_init_state)
+      with self.assertRaises(guarantees.ExtractingDpEventFromInitialStateError):
+        guarantees.extract_dp_event(state)
+      output = process.next(state, [[np.zeros([2], _F32), np.zeros([3], _F32)]])
+      self.assertFalse(output.state.is_init_state)
+      # Same structure in both states.
+      tf.nest.assert_same_structure(
+          state.dp_event, output.state.dp_event, check_types=False
+      )
+
+
+class ExactStatisticTest(tf.test.TestCase, parameterized.TestCase):
+  """No measurement is an exact statistic of the clients' values."""
+
+  def test_helper_flags_an_exact_statistic(self):
+    rng = np.random.default_rng(5)
+    values = [np.zeros([3], _F32)] * 3
+    neighbour = [np.array([np.nan, 0.0, 0.0], _F32)] + values[1:]
+
+    def run(clients):
+      return collections.OrderedDict(
+          noised=np.float32(rng.normal()),
+          nonfinite_count=np.int64(sum(np.isnan(c).sum() for c in clients)),
+          public=np.float32(1.0),
+      )
+
+    self.assertEqual(
+        exact_statistic_leaves(run, values, neighbour), ['nonfinite_count']
+    )
+    self.assertEqual(
+        exact_statistic_leaves(
+            run, values, neighbour, public=('nonfinite_count',)
+        ),
+        [],
+    )
+
+  @parameterized.product(
+      mode=('fixed', 'quantile', 'minmax'), replacement=('far', 'nan')
+  )
+  def test_measurements_of_neighbouring_inputs(self, mode, replacement):
+    value_type = _list_type([4], [3])
+    factory = ldp_encode.LDPEncodeFactory(
+        1.0,
+        mode,
+        radius=1.0,
+        expected_clients_per_round=4,
+        quantile_noise_stddev=0.2,
+    )
+    process = factory.create(value_type)
+    rng = np.random.default_rng(6)
+    clients = [
+        [rng.uniform(-0.5, 0.5, [4]).astype(_F32),
+         rng.uniform(-0.5, 0.5, [3]).astype(_F32)]
+        for _ in range(4)
+    ]
+    other = (
+        np.full([4], 100.0, _F32)
+        if replacement == 'far'
+        else np.array([np.nan, 0.0, 0.0, 0.0], _F32)
+    )
+    neighbour = [[other, clients[0][1]]] + clients[1:]
+
+    def run(values):
+      # Two rounds: the second measures the range the first one updated.
+      first = process.next(process.initialize(), values)
+      second = process.next(first.state, values)
+      return (first.measurements, second.measurements)
+
+    documented = {
+        # Public constants.
+        'fixed': ('0/center', '0/radius', '1/center', '1/radius'),
+        # The DP estimate: noised, nothing to exempt.
+        'quantile': (),
+        # The non-private min/max release, charged as NonPrivateDpEvent.
+        'minmax': ('1/center', '1/radius'),
+    }[mode]
+    self.assertEqual(
+        exact_statistic_leaves(run, clients, neighbour, public=documented), []
+    )
+    if mode == 'minmax' and replacement == 'far':
+      # Without its documentation the min/max range is caught.
+      self.assertNotEmpty(exact_statistic_leaves(run, clients, neighbour))
 
 
 class NonFiniteTest(tf.test.TestCase):
 
-  def test_nonfinite_values_are_dropped_and_counted(self):
+  def test_nonfinite_values_are_dropped(self):
     eps, c, r, n, d = 1.0, 0.0, 1.0, 4, 2000
     rng = np.random.default_rng(2)
     values = [rng.uniform(-1, 1, [d]).astype(_F32) for _ in range(n)]
@@ -341,7 +621,7 @@ class NonFiniteTest(tf.test.TestCase):
     clients = [[v, np.zeros([3], _F32)] for v in values]
     output = process.next(process.initialize(), clients)
     self.assertTrue(np.all(np.isfinite(output.result[0])))
-    self.assertAllEqual(output.measurements['nonfinite_count'], [1002, 0])
+    self.assertEqual(list(output.measurements), ['center', 'radius'])
     # Where client 0 sent NaN, the mean is over clients 1-3 and unbiased for
     # their mean (z-scores with n = 3; SE of their mean is 1/sqrt(1000)).
     others = [v[:1000] for v in values[1:]]
@@ -357,7 +637,8 @@ class NonFiniteTest(tf.test.TestCase):
     ]
     output = process.next(process.initialize(), reports)
     self.assertAllEqual(output.result, [0.0, 2.0, 4.0])
-    self.assertAllEqual(output.measurements['missing_count'], [3])
+    # The counts of reports are used inside the mean, never measured.
+    self.assertEmpty(output.measurements)
 
 
 class IndependenceTest(tf.test.TestCase):
@@ -499,7 +780,20 @@ class LearningTest(tf.test.TestCase):
       state = output.state
       train = output.metrics['client_work']['train']
       losses.append(train['loss'])
-      self.assertIn('clipped_fraction', output.metrics['aggregator'])
+      self.assertEqual(
+          list(output.metrics['aggregator']), ['center', 'radius']
+      )
+    # The aggregator's state carries the round's event through tff.learning:
+    # d = 64 x 10 + 10 eps-LDP scalars, fixed range.
+    self.assertEqual(
+        guarantees.extract_dp_event(state.aggregator),
+        dp_accounting.ComposedDpEvent([
+            dp_accounting.SelfComposedDpEvent(
+                events.PureEpsilonDpEvent(2.0), 650
+            ),
+            dp_accounting.NoOpDpEvent(),
+        ]),
+    )
     # Starting from log(10) = 2.30; observed ~2.27 -> ~1.82 over 6 rounds.
     self.assertLess(losses[-1], 0.9 * losses[0])
     self.assertGreater(train['sparse_categorical_accuracy'], 0.5)

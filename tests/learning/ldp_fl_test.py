@@ -6,6 +6,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv.accounting import closed_forms
+from tff_priv.accounting import guarantees
 from tff_priv.accounting import reports
 from tff_priv.aggregators import ldp_encode as ldp_encode_factory
 from tff_priv.learning import ldp_fl
@@ -268,8 +269,12 @@ class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
     factory = ldp_encode_factory.LDPEncodeFactory(
         1.0, 'quantile', 0.0, 0.1, expected_clients_per_round=100
     )
-    value_type = tff.TensorType(np.float32, [10])
-    event = factory.range_dp_event(value_type)
+    process = factory.create(tff.TensorType(np.float32, [10]))
+    output = process.next(
+        process.initialize(), [np.zeros([10], np.float32)] * 3
+    )
+    # The round's event: [10 eps-LDP values, the range release].
+    event = guarantees.extract_dp_event(output.state).events[1]
     quantile = ldp_fl.ldp_privacy_report(
         1.0, num_values=10, rounds=2, num_clients=100, delta=1e-5,
         range_mode='quantile', range_event=event,

@@ -338,9 +338,9 @@ class EquivalenceWithFactoryTest(tf.test.TestCase):
         sum(int(np.isnan(rep[l]).sum()) for rep in reports)
         for l in range(len(shapes))
     ]
-    self.assertAllEqual(
-        output.measurements['missing_count'], expected_missing
-    )
+    # The factory releases no count of the missing reports (an exact client
+    # statistic); the stream simply lacks them.
+    self.assertEmpty(tf.nest.flatten(output.measurements))
     self.assertEqual(
         len(merged),
         sum(np.prod(s) for s in shapes) * num_clients

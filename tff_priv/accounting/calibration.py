@@ -81,6 +81,7 @@ def calibrate_noise_multiplier(
     sample_size: Optional[int] = None,
     accountant: str = 'rdp',
     tol: float = 1e-4,
+    min_with_unsampled: bool = False,
 ) -> float:
   """The smallest noise multiplier z whose eps at target_delta is <= target.
 
@@ -93,10 +94,25 @@ def calibrate_noise_multiplier(
     sample_size: K, for fixed-size sampling.
     accountant: 'rdp' or 'pld'.
     tol: absolute tolerance on z.
+    min_with_unsampled: the eps to meet is the smaller of the sampled and the
+      unsampled composition of `rounds` rounds. Both bound the same release
+      when the noise is added on each client under replace-one adjacency; at
+      large sampling rates dp_accounting's fixed-size sampling bound exceeds
+      the unsampled one, and calibrating to it alone over-noises.
 
   Returns:
     z with eps(z) <= target_epsilon, within `tol` of the smallest such z.
   """
+  if min_with_unsampled:
+    sampled = calibrate_noise_multiplier(
+        target_epsilon, target_delta, rounds,
+        sampling_probability=sampling_probability, population=population,
+        sample_size=sample_size, accountant=accountant, tol=tol,
+    )
+    unsampled = calibrate_noise_multiplier(
+        target_epsilon, target_delta, rounds, accountant=accountant, tol=tol
+    )
+    return min(sampled, unsampled)
   target_epsilon = validation.positive('target_epsilon', target_epsilon)
   target_delta = validation.open_unit('target_delta', target_delta)
   tol = validation.positive('tol', tol)

@@ -160,7 +160,7 @@ def extract_dp_event(aggregator_state: Any) -> dp_event.DpEvent:
       event = differential_privacy.extract_dp_event_from_state(aggregator_state)
     except differential_privacy.ExtractingDpEventFromInitialStateError as e:
       raise ExtractingDpEventFromInitialStateError(str(e)) from e
-    return _plain(event)
+    return plain_event(event)
   try:
     named = _field(aggregator_state, 'dp_event')
     is_init = _field(aggregator_state, 'is_init_state')
@@ -175,17 +175,17 @@ def extract_dp_event(aggregator_state: Any) -> dp_event.DpEvent:
         'the state comes from initialize(), whose DpEvent is a placeholder; '
         'pass a state returned by next()'
     )
-  return _plain(dp_event.DpEvent.from_named_tuple(named))
+  return plain_event(dp_event.DpEvent.from_named_tuple(named))
 
 
-def _plain(value):
+def plain_event(value):
   """`value` with numpy scalars as Python numbers (JSON-ready, comparable)."""
   if isinstance(value, dp_event.DpEvent):
     return type(value)(
-        **{f.name: _plain(getattr(value, f.name)) for f in attr.fields(type(value))}
+        **{f.name: plain_event(getattr(value, f.name)) for f in attr.fields(type(value))}
     )
   if isinstance(value, (list, tuple)):
-    return [_plain(v) for v in value]
+    return [plain_event(v) for v in value]
   if isinstance(value, (np.integer,)):
     return int(value)
   if isinstance(value, (np.floating,)):

@@ -1,46 +1,20 @@
-"""LDP-FL aggregation (Sun, Qian, Chen 2021) as TFF aggregation factories.
+"""Factory for LDP-FL's locally private mean (Sun, Qian, Chen 2021).
 
-`LDPEncodeFactory` is a `tff.aggregators.UnweightedAggregationFactory`. Each
-client encodes every scalar of its value (a model delta as tff.learning passes
-it, or any structure of float tensors) with the two-point encoder of
-`tff_priv.mechanisms.ldp_encode`: tensor l uses its own range (c_l, r_l), and
-every scalar is eps-LDP with respect to the client's value. The server averages
-the reports per coordinate (`ReportMeanFactory`), an unbiased estimate of the
-clients' mean of the clipped values (Lemma 2), with the variance of Lemma 4.
-
-What is private: every reported scalar is eps-LDP. A client reports d scalars
-per round (`num_scalars`); how eps composes over d and the rounds (d * T * eps,
-or the shuffle-model bound when the split-and-shuffle transport of
-`tff_priv.mechanisms.split_shuffle` hides who sent what) is the accounting's
-business; this module exposes `epsilon`, `num_scalars` and the DpEvent of the
-range release (`range_dp_event`).
-
-Range modes (per tensor l):
-
-* 'fixed': (c_l, r_l) given at construction; nothing is released.
-* 'minmax': the paper's adaptive range. Clients also send the min and max of
-  their finite values of each tensor; the server keeps (c_l, r_l) =
-  ((min + max) / 2, (max - min) / 2) over all clients (tff.federated_min /
-  tff.federated_max) and uses it in the next round. This release is NOT
-  private (`range_release_is_private` is False; its DpEvent is
-  `dp_accounting.NonPrivateDpEvent`).
-* 'quantile': c_l fixed; r_l is a differentially private estimate of the
-  `quantile_target` quantile, over clients, of each client's max |w - c_l| over
-  tensor l (Andrew et al. 2021 geometric estimator,
-  `tff.aggregators.PrivateQuantileEstimationProcess`, one per tensor), wired as
-  tff.aggregators' adaptive clipping does: this round's estimate encodes, the
-  clients' values update it for the next round. Each round releases one
-  Gaussian-noised count per tensor: `range_dp_event`.
-
-Non-finite values: a client's non-finite values are not encoded, not reported
-and not averaged (the mean of coordinate j is over the clients that reported
-j), and they are counted (`nonfinite_count`).
+`LDPEncodeFactory` is an unweighted aggregation factory: every client encodes
+each scalar of its value with the eps-LDP two-point encoder of
+`tff_priv.mechanisms.ldp_encode`, within a per-tensor range, and the server
+returns the per-coordinate mean of the reports (`ReportMeanFactory`), an
+unbiased estimate of the clients' mean of the clipped values. As in TFF's
+`DifferentiallyPrivateFactory`, the process's state carries the
+`dp_accounting.DpEvent` of the release its last `next` made (read it with
+`tff_priv.accounting.guarantees.extract_dp_event`), and the factory's
+`guarantee` says whom that event protects.
 """
 
 import collections
 import math
 import numbers
-from typing import Optional, Sequence, Union
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import dp_accounting
 import numpy as np
@@ -48,6 +22,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
+from tff_priv.accounting import events
+from tff_priv.accounting import guarantees
 from tff_priv.mechanisms import ldp_encode
 
 RANGE_MODES = ('fixed', 'minmax', 'quantile')
@@ -108,9 +84,9 @@ class ReportMeanFactory(tff.aggregators.UnweightedAggregationFactory):
 
   Clients send their reports with non-finite entries set to 0, plus a 0/1
   int32 structure marking them (skipped work when a tensor is all finite).
-  State: (). Measurements: `missing_count`, int64[L], the number of non-finite
-  entries per tensor (in the order of `tff.structure.flatten(value_type)`),
-  summed over clients.
+  The counts n_j are exact client statistics used inside the released mean;
+  they are not released on their own. State: (). Measurements: an empty
+  OrderedDict.
   """
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
@@ -145,14 +121,13 @@ class ReportMeanFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type, missing_type, np.int32)
     def mean_of_reports(sums, missing, num_clients):
-      means, missing_count = [], []
+      means = []
       for s, m in zip(
           _flatten(sums, value_type), _flatten(missing, value_type)
       ):
         reports = tf.cast(num_clients - m, s.dtype)
         means.append(tf.math.divide_no_nan(s, reports))
-        missing_count.append(tf.reduce_sum(tf.cast(m, tf.int64)))
-      return _pack(means, value_type), tf.stack(missing_count)
+      return _pack(means, value_type)
 
     @tff.federated_computation()
     def init_fn():
@@ -165,7 +140,7 @@ class ReportMeanFactory(tff.aggregators.UnweightedAggregationFactory):
     def next_fn(state, report):
       summand, missing = tff.federated_map(split_missing, report)
       num_clients = tff.federated_sum(tff.federated_value(1, tff.CLIENTS))
-      mean, missing_count = tff.federated_map(
+      mean = tff.federated_map(
           mean_of_reports,
           (
               tff.federated_sum(summand),
@@ -173,11 +148,12 @@ class ReportMeanFactory(tff.aggregators.UnweightedAggregationFactory):
               num_clients,
           ),
       )
-      measurements = tff.federated_zip(
-          collections.OrderedDict(missing_count=missing_count)
-      )
       return tff.templates.MeasuredProcessOutput(
-          state=state, result=mean, measurements=measurements
+          state=state,
+          result=mean,
+          measurements=tff.federated_value(
+              collections.OrderedDict(), tff.SERVER
+          ),
       )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
@@ -229,26 +205,104 @@ def _broadcast(value, num_tensors, name) -> np.ndarray:
   return np.asarray(value, np.float32)
 
 
+# Under replace-one adjacency a client's record in each tensor's quantile
+# estimate flips from -0.5 to +0.5: the noised count has sensitivity 1.
+# (tensorflow_privacy's QuantileEstimatorQuery reports stddev / 0.5, the
+# multiplier under add-or-remove-one, where a record of +-0.5 appears or not.)
+_QUANTILE_COUNT_REPLACE_ONE_SENSITIVITY = 1.0
+
+
+class LDPState(NamedTuple):
+  """State of an `LDPEncodeFactory` process (at SERVER).
+
+  Attributes:
+    center: float32[L], the range centers c_l the next round encodes with
+      (L = number of tensors of value_type, in tff.structure.flatten order).
+    radius: float32[L], the range radii r_l the next round encodes with.
+    range_estimator: () or, for 'quantile', a tuple of L
+      `tff.aggregators.PrivateQuantileEstimationProcess` states.
+    report_mean: the `ReportMeanFactory` process state (()).
+    dp_event: the `to_named_tuple()` form of the round's
+      `dp_accounting.DpEvent` (see `LDPEncodeFactory`); a placeholder of the
+      same structure in the state `initialize` returns.
+    is_init_state: True in the state `initialize` returns.
+  """
+
+  center: Any
+  radius: Any
+  range_estimator: Any
+  report_mean: Any
+  dp_event: Any
+  is_init_state: Any
+
+
 class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
   """Mean of the clients' values, each scalar encoded with eps-LDP (LDP-FL).
 
-  The process's `next(state, value)` returns the per-coordinate mean of the
-  clients' encoded values (`ReportMeanFactory`): an unbiased estimate of the
-  mean of the clients' values clipped to each tensor's [c_l - r_l, c_l + r_l].
+  UNWEIGHTED: every client's value counts once (as in
+  `tff.learning.algorithms.build_unweighted_fed_avg`; a weighted process can
+  wrap it with `tff.aggregators.as_weighted_aggregator`, which ignores the
+  weights).
 
-  State (an OrderedDict at SERVER):
-    center, radius: float32[L], the range (c_l, r_l) used in the next round,
-      L = number of tensors in value_type, in tff.structure.flatten order.
-    range_estimator: () or, for 'quantile', a tuple of L
-      PrivateQuantileEstimationProcess states.
-    report_mean: the `ReportMeanFactory` process state (()).
+  Each client encodes every scalar w of its value (a model delta as
+  tff.learning passes it, or any structure of float tensors) with the
+  two-point encoder of `tff_priv.mechanisms.ldp_encode`: tensor l uses its own
+  range (c_l, r_l), w is clipped to [c_l - r_l, c_l + r_l] and reported as
+  c_l - r_l q or c_l + r_l q, eps-LDP (Theorem 1). The process's
+  `next(state, value)` returns the per-coordinate mean of the reports
+  (`ReportMeanFactory`): an unbiased estimate of the clients' mean of the
+  clipped values (Lemma 2), with the variance of Lemma 4.
 
-  Measurements (an OrderedDict at SERVER):
-    center, radius: float32[L], the range used in this round.
-    clipped_fraction: float32[L], the fraction of the clients' finite values
-      of each tensor that were outside the range and clipped.
-    nonfinite_count: int64[L], the clients' non-finite values of each tensor,
-      dropped (not reported, not averaged).
+  Range modes (per tensor l):
+
+  * 'fixed': (c_l, r_l) given at construction, public; nothing is released.
+  * 'minmax': the paper's adaptive range. Clients also send the min and max
+    of their finite values of each tensor to the server in the clear; the
+    server sets (c_l, r_l) = ((min + max) / 2, (max - min) / 2) over all
+    clients (tff.federated_min / tff.federated_max) for the next round. NOT
+    private (`range_release_is_private` is False): the range gives away the
+    extreme clients' values.
+  * 'quantile': c_l fixed; r_l is a differentially private estimate of the
+    `quantile_target` quantile, over clients, of each client's max |w - c_l|
+    over tensor l (Andrew et al. 2021 geometric estimator, TFF's
+    `tff.aggregators.PrivateQuantileEstimationProcess`, one per tensor),
+    wired as tff.aggregators' adaptive clipping is: this round's estimate
+    encodes, the clients' values update it for the next round. Each client
+    sends, per tensor, whether its max |w - c_l| is below the estimate (a
+    record of -0.5 or +0.5); the server sums the records IN THE CLEAR and then
+    adds Gaussian noise of stddev `quantile_noise_stddev`. This release is
+    DP against an analyst who sees only the released range (and the models),
+    not against that server.
+
+  Privacy (the state's `dp_event`, one round, one client's value, replace-one
+  adjacency, client sampling not included):
+
+      ComposedDpEvent([
+          SelfComposedDpEvent(PureEpsilonDpEvent(eps), d),  # the reports
+          range_event,
+      ])
+
+  d = `num_scalars(value_type)`, every reported scalar being eps-LDP against
+  the server that sees each upload; range_event is NoOpDpEvent ('fixed'),
+  NonPrivateDpEvent ('minmax') or a ComposedDpEvent of one
+  GaussianDpEvent(quantile_noise_stddev / 1) per tensor ('quantile': a
+  client's record flips from -0.5 to +0.5, sensitivity 1). The 'quantile'
+  part is central DP: it does not hold against the server, which sees the
+  exact sum of the records (`guarantee`).
+
+  Non-finite values: a client's non-finite scalars are not encoded, not
+  reported and not averaged: the server sees which scalars a client left
+  out, so the eps-LDP guarantee covers finite values (tff.learning's client
+  work zeroes a non-finite model delta before it reaches the aggregator). The
+  mean of coordinate j divides by the number n_j of clients that reported a
+  finite value at j: an exact client statistic inside the released mean, not
+  released on its own.
+
+  State: an `LDPState` at SERVER. Measurements (an OrderedDict at SERVER):
+  `center`, `radius`, float32[L], the range used in this round (public for
+  'fixed', the DP estimate for 'quantile', the non-private min/max release
+  for 'minmax', charged as NonPrivateDpEvent). No other client statistic is
+  measured.
   """
 
   def __init__(
@@ -268,7 +322,7 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
 
     Args:
       epsilon: eps > 0, finite: each reported scalar is eps-LDP.
-      range_mode: 'fixed', 'minmax' or 'quantile' (see the module docstring).
+      range_mode: 'fixed', 'minmax' or 'quantile' (see the class docstring).
       center: c, one float for all tensors or a sequence with one per tensor
         (in the order of tff.structure.flatten(value_type)). For 'minmax' it
         is the initial center; for 'fixed' and 'quantile' it stays fixed.
@@ -285,8 +339,11 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
         number of clients per round; the estimator normalizes by it.
       quantile_noise_stddev: 'quantile' mode: stddev of the Gaussian noise on
         each tensor's count of clients below the estimate. Defaults to
-        expected_clients_per_round / 20 (Andrew et al.). The noise multiplier
-        of each release is quantile_noise_stddev / 0.5.
+        expected_clients_per_round / 20 (Andrew et al.). Under replace-one
+        adjacency each count has sensitivity 1, so the noise multiplier of
+        each release is quantile_noise_stddev (tensorflow_privacy's
+        QuantileEstimatorQuery reports quantile_noise_stddev / 0.5, its
+        multiplier under add-or-remove-one).
 
     Raises:
       TypeError: an argument has the wrong type.
@@ -350,6 +407,38 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
     """False for 'minmax': clients send their min/max to the server in clear."""
     return self._range_mode != 'minmax'
 
+  @property
+  def guarantee(self) -> guarantees.Guarantee:
+    """Whom the state's `dp_event` protects: a client's value, replace-one."""
+    reports = (
+        f'LDP-FL: each of the d scalars a client reports per round is '
+        f'eps={self._epsilon:g}-LDP against the server that sees every upload '
+        '(finite values; a non-finite scalar is visibly left out)'
+    )
+    if self._range_mode == 'fixed':
+      range_part = 'the range is fixed and public, nothing else is released'
+    elif self._range_mode == 'minmax':
+      range_part = (
+          "the range is each tensor's min/max over the clients, sent to the "
+          'server in the clear: not private (NonPrivateDpEvent)'
+      )
+    else:
+      range_part = (
+          'the range is a DP quantile estimate, one Gaussian-noised count per '
+          'tensor that the server sums in the clear before adding the noise: '
+          'private against an analyst who sees only the released range, not '
+          'against that server'
+      )
+    # The event composes the d reports of a client (and the range release), so
+    # it protects the client's whole value. 'quantile': the server sees the
+    # exact count before the noise, so nothing holds against it ('central').
+    return guarantees.Guarantee(
+        unit='client',
+        noise='central' if self._range_mode == 'quantile' else 'local',
+        neighboring_relation='replace_one',
+        description=f'{reports}; {range_part}.',
+    )
+
   def num_scalars(self, value_type) -> int:
     """d, the number of eps-LDP scalars one client reports per round."""
     _check_value_type(value_type)
@@ -362,29 +451,6 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
       total += tff.types.num_elements_in_shape(t.shape)
     return total
 
-  def range_dp_event(self, value_type) -> dp_accounting.DpEvent:
-    """The DpEvent of one round's range release, per client.
-
-    'fixed': NoOpDpEvent (nothing released). 'minmax': NonPrivateDpEvent.
-    'quantile': a ComposedDpEvent of one GaussianDpEvent per tensor, each
-    obtained from the tfp.QuantileEstimatorQuery that the round runs (its
-    get_noised_result). Client sampling is not included: the caller wraps the
-    event in the sampling event of its round.
-
-    Args:
-      value_type: the value type the process is created for.
-    """
-    _check_value_type(value_type)
-    if self._range_mode == 'fixed':
-      return dp_accounting.NoOpDpEvent()
-    if self._range_mode == 'minmax':
-      return dp_accounting.NonPrivateDpEvent()
-    num_tensors = len(_tensor_types(value_type))
-    radii = _broadcast(self._radius, num_tensors, 'radius')
-    return dp_accounting.ComposedDpEvent(
-        [_query_dp_event(self._quantile_query(float(r))) for r in radii]
-    )
-
   def _quantile_query(self, initial_estimate: float):
     return tfp.QuantileEstimatorQuery(
         initial_estimate=initial_estimate,
@@ -395,19 +461,42 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
         geometric_update=True,
     )
 
+  def _round_event(self, num_scalars: int, num_tensors: int):
+    """The round's DpEvent; call inside a tf computation (tensor fields)."""
+    reports = dp_accounting.SelfComposedDpEvent(
+        events.PureEpsilonDpEvent(tf.constant(self._epsilon, tf.float64)),
+        tf.constant(num_scalars, tf.int64),
+    )
+    if self._range_mode == 'fixed':
+      range_event = dp_accounting.NoOpDpEvent()
+    elif self._range_mode == 'minmax':
+      range_event = dp_accounting.NonPrivateDpEvent()
+    else:
+      noise_multiplier = (
+          self._quantile_noise_stddev / _QUANTILE_COUNT_REPLACE_ONE_SENSITIVITY
+      )
+      range_event = dp_accounting.ComposedDpEvent([
+          dp_accounting.GaussianDpEvent(
+              tf.constant(noise_multiplier, tf.float64)
+          )
+          for _ in range(num_tensors)
+      ])
+    return dp_accounting.ComposedDpEvent([reports, range_event])
+
   def create(self, value_type) -> tff.templates.AggregationProcess:
     _check_value_type(value_type)
+    num_scalars = self.num_scalars(value_type)
     tensor_types = _tensor_types(value_type)
     num_tensors = len(tensor_types)
     centers = _broadcast(self._center, num_tensors, 'center')
     radii = _broadcast(self._radius, num_tensors, 'radius')
     epsilon = self._epsilon
     min_radius = self._min_radius
+    range_mode = self._range_mode
     vector = tff.TensorType(np.float32, [num_tensors])
-    count_vector = tff.TensorType(np.int64, [num_tensors])
     report_mean = ReportMeanFactory().create(value_type)
     estimators = ()
-    if self._range_mode == 'quantile':
+    if range_mode == 'quantile':
       estimators = tuple(
           tff.aggregators.PrivateQuantileEstimationProcess(
               self._quantile_query(float(r))
@@ -419,36 +508,30 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
     def initial_range():
       return tf.constant(centers), tf.constant(radii)
 
+    @tff.tensorflow.computation
+    def round_event():
+      return self._round_event(num_scalars, num_tensors).to_named_tuple()
+
     @tff.tensorflow.computation(value_type, vector, vector)
     def client_encode(value, center, radius):
-      reports = []
-      stats = collections.defaultdict(list)
+      """The client's reports, plus what its range mode sends (nothing else)."""
+      reports, lows, highs, deviations = [], [], [], []
       for l, x in enumerate(_flatten(value, value_type)):
         c, r = center[l], radius[l]
         result = ldp_encode.encode(x, c, r, epsilon, ldp_encode.fresh_seed())
         reports.append(result.encoded)
-        stats['num_clipped'].append(result.num_clipped)
-        stats['num_finite'].append(
-            tf.size(x, out_type=tf.int64) - result.num_nonfinite
-        )
         lo = tf.cast(result.finite_min, tf.float32)
         hi = tf.cast(result.finite_max, tf.float32)
-        stats['finite_min'].append(lo)
-        stats['finite_max'].append(hi)
+        lows.append(lo)
+        highs.append(hi)
         # max |w - c| over finite w (0 if there are none).
-        stats['max_deviation'].append(
-            tf.maximum(tf.maximum(hi - c, c - lo), 0.0)
-        )
-      stats = collections.OrderedDict(
-          (k, tf.stack(v)) for k, v in stats.items()
-      )
-      return _pack(reports, value_type), stats
-
-    @tff.tensorflow.computation(count_vector, count_vector)
-    def fraction(part, whole):
-      return tf.math.divide_no_nan(
-          tf.cast(part, tf.float32), tf.cast(whole, tf.float32)
-      )
+        deviations.append(tf.maximum(tf.maximum(hi - c, c - lo), 0.0))
+      reports = _pack(reports, value_type)
+      if range_mode == 'minmax':
+        return reports, (tf.stack(lows), tf.stack(highs))
+      if range_mode == 'quantile':
+        return reports, tf.stack(deviations)
+      return reports
 
     @tff.tensorflow.computation(vector, vector, vector, vector)
     def minmax_range(center, radius, global_min, global_max):
@@ -471,7 +554,7 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
     def init_fn():
       center, radius = tff.federated_eval(initial_range, tff.SERVER)
       return tff.federated_zip(
-          collections.OrderedDict(
+          LDPState(
               center=center,
               radius=radius,
               range_estimator=tff.federated_zip(
@@ -480,6 +563,8 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
               if estimators
               else tff.federated_value((), tff.SERVER),
               report_mean=report_mean.initialize(),
+              dp_event=tff.federated_eval(round_event, tff.SERVER),
+              is_init_state=tff.federated_value(True, tff.SERVER),
           )
       )
 
@@ -488,8 +573,8 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
         tff.FederatedType(value_type, tff.CLIENTS),
     )
     def next_fn(state, value):
-      center, radius = state['center'], state['radius']
-      report, stats = tff.federated_map(
+      center, radius = state.center, state.radius
+      encoded = tff.federated_map(
           client_encode,
           (
               value,
@@ -497,59 +582,51 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
               tff.federated_broadcast(radius),
           ),
       )
-      mean_output = report_mean.next(state['report_mean'], report)
+      if range_mode == 'fixed':
+        report = encoded
+      else:
+        report, sent = encoded
+      mean_output = report_mean.next(state.report_mean, report)
 
       new_center, new_radius = center, radius
-      range_estimator = state['range_estimator']
-      if self._range_mode == 'minmax':
+      range_estimator = state.range_estimator
+      if range_mode == 'minmax':
         new_center, new_radius = tff.federated_map(
             minmax_range,
             (
                 center,
                 radius,
-                tff.federated_min(stats['finite_min']),
-                tff.federated_max(stats['finite_max']),
+                tff.federated_min(sent[0]),
+                tff.federated_max(sent[1]),
             ),
         )
-      elif self._range_mode == 'quantile':
+      elif range_mode == 'quantile':
         new_states = tuple(
-            e.next(
-                range_estimator[l],
-                tff.federated_map(select(l), stats['max_deviation']),
-            )
+            e.next(range_estimator[l], tff.federated_map(select(l), sent))
             for l, e in enumerate(estimators)
         )
         range_estimator = tff.federated_zip(new_states)
-        reports = tff.federated_zip(
+        estimates = tff.federated_zip(
             tuple(e.report(s) for e, s in zip(estimators, new_states))
         )
-        reports_type = reports.type_signature.member
+        estimates_type = estimates.type_signature.member
         stack = tff.tensorflow.computation(
             lambda r: tf.maximum(
-                tf.stack(_flatten(r, reports_type)), min_radius
+                tf.stack(_flatten(r, estimates_type)), min_radius
             ),
-            reports_type,
+            estimates_type,
         )
-        new_radius = tff.federated_map(stack, reports)
+        new_radius = tff.federated_map(stack, estimates)
 
-      new_state = collections.OrderedDict(
+      new_state = LDPState(
           center=new_center,
           radius=new_radius,
           range_estimator=range_estimator,
           report_mean=mean_output.state,
+          dp_event=tff.federated_eval(round_event, tff.SERVER),
+          is_init_state=tff.federated_value(False, tff.SERVER),
       )
-      measurements = collections.OrderedDict(
-          center=center,
-          radius=radius,
-          clipped_fraction=tff.federated_map(
-              fraction,
-              (
-                  tff.federated_sum(stats['num_clipped']),
-                  tff.federated_sum(stats['num_finite']),
-              ),
-          ),
-          nonfinite_count=mean_output.measurements['missing_count'],
-      )
+      measurements = collections.OrderedDict(center=center, radius=radius)
       return tff.templates.MeasuredProcessOutput(
           state=tff.federated_zip(new_state),
           result=mean_output.result,
@@ -557,18 +634,3 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
       )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
-
-
-def _query_dp_event(query) -> dp_accounting.DpEvent:
-  """The DpEvent that one get_noised_result of `query` reports.
-
-  Runs the query's own methods eagerly on an empty sample: the event of a
-  tensorflow_privacy query does not depend on the data.
-  """
-  global_state = query.initial_global_state()
-  sample_state = query.initial_sample_state()
-  _, _, event = query.get_noised_result(sample_state, global_state)
-  if isinstance(event, dp_accounting.GaussianDpEvent):
-    # tfp returns the noise multiplier as a tensor; accountants want a float.
-    return dp_accounting.GaussianDpEvent(float(event.noise_multiplier))
-  return event

@@ -54,7 +54,8 @@ DEFAULT_WEIGHTS_CENTER = 0.0
 DEFAULT_WEIGHTS_RADIUS = 0.075
 # Deltas of one local epoch at lr 0.03 on the McMahan CNN (mnist5k, 40
 # examples, batch 10) have |delta| <= ~0.01 for all but a few coordinates
-# (measured with scripts/ldp_table1.py's clipped_fraction). 0.01 keeps the
+# (measured once on the clients' deltas; the factory no longer reports its
+# clipped fraction, an exact client statistic). 0.01 keeps the
 # clipped fraction small while r q stays ~7.5x smaller than in weights mode.
 DEFAULT_DELTAS_CENTER = 0.0
 DEFAULT_DELTAS_RADIUS = 0.01
@@ -241,7 +242,9 @@ def build_ldp_fl_process(
 
   Returns:
     A `tff.learning.templates.LearningProcess`; its metrics hold the
-    aggregator's measurements (range, clipped_fraction) under 'aggregator'.
+    aggregator's measurements (the range used: center, radius) under
+    'aggregator'; the round's DpEvent is in `state.aggregator` for an LDP
+    factory (`tff_priv.accounting.guarantees.extract_dp_event`).
 
   Raises:
     ValueError, TypeError: a bad argument (checked here or by the factory).
@@ -314,9 +317,11 @@ def ldp_privacy_report(
   * 'fixed': nothing released.
   * 'minmax': each tensor's min/max sent in clear: no finite guarantee for
     this side channel; the LDP numbers cover the encoded values only.
-  * 'quantile': `range_event` (from `LDPEncodeFactory.range_dp_event`), one
-    per round, counted by a `PrivacyLedger` (RDP) alone and together with
-    the d T pure-eps releases. Its noise is added to the sum at the server,
+  * 'quantile': `range_event` (the range part of the factory's round
+    event, `guarantees.extract_dp_event(state.aggregator).events[1]`: one
+    Gaussian count per tensor, replace-one adjacency), one per round,
+    counted by a `PrivacyLedger` (RDP) alone and together with the d T
+    pure-eps releases. Its noise is added to the sum at the server,
     so it is central DP: it protects against whoever sees the released range,
     not against the aggregator.
 
