@@ -25,13 +25,16 @@ CHECKPOINT_PREFIX = 'program_state_'
 
 # Columns both CSV files have (the key first).
 ROUND = 'round'
+# The eps an analyst who sees the released models faces (RDP accountant).
 RDP_EPSILON = 'rdp_epsilon'
+# The worst client's eps against the server (mechanisms private against it).
+SERVER_EPSILON = 'server_epsilon'
 # Columns of eval_metrics.csv.
 TEST_ACCURACY = 'test_accuracy'
 TEST_LOSS = 'test_loss'
 
-CONFIG_FORMAT = 'tff_priv.program.RunConfig/1'
-SUMMARY_FORMAT = 'tff_priv.program.Summary/1'
+CONFIG_FORMAT = 'tff_priv.program.RunConfig/2'
+SUMMARY_FORMAT = 'tff_priv.program.Summary/2'
 
 
 def path(root_output_dir: str, name: str) -> str:

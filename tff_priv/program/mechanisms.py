@@ -3,18 +3,18 @@
 Flags-free: `scripts/train.py` parses flags into `MechanismParams`, and
 `build(name, params, ...)` returns a `Mechanism`: the
 `tff.learning.templates.LearningProcess` to run, the client sampling the
-ledger must be told about, and `charge(ledger, metrics)`, which records what
-one round released from that round's own measurements (never a nominal value
-when the round measures the real one).
+ledger must be told about, and the factory's `Guarantee`. A round is charged
+from the DpEvent the factory keeps in its state (`tff_priv.program.privacy`),
+never from a measurement.
 
-| name | process | sampling | charged per round |
+| name | process | sampling | event of a round (in the factory's state) |
 |---|---|---|---|
-| none | `tff.learning.algorithms.build_weighted_fed_avg` | poisson | `NonPrivateDpEvent` (eps = inf) |
-| dp_fedavg | `build_unweighted_fed_avg` + TFF's DP aggregator: `tff.learning.dp_aggregator` (adaptive clip) or `DifferentiallyPrivateFactory.gaussian_fixed` (with `clip`) | poisson | Gaussian(z), Poisson(q) |
-| smp | rand_k: `build_unweighted_fed_avg` + `SparsifiedSecureSumFactory`; top_k: `tff_priv.learning.fedsmp.build_fedsmp_process` (mask from public data) | poisson | Gaussian(measured `achieved_noise_multiplier`), Poisson(q) |
-| distortion | `build_unweighted_fed_avg` + `DistortionFactory` (with `clip`) | poisson | Gaussian(measured `noise_stddev` / 2C), Poisson(q) |
-| udp | `tff_priv.learning.crd.build_udp_process` (fixed sigma) | fixed | Gaussian(measured `noise_stddev` / Delta), K of N |
-| ldp | `build_unweighted_fed_avg` + `LDPEncodeFactory` | fixed | d x PureEpsilon(eps0) + the range release |
+| none | `tff.learning.algorithms.build_weighted_fed_avg` | poisson | none (`NonPrivateDpEvent`, eps = inf) |
+| dp_fedavg | `build_unweighted_fed_avg` + TFF's DP aggregator: `tff.learning.dp_aggregator` (adaptive clip) or `DifferentiallyPrivateFactory.gaussian_fixed` (with `clip`) | poisson | Gaussian(z), central noise |
+| smp | rand_k: `build_unweighted_fed_avg` + `SparsifiedSecureSumFactory`; top_k: `tff_priv.learning.fedsmp.build_fedsmp_process` (mask from public data) | poisson | Gaussian(z), noise shared by the clients, secure sum |
+| distortion | `build_unweighted_fed_avg` + `DistortionFactory` (with `clip`) | fixed | Gaussian(sigma_e / 2C) per upload, local noise |
+| udp | `tff_priv.learning.crd.build_udp_process` (fixed sigma) | fixed | Gaussian(sigma / Delta) per upload, local noise |
+| ldp | `build_unweighted_fed_avg` + `LDPEncodeFactory` | fixed | d x PureEpsilon(eps0) + the range release, local |
 
 Noise levels: `epsilon` is a target (eps, delta) for the whole run of
 `total_rounds` rounds; the noise that meets it is calibrated with the ledger's
@@ -25,10 +25,8 @@ the sampling of the table. With none of `epsilon`, `noise_multiplier`,
 paper's parameter), not a run target.
 
 A round in which Poisson sampling drew no client runs nothing and releases
-nothing; the ledger still charges it at the mechanism's nominal noise (what a
-round with clients would have cost), which over-counts and never under-counts.
-(Distortion calibrated by `target_tv` has no nominal noise: its sigma_e comes
-from the round's clients, so an empty round is not charged.)
+nothing; the analyst ledger still charges it the factory's event, which
+over-counts and never under-counts.
 
 Sensitivities: dp_fedavg and smp bound one client's contribution to the sum by
 the clip C (client-level DP, add-or-remove-one client); udp bounds one
@@ -41,16 +39,16 @@ import dataclasses
 import math
 from typing import Any, Callable, Optional
 
-from dp_accounting import dp_event
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
 from tff_priv.accounting import calibration
-from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import guarantees
 from tff_priv.accounting import reports
 from tff_priv.aggregators import distortion
+from tff_priv.aggregators import gaussian_udp
 from tff_priv.aggregators import ldp_encode
 from tff_priv.aggregators import sparsified_secure_sum
 from tff_priv.learning import crd
@@ -62,11 +60,13 @@ from tff_priv.mechanisms import sparsify
 from tff_priv.program import sampling as sampling_lib
 
 MECHANISMS = ('none', 'dp_fedavg', 'ldp', 'udp', 'smp', 'distortion')
+# Local noise (udp, distortion, ldp) is amplified against the analyst under
+# fixed-size sampling and replace-one adjacency, the relation of its events.
 SAMPLING_KIND = {
     'none': 'poisson',
     'dp_fedavg': 'poisson',
     'smp': 'poisson',
-    'distortion': 'poisson',
+    'distortion': 'fixed',
     'udp': 'fixed',
     'ldp': 'fixed',
 }
@@ -86,7 +86,7 @@ MASKS = sparsified_secure_sum.MASKS
 # logs are exact sums over the round's clients.
 CLIENT_METRICS_CAVEAT = (
     "the clients' training metrics of each round (summed loss, example "
-    'counts, accuracy; udp also its largest client sensitivity) reach the '
+    'counts, accuracy) and the number of clients of the round reach the '
     'server without noise and are logged: eps covers the model updates, not '
     'these statistics'
 )
@@ -247,13 +247,14 @@ def resolve(name: str, params: MechanismParams) -> MechanismParams:
           "public_clients applies only with mask='top_k' (rand_k draws its "
           'mask from a public seed)'
       )
-  if name == 'distortion' and 'target_tv' not in given:
+  if name == 'distortion':
     noise_free = 0 in (given.get('noise_stddev'), given.get('noise_multiplier'))
     if 'parameter_variance' not in given and not noise_free:
       raise ValueError(
-          'parameter_variance is required for mechanism distortion with a '
-          'fixed noise (epsilon, noise_multiplier or noise_stddev > 0): the '
-          'TV bounds it reports need it'
+          'parameter_variance is required for mechanism distortion (target_tv, '
+          'epsilon, noise_multiplier or noise_stddev > 0): the TV calibration '
+          'and bounds need it, and estimating it from the clients would '
+          'release an exact client statistic'
       )
   if name == 'ldp':
     given.setdefault('ldp_epsilon', DEFAULT_LDP_EPSILON)
@@ -276,17 +277,6 @@ def train_metrics(metrics) -> dict[str, float]:
   }
 
 
-def _sampled(event: dp_event.DpEvent, sampling) -> dp_event.DpEvent:
-  """`event` under the round's client sampling."""
-  if sampling.clients_per_round == sampling.num_clients:
-    return event
-  if sampling.kind == 'poisson':
-    return dp_event.PoissonSampledDpEvent(sampling.rate, event)
-  return dp_event.SampledWithoutReplacementDpEvent(
-      sampling.num_clients, sampling.clients_per_round, event
-  )
-
-
 def count_parameters(model_fn) -> int:
   """d: the number of trainable scalars of the model (what a client uploads)."""
   with tf.Graph().as_default():
@@ -297,31 +287,31 @@ def count_parameters(model_fn) -> int:
 
 
 class Mechanism:
-  """A built mechanism: the process to run and how a round is charged.
+  """A built mechanism: the process to run and whom its rounds protect.
 
   Attributes:
     name: the mechanism name.
     params: the resolved `MechanismParams`.
     sampling: the `ClientSampling` the loop must use.
-    process: the `tff.learning.templates.LearningProcess`.
+    process: the `tff.learning.templates.LearningProcess`; its state's
+      `aggregator` carries the DpEvent of each round.
     num_parameters: d, trainable scalars of the model.
+    guarantee: the aggregation factory's `Guarantee` (None: not private).
     resolved: JSON-ready values the run actually uses (calibrated noise,
       sensitivity, k, ...).
     caveats: what the reported eps does not cover, in words.
   """
 
-  def __init__(self, name, params, sampling, process, num_parameters):
+  def __init__(self, name, params, sampling, process, num_parameters,
+               guarantee=None):
     self.name = name
     self.params = params
     self.sampling = sampling
     self.process = process
     self.num_parameters = num_parameters
+    self.guarantee = guarantee
     self.resolved: dict[str, Any] = {}
     self.caveats: list[str] = []
-
-  def charge(self, ledger: ledger_lib.PrivacyLedger, metrics) -> None:
-    """Records one round; `metrics` None: the round drew no client."""
-    raise NotImplementedError
 
   def upload_bytes_per_client(self, metrics) -> int:
     """Bytes one client uploads in a round (dense float32 by default).
@@ -341,40 +331,13 @@ class Mechanism:
 
     `reports.mechanism_report` for smp, udp and ldp (the paper's closed forms
     beside the accountants); the TV bounds for distortion; None otherwise.
-    Never instead of the ledger: the ledger charges what the rounds measured.
+    Never instead of the ledger, which charges the factory's events.
     """
     del rounds
     return None
 
-  def _record_gaussian(self, ledger, noise_multiplier):
-    ledger.record_gaussian(noise_multiplier, **self.sampling.ledger_kwargs())
-
-
-class _NonPrivate(Mechanism):
-
-  def charge(self, ledger, metrics):
-    del metrics
-    ledger.record(dp_event.NonPrivateDpEvent())
-
-
-class _DPFedAvg(Mechanism):
-
-  def charge(self, ledger, metrics):
-    # TFF's noise multiplier is the effective total one (with adaptive
-    # clipping it covers the clipped-count release too); it is fixed.
-    del metrics
-    self._record_gaussian(ledger, self.resolved['noise_multiplier'])
-
-
 
 class _SMP(Mechanism):
-
-  def charge(self, ledger, metrics):
-    if metrics is None:
-      z = self.resolved['noise_multiplier']
-    else:
-      z = float(_get(metrics, 'aggregator', 'achieved_noise_multiplier'))
-    self._record_gaussian(ledger, z)
 
   def upload_bytes_per_client(self, metrics):
     if metrics is None:
@@ -403,22 +366,6 @@ class _Distortion(Mechanism):
   def preprocess(self, dataset):
     return dataset if self._transform is None else self._transform(dataset)
 
-  def charge(self, ledger, metrics):
-    clip = self.params.clip
-    if metrics is not None:
-      # DistortionFactory(clip=C) wraps its noise in TFF's clipping_factory.
-      sigma = float(
-          _get(metrics, 'aggregator', 'clipping', 'noise', 'noise_stddev')
-      )
-      z = sigma / (2.0 * clip)
-    elif self.resolved.get('noise_stddev') is not None:
-      z = self.resolved['noise_stddev'] / (2.0 * clip)
-    else:
-      # TV mode without clients: sigma_e would come from the round's clients,
-      # so there is no nominal noise to charge, and nothing was released.
-      return
-    self._record_gaussian(ledger, z)
-
   def closed_form_report(self, rounds):
     # The paper bounds utility and leakage by the total variation, not eps.
     del rounds
@@ -438,20 +385,6 @@ class _Distortion(Mechanism):
 
 class _UDP(Mechanism):
 
-  def charge(self, ledger, metrics):
-    sensitivity = self.resolved['sensitivity']
-    if metrics is None:
-      sigma = self.resolved['noise_stddev']
-    else:
-      sigma = float(_get(metrics, 'aggregator', 'noise', 'noise_stddev'))
-      measured = float(_get(metrics, 'client_work', 'sensitivity'))
-      if measured > sensitivity * (1 + 1e-5):
-        raise RuntimeError(
-            f'a client update had sensitivity {measured}, above the '
-            f'{sensitivity} the ledger charges (2 eta C / min |D_i|)'
-        )
-    self._record_gaussian(ledger, sigma / sensitivity)
-
   def closed_form_report(self, rounds):
     return reports.mechanism_report(
         'udp',
@@ -464,18 +397,6 @@ class _UDP(Mechanism):
 
 
 class _LDP(Mechanism):
-
-  def __init__(self, *args, range_event=None, **kwargs):
-    super().__init__(*args, **kwargs)
-    self._range_event = range_event
-
-  def charge(self, ledger, metrics):
-    # Every client is charged every round whether sampled or not: local DP
-    # claims no amplification (the server sees who reports).
-    del metrics
-    ledger.record_pure_epsilon(self.params.ldp_epsilon, self.num_parameters)
-    if self._range_event is not None:
-      ledger.record(self._range_event)
 
   def closed_form_report(self, rounds):
     return reports.mechanism_report(
@@ -574,11 +495,12 @@ def _build(
   k_expected = float(sampling.clients_per_round)
   sampling_kwargs = sampling.ledger_kwargs()
 
-  def calibrated_z():
+  def calibrated_z(local_noise=False):
     if params.noise_multiplier is not None:
       return params.noise_multiplier
     return calibration.calibrate_noise_multiplier(
-        params.epsilon, params.delta, total_rounds, **sampling_kwargs
+        params.epsilon, params.delta, total_rounds, **sampling_kwargs,
+        min_with_unsampled=local_noise,
     )
 
   def unweighted(aggregator):
@@ -595,7 +517,7 @@ def _build(
         client_optimizer_fn=client_optimizer_fn,
         server_optimizer_fn=server_optimizer_fn,
     )
-    mech = _NonPrivate(name, params, sampling, process, d)
+    mech = Mechanism(name, params, sampling, process, d)
     mech.caveats.append('no privacy mechanism: every round is a non-private '
                         'release (eps = inf)')
     return mech
@@ -617,7 +539,10 @@ def _build(
           z, k_expected, params.clip
       )
       clipping = 'fixed'
-    mech = _DPFedAvg(name, params, sampling, unweighted(factory), d)
+    mech = Mechanism(
+        name, params, sampling, unweighted(factory), d,
+        guarantees.guarantee_of(factory),
+    )
     mech.resolved.update(noise_multiplier=z, clipping=clipping)
     if params.clip is None:
       mech.caveats.append(
@@ -654,15 +579,11 @@ def _build(
       )
     else:
       process = unweighted(factory)
-    mech = _SMP(name, params, sampling, process, d)
+    mech = _SMP(name, params, sampling, process, d, factory.guarantee)
     mech.resolved.update(
         noise_multiplier=z,
         mask=params.mask,
         kept_coordinates=int(sparsify.num_kept(d, params.compression)),
-    )
-    mech.caveats.append(
-        'each round is charged at the achieved noise multiplier '
-        'sigma sqrt(n / K) of the n clients that reported'
     )
     if top_k:
       mech.caveats.append(
@@ -676,7 +597,7 @@ def _build(
   if name == 'distortion':
     noise_stddev = params.noise_stddev
     if params.noise_multiplier is not None or params.epsilon is not None:
-      noise_stddev = calibrated_z() * 2.0 * params.clip
+      noise_stddev = calibrated_z(local_noise=True) * 2.0 * params.clip
     if noise_stddev is not None:
       factory = distortion.DistortionFactory(
           noise_stddev=noise_stddev,
@@ -698,24 +619,19 @@ def _build(
         return batches(dataset.unbatch())
 
     mech = _Distortion(
-        name, params, sampling, unweighted(factory), d, transform=transform
+        name, params, sampling, unweighted(factory), d, factory.guarantee,
+        transform=transform,
     )
     mech.resolved.update(noise_stddev=noise_stddev)
     if noise_stddev is not None:
       mech.resolved['noise_multiplier'] = noise_stddev / (2.0 * params.clip)
       source = factory.noise_source(d)
       mech.resolved.update(tv_lower=source.tv_lower, tv_upper=source.tv_upper)
-    if params.target_tv is not None and params.parameter_variance is None:
-      mech.caveats.append(
-          'sigma_e is calibrated each round from the clients\' parameter '
-          'variance, released to the server without noise: the eps of the '
-          'noise read as a Gaussian mechanism does not cover that statistic'
-      )
     mech.caveats.append(
         'eps reads the distortion as a Gaussian mechanism on each clipped '
-        'upload (sensitivity 2C) with Poisson amplification; it is a '
-        'guarantee for the released model, not against a server that sees '
-        'the individual uploads'
+        'upload (sensitivity 2C, replace one client); against the server per '
+        'client over the rounds it took part in, against an analyst with '
+        'the amplification of sampling K of N'
     )
     if params.rho is not None:
       mech.caveats.append(
@@ -749,7 +665,10 @@ def _build(
         per_example_loss=udp_client_work.sparse_categorical_crossentropy(),
         noise_stddev=sigma,
     )
-    mech = _UDP(name, params, sampling, process, d)
+    mech = _UDP(
+        name, params, sampling, process, d,
+        gaussian_udp.GaussianUDPFactory(sigma, sensitivity=sensitivity).guarantee,
+    )
     mech.resolved.update(
         noise_stddev=sigma,
         sensitivity=sensitivity,
@@ -780,20 +699,15 @@ def _build(
   process = unweighted(factory)
   update_type = process.initialize.type_signature.result.member
   update_type = update_type.global_model_weights.trainable
-  range_event = factory.range_dp_event(update_type)
-  if isinstance(range_event, dp_event.NoOpDpEvent):
-    range_event = None
-  elif not isinstance(range_event, dp_event.NonPrivateDpEvent):
-    range_event = _sampled(range_event, sampling)
-  mech = _LDP(name, params, sampling, process, d, range_event=range_event)
+  mech = _LDP(name, params, sampling, process, d, factory.guarantee)
   mech.resolved.update(
       values_per_client_per_round=factory.num_scalars(update_type),
       range_release_is_private=factory.range_release_is_private,
   )
   mech.caveats.append(
-      'local DP: every client is charged d values of eps0 every round '
-      '(plain composition through the accountant); the shuffle-model bound '
-      'is in the closed-form report'
+      'local DP: each client is charged d values of eps0 for every round it '
+      'takes part in (plain composition through the accountant); the '
+      'shuffle-model bound is in the closed-form report'
   )
   if not factory.range_release_is_private:
     mech.caveats.append(

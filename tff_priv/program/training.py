@@ -11,16 +11,20 @@
 2. runs the mechanism's `LearningProcess.next` (skipped when Poisson sampling
    drew nobody: nothing is released, and the ledger is still charged, which
    over-counts);
-3. charges the privacy ledger from the round's own measurements
-   (`Mechanism.charge`) and releases the round's metrics with the eps spent so
-   far (RDP accountant at the run's delta) to `tff.program.CSVFileReleaseManager`,
+3. charges the round from the DpEvent its aggregation factory keeps in the
+   state (`tff_priv.program.privacy.RunPrivacy`: the analyst's ledger under
+   the round's sampling, and, for mechanisms private against the server, each
+   participating client's server-view ledger, whose optional budget filter
+   `server_budget` leaves out of the round any client it would take over the
+   budget), and releases the round's metrics with the eps spent so far (RDP
+   accountant at the run's delta) to `tff.program.CSVFileReleaseManager`,
    `tff.program.TensorBoardReleaseManager` and the log;
 4. every `eval_every` rounds and at the last round, evaluates the global model
    on the task's centralized test set (`tff.learning.algorithms.build_fed_eval`);
 5. every `checkpoint_every` rounds and at the last round, saves the program
    state with `tff.program.FileProgramStateManager`.
 
-The program state is (learning process state, round number, the ledger as
+The program state is (learning process state, round number, the ledgers as
 JSON, best test accuracy and its round, uplink bytes, wall time, the start
 round of every session). A run killed at any point and started again with the
 same output directory loads the latest checkpoint and continues from its round
@@ -63,9 +67,9 @@ import tqdm
 
 import tasks
 from tff_priv import validation
-from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
 from tff_priv.program import mechanisms
+from tff_priv.program import privacy as privacy_lib
 from tff_priv.program import sampling as sampling_lib
 
 OPTIMIZERS = {
@@ -101,6 +105,9 @@ class RunConfig:
     server_learning_rate: the server's learning rate.
     eval_every: evaluate the test set every this many rounds (and at the end).
     seed: seeds the data split, client sampling, model init, smp masks.
+    server_budget: the budget filter's eps: a client whose eps against the
+      server would exceed it is left out of the round (mechanisms private
+      against the server only; None: no filter).
   """
 
   task: str = 'mnist5k'
@@ -117,6 +124,7 @@ class RunConfig:
   server_learning_rate: float = 1.0
   eval_every: int = 5
   seed: int = 0
+  server_budget: Optional[float] = None
 
   def validate(self) -> 'RunConfig':
     """Checks every field (without loading data); params resolved.
@@ -142,6 +150,13 @@ class RunConfig:
     validation.one_of('server_optimizer', self.server_optimizer, OPTIMIZERS)
     validation.positive('client_learning_rate', self.client_learning_rate)
     validation.positive('server_learning_rate', self.server_learning_rate)
+    if self.server_budget is not None:
+      validation.positive('server_budget', self.server_budget)
+      if self.mechanism in ('none', 'dp_fedavg'):
+        raise ValueError(
+            f'server_budget does not apply to mechanism {self.mechanism!r}: '
+            'it gives no guarantee against the server'
+        )
     params = mechanisms.resolve(self.mechanism, self.params)
     if self.mechanism == 'udp':
       if self.client_optimizer != 'sgd':
@@ -300,7 +315,7 @@ def prepare_output_dir(
 def _program_state(
     train_state,
     round_num: int,
-    ledger: ledger_lib.PrivacyLedger,
+    ledger: str,
     best_accuracy: float,
     best_round: int,
     uplink_bytes: int,
@@ -310,7 +325,7 @@ def _program_state(
   return collections.OrderedDict(
       train_state=train_state,
       round_num=np.int64(round_num),
-      ledger=ledger.to_json(),
+      ledger=ledger,
       best_test_accuracy=np.float64(best_accuracy),
       best_round=np.int64(best_round),
       uplink_bytes=np.int64(uplink_bytes),
@@ -489,25 +504,41 @@ async def _run(
       keep_first=False,
   )
   initial_state = process.initialize()
+  try:
+    privacy = privacy_lib.RunPrivacy.create(
+        mechanism.guarantee,
+        client_sampling.ledger_kwargs(),
+        delta,
+        config.server_budget,
+    )
+  except ValueError as e:
+    raise ConfigError(str(e)) from e
+  # The event a round will charge, known before it runs (the budget filter
+  # needs it): the factory's configured event, then each round's own.
+  planned_event = None
+  if mechanism.guarantee is not None:
+    planned_event = privacy_lib.round_event(
+        initial_state.aggregator, allow_initial=True
+    )
   template = _program_state(
-      initial_state, 0, ledger_lib.PrivacyLedger(), _NO_ACCURACY, 0, 0, 0.0, []
+      initial_state, 0, privacy.to_json(), _NO_ACCURACY, 0, 0, 0.0, []
   )
   loaded, version = await state_manager.load_latest(template)
   if loaded is None:
     train_state, start_round = initial_state, 0
-    ledger = ledger_lib.PrivacyLedger()
     best_accuracy, best_round, uplink_bytes, wall_before = _NO_ACCURACY, 0, 0, 0.0
     sessions = [0]
     await state_manager.save(
         _program_state(
-            train_state, 0, ledger, best_accuracy, 0, 0, 0.0, sessions
+            train_state, 0, privacy.to_json(), best_accuracy, 0, 0, 0.0,
+            sessions,
         ),
         version=0,
     )
   else:
     train_state = loaded['train_state']
     start_round = int(loaded['round_num'])
-    ledger = ledger_lib.PrivacyLedger.from_json(_text(loaded['ledger']))
+    privacy.restore(_text(loaded['ledger']))
     best_accuracy = float(loaded['best_test_accuracy'])
     best_round = int(loaded['best_round'])
     uplink_bytes = int(loaded['uplink_bytes'])
@@ -518,7 +549,7 @@ async def _run(
         root_output_dir,
         version,
         start_round,
-        ledger.epsilon(delta),
+        privacy.analyst_epsilon(),
         delta,
     )
 
@@ -539,7 +570,10 @@ async def _run(
   try:
     for round_num in range(start_round + 1, config.total_rounds + 1):
       round_start = time.monotonic()
-      chosen = client_sampling.sample(client_ids, config.seed, round_num)
+      chosen = privacy.admit(
+          client_sampling.sample(client_ids, config.seed, round_num),
+          planned_event,
+      )
       if chosen:
         data = [
             mechanism.preprocess(
@@ -551,15 +585,24 @@ async def _run(
         ]
         output = process.next(train_state, data)
         train_state, metrics = output.state, output.metrics
+        if mechanism.guarantee is not None:
+          planned_event = privacy_lib.round_event(train_state.aggregator)
       else:
-        metrics = None  # Nobody sampled: nothing runs, nothing is released.
-      mechanism.charge(ledger, metrics)
-      eps = ledger.epsilon(delta)
+        # Nobody sampled: nothing runs, nothing is released; the configured
+        # event is charged all the same (over-counts, never under-counts).
+        metrics = None
+      privacy.charge(planned_event, chosen)
+      eps = privacy.analyst_epsilon()
+      server_eps = privacy.server_epsilon()
       round_bytes = len(chosen) * mechanism.upload_bytes_per_client(metrics)
       uplink_bytes += round_bytes
       row = collections.OrderedDict([
           ('clients', len(chosen)),
           (layout.RDP_EPSILON, eps),
+      ])
+      if server_eps is not None:
+        row[layout.SERVER_EPSILON] = server_eps
+      row.update([
           ('delta', delta),
           ('uplink_bytes', round_bytes),
           ('round_seconds', time.monotonic() - round_start),
@@ -595,7 +638,7 @@ async def _run(
             _program_state(
                 train_state,
                 round_num,
-                ledger,
+                privacy.to_json(),
                 best_accuracy,
                 best_round,
                 uplink_bytes,
@@ -627,7 +670,7 @@ async def _run(
   summary = _summary(
       config,
       mechanism,
-      ledger,
+      privacy,
       final_metrics=final,
       final_accuracy=final_accuracy,
       best_accuracy=best_accuracy if best_accuracy != _NO_ACCURACY else None,
@@ -643,7 +686,7 @@ async def _run(
 def _summary(
     config,
     mechanism,
-    ledger,
+    privacy,
     *,
     final_metrics,
     final_accuracy,
@@ -655,8 +698,10 @@ def _summary(
 ):
   """The run's summary (see `run`)."""
   delta = mechanism.params.delta
+  ledger = privacy.analyst
   accounted = ledger.report(delta)
   closed_form = mechanism.closed_form_report(config.total_rounds)
+  analyst_eps = privacy.analyst_epsilon()
   return {
       'format': layout.SUMMARY_FORMAT,
       'task': config.task,
@@ -675,15 +720,20 @@ def _summary(
       'final_test_metrics': final_metrics,
       'privacy': {
           'delta': delta,
-          'rdp_epsilon': accounted['rdp_epsilon'],
-          'pld_epsilon': accounted['pld_epsilon'],
-          'accountants': {
-              'rdp_epsilon': 'dp_accounting RdpAccountant',
-              'pld_epsilon': 'dp_accounting PLDAccountant',
+          'guarantees': privacy.report(),
+          # The analyst's figure (the first guarantee's epsilon).
+          'rdp_epsilon': analyst_eps,
+          'analyst_ledger': {
+              'rdp_epsilon': accounted['rdp_epsilon'],
+              'pld_epsilon': accounted['pld_epsilon'],
+              'accountants': {
+                  'rdp_epsilon': 'dp_accounting RdpAccountant',
+                  'pld_epsilon': 'dp_accounting PLDAccountant',
+              },
+              'unsupported': accounted['unsupported'],
+              'neighboring_relation': accounted['neighboring_relation'],
+              'releases': accounted['releases'],
           },
-          'unsupported': accounted['unsupported'],
-          'neighboring_relation': accounted['neighboring_relation'],
-          'releases': accounted['releases'],
           'closed_form': closed_form,
           'caveats': mechanism.caveats,
           'ledger': json.loads(ledger.to_json()),

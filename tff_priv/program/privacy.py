@@ -1,0 +1,233 @@
+"""A training run's privacy accounting: both adversaries, charged from the factory.
+
+Every round is charged through one path: the DpEvent the aggregation factory
+keeps in its state (`tff_priv.accounting.guarantees.extract_dp_event`), read
+for each adversary its `Guarantee` names:
+
+* the analyst, who sees only the released models: the round's event under the
+  round's client sampling, in a `PrivacyLedger` (amplification by sampling);
+* the server, which picks the clients: each client that took part is charged
+  the server-view event (no amplification, replace-one) in an
+  `IndividualLedger`, whose optional budget filter leaves out of a round any
+  client the round would take over the budget. A factory whose noise the
+  server adds itself ('central') gives no guarantee against the server: no
+  individual ledger is kept and the report says so.
+
+For local noise ('local') both ledgers bound the same release under the same
+relation (replace-one), so the analyst's figure is the smaller of the two:
+the amplified ledger's eps (valid only while the budget filter has left no
+client out, since filtering changes the sampling the amplification assumes)
+and the worst client's server-view eps.
+
+Nothing here reads a measurement or a realised count: the charge is the
+factory's event, a function of the configuration and the round.
+"""
+
+import dataclasses
+import json
+import math
+from typing import Any, Iterable, Optional
+
+from dp_accounting import dp_event
+
+from tff_priv.accounting import events
+from tff_priv.accounting import guarantees as guarantees_lib
+from tff_priv.accounting import individual
+from tff_priv.accounting import ledger as ledger_lib
+
+_FORMAT = 'tff_priv.RunPrivacy/1'
+
+_UNIT_WORDS = {
+    'example': 'one example of a client',
+    'client': 'all of one client\'s data',
+    'value': 'each reported value of a client',
+}
+
+
+def _finite(x: float):
+  return x if math.isfinite(x) else str(x)
+
+
+@dataclasses.dataclass
+class RunPrivacy:
+  """The analyst ledger, the per-client ledger, and how to charge a round.
+
+  Attributes:
+    guarantee: the factory's `Guarantee`, or None for a non-private run.
+    sampling_kwargs: the sampling arguments of the analyst ledger
+      (`ClientSampling.ledger_kwargs()`).
+    delta: the run's delta.
+    analyst: the analyst-view `PrivacyLedger`.
+    server: the server-view `IndividualLedger` (None when the server adds
+      the noise itself, or the run is not private).
+  """
+
+  guarantee: Optional[guarantees_lib.Guarantee]
+  sampling_kwargs: dict
+  delta: float
+  analyst: ledger_lib.PrivacyLedger
+  server: Optional[individual.IndividualLedger]
+
+  @classmethod
+  def create(
+      cls,
+      guarantee: Optional[guarantees_lib.Guarantee],
+      sampling_kwargs: dict,
+      delta: float,
+      budget_epsilon: Optional[float] = None,
+  ) -> 'RunPrivacy':
+    server = None
+    if guarantee is not None and guarantee.noise != 'central':
+      server = individual.IndividualLedger(delta, budget_epsilon)
+    elif budget_epsilon is not None:
+      raise ValueError(
+          'a server budget needs a mechanism private against the server (its '
+          'noise added by the clients); this one has none'
+      )
+    return cls(guarantee, dict(sampling_kwargs), delta,
+               ledger_lib.PrivacyLedger(), server)
+
+  def admit(self, clients: Iterable[Any], event: Optional[dp_event.DpEvent]):
+    """The sampled clients the budget filter lets take part in a round of `event`."""
+    clients = list(clients)
+    if self.server is None or event is None:
+      return clients
+    return self.server.filter(clients, self.guarantee.server_view_event(event))
+
+  def charge(self, event: Optional[dp_event.DpEvent], clients: Iterable[Any]):
+    """Charges one round of `event` (the factory's; None: not private)."""
+    if event is None:
+      self.analyst.record(dp_event.NonPrivateDpEvent())
+      return
+    self.analyst.record(
+        events.sampled_event(event, **self.sampling_kwargs)
+    )
+    if self.server is not None:
+      self.server.record(clients, self.guarantee.server_view_event(event))
+
+  def analyst_epsilon(self) -> float:
+    """eps against the analyst at `delta` (see the module docstring)."""
+    eps = self.analyst.epsilon(self.delta)
+    if self.server is not None and self.guarantee.noise == 'local':
+      if self.server.num_excluded:
+        eps = math.inf  # The amplification's sampling no longer holds.
+      eps = min(eps, self.server.max_epsilon())
+    return eps
+
+  def server_epsilon(self) -> Optional[float]:
+    """The worst client's eps against the server (None: no guarantee)."""
+    return None if self.server is None else self.server.max_epsilon()
+
+  def report(self) -> list[dict]:
+    """The `guarantees` list of a summary: one entry per adversary."""
+    if self.guarantee is None:
+      return [{
+          'adversary': 'analyst',
+          'unit': 'client',
+          'neighboring_relation': self.analyst.neighboring_relation,
+          'accountant': 'none',
+          'epsilon': 'inf',
+          'delta': self.delta,
+          'meaning': 'no privacy mechanism: the models are released as trained',
+      }]
+    unit = _UNIT_WORDS[self.guarantee.unit]
+    analyst = {
+        'adversary': 'analyst',
+        'unit': self.guarantee.unit,
+        'neighboring_relation': self.analyst.neighboring_relation,
+        'accountant': 'dp_accounting RdpAccountant, client sampling amplified',
+        'epsilon': _finite(self.analyst_epsilon()),
+        'delta': self.delta,
+        'meaning': (
+            f'someone who sees only the released models learns about {unit} '
+            'at most what (epsilon, delta)-DP allows'
+        ),
+    }
+    if self.server is not None and self.guarantee.noise == 'local':
+      analyst['accountant'] += (
+          '; the smaller of that and the worst client\'s server-view epsilon'
+      )
+    entries = [analyst]
+    if self.server is None:
+      entries.append({
+          'adversary': 'server',
+          'unit': self.guarantee.unit,
+          'neighboring_relation': individual.RELATION,
+          'accountant': 'none',
+          'epsilon': 'inf',
+          'delta': self.delta,
+          'meaning': (
+              'the server sees the clients\' updates before the noise: no '
+              'guarantee against it'
+          ),
+      })
+    else:
+      report = self.server.report()
+      entries.append({
+          'adversary': 'server',
+          'unit': self.guarantee.unit,
+          'neighboring_relation': individual.RELATION,
+          'accountant': (
+              'dp_accounting RdpAccountant per client over the rounds it took '
+              'part in, no amplification'
+          ),
+          'epsilon': report['max_epsilon'],
+          'delta': self.delta,
+          'clients_charged': report['clients_charged'],
+          'max_participations': report['max_participations'],
+          'budget_epsilon': report['budget_epsilon'],
+          'clients_excluded_by_budget': report['clients_excluded_by_budget'],
+          'meaning': (
+              f'the server, which picks the clients and sees what reaches it, '
+              f'learns about {unit} at most what (epsilon, delta)-DP allows; '
+              'epsilon is the worst client\'s'
+          ),
+      })
+    return entries
+
+  def to_json(self) -> str:
+    return json.dumps({
+        'format': _FORMAT,
+        'analyst': json.loads(self.analyst.to_json()),
+        'server': None if self.server is None else json.loads(
+            self.server.to_json()),
+    })
+
+  def restore(self, text: str) -> None:
+    """Loads the ledgers a checkpoint saved (`to_json`)."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get('format') != _FORMAT:
+      raise ValueError(f'not a serialised run privacy record ({_FORMAT})')
+    self.analyst = ledger_lib.PrivacyLedger.from_json(
+        json.dumps(data['analyst']))
+    if (data['server'] is None) != (self.server is None):
+      raise ValueError('the checkpoint was written by another mechanism')
+    if self.server is not None:
+      self.server = individual.IndividualLedger.from_json(
+          json.dumps(data['server']))
+
+
+def round_event(aggregator_state: Any, *, allow_initial: bool = False):
+  """The factory's event in `aggregator_state` (None: no DpEvent there).
+
+  Args:
+    aggregator_state: the aggregator's state (`state.aggregator`).
+    allow_initial: also read `initialize()`'s placeholder event, which is the
+      configured event of a round for tff_priv's factories and TFF's DP
+      factory (used to plan the first round before it runs).
+  """
+  if aggregator_state is None:
+    return None
+  try:
+    return guarantees_lib.extract_dp_event(aggregator_state)
+  except guarantees_lib.ExtractingDpEventFromInitialStateError:
+    if not allow_initial:
+      raise
+    named = (
+        aggregator_state['dp_event']
+        if isinstance(aggregator_state, dict)
+        else aggregator_state.dp_event
+    )
+    return guarantees_lib.plain_event(dp_event.DpEvent.from_named_tuple(named))
+  except TypeError:
+    return None
