@@ -3,32 +3,86 @@
 import collections
 
 from absl.testing import parameterized
+import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_priv.accounting import accountants
+from tff_priv.accounting import guarantees
 from tff_priv.aggregators import gaussian_udp
 from tff_priv.mechanisms import noise_schedule
 
 _D = 20_000  # Coordinates: the relative SE of a std estimate is 1/sqrt(2 D) = 0.5%.
 _VALUE = tff.TensorType(np.float32, [_D])
 _WEIGHT = tff.TensorType(np.float32)
+_DELTA = 0.05  # The sensitivity the factory is given.
 
 
 def _std_tolerance(std):
   return 5 * std / np.sqrt(2 * _D)  # 5 standard errors of the sample std.
 
 
+def _udp(noise_stddev=None, **kwargs):
+  return gaussian_udp.GaussianUDPFactory(
+      noise_stddev, sensitivity=kwargs.pop('sensitivity', _DELTA), **kwargs
+  )
+
+
+def _epsilon(event):
+  return (
+      accountants.make_accountant('rdp', 'replace_one')
+      .compose(event)
+      .get_epsilon(1e-5)
+  )
+
+
+def _leaves(structure, path=''):
+  """(path, numpy value) of every leaf of a nested measurement structure."""
+  if isinstance(structure, collections.abc.Mapping):
+    for key, value in structure.items():
+      yield from _leaves(value, f'{path}/{key}')
+  elif isinstance(structure, (list, tuple)):
+    for i, value in enumerate(structure):
+      yield from _leaves(value, f'{path}/{i}')
+  else:
+    yield path, np.asarray(structure)
+
+
+def exact_statistics(run, neighbours):
+  """Measurement leaves that behave as an exact statistic of the clients.
+
+  Args:
+    run: input -> measurements of one fresh round.
+    neighbours: two neighbouring inputs.
+
+  Returns:
+    The paths of the leaves that are the same in two runs of each input but
+    differ between the two inputs.
+  """
+  (a1, a2), (b1, b2) = [
+      [dict(_leaves(run(x))) for _ in range(2)] for x in neighbours
+  ]
+  assert a1.keys() == b1.keys()
+  return [
+      k
+      for k in a1
+      if np.array_equal(a1[k], a2[k])
+      and np.array_equal(b1[k], b2[k])
+      and not np.array_equal(a1[k], b1[k])
+  ]
+
+
 class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_weighted_and_unweighted_types(self):
-    weighted = gaussian_udp.GaussianUDPFactory(noise_stddev=1.0)
+    weighted = _udp(noise_stddev=1.0)
     self.assertIsInstance(weighted, tff.aggregators.WeightedAggregationFactory)
     process = weighted.create(_VALUE, _WEIGHT)
     self.assertIsInstance(process, tff.templates.AggregationProcess)
     self.assertEqual(process.next.type_signature.parameter[1], tff.FederatedType(_VALUE, tff.CLIENTS))
     self.assertEqual(process.next.type_signature.result.result, tff.FederatedType(_VALUE, tff.SERVER))
-    unweighted = gaussian_udp.GaussianUDPFactory(
+    unweighted = _udp(
         noise_stddev=1.0,
         inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
     )
@@ -45,7 +99,7 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
     # Var(mean of K clients' noise) = s^2 / K (1 + (K - 1) rho): the std
     # s / sqrt(K) holds only if the K clients' noises are uncorrelated.
     s = 2.0
-    process = gaussian_udp.GaussianUDPFactory(
+    process = _udp(
         noise_stddev=s,
         inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
     ).create(_VALUE)
@@ -57,7 +111,7 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_weighted_mean_normalises_over_sampled_clients(self):
     s = 1.0
-    process = gaussian_udp.GaussianUDPFactory(noise_stddev=s).create(
+    process = _udp(noise_stddev=s).create(
         _VALUE, _WEIGHT
     )
     values = [np.full(_D, v, np.float32) for v in (1.0, 2.0, 5.0)]
@@ -72,7 +126,7 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
     )
 
   def test_zero_weight_client_breaks_nothing(self):
-    process = gaussian_udp.GaussianUDPFactory(noise_stddev=0.0).create(
+    process = _udp(noise_stddev=0.0).create(
         _VALUE, _WEIGHT
     )
     out = process.next(
@@ -83,7 +137,7 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
     self.assertAllClose(out.result, np.ones(_D))
 
   def test_noise_independent_across_rounds(self):
-    process = gaussian_udp.GaussianUDPFactory(
+    process = _udp(
         noise_stddev=1.0,
         inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
     ).create(_VALUE)
@@ -98,7 +152,7 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_schedule_drives_the_noise(self):
     schedule = noise_schedule.BudgetSchedule(total_budget=16.0, initial_rounds=4)
-    process = gaussian_udp.GaussianUDPFactory(
+    process = _udp(
         schedule=schedule,
         inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
     ).create(_VALUE)
@@ -110,6 +164,11 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual(noise['rounds_done'], t + 1)
       self.assertAllClose(noise['spent_budget'], 4.0 * (t + 1))
       self.assertAllClose(np.std(out.result), 0.5, atol=_std_tolerance(0.5))
+      # The scheduled sigma_t is the one the round's event charges.
+      self.assertEqual(
+          guarantees.extract_dp_event(out.state),
+          dp_accounting.GaussianDpEvent(0.5 / _DELTA),
+      )
       state = out.state
     with self.assertRaisesRegex(Exception, 'finished'):
       process.next(state, [np.zeros(_D, np.float32)])
@@ -120,9 +179,7 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
             a=tff.TensorType(np.float32, [3, 2]), b=tff.TensorType(np.float32, [4])
         )
     )
-    process = gaussian_udp.GaussianUDPFactory(noise_stddev=0.0).create(
-        value_type, _WEIGHT
-    )
+    process = _udp(noise_stddev=0.0).create(value_type, _WEIGHT)
     value = collections.OrderedDict(
         a=np.ones([3, 2], np.float32), b=np.arange(4, dtype=np.float32)
     )
@@ -130,23 +187,98 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
     self.assertAllClose(out.result['a'], value['a'])
     self.assertAllClose(out.result['b'], value['b'])
 
+  @parameterized.named_parameters(
+      ('weighted', None), ('unweighted', tff.aggregators.UnweightedMeanFactory())
+  )
+  def test_dp_event_is_gaussian_sigma_over_sensitivity(self, inner):
+    s, delta = 0.3, 0.07
+    factory = _udp(noise_stddev=s, sensitivity=delta, inner_agg_factory=inner)
+    if inner is None:
+      process = factory.create(_VALUE, _WEIGHT)
+      args = ([np.ones(_D, np.float32)] * 2, [3.0, 5.0])
+    else:
+      process = factory.create(_VALUE)
+      args = ([np.ones(_D, np.float32)] * 2,)
+    state = process.initialize()
+    self.assertIsInstance(state, gaussian_udp.ClientNoiseState)
+    self.assertTrue(state.is_init_state)
+    with self.assertRaises(guarantees.ExtractingDpEventFromInitialStateError):
+      guarantees.extract_dp_event(state)
+    out = process.next(state, *args)
+    self.assertFalse(out.state.is_init_state)
+    event = guarantees.extract_dp_event(out.state)
+    expected = dp_accounting.GaussianDpEvent(s / delta)
+    self.assertEqual(event, expected)
+    self.assertAllClose(_epsilon(event), _epsilon(expected), rtol=1e-6)
+    self.assertTrue(np.isfinite(_epsilon(event)))
+    # The next round's event is the same: one round, one client's upload.
+    again = process.next(out.state, *args)
+    self.assertEqual(guarantees.extract_dp_event(again.state), expected)
+
+  def test_guarantee(self):
+    for factory in (
+        _udp(noise_stddev=1.0),
+        _udp(schedule=noise_schedule.BudgetSchedule(1.0, 2)),
+        _udp(
+            noise_stddev=1.0,
+            inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
+        ),
+    ):
+      guarantee = factory.guarantee
+      self.assertEqual(guarantee.unit, 'example')
+      self.assertEqual(guarantee.noise, 'local')
+      self.assertEqual(guarantee.neighboring_relation, 'replace_one')
+      self.assertIs(guarantees.guarantee_of(factory), guarantee)
+
+  @parameterized.named_parameters(
+      ('fixed_weighted', dict(noise_stddev=1.0), True),
+      ('fixed_unweighted', dict(noise_stddev=1.0), False),
+      (
+          'scheduled',
+          dict(schedule=noise_schedule.BudgetSchedule(16.0, 4)),
+          True,
+      ),
+  )
+  def test_no_exact_statistic_in_measurements(self, kwargs, weighted):
+    # Two neighbouring client sets: the last client's value is replaced by
+    # one far from the others. A measurement that is the same in two runs of
+    # each but differs between them is an exact statistic of the clients.
+    d = 100
+    value_type = tff.TensorType(np.float32, [d])
+    rng = np.random.default_rng(3)
+    values = [rng.normal(size=d).astype(np.float32) for _ in range(3)]
+    far = np.full(d, 1e3, np.float32)
+    neighbours = (values, values[:2] + [far])
+    if weighted:
+      process = _udp(**kwargs).create(value_type, _WEIGHT)
+      run = lambda v: process.next(  # pylint: disable=g-long-lambda
+          process.initialize(), v, [2.0, 3.0, 4.0]
+      ).measurements
+    else:
+      process = _udp(
+          **kwargs, inner_agg_factory=tff.aggregators.UnweightedMeanFactory()
+      ).create(value_type)
+      run = lambda v: process.next(process.initialize(), v).measurements
+    self.assertEqual(exact_statistics(run, neighbours), [])
+
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'noise_stddev'):
-      gaussian_udp.GaussianUDPFactory(noise_stddev=-1.0)
+      _udp(noise_stddev=-1.0)
     with self.assertRaisesRegex(ValueError, 'exactly one'):
-      gaussian_udp.GaussianUDPFactory()
+      _udp()
     with self.assertRaisesRegex(ValueError, 'exactly one'):
-      gaussian_udp.GaussianUDPFactory(
-          1.0, schedule=noise_schedule.BudgetSchedule(1.0, 1)
-      )
+      _udp(1.0, schedule=noise_schedule.BudgetSchedule(1.0, 1))
     with self.assertRaisesRegex(TypeError, 'schedule'):
-      gaussian_udp.GaussianUDPFactory(schedule='crd')
+      _udp(schedule='crd')
     with self.assertRaisesRegex(TypeError, 'inner_agg_factory'):
-      gaussian_udp.GaussianUDPFactory(1.0, inner_agg_factory='mean')
+      _udp(1.0, inner_agg_factory='mean')
     with self.assertRaisesRegex(TypeError, 'value_type'):
-      gaussian_udp.GaussianUDPFactory(1.0).create(
-          tff.TensorType(np.int32, [3]), _WEIGHT
-      )
+      _udp(1.0).create(tff.TensorType(np.int32, [3]), _WEIGHT)
+    for bad in (0.0, -1.0, float('nan'), float('inf')):
+      with self.assertRaisesRegex(ValueError, 'sensitivity'):
+        _udp(1.0, sensitivity=bad)
+    with self.assertRaisesRegex(TypeError, 'sensitivity'):
+      gaussian_udp.GaussianUDPFactory(1.0)  # pylint: disable=missing-kwoa
 
 
 if __name__ == '__main__':

@@ -3,11 +3,15 @@
 import math
 
 from absl.testing import parameterized
+import dp_accounting
 import numpy as np
 import tensorflow as tf
 
 from tests import tiny_models
+from tff_priv.accounting import accountants
 from tff_priv.accounting import closed_forms
+from tff_priv.accounting import guarantees
+from tff_priv.aggregators import gaussian_udp
 from tff_priv.learning import crd
 from tff_priv.learning import udp
 from tff_priv.learning import udp_client_work
@@ -104,6 +108,7 @@ class CrdProcessTest(tf.test.TestCase):
         clip_norm=clip,
         per_example_loss=_LOSS,
         schedule=schedule,
+        sensitivity=sens,
         validation_data=_data(rng, 100),
         beta=0.5,
         zeta=10.0,  # Every round "stalls": the plan shrinks each time.
@@ -114,13 +119,31 @@ class CrdProcessTest(tf.test.TestCase):
     ]
     state = process.initialize()
     self.assertFalse(crd.is_done(state))
+    self.assertIsInstance(
+        state.learning.aggregator, gaussian_udp.ClientNoiseState
+    )
+    with self.assertRaises(guarantees.ExtractingDpEventFromInitialStateError):
+      guarantees.extract_dp_event(state.learning.aggregator)
     sigmas = []
+    # The schedule's sigma_t, recomputed outside the process (float64).
+    expected_state = schedule.initial_state()
     while not crd.is_done(state):
       output = process.next(state, clients)
       state = output.state
       sigmas.append(
           float(output.metrics['round']['aggregator']['noise']['noise_stddev'])
       )
+      sigma, cost = schedule.round_noise(expected_state)
+      expected_state = schedule.discount(
+          schedule.after_round(expected_state, cost), 0.5
+      )
+      # The round's event charges the scheduled sigma_t over Delta.
+      event = guarantees.extract_dp_event(state.learning.aggregator)
+      self.assertIsInstance(event, dp_accounting.GaussianDpEvent)
+      self.assertAllClose(
+          event.noise_multiplier, float(sigma) / sens, rtol=1e-12
+      )
+      self.assertAllClose(sigmas[-1], float(sigma), rtol=1e-6)
       self.assertTrue(output.metrics['crd']['stalled'])
       self.assertTrue(np.isfinite(output.metrics['crd']['validation_loss']))
     # T: 6 -> 1 + floor(0.5 * 5) = 3 -> 2 + floor(0.5 * 1) = 2: two rounds.
@@ -141,6 +164,7 @@ class CrdProcessTest(tf.test.TestCase):
         clip_norm=1.0,
         per_example_loss=_LOSS,
         schedule=schedule,
+        sensitivity=0.1,
         validation_data=(np.zeros((2, 4), np.float32), np.zeros(2, np.int32)),
     )
     for name, bad in (('beta', 1.0), ('beta', 0.0), ('zeta', -0.1)):
@@ -153,7 +177,54 @@ class CrdProcessTest(tf.test.TestCase):
           _model_fn,
           **{**base, 'validation_data': (np.zeros((0, 4)), np.zeros(0))},
       )
+    with self.assertRaisesRegex(ValueError, 'sensitivity'):
+      crd.build_crd_process(_model_fn, **{**base, 'sensitivity': 0.0})
     self.assertTrue(math.isfinite(schedule.total_budget))
+
+
+class UdpProcessTest(tf.test.TestCase):
+
+  def test_fixed_sigma_event_and_non_finite_example(self):
+    rng = np.random.default_rng(7)
+    lr, clip, n, sigma = 0.5, 1.0, 10, 0.01
+    sens = udp_client_work.udp_sensitivity(lr, clip, n)
+    process = crd.build_udp_process(
+        _model_fn,
+        learning_rate=lr,
+        clip_norm=clip,
+        per_example_loss=_LOSS,
+        sensitivity=sens,
+        noise_stddev=sigma,
+    )
+    x, y = _data(rng, n)
+    x_bad = x.copy()
+    x_bad[4, 0] = np.nan  # One client holds one NaN example.
+    clients = [
+        tf.data.Dataset.from_tensor_slices((x_bad, y)).batch(4),
+        tf.data.Dataset.from_tensor_slices(_data(rng, n)).batch(4),
+    ]
+    state = process.initialize()
+    before = process.get_model_weights(state)
+    output = process.next(state, clients)
+    after = process.get_model_weights(output.state)
+    for a, b in zip(after.trainable, before.trainable):
+      self.assertTrue(np.all(np.isfinite(a)))
+      self.assertGreater(np.linalg.norm(a - b), 0.0)
+    event = guarantees.extract_dp_event(output.state.aggregator)
+    expected = dp_accounting.GaussianDpEvent(sigma / sens)
+    self.assertEqual(event, expected)
+    eps = lambda e: (  # pylint: disable=g-long-lambda
+        accountants.make_accountant('rdp', 'replace_one')
+        .compose(e)
+        .get_epsilon(1e-5)
+    )
+    self.assertAllClose(eps(event), eps(expected), rtol=1e-6)
+    # The client work releases only the example count, no loss, no
+    # sensitivity.
+    self.assertEqual(
+        list(output.metrics['client_work']['train']), ['num_examples']
+    )
+    self.assertNotIn('sensitivity', output.metrics['client_work'])
 
 
 if __name__ == '__main__':

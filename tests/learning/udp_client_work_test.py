@@ -73,8 +73,8 @@ class UdpClientWorkTest(tf.test.TestCase):
     self.assertAllClose(update[0], expected[0], atol=1e-6)
     self.assertAllClose(update[1], expected[1], atol=1e-6)
     self.assertEqual(out.result[0].update_weight, 7.0)
-    self.assertAllClose(out.measurements['sensitivity'], 2 * lr * clip / 7)
-    self.assertTrue(out.measurements['sensitivity_is_derived'])
+    self.assertEqual(float(out.measurements['train']['num_examples']), 7.0)
+    self.assertNotIn('loss', out.measurements['train'])
 
   def test_replacing_one_example_moves_update_by_at_most_sensitivity(self):
     # The paper's MLP 784-256-10 on random data.
@@ -97,7 +97,6 @@ class UdpClientWorkTest(tf.test.TestCase):
       y2[i] = (y[i] + 1 + trial) % 10
       out = work.next(state, [weights], [_dataset(x2, y2, 5)])
       distances.append(np.linalg.norm(_flat(out.result[0].update) - base))
-      self.assertAllClose(out.measurements['sensitivity'], bound)
     self.assertLessEqual(max(distances), bound * (1 + 1e-4))
     self.assertGreater(max(distances), 0.0)
 
@@ -112,30 +111,111 @@ class UdpClientWorkTest(tf.test.TestCase):
     self.assertEqual(out.result[0].update_weight, 0.0)
     for t in out.result[0].update:
       self.assertAllEqual(t, np.zeros_like(t))
-    self.assertAllClose(out.measurements['sensitivity'], 2 * 0.1 * 1.0 / 3)
-    self.assertTrue(np.isfinite(out.measurements['train']['loss']))
+    self.assertEqual(float(out.measurements['train']['num_examples']), 3.0)
 
-  def test_several_steps_need_a_stated_sensitivity(self):
-    with self.assertRaisesRegex(ValueError, 'stated_sensitivity'):
-      udp_client_work.build_udp_client_work(
+  def test_several_steps(self):
+    data = _dataset(np.ones((3, 4), np.float32), np.zeros((3,), np.int32), 2)
+    weights = _weights(_tiny_model_fn)
+    updates = []
+    for steps in (1, 2):
+      work = udp_client_work.build_udp_client_work(
           _tiny_model_fn,
           learning_rate=0.1,
           clip_norm=1.0,
           per_example_loss=_LOSS,
-          local_steps=2,
+          local_steps=steps,
       )
+      out = work.next(work.initialize(), [weights], [data])
+      updates.append(_flat(out.result[0].update))
+    self.assertGreater(np.linalg.norm(updates[1] - updates[0]), 0.0)
+    self.assertTrue(np.all(np.isfinite(updates[1])))
+
+  def test_non_finite_example_contributes_a_zero_gradient(self):
+    rng = np.random.default_rng(5)
+    n, lr, clip = 7, 0.5, 0.2
+    x = rng.normal(size=(n, 4)).astype(np.float32) * 3
+    y = rng.integers(0, 3, size=n).astype(np.int32)
+    weights = _weights(_tiny_model_fn)
     work = udp_client_work.build_udp_client_work(
         _tiny_model_fn,
-        learning_rate=0.1,
-        clip_norm=1.0,
+        learning_rate=lr,
+        clip_norm=clip,
         per_example_loss=_LOSS,
-        local_steps=2,
-        stated_sensitivity=0.3,
+        report_train_loss=True,
     )
-    data = _dataset(np.ones((3, 4), np.float32), np.zeros((3,), np.int32), 2)
-    out = work.next(work.initialize(), [_weights(_tiny_model_fn)], [data])
-    self.assertAllClose(out.measurements['sensitivity'], 0.3)
-    self.assertFalse(out.measurements['sensitivity_is_derived'])
+    keep = np.arange(n) != 2
+    without = work.next(
+        work.initialize(), [weights], [_dataset(x[keep], y[keep], 3)]
+    )
+    for bad in (np.nan, np.inf):
+      x_bad = x.copy()
+      x_bad[2, 1] = bad
+      out = work.next(work.initialize(), [weights], [_dataset(x_bad, y, 3)])
+      update = _flat(out.result[0].update)
+      self.assertTrue(np.all(np.isfinite(update)))
+      # The example counts in |D_i| (n = 7, not 6) but adds no gradient.
+      expected = _flat(without.result[0].update) * (n - 1) / n
+      self.assertAllClose(update, expected, atol=1e-7)
+      self.assertEqual(out.result[0].update_weight, float(n))
+      # Its loss does not poison the sum either.
+      train = out.measurements['train']
+      self.assertAllClose(
+          train['loss'],
+          without.measurements['train']['loss'] * (n - 1) / n,
+          rtol=1e-5,
+      )
+
+  def test_non_finite_update_is_zeroed(self):
+    # A NaN in the broadcast model makes every gradient non-finite (each one
+    # is zeroed) and the update w^t - w_i NaN there: the backstop sends zeros.
+    x = np.ones((3, 4), np.float32)
+    y = np.array([0, 1, 2], np.int32)
+    weights = _weights(_tiny_model_fn)
+    weights.trainable[0][0, 0] = np.nan
+    work = udp_client_work.build_udp_client_work(
+        _tiny_model_fn, learning_rate=0.1, clip_norm=1.0, per_example_loss=_LOSS
+    )
+    out = work.next(work.initialize(), [weights], [_dataset(x, y, 3)])
+    for t in out.result[0].update:
+      self.assertAllEqual(t, np.zeros_like(t))
+    self.assertEqual(out.result[0].update_weight, 3.0)
+
+  def test_no_exact_statistic_in_measurements(self):
+    # Two neighbouring client sets: one example of the first client is
+    # replaced by one far outside the clip (replace-one-example adjacency).
+    rng = np.random.default_rng(6)
+    x = [rng.normal(size=(5, 4)).astype(np.float32) for _ in range(2)]
+    y = [rng.integers(0, 3, size=5).astype(np.int32) for _ in range(2)]
+    x_far = x[0].copy()
+    x_far[0] = 1e3
+    neighbours = (
+        [_dataset(x[0], y[0], 2), _dataset(x[1], y[1], 2)],
+        [_dataset(x_far, y[0], 2), _dataset(x[1], y[1], 2)],
+    )
+    weights = _weights(_tiny_model_fn)
+
+    def exact_statistics(work):
+      run = lambda data: work.next(work.initialize(), [weights] * 2, data)
+      (a1, a2), (b1, b2) = [
+          [tf.nest.flatten(run(d).measurements) for _ in range(2)]
+          for d in neighbours
+      ]
+      return [
+          i
+          for i in range(len(a1))
+          if np.array_equal(a1[i], a2[i])
+          and np.array_equal(b1[i], b2[i])
+          and not np.array_equal(a1[i], b1[i])
+      ]
+
+    base = dict(learning_rate=0.5, clip_norm=0.1, per_example_loss=_LOSS)
+    private = udp_client_work.build_udp_client_work(_tiny_model_fn, **base)
+    self.assertEqual(exact_statistics(private), [])
+    # The check finds the opt-in, non-private training loss.
+    with_loss = udp_client_work.build_udp_client_work(
+        _tiny_model_fn, report_train_loss=True, **base
+    )
+    self.assertLen(exact_statistics(with_loss), 1)
 
   def test_bad_arguments(self):
     base = dict(learning_rate=0.1, clip_norm=1.0, per_example_loss=_LOSS)
@@ -144,7 +224,6 @@ class UdpClientWorkTest(tf.test.TestCase):
         ('clip_norm', -1.0),
         ('clip_norm', 0.0),
         ('local_steps', 0),
-        ('stated_sensitivity', -0.1),
     ):
       with self.assertRaisesRegex(ValueError, name):
         udp_client_work.build_udp_client_work(
@@ -153,6 +232,10 @@ class UdpClientWorkTest(tf.test.TestCase):
     with self.assertRaisesRegex(TypeError, 'per_example_loss'):
       udp_client_work.build_udp_client_work(
           _tiny_model_fn, **{**base, 'per_example_loss': 'xent'}
+      )
+    with self.assertRaisesRegex(TypeError, 'report_train_loss'):
+      udp_client_work.build_udp_client_work(
+          _tiny_model_fn, **{**base, 'report_train_loss': 1}
       )
 
 

@@ -1,52 +1,53 @@
-"""Parameter distortion (Zhang, Chen, Yang): W~ = W + N(0, sigma_e^2 I), then the mean.
+"""Factory for parameter distortion (Zhang, Chen, Yang): W + N(0, sigma_e^2 I).
 
-Each client adds Gaussian distortion to its upload; the server averages. The
-distortion is given (`noise_stddev`) or calibrated from a target total
-variation between the distorted and the original parameter distribution
-(`target_tv`), with the Gaussian TV bounds REBUILT from Devroye, Mehrabian,
-Reddad 2018 (`tff_priv.mechanisms.total_variation`): with m coordinates and a
-parameter variance sigma^2 per coordinate, sigma_e = sigma * c(target, m),
-where c makes the chosen bound ('upper': TV <= target; 'lower':
-TV >= target, only for targets <= 1/100) equal the target.
-
-The parameter variance sigma^2 is
-
-* given (`parameter_variance=...`): sigma_e is fixed for the run; or
-* estimated each round across the round's clients: the mean over coordinates
-  of the across-client variance of their uploads (E[W^2] - E[W]^2 from two
-  federated means). That statistic is released to the server WITHOUT noise:
-  the measurements say `variance_estimated=True`, and the DP reading below
-  does not cover it.
-
-Measurements (under `noise`): `noise_stddev` (sigma_e), `tv_lower`,
-`tv_upper` (the DMR bounds sigma_e implies, which are fixed by the calibration),
-`parameter_variance` (given or estimated) and `variance_estimated`.
-
-A DP reading of the same noise: with `clip=C` the uploads are first clipped to
-L2 norm C (`tff.aggregators.clipping_factory`), so any two uploads differ by
-at most 2C and each distorted upload is a Gaussian mechanism with noise
-multiplier sigma_e / (2C): `tff_priv.accounting.reports.mechanism_report(
-'distortion', noise_stddev=sigma_e, clip=C, ...)` gives its (eps, delta).
+`DistortionFactory` optionally clips each client's upload to an L2 norm C,
+adds Gaussian distortion N(0, sigma_e^2 I) to it inside the client computation
+and takes the unweighted mean of the distorted uploads. sigma_e is given or
+calibrated from a target total variation (TV) between the distorted and the
+original parameter distribution at a given parameter variance
+(`tff_priv.mechanisms.total_variation`). Its state keeps the
+`dp_accounting.DpEvent` of the round (`tff_priv.accounting.guarantees`): with
+a clip, a Gaussian mechanism of noise multiplier sigma_e / (2C) for one
+client; without, `NonPrivateDpEvent`.
 """
 
 import collections
+import math
 from typing import Optional
 
+import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
+from tff_priv.accounting import guarantees
 from tff_priv.aggregators import gaussian_udp
 from tff_priv.mechanisms import total_variation
 
-# Floor of an estimated variance: identical uploads (one client, or a
-# converged model) have variance 0, for which any sigma_e has TV 1.
-_MIN_VARIANCE = 1e-12
+_NO_CLIP_DESCRIPTION = (
+    'parameter distortion without a clip: an upload has no bounded '
+    'sensitivity, so a round has no DP bound (NonPrivateDpEvent); the TV '
+    'target bounds a distance between parameter distributions, it is not a '
+    'DP guarantee'
+)
+
+
+def _clip_description(clip):
+  return (
+      f'parameter distortion: each client clips its upload to L2 norm {clip} '
+      'and adds N(0, sigma_e^2 I) before the upload; a round is a Gaussian '
+      'mechanism of noise multiplier sigma_e / (2C) for one client (replace '
+      'one client), against the server that sees the upload and anyone after'
+  )
 
 
 class TVNoise(gaussian_udp.NoiseSource):
-  """sigma_e from a TV target, or fixed, with the TV bounds it implies."""
+  """sigma_e, fixed or from a TV target, with the TV bounds it implies.
+
+  Everything here is a function of the configuration: sigma_e, the bounds and
+  the parameter variance are public values, the same every round.
+  """
 
   def __init__(
       self,
@@ -64,30 +65,30 @@ class TVNoise(gaussian_udp.NoiseSource):
       parameter_variance = validation.positive(
           'parameter_variance', parameter_variance
       )
-    elif noise_stddev:
-      raise ValueError(
-          'with a fixed noise_stddev > 0 give parameter_variance: the TV '
-          'bounds need it'
-      )
-    self.parameter_variance = parameter_variance
-    self.uses_value_variance = parameter_variance is None
     if target_tv is not None:
-      # sigma_e is proportional to sigma: calibrate once at unit variance.
-      self._scale = total_variation.noise_for_tv(
+      if parameter_variance is None:
+        raise ValueError(
+            'target_tv needs parameter_variance: sigma_e = sigma * c(target, '
+            'm) is calibrated at the given variance'
+        )
+      scale = total_variation.noise_for_tv(
           target_tv, 1.0, self.dimension, bound
-      )
-      self._fixed = None
-      unit_scale = self._scale
+      )  # sigma_e is proportional to sigma: calibrated at unit variance.
+      noise_stddev = math.sqrt(parameter_variance) * scale
     else:
       noise_stddev = validation.non_negative('noise_stddev', noise_stddev)
-      self._scale = None
-      self._fixed = noise_stddev
-      # sigma_e = 0: TV = 0 whatever the variance, which may then be left to
-      # the per-round estimate (a measurement, e.g. of a noise-free baseline).
-      unit_scale = (
-          noise_stddev / parameter_variance**0.5 if noise_stddev else 0.0
-      )
-    # The bounds depend on sigma_e / sigma only, fixed above.
+      if noise_stddev and parameter_variance is None:
+        raise ValueError(
+            'with a fixed noise_stddev > 0 give parameter_variance: the TV '
+            'bounds need it'
+        )
+    self.noise_stddev = noise_stddev
+    self.parameter_variance = parameter_variance
+    # The bounds depend on sigma_e / sigma only; sigma_e = 0 has TV 0 at any
+    # variance.
+    unit_scale = (
+        noise_stddev / math.sqrt(parameter_variance) if noise_stddev else 0.0
+    )
     self.tv_lower, self.tv_upper = total_variation.tv_bounds(
         unit_scale, 1.0, self.dimension
     )
@@ -95,29 +96,55 @@ class TVNoise(gaussian_udp.NoiseSource):
   def initial_state(self):
     return ()
 
-  def round_noise(self, state, value_variance):
-    if self.uses_value_variance:
-      variance = tf.maximum(tf.cast(value_variance, tf.float32), _MIN_VARIANCE)
-    else:
-      variance = tf.constant(self.parameter_variance, tf.float32)
-    if self._fixed is not None:
-      sigma = tf.constant(self._fixed, tf.float32)
-    else:
-      sigma = tf.sqrt(variance) * self._scale
-    return sigma, state, collections.OrderedDict(
-        noise_stddev=sigma,
+  def round_noise(self, state):
+    sigma = tf.constant(self.noise_stddev, tf.float64)
+    measurements = collections.OrderedDict(
+        noise_stddev=tf.cast(sigma, tf.float32),
         tv_lower=tf.constant(self.tv_lower, tf.float32),
         tv_upper=tf.constant(self.tv_upper, tf.float32),
-        parameter_variance=variance,
-        variance_estimated=tf.constant(self.uses_value_variance),
     )
+    if self.parameter_variance is not None:
+      measurements['parameter_variance'] = tf.constant(
+          self.parameter_variance, tf.float32
+      )
+    return sigma, state, measurements
 
 
 class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
-  """Distortion N(0, sigma_e^2 I) on each client's upload, then the plain mean.
+  """Clip (optional), distortion N(0, sigma_e^2 I) on each upload, plain mean.
 
-  Use it with `tff.learning.algorithms.build_unweighted_fed_avg`, or wrap it
-  with `tff.aggregators.as_weighted_aggregator` for weighted builders.
+  UNWEIGHTED: every client's distorted upload counts the same. Use it with
+  `tff.learning.algorithms.build_unweighted_fed_avg`, or wrap it with
+  `tff.aggregators.as_weighted_aggregator` for weighted builders (which then
+  ignore the weights).
+
+  Distortion: `noise_stddev=sigma_e` directly, or `target_tv`: with m
+  coordinates and a parameter variance sigma^2 per coordinate,
+  sigma_e = sigma * c(target, m), where c makes the chosen Gaussian TV bound
+  of Devroye, Mehrabian, Reddad 2018 (rebuilt in
+  `tff_priv.mechanisms.total_variation`; 'upper': TV <= target, 'lower':
+  TV >= target, only for targets <= 1/100) equal the target. The variance
+  sigma^2 is given (`parameter_variance`), never estimated from the clients'
+  uploads (that would release an exact statistic of their data without
+  noise); it is required whenever the TV bounds need it (a `target_tv`, or
+  `noise_stddev > 0`).
+
+  Clip: with `clip=C` each client clips its upload to L2 norm C
+  (`tf.clip_by_global_norm`, inside the client computation, before the
+  noise; an upload with a non-finite norm is sent as zeros).
+
+  Guarantee (`guarantee` property; `dp_event` in the state after `next`):
+  with `clip=C` any two uploads differ by at most 2C in L2 norm, so each
+  distorted upload is a Gaussian mechanism of sensitivity 2C under
+  replace-one-client adjacency: `GaussianDpEvent(sigma_e / (2C))` for one
+  client in one round, without client sampling, with the noise added locally.
+  Without a clip an upload's sensitivity is unbounded and the event is
+  `NonPrivateDpEvent()`: the TV target is not a DP guarantee.
+
+  Measurements (under `noise`), all public (fixed by the configuration):
+  `noise_stddev` (sigma_e), `tv_lower`, `tv_upper` (the DMR bounds sigma_e
+  implies) and `parameter_variance` (when given); `mean` holds
+  `tff.aggregators.UnweightedMeanFactory`'s (empty) measurements.
   """
 
   def __init__(
@@ -129,16 +156,18 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
       tv_bound: str = 'upper',
       clip: Optional[float] = None,
   ):
-    """Validates the arguments (see the module docstring).
+    """Validates the arguments (see the class docstring).
 
     Args:
       noise_stddev: sigma_e >= 0 (sigma_e > 0 needs parameter_variance for the
-        TV bounds; sigma_e = 0 has TV 0 and may estimate the variance).
-      target_tv: a TV target in (0, 1) to calibrate sigma_e.
-      parameter_variance: sigma^2 > 0 per coordinate; None: estimated per
-        round across the clients (released without noise).
+        TV bounds; sigma_e = 0 has TV 0).
+      target_tv: a TV target in (0, 1) to calibrate sigma_e; needs
+        parameter_variance.
+      parameter_variance: sigma^2 > 0 per coordinate, a public value (e.g.
+        from public or held-out data).
       tv_bound: 'upper' (TV <= target) or 'lower' (TV >= target).
-      clip: optional L2 clip C of each upload before distortion.
+      clip: optional L2 clip C of each upload before distortion; without it
+        the rounds have no DP bound.
     """
     if (noise_stddev is None) == (target_tv is None):
       raise ValueError('give exactly one of noise_stddev and target_tv')
@@ -153,10 +182,11 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
       total_variation.noise_for_tv(target_tv, 1.0, 1, 'lower')  # Feasible?
     if clip is not None:
       clip = validation.positive('clip', clip)
-    if noise_stddev and parameter_variance is None:
+    if parameter_variance is None and (target_tv is not None or noise_stddev):
       raise ValueError(
-          'with a fixed noise_stddev > 0 give parameter_variance: the TV '
-          'bounds need it'
+          'parameter_variance is required with a target_tv or a '
+          'noise_stddev > 0: the TV calibration and bounds need it (it is '
+          'not estimated from the clients)'
       )
     self._kwargs = dict(
         noise_stddev=noise_stddev,
@@ -165,19 +195,45 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
         bound=tv_bound,
     )
     self._clip = clip
+    self._guarantee = guarantees.Guarantee(
+        unit='client',
+        noise='local',
+        neighboring_relation='replace_one',
+        description=(
+            _NO_CLIP_DESCRIPTION if clip is None else _clip_description(clip)
+        ),
+    )
+
+  @property
+  def clip(self) -> Optional[float]:
+    return self._clip
+
+  @property
+  def guarantee(self) -> guarantees.Guarantee:
+    """Whom the round's `dp_event` protects (one client, replace-one)."""
+    return self._guarantee
 
   def noise_source(self, dimension: int) -> TVNoise:
     """The noise source for `dimension` coordinates (sigma_e, TV bounds)."""
     return TVNoise(dimension, **self._kwargs)
 
+  def _dp_event(self, sigma):
+    if self._clip is None:
+      return dp_accounting.NonPrivateDpEvent()
+    return dp_accounting.GaussianDpEvent(
+        tf.cast(sigma, tf.float64) / tf.constant(2.0 * self._clip, tf.float64)
+    )
+
   def create(self, value_type):
     gaussian_udp.check_value_type(value_type)
     dimension = _num_elements(value_type)
     factory = gaussian_udp.client_noise_factory(
-        self.noise_source(dimension), tff.aggregators.UnweightedMeanFactory()
+        self.noise_source(dimension),
+        tff.aggregators.UnweightedMeanFactory(),
+        dp_event_fn=self._dp_event,
+        guarantee=self.guarantee,
+        clip=self._clip,
     )
-    if self._clip is not None:
-      factory = tff.aggregators.clipping_factory(self._clip, factory)
     return factory.create(value_type)
 
 

@@ -1,43 +1,27 @@
-"""Gaussian UDP: clients add Gaussian noise to their upload, then the mean.
+"""Factory for UDP (Wei et al.): client-side Gaussian noise, then the mean.
 
-Wei et al. (UDP, Algorithm 1): client i uploads w~_i = w_i + N(0, sigma^2 I)
-and the server forms sum_i p_i w~_i with p_i = |D_i| / sum_{j in K} |D_j|,
-normalised over the clients of the round. Since the server's model w^t is
-public, noising the model delta is the same release. The noise is added on
-each client, so each upload is (eps_i, delta_i)-DP for that client's records
-by itself (record-level DP, adjacency = replace one example of D_i, sensitivity
-Delta of the client's update); the mean is post-processing.
-
-`GaussianUDPFactory(noise_stddev=s)` adds N(0, s^2) per coordinate with a fixed
-s. `GaussianUDPFactory(schedule=BudgetSchedule(...))` takes each round's sigma
-from a CRD schedule (tff_priv.mechanisms.noise_schedule) held in the
-aggregator state; the learning process of tff_priv.learning.crd discounts the
-schedule's planned rounds. The inner factory does the averaging:
-`tff.aggregators.MeanFactory()` (default; weighted by the client weights that
-tff.learning passes, |D_i| for UDP client work) or
-`tff.aggregators.UnweightedMeanFactory()`; the returned factory is weighted or
-unweighted like the inner one, as TFF's own wrapping factories
-(`tff.aggregators.clipping_factory`).
-
-The same "client noise, then inner mean" factory serves parameter distortion
-(`tff_priv.aggregators.distortion`), whose sigma comes from a TV target: the
-per-round sigma is a `NoiseSource`.
-
-Measurements: `noise` (`noise_stddev`, the sigma used this round, and what the
-source adds: for a schedule `round_cost`, `spent_budget`, `total_budget`,
-`rounds_done`, `planned_rounds`) and the inner factory's under `mean`. The
-ledger charges the sigma of `noise_stddev`, never a nominal one.
+`GaussianUDPFactory` adds N(0, sigma^2 I) to every client's upload inside the
+client computation, with sigma fixed or taken each round from a CRD
+`noise_schedule.BudgetSchedule`, then averages the noisy uploads with an inner
+factory (`tff.aggregators.MeanFactory` by default). Its state keeps the
+`dp_accounting.DpEvent` of the round (`tff_priv.accounting.guarantees`):
+a Gaussian mechanism of noise multiplier sigma_t / Delta for one example of one
+client, Delta the sensitivity given to the factory. The same "client noise,
+then inner mean" machinery serves parameter distortion
+(`tff_priv.aggregators.distortion`).
 """
 
 import abc
 import collections
-from typing import Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
+import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
+from tff_priv.accounting import guarantees
 from tff_priv.mechanisms import gaussian
 from tff_priv.mechanisms import noise_schedule
 
@@ -46,25 +30,54 @@ InnerFactory = Union[
     tff.aggregators.UnweightedAggregationFactory,
 ]
 
+# float64 noise std -> the round's DpEvent (built inside a TF computation).
+DpEventFn = Callable[[tf.Tensor], dp_accounting.DpEvent]
+
+UDP_GUARANTEE = guarantees.Guarantee(
+    unit='example',
+    noise='local',
+    neighboring_relation='replace_one',
+    description=(
+        "UDP: each client adds N(0, sigma_t^2 I) to its update before the "
+        'upload; a round is a Gaussian mechanism of noise multiplier '
+        'sigma_t / Delta for one example of the client\'s data (replace one '
+        'example), against the server that sees the upload and anyone after'
+    ),
+)
+
+
+class ClientNoiseState(NamedTuple):
+  """The state of a client-noise aggregation process.
+
+  Attributes:
+    noise: the noise source's state (the CRD `ScheduleState` for a schedule,
+      `()` for a fixed sigma).
+    mean: the inner factory's state.
+    dp_event: `to_named_tuple()` of the `dp_accounting.DpEvent` of the release
+      the last `next` made (a placeholder in `initialize()`'s state).
+    is_init_state: True in the state `initialize()` returns.
+  """
+
+  noise: Any
+  mean: Any
+  dp_event: Any
+  is_init_state: Any
+
 
 class NoiseSource(abc.ABC):
   """Where a round's client noise std comes from (pure TF pieces).
 
-  `round_noise(state, value_variance)` runs on the server; `value_variance`
-  is the mean over coordinates of the variance of the clients' values this
-  round when `uses_value_variance` is True (computed by the factory, a
-  non-private statistic of the round), else 0.
+  A source sees only its own state and the configuration: no client data
+  reaches it, so sigma and its measurements are public values.
   """
-
-  uses_value_variance = False
 
   @abc.abstractmethod
   def initial_state(self):
-    """The source's state (tensors)."""
+    """The source's state (tensors; `()` for none)."""
 
   @abc.abstractmethod
-  def round_noise(self, state, value_variance):
-    """(stddev float32, new state, OrderedDict of measurements)."""
+  def round_noise(self, state):
+    """(stddev float64, new state, OrderedDict of public measurements)."""
 
 
 class FixedNoise(NoiseSource):
@@ -74,15 +87,23 @@ class FixedNoise(NoiseSource):
     self.noise_stddev = validation.non_negative('noise_stddev', noise_stddev)
 
   def initial_state(self):
-    return tf.constant(self.noise_stddev, tf.float32)
+    return ()
 
-  def round_noise(self, state, value_variance):
-    del value_variance
-    return state, state, collections.OrderedDict(noise_stddev=state)
+  def round_noise(self, state):
+    sigma = tf.constant(self.noise_stddev, tf.float64)
+    return sigma, state, collections.OrderedDict(
+        noise_stddev=tf.cast(sigma, tf.float32)
+    )
 
 
 class ScheduledNoise(NoiseSource):
-  """The CRD schedule's sigma_t (`noise_schedule.BudgetSchedule`)."""
+  """The CRD schedule's sigma_t (`noise_schedule.BudgetSchedule`).
+
+  The measurements (sigma_t, the round's cost, the budget spent and total,
+  rounds done and planned) are functions of the configuration and of the
+  schedule's discounts, which CRD takes from the server's own validation loss:
+  public values.
+  """
 
   def __init__(self, schedule: noise_schedule.BudgetSchedule):
     if not isinstance(schedule, noise_schedule.BudgetSchedule):
@@ -92,14 +113,13 @@ class ScheduledNoise(NoiseSource):
   def initial_state(self):
     return self.schedule.initial_state()
 
-  def round_noise(self, state, value_variance):
-    del value_variance
+  def round_noise(self, state):
     state = noise_schedule.ScheduleState(*state)
     sigma, cost = self.schedule.round_noise(state)
     new_state = self.schedule.after_round(state, cost)
-    sigma = tf.cast(sigma, tf.float32)
+    sigma = tf.cast(sigma, tf.float64)
     return sigma, new_state, collections.OrderedDict(
-        noise_stddev=sigma,
+        noise_stddev=tf.cast(sigma, tf.float32),
         round_cost=cost,
         spent_budget=new_state.spent,
         total_budget=new_state.total_budget,
@@ -125,16 +145,45 @@ def _as_nest(value):
   return value
 
 
-class _ClientNoise:
-  """Client-side noise from a `NoiseSource`, then the inner mean."""
+def clip_upload(value, clip: float):
+  """`value` (a structure of tensors) clipped to global L2 norm `clip`.
 
-  def __init__(self, source: NoiseSource, inner_agg_factory: InnerFactory):
+  An upload whose norm is not finite (NaN or inf anywhere) is replaced by
+  zeros, which also lie in the clip ball.
+  """
+  flat = tf.nest.flatten(value)
+  norm = tf.linalg.global_norm(flat)
+  clipped, _ = tf.clip_by_global_norm(flat, clip, use_norm=norm)
+  finite = tf.math.is_finite(norm)
+  clipped = [tf.where(finite, c, tf.zeros_like(c)) for c in clipped]
+  return tf.nest.pack_sequence_as(value, clipped)
+
+
+class _ClientNoise:
+  """Optional clip, client noise from a `NoiseSource`, then the inner mean."""
+
+  def __init__(
+      self,
+      source: NoiseSource,
+      inner_agg_factory: InnerFactory,
+      dp_event_fn: DpEventFn,
+      guarantee: guarantees.Guarantee,
+      clip: Optional[float],
+  ):
     self._source = source
     self._inner = inner_agg_factory
+    self._dp_event_fn = dp_event_fn
+    self._guarantee = guarantee
+    self._clip = clip
 
   @property
   def noise_source(self) -> NoiseSource:
     return self._source
+
+  @property
+  def guarantee(self) -> guarantees.Guarantee:
+    """Whom the round's `dp_event` protects (`guarantees.Guarantee`)."""
+    return self._guarantee
 
   def _create(self, value_type, weight_type=None):
     check_value_type(value_type)
@@ -143,54 +192,47 @@ class _ClientNoise:
     else:
       inner_process = self._inner.create(value_type, weight_type)
     source = self._source
+    dp_event_fn = self._dp_event_fn
+    clip = self._clip
 
     @tff.tensorflow.computation
     def init_noise_state():
       return source.initial_state()
 
+    @tff.tensorflow.computation
+    def placeholder_dp_event():
+      # Same structure as a round's event; never read (is_init_state).
+      return dp_event_fn(tf.constant(0.0, tf.float64)).to_named_tuple()
+
     noise_state_type = init_noise_state.type_signature.result
 
-    @tff.tensorflow.computation(noise_state_type, np.float32)
-    def round_noise(noise_state, value_variance):
-      return source.round_noise(noise_state, value_variance)
+    @tff.tensorflow.computation(noise_state_type)
+    def round_noise(noise_state):
+      sigma, new_state, measurements = source.round_noise(noise_state)
+      event = dp_event_fn(sigma).to_named_tuple()
+      return sigma, new_state, measurements, event
 
-    @tff.tensorflow.computation(value_type, np.float32)
+    @tff.tensorflow.computation(value_type, np.float64)
     def add_noise(value, stddev):
-      return gaussian.add_gaussian_noise(_as_nest(value), stddev)
-
-    @tff.tensorflow.computation(value_type)
-    def moments(value):
-      flat = tf.concat(
-          [tf.reshape(tf.cast(t, tf.float32), [-1]) for t in
-           tf.nest.flatten(_as_nest(value))],
-          axis=0,
-      )
-      return flat, tf.square(flat)
-
-    @tff.tensorflow.computation
-    def zero():
-      return tf.constant(0.0, tf.float32)
+      value = _as_nest(value)
+      if clip is not None:
+        value = clip_upload(value, clip)
+      return gaussian.add_gaussian_noise(value, stddev)
 
     @tff.federated_computation()
     def init_fn():
       return tff.federated_zip(
-          collections.OrderedDict(
+          ClientNoiseState(
               noise=tff.federated_eval(init_noise_state, tff.SERVER),
               mean=inner_process.initialize(),
+              dp_event=tff.federated_eval(placeholder_dp_event, tff.SERVER),
+              is_init_state=tff.federated_value(True, tff.SERVER),
           )
       )
 
     def next_impl(state, value, weight=None):
-      if source.uses_value_variance:
-        first, second = tff.federated_map(moments, value)
-        variance = tff.federated_map(
-            _mean_variance,
-            (tff.federated_mean(first), tff.federated_mean(second)),
-        )
-      else:
-        variance = tff.federated_eval(zero, tff.SERVER)
-      stddev, new_noise_state, noise_measurements = tff.federated_map(
-          round_noise, (state.noise, variance)
+      stddev, new_noise_state, noise_measurements, event = tff.federated_map(
+          round_noise, state.noise
       )
       noisy = tff.federated_map(
           add_noise, (value, tff.federated_broadcast(stddev))
@@ -200,7 +242,12 @@ class _ClientNoise:
       else:
         inner = inner_process.next(state.mean, noisy, weight)
       new_state = tff.federated_zip(
-          collections.OrderedDict(noise=new_noise_state, mean=inner.state)
+          ClientNoiseState(
+              noise=new_noise_state,
+              mean=inner.state,
+              dp_event=event,
+              is_init_state=tff.federated_value(False, tff.SERVER),
+          )
       )
       measurements = tff.federated_zip(
           collections.OrderedDict(
@@ -230,12 +277,6 @@ class _ClientNoise:
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-@tff.tensorflow.computation
-def _mean_variance(first, second):
-  """Mean over coordinates of E[x^2] - E[x]^2 (clipped at 0 for rounding)."""
-  return tf.reduce_mean(tf.maximum(second - tf.square(first), 0.0))
-
-
 class _WeightedClientNoise(_ClientNoise, tff.aggregators.WeightedAggregationFactory):
 
   def create(self, value_type, weight_type):
@@ -251,22 +292,45 @@ class _UnweightedClientNoise(
 
 
 def client_noise_factory(
-    source: NoiseSource, inner_agg_factory: Optional[InnerFactory] = None
+    source: NoiseSource,
+    inner_agg_factory: Optional[InnerFactory] = None,
+    *,
+    dp_event_fn: DpEventFn,
+    guarantee: guarantees.Guarantee,
+    clip: Optional[float] = None,
 ):
-  """Client noise from `source`, then `inner_agg_factory` (default MeanFactory).
+  """Optional clip to L2 norm `clip`, client noise from `source`, inner mean.
 
-  Returns a weighted or an unweighted factory, following the inner one.
+  Args:
+    source: the round's noise std (`NoiseSource`).
+    inner_agg_factory: the mean of the noisy uploads; default
+      `tff.aggregators.MeanFactory()`.
+    dp_event_fn: float64 noise std -> the round's `dp_accounting.DpEvent`
+      (called inside a TF computation; it must give one structure whatever
+      the std).
+    guarantee: whom that event protects.
+    clip: optional L2 norm each upload is clipped to on the client, before
+      the noise.
+
+  Returns:
+    A weighted or an unweighted factory, following the inner one, with a
+    `guarantee` property.
   """
   if not isinstance(source, NoiseSource):
     raise TypeError(f'source must be a NoiseSource, got {source!r}')
+  if not isinstance(guarantee, guarantees.Guarantee):
+    raise TypeError(f'guarantee must be a Guarantee, got {guarantee!r}')
+  if clip is not None:
+    clip = validation.positive('clip', clip)
   if inner_agg_factory is None:
     inner_agg_factory = tff.aggregators.MeanFactory()
+  args = (source, inner_agg_factory, dp_event_fn, guarantee, clip)
   if isinstance(inner_agg_factory, tff.aggregators.WeightedAggregationFactory):
-    return _WeightedClientNoise(source, inner_agg_factory)
+    return _WeightedClientNoise(*args)
   if isinstance(
       inner_agg_factory, tff.aggregators.UnweightedAggregationFactory
   ):
-    return _UnweightedClientNoise(source, inner_agg_factory)
+    return _UnweightedClientNoise(*args)
   raise TypeError(
       'inner_agg_factory must be a tff.aggregators Weighted- or '
       f'UnweightedAggregationFactory, got {inner_agg_factory!r}'
@@ -276,14 +340,55 @@ def client_noise_factory(
 def GaussianUDPFactory(  # pylint: disable=invalid-name
     noise_stddev: Optional[float] = None,
     *,
+    sensitivity: float,
     schedule: Optional[noise_schedule.BudgetSchedule] = None,
     inner_agg_factory: Optional[InnerFactory] = None,
 ):
-  """Client-side Gaussian noise on each upload, then `inner_agg_factory`.
+  """UDP's client-side Gaussian noise on each upload, then `inner_agg_factory`.
+
+  Wei et al. (UDP, Algorithm 1): client i uploads w~_i = w_i + N(0, sigma^2 I)
+  and the server forms sum_i p_i w~_i with p_i = |D_i| / sum_{j in K} |D_j|,
+  normalised over the clients of the round. The server's model w^t is public,
+  so noising the model delta is the same release. The noise is drawn inside
+  the client computation, so the server only ever sees noisy uploads: each
+  upload is by itself a Gaussian mechanism on the client's data, and the mean
+  (and anything the inner factory computes from the noisy uploads) is
+  post-processing.
+
+  Noise: `noise_stddev=s` adds N(0, s^2) per coordinate every round;
+  `schedule=BudgetSchedule(...)` takes each round's sigma_t from a CRD
+  schedule held in the state (`state.noise`, a `ScheduleState`; the learning
+  process of `tff_priv.learning.crd` discounts its planned rounds).
+
+  Guarantee (`guarantee` property; `dp_event` in the state): the unit is one
+  example of one client's data, under replace-one adjacency, with the noise
+  added locally. `sensitivity` is Delta, the L2 sensitivity of one client's
+  upload under that relation: for UDP's one clipped full-batch step it is
+  2 eta C / |D_i| (`tff_priv.learning.udp_client_work.udp_sensitivity`), so
+  pass the one of the smallest client (the factory cannot check it: it sees
+  uploads, not examples). After `next`, the state's `dp_event` is
+  `GaussianDpEvent(sigma_t / Delta)` with sigma_t the std used that round; it
+  covers one round of one client's upload, without client sampling.
+
+  Weighted or unweighted: the factory follows `inner_agg_factory`. The
+  default `tff.aggregators.MeanFactory()` is weighted, and tff.learning passes
+  the UDP client work's weight |D_i| (the paper's p_i). Under replace-one-
+  example adjacency |D_i| does not change, so the weight reveals nothing the
+  relation protects. `tff.aggregators.UnweightedMeanFactory()` gives the
+  unweighted mean.
+
+  Measurements: `noise` holds only public values, functions of the
+  configuration and of the round: `noise_stddev` (sigma_t) and, for a
+  schedule, `round_cost`, `spent_budget`, `total_budget`, `rounds_done`,
+  `planned_rounds`; `mean` holds the inner factory's measurements, computed
+  from the noisy uploads (and weights) only (TFF's mean factories report
+  nothing).
 
   Args:
     noise_stddev: a fixed per-coordinate noise std s >= 0 (absolute, in the
       units of the uploaded values). Exclusive with `schedule`.
+    sensitivity: Delta > 0, the L2 sensitivity of one client's upload under
+      replace-one-example adjacency.
     schedule: a `noise_schedule.BudgetSchedule` (CRD) giving each round's
       sigma from the aggregator state.
     inner_agg_factory: the mean; default `tff.aggregators.MeanFactory()`
@@ -292,13 +397,26 @@ def GaussianUDPFactory(  # pylint: disable=invalid-name
 
   Returns:
     A `tff.aggregators.WeightedAggregationFactory` or
-    `UnweightedAggregationFactory`, following `inner_agg_factory`.
+    `UnweightedAggregationFactory`, following `inner_agg_factory`, with a
+    `guarantee` property. Its processes' state is a `ClientNoiseState`.
   """
   if (noise_stddev is None) == (schedule is None):
     raise ValueError('give exactly one of noise_stddev and schedule')
+  sensitivity = validation.positive('sensitivity', sensitivity)
   source = (
       FixedNoise(noise_stddev)
       if schedule is None
       else ScheduledNoise(schedule)
   )
-  return client_noise_factory(source, inner_agg_factory)
+
+  def dp_event_fn(sigma):
+    return dp_accounting.GaussianDpEvent(
+        tf.cast(sigma, tf.float64) / tf.constant(sensitivity, tf.float64)
+    )
+
+  return client_noise_factory(
+      source,
+      inner_agg_factory,
+      dp_event_fn=dp_event_fn,
+      guarantee=UDP_GUARANTEE,
+  )

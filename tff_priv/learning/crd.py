@@ -1,30 +1,14 @@
-"""UDP learning processes: fixed-T UDP and CRD (Wei et al., Algorithm 2).
+"""UDP learning processes (Wei et al.): fixed-T UDP and CRD (Algorithm 2).
 
-`build_udp_process` composes, with `tff.learning.templates.compose_learning_process`:
-the model broadcast, UDP client work (`udp_client_work`: one clipped
-full-batch step), `GaussianUDPFactory` (client noise, then the |D_i|-weighted
-mean) and a server SGD step of learning rate 1 (the new model is the noisy
-weighted mean of the clients' models, as the paper).
-
+`build_udp_process` composes UDP from tff.learning parts: the model
+broadcast, UDP client work (`udp_client_work`: one clipped full-batch step),
+`tff_priv.aggregators.GaussianUDPFactory` (client noise, then the
+|D_i|-weighted mean) and a server SGD step of learning rate 1.
 `build_crd_process` wraps such a process whose aggregator holds a CRD
-`BudgetSchedule`, and after every round evaluates the validation loss V of the
-new global model on a server-side validation set:
-
-  if V(w^t) - V(w^{t+1}) < zeta:  T <- floor(beta (T - t)) + t
-
-with t the rounds done after this one, so the plan only shrinks and the next
-rounds' sigma only shrinks (the remaining budget spread over fewer rounds).
-`is_done(state)` is True once t reaches T; the next round then fails instead of
-spending budget that is not there.
-
-The validation set is server-side data (public or held out by the server):
-the trigger then releases nothing about the clients. (A trigger computed from
-the clients' own held-out data would release their losses without noise;
-tff_priv does not build that variant.)
-
-State: `CRDState(learning=<the composed process state>, validation_loss,
-discounts)`, all plain tensors, so checkpoints carry the whole schedule
-(`learning.aggregator['noise']` is the `ScheduleState`).
+`BudgetSchedule` and shrinks the planned rounds when the validation loss of
+the global model on server-side data stalls. Each round's DpEvent is the
+aggregator's (`state.aggregator.dp_event`, read with
+`tff_priv.accounting.guarantees.extract_dp_event`).
 """
 
 import collections
@@ -52,25 +36,38 @@ def build_udp_process(
     learning_rate: float,
     clip_norm: float,
     per_example_loss: udp_client_work.PerExampleLoss,
+    sensitivity: float,
     noise_stddev: Optional[float] = None,
     schedule: Optional[noise_schedule.BudgetSchedule] = None,
     weighted: bool = True,
     local_steps: int = 1,
-    stated_sensitivity: Optional[float] = None,
+    report_train_loss: bool = False,
 ) -> tff.learning.templates.LearningProcess:
   """UDP: clipped full-batch client step, client Gaussian noise, weighted mean.
+
+  The new model is the noisy (weighted) mean of the clients' models, as the
+  paper. The aggregator state (`state.aggregator`, a
+  `gaussian_udp.ClientNoiseState`) holds the noise schedule (`noise`) and the
+  DpEvent of the last round, GaussianDpEvent(sigma_t / sensitivity) for one
+  example of one participating client, without client sampling.
 
   Args:
     model_fn: no-arg function returning a fresh `VariableModel`.
     learning_rate: client step size eta.
     clip_norm: per-example gradient clip C.
     per_example_loss: (y_true, y_pred) -> per-example losses.
+    sensitivity: Delta > 0, the L2 sensitivity of a client's update under
+      replace-one-example adjacency: for one step
+      `udp_client_work.udp_sensitivity(learning_rate, clip_norm, n)` with n
+      the smallest |D_i| of any client that may take part; with
+      `local_steps > 1` a bound of the caller's own.
     noise_stddev: fixed client noise std (fixed-T UDP). Exclusive with
       `schedule`.
     schedule: a CRD `BudgetSchedule` (see `tff_priv.learning.udp.crd_schedule`).
     weighted: weight clients by |D_i| (the paper) or not.
     local_steps: see `udp_client_work.build_udp_client_work`.
-    stated_sensitivity: see `udp_client_work.build_udp_client_work`.
+    report_train_loss: see `udp_client_work.build_udp_client_work` (not
+      private).
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
@@ -81,7 +78,7 @@ def build_udp_process(
       clip_norm=clip_norm,
       per_example_loss=per_example_loss,
       local_steps=local_steps,
-      stated_sensitivity=stated_sensitivity,
+      report_train_loss=report_train_loss,
   )
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(model_fn())
@@ -91,7 +88,10 @@ def build_udp_process(
       else tff.aggregators.UnweightedMeanFactory()
   )
   factory = gaussian_udp.GaussianUDPFactory(
-      noise_stddev, schedule=schedule, inner_agg_factory=inner
+      noise_stddev,
+      sensitivity=sensitivity,
+      schedule=schedule,
+      inner_agg_factory=inner,
   )
   update_type = weights_type.trainable
   if weighted:
@@ -121,12 +121,35 @@ def build_crd_process(
     clip_norm: float,
     per_example_loss: udp_client_work.PerExampleLoss,
     schedule: noise_schedule.BudgetSchedule,
+    sensitivity: float,
     validation_data: tuple[np.ndarray, np.ndarray],
     beta: float = 0.9,
     zeta: float = 0.001,
     weighted: bool = True,
 ) -> tff.learning.templates.LearningProcess:
   """CRD (Algorithm 2): UDP whose planned rounds shrink when V stalls.
+
+  After every round the process evaluates the validation loss V of the new
+  global model on a server-side validation set:
+
+    if V(w^t) - V(w^{t+1}) < zeta:  T <- floor(beta (T - t)) + t
+
+  with t the rounds done after this one, so the plan only shrinks and the
+  next rounds' sigma only shrinks (the remaining budget spread over fewer
+  rounds). `is_done(state)` is True once t reaches T; the next round then
+  fails instead of spending budget that is not there.
+
+  The validation set is server-side data (public or held out by the server):
+  the trigger then releases nothing about the clients, and the schedule's
+  values (planned rounds, sigma_t) stay public. (A trigger computed from the
+  clients' own held-out data would release their losses without noise;
+  tff_priv does not build that variant.)
+
+  State: `CRDState(learning=<the composed process state>, validation_loss,
+  discounts)`, all plain tensors, so checkpoints carry the whole schedule
+  (`learning.aggregator.noise` is the `ScheduleState`, and
+  `learning.aggregator.dp_event` the last round's
+  GaussianDpEvent(sigma_t / sensitivity)).
 
   Args:
     model_fn: no-arg function returning a fresh `VariableModel`.
@@ -135,6 +158,8 @@ def build_crd_process(
     per_example_loss: (y_true, y_pred) -> per-example losses; also the
       validation loss.
     schedule: the CRD `BudgetSchedule` (`tff_priv.learning.udp.crd_schedule`).
+    sensitivity: Delta > 0 of a client's update, the one the schedule was
+      built for (see `build_udp_process`).
     validation_data: server-side (x, y) arrays for V.
     beta: discount factor in (0, 1) (paper: 0.9; 0.8 best in their sweep).
     zeta: improvement threshold >= 0 (paper: 0.001).
@@ -156,6 +181,7 @@ def build_crd_process(
       learning_rate=learning_rate,
       clip_norm=clip_norm,
       per_example_loss=per_example_loss,
+      sensitivity=sensitivity,
       schedule=schedule,
       weighted=weighted,
   )
@@ -182,14 +208,13 @@ def build_crd_process(
       learning_state_type, np.float32, np.float32, np.int32
   )
   def apply_trigger(state, previous_loss, new_loss, discounts):
-    noise_state = noise_schedule.ScheduleState(*state.aggregator['noise'])
+    noise_state = noise_schedule.ScheduleState(*state.aggregator.noise)
     stalled = previous_loss - new_loss < zeta
     discounted = noise_schedule.BudgetSchedule.discount(noise_state, beta)
     new_noise = tf.nest.map_structure(
         lambda a, b: tf.where(stalled, a, b), discounted, noise_state
     )
-    aggregator = collections.OrderedDict(state.aggregator)
-    aggregator['noise'] = new_noise
+    aggregator = state.aggregator._replace(noise=new_noise)
     new_state = tff.learning.templates.LearningAlgorithmState(
         global_model_weights=state.global_model_weights,
         distributor=state.distributor,
@@ -269,7 +294,12 @@ def build_crd_process(
 def schedule_state(state) -> noise_schedule.ScheduleState:
   """The CRD schedule state inside a process state (CRDState or composed)."""
   learning = state.learning if isinstance(state, CRDState) else state
-  return noise_schedule.ScheduleState(*learning.aggregator['noise'])
+  aggregator = learning.aggregator
+  if isinstance(aggregator, collections.abc.Mapping):
+    noise = aggregator['noise']
+  else:
+    noise = aggregator.noise
+  return noise_schedule.ScheduleState(*noise)
 
 
 def is_done(state) -> bool:

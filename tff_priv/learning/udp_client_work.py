@@ -1,37 +1,16 @@
-"""UDP's local step as a `tff.learning.templates.ClientWorkProcess`.
+"""UDP's local step (Wei et al.) as a `tff.learning.templates.ClientWorkProcess`.
 
-Wei et al. (UDP, Algorithm 1), client i at round t with its dataset D_i:
-
-  g_m = grad loss(w^t; example m),                     per example m in D_i
-  g~_m = g_m / max(1, ||g_m||_2 / C),                  clipped to L2 norm C
-  w_i = w^t - (eta / |D_i|) sum_m g~_m,                ONE full-batch step.
-
-Replacing one example of D_i changes sum_m g~_m by at most 2C, so the update
-has L2 sensitivity Delta = 2 eta C / |D_i| (eq. (13)). That bound holds for
-one full-batch step only: with several local steps the trajectories of the
-two datasets diverge and 2 eta C / |D_i| bounds nothing. So `local_steps > 1`
-is accepted only with a `stated_sensitivity` from the caller, and the
-measurements then say the sensitivity was stated, not derived.
-
-Per-example gradients are vectorised (`tf.vectorized_map` over the examples of
-a batch, as tensorflow_privacy's vectorized optimizers), not a Python loop; the
-full-batch gradient is accumulated over the client's batches at the fixed
-weights w^t, so batching does not change the step.
-
-The update follows tff.learning's convention (FedAvg's client work): update =
-w^t - w_i (a server SGD step of learning rate 1 then applies the mean),
-update_weight = |D_i|. A client with no examples sends a zero update with
-weight 0. Noise is not added here: `tff_priv.aggregators.GaussianUDPFactory`
-adds it on the client, so any tff.learning aggregator composes with this.
-
-Measurements: `train` (loss and num_examples over the round's clients, loss
-at w^t), `sensitivity` (the largest Delta over the round's clients, which is
-the one that binds the per-client guarantee when the noise is shared) and
-`sensitivity_is_derived` (False when stated).
+`build_udp_client_work` builds the client work of UDP (Algorithm 1): each
+client clips the gradient of every one of its examples at the broadcast model
+w^t to an L2 norm C and takes ONE full-batch step with their mean; the update
+(w^t - w_i, weight |D_i|) then goes to an aggregator that adds the noise on the
+client, `tff_priv.aggregators.GaussianUDPFactory`. The step's L2 sensitivity
+under replace-one-example adjacency is `udp_sensitivity` = 2 eta C / |D_i|,
+the value that factory takes.
 """
 
 import collections
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -70,10 +49,14 @@ def _unpack(batch):
 def clipped_per_example_grads(model, x, y, per_example_loss, clip_norm):
   """Per-example gradients at the model's weights, each clipped to L2 norm C.
 
-  Vectorised over the batch with `tf.vectorized_map`.
+  Vectorised over the batch with `tf.vectorized_map`. An example whose
+  gradient is not finite (NaN or inf anywhere, e.g. a NaN feature) contributes
+  a zero gradient and a zero loss: a zero lies in the clip ball, so replacing
+  one example still moves the sum of clipped gradients by at most 2C.
 
   Returns:
-    (list of [batch, *variable.shape] clipped gradients, [batch] losses).
+    (list of [batch, *variable.shape] clipped gradients, [batch] losses, each
+    finite).
   """
   variables = model.trainable_variables
 
@@ -90,8 +73,12 @@ def clipped_per_example_grads(model, x, y, per_example_loss, clip_norm):
         for g, v in zip(grads, variables)
     ]
     norm = tf.linalg.global_norm(grads)
+    finite = tf.math.is_finite(norm)  # False if any coordinate is NaN or inf.
     scale = tf.minimum(1.0, clip_norm / tf.maximum(norm, 1e-30))
-    return [g * scale for g in grads], loss
+    # tf.where, not a product: 0 * NaN is NaN.
+    grads = [tf.where(finite, g * scale, tf.zeros_like(g)) for g in grads]
+    loss = tf.where(tf.math.is_finite(loss), loss, tf.zeros_like(loss))
+    return grads, loss
 
   return tf.vectorized_map(one, (x, y))
 
@@ -103,9 +90,46 @@ def build_udp_client_work(
     clip_norm: float,
     per_example_loss: PerExampleLoss,
     local_steps: int = 1,
-    stated_sensitivity: Optional[float] = None,
+    report_train_loss: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
   """UDP client work: clipped per-example gradients, full-batch step(s).
+
+  Client i at round t with its dataset D_i (Wei et al., Algorithm 1):
+
+    g_m = grad loss(w^t; example m),                     per example m in D_i
+    g~_m = g_m / max(1, ||g_m||_2 / C),                  clipped to L2 norm C
+    w_i = w^t - (eta / |D_i|) sum_m g~_m,                ONE full-batch step.
+
+  Replacing one example of D_i changes sum_m g~_m by at most 2C, so the update
+  has L2 sensitivity Delta = 2 eta C / |D_i| (eq. (13), `udp_sensitivity`).
+  That bound holds for one full-batch step only: with `local_steps > 1` the
+  trajectories of the two datasets diverge and 2 eta C / |D_i| bounds
+  nothing; the sensitivity given to the aggregator is then the caller's own.
+
+  Per-example gradients are vectorised (`tf.vectorized_map` over the examples
+  of a batch, as tensorflow_privacy's vectorized optimizers), not a Python
+  loop; the full-batch gradient is accumulated over the client's batches at
+  the fixed weights w^t, so batching does not change the step.
+
+  Non-finite inputs: an example whose gradient is not finite contributes a
+  zero gradient (and a zero loss) but still counts in |D_i|, which keeps the
+  sensitivity bound; as a backstop, a client whose update is still not finite
+  sends a zero update (with its weight |D_i|). Neither is reported: a count
+  would be an exact statistic of the clients' data.
+
+  The update follows tff.learning's convention (FedAvg's client work):
+  update = w^t - w_i (a server SGD step of learning rate 1 then applies the
+  mean), update_weight = |D_i|. A client with no examples sends a zero update
+  with weight 0. Noise is not added here:
+  `tff_priv.aggregators.GaussianUDPFactory` adds it on the client, so any
+  tff.learning aggregator composes with this.
+
+  Measurements: `train/num_examples`, the examples of the round's clients
+  (the weights |D_i| the aggregator gets anyway; replace-one-example
+  adjacency does not change them, so they reveal nothing the guarantee
+  protects). With `report_train_loss=True` also `train/loss`, the clients'
+  mean loss at w^t: an exact statistic of their data, released WITHOUT
+  noise, which no DP event covers.
 
   Args:
     model_fn: no-arg function returning a `tff.learning.models.VariableModel`
@@ -115,10 +139,10 @@ def build_udp_client_work(
     clip_norm: C > 0, the per-example gradient L2 clip.
     per_example_loss: (y_true, y_pred) -> per-example losses, shape [batch]
       (e.g. `sparse_categorical_crossentropy()`).
-    local_steps: full-batch steps per round; 1 is the paper's (sensitivity
-      derived); more requires `stated_sensitivity`.
-    stated_sensitivity: the caller's L2 sensitivity of the update when
-      local_steps > 1 (reported as stated).
+    local_steps: full-batch steps per round; 1 is the paper's, the only one
+      `udp_sensitivity` bounds.
+    report_train_loss: also release the clients' exact training loss (not
+      private; off by default).
 
   Returns:
     A `tff.learning.templates.ClientWorkProcess`.
@@ -128,16 +152,10 @@ def build_udp_client_work(
   local_steps = validation.int_at_least('local_steps', local_steps, 1)
   if not callable(per_example_loss):
     raise TypeError('per_example_loss must be callable (y_true, y_pred)')
-  if local_steps > 1 and stated_sensitivity is None:
-    raise ValueError(
-        'local_steps > 1 needs stated_sensitivity: 2 eta C / |D_i| bounds the '
-        'sensitivity of ONE full-batch step only'
+  if not isinstance(report_train_loss, bool):
+    raise TypeError(
+        f'report_train_loss must be a bool, got {report_train_loss!r}'
     )
-  if stated_sensitivity is not None:
-    stated_sensitivity = validation.positive(
-        'stated_sensitivity', stated_sensitivity
-    )
-  derived = stated_sensitivity is None
 
   with tf.Graph().as_default():
     whimsy_model = model_fn()
@@ -183,18 +201,18 @@ def build_udp_client_work(
     update = tf.nest.map_structure(
         tf.subtract, initial_weights.trainable, weights.trainable
     )
+    finite = tf.reduce_all(
+        [tf.reduce_all(tf.math.is_finite(u)) for u in tf.nest.flatten(update)]
+    )
+    update = tf.nest.map_structure(
+        lambda u: tf.where(finite, u, tf.zeros_like(u)), update
+    )
+    loss_sum = tf.where(tf.math.is_finite(loss_sum), loss_sum, 0.0)
     n = tf.cast(count, tf.float32)
-    if derived:
-      sensitivity = tf.math.divide_no_nan(2.0 * lr * clip_norm, n)
-    else:
-      sensitivity = tf.where(
-          count > 0, tf.constant(stated_sensitivity, tf.float32), 0.0
-      )
     return (
         tff.learning.templates.ClientResult(update=update, update_weight=n),
         loss_sum,
         n,
-        sensitivity,
     )
 
   @tff.tensorflow.computation(weights_type, data_type)
@@ -206,10 +224,10 @@ def build_udp_client_work(
 
   @tff.tensorflow.computation(np.float32, np.float32)
   def loss_summary(total_loss, total_examples):
-    return collections.OrderedDict(
-        loss=tf.math.divide_no_nan(total_loss, total_examples),
-        num_examples=total_examples,
-    )
+    summary = collections.OrderedDict(num_examples=total_examples)
+    if report_train_loss:
+      summary['loss'] = tf.math.divide_no_nan(total_loss, total_examples)
+    return summary
 
   @tff.federated_computation()
   def init_fn():
@@ -221,19 +239,19 @@ def build_udp_client_work(
       tff.FederatedType(data_type, tff.CLIENTS),
   )
   def next_fn(state, weights, client_data):
-    result, loss_sum, num_examples, sensitivity = tff.federated_map(
+    result, loss_sum, num_examples = tff.federated_map(
         client_update, (weights, client_data)
     )
     total_examples = tff.federated_sum(num_examples)
-    total_loss = tff.federated_sum(loss_sum)
+    if report_train_loss:
+      total_loss = tff.federated_sum(loss_sum)
+    else:  # The clients' losses never leave them.
+      total_loss = tff.federated_value(np.float32(0.0), tff.SERVER)
     measurements = tff.federated_zip(
         collections.OrderedDict(
             train=tff.federated_map(loss_summary, (total_loss, total_examples)),
-            sensitivity=tff.federated_max(sensitivity),
-            sensitivity_is_derived=tff.federated_value(derived, tff.SERVER),
         )
     )
     return tff.templates.MeasuredProcessOutput(state, result, measurements)
 
   return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)
-
