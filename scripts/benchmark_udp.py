@@ -61,7 +61,7 @@ def main(argv):
           False,
       ),
       udp_weighted=(
-          gaussian_udp.GaussianUDPFactory(_NOISE.value).create(
+          gaussian_udp.GaussianUDPFactory(_NOISE.value, sensitivity=1.0).create(
               value_type, weight_type
           ),
           True,
@@ -69,6 +69,7 @@ def main(argv):
       udp_unweighted=(
           gaussian_udp.GaussianUDPFactory(
               _NOISE.value,
+              sensitivity=1.0,
               inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
           ).create(value_type),
           False,

@@ -129,9 +129,7 @@ def _run_config(task, clients, mode, eps, run, num_values):
         'round': t,
         'train_loss': float(output.metrics['client_work']['train']['loss']),
     }
-    agg = output.metrics['aggregator']
-    if 'clipped_fraction' in agg:
-      entry['clipped_fraction'] = [float(v) for v in agg['clipped_fraction']]
+    if eps is not None:
       report = ldp_fl.ldp_privacy_report(
           eps, num_values=num_values, rounds=t, num_clients=per_round,
           delta=_DELTA.value,

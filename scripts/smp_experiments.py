@@ -20,13 +20,10 @@ target (--epsilon, --delta) over the planned --rounds with Poisson client
 sampling at rate q = K / N by the RDP accountant
 (`tff_priv.accounting.calibration.calibrate_noise_multiplier`). k/d does not
 enter the privacy accounting: equal sigma is equal eps for every method. Each
-run charges every round to its own `PrivacyLedger` at the noise the round
-achieved (the factory's `achieved_noise_multiplier` = sigma sqrt(n / K) when n
-clients reported; a round whose Poisson draw is empty releases nothing and is
-charged at sigma, as tff_priv.program does) and reports the RDP eps it spent
-beside the target. Because sigma is calibrated for exactly K clients every
-round and a Poisson round with fewer clients has less noise, the spent eps
-can exceed the target by a little: the number reported is the ledger's.
+run charges every round to its own `PrivacyLedger` from the factory's DpEvent
+(`PrivacyLedger.record_round`): the clients' noise shares always sum to
+sigma C, whatever number reported, so the spent eps is the target's (a round
+whose Poisson draw is empty releases nothing and is charged the same).
 
 Clients are drawn by `tff_priv.program.sampling.ClientSampling('poisson',
 ...)` seeded by (seed, round): every method of a task sees the same clients
@@ -424,20 +421,22 @@ def _run(
       out = process.next(state, [data.client_dataset(i) for i in chosen])
       state = out.state
       agg = out.metrics['aggregator']
-      achieved = float(agg['achieved_noise_multiplier'])
       bytes_per_client = int(agg['uploaded_bits_per_client']) // 8
       entry.update(
-          achieved_noise_multiplier=achieved,
           kept_coordinates=int(out.metrics['mask']['mask_size']),
           uploaded_bytes_per_client=bytes_per_client,
-          secure_sum_clipped_fraction=float(agg['secure_sum_clipped_fraction']),
       )
     else:
-      # Nothing ran, nothing was released; charged at the nominal noise
-      # (over-counts, never under-counts), as tff_priv.program does.
-      achieved, bytes_per_client = sigma, 0
+      # Nothing ran, nothing was released; charged all the same (over-counts,
+      # never under-counts), as tff_priv.program does.
+      bytes_per_client = 0
     if sigma > 0:
-      ledger.record_gaussian(achieved, **sampling.ledger_kwargs())
+      # The factory's event: its noise does not depend on who reported, so a
+      # round with no client is charged the same Gaussian(sigma).
+      if len(chosen):
+        ledger.record_round(state.aggregator, **sampling.ledger_kwargs())
+      else:
+        ledger.record_gaussian(sigma, **sampling.ledger_kwargs())
     uplink_bytes += len(chosen) * bytes_per_client
     entry['uplink_mb'] = uplink_bytes / MB
     if t % s.eval_every == 0 or t == s.rounds:

@@ -142,6 +142,7 @@ def main(argv):
       learning_rate=_LEARNING_RATE.value,
       clip_norm=_CLIP.value,
       per_example_loss=loss_fn,
+      sensitivity=sens,
   )
   configs = [
       (float(eps), int(k), calibration)

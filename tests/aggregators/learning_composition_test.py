@@ -54,7 +54,7 @@ class LearningCompositionTest(tf.test.TestCase):
   def test_weighted_fed_avg_with_gaussian_udp(self):
     metrics = self._train(
         tff.learning.algorithms.build_weighted_fed_avg,
-        gaussian_udp.GaussianUDPFactory(noise_stddev=0.01),
+        gaussian_udp.GaussianUDPFactory(noise_stddev=0.01, sensitivity=0.1),
     )
     self.assertAllClose(
         metrics['aggregator']['noise']['noise_stddev'], 0.01
@@ -63,7 +63,7 @@ class LearningCompositionTest(tf.test.TestCase):
   def test_unweighted_fed_avg_with_distortion(self):
     metrics = self._train(
         tff.learning.algorithms.build_unweighted_fed_avg,
-        distortion.DistortionFactory(target_tv=0.3),
+        distortion.DistortionFactory(target_tv=0.3, parameter_variance=1e-4),
     )
     self.assertAllClose(metrics['aggregator']['noise']['tv_upper'], 0.3)
 

@@ -16,8 +16,10 @@ import tensorflow_federated as tff
 from tests import tiny_models
 from tff_priv.accounting import calibration
 from tff_priv.accounting import events
+from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import mechanisms
+from tff_priv.program import privacy
 from tff_priv.program import sampling
 
 P = mechanisms.MechanismParams
@@ -83,9 +85,13 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
         mechanisms.resolve('dp_fedavg', P(noise_multiplier=1.0)),
         P(delta=mechanisms.DEFAULT_DELTA, noise_multiplier=1.0),
     )
-    resolved = mechanisms.resolve('distortion', P(target_tv=0.5))
+    resolved = mechanisms.resolve(
+        'distortion', P(target_tv=0.5, parameter_variance=0.1)
+    )
     self.assertIsNone(resolved.epsilon)
-    self.assertIsNone(resolved.parameter_variance)  # Estimated per round.
+    # Never estimated from the clients (an exact client statistic).
+    with self.assertRaisesRegex(ValueError, 'parameter_variance is required'):
+      mechanisms.resolve('distortion', P(target_tv=0.5))
 
   def test_resolve_is_idempotent(self):
     for name in mechanisms.MECHANISMS:
@@ -118,7 +124,8 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
       ('parameter_variance', 'distortion',
        P(target_tv=0.5, parameter_variance=0.0), ValueError,
        'parameter_variance'),
-      ('rho', 'distortion', P(target_tv=0.5, rho=0.0), ValueError, 'rho'),
+      ('rho', 'distortion', P(target_tv=0.5, parameter_variance=0.1, rho=0.0),
+       ValueError, 'rho'),
       ('udp_calibration', 'udp', P(udp_calibration='loose'), ValueError,
        'udp_calibration'),
       ('epsilon_type', 'smp', P(epsilon='1'), TypeError, 'epsilon'),
@@ -199,8 +206,10 @@ class BuildTest(tf.test.TestCase):
     mech = _build('dp_fedavg', P(epsilon=3.0, clip=1.0))
     z = mech.resolved['noise_multiplier']
     ledger = ledger_lib.PrivacyLedger()
+    event = _configured_event(mech)
+    self.assertAllClose(event.noise_multiplier, z)  # TFF keeps float32.
     for _ in range(3):  # total_rounds
-      mech.charge(ledger, None)
+      ledger.record(dp_event.PoissonSampledDpEvent(0.4, event))
     # The calibration's contract: eps <= target, within its z tolerance.
     self.assertLessEqual(ledger.epsilon(mechanisms.DEFAULT_DELTA), 3.0)
     self.assertAllClose(
@@ -211,32 +220,47 @@ class BuildTest(tf.test.TestCase):
     )
     self.assertEqual(mech.upload_bytes_per_client(None), 4 * 15)
 
-  def test_ldp_charges_every_value_and_the_range_release(self):
+  def test_ldp_event_covers_every_value_and_the_range_release(self):
     mech = _build(
         'ldp', P(ldp_epsilon=0.5, ldp_range_mode='quantile', ldp_radius=0.1)
     )
-    ledger = ledger_lib.PrivacyLedger()
-    mech.charge(ledger, None)
-    (values, count), (range_release, one) = ledger.entries
-    self.assertEqual(values, events.PureEpsilonDpEvent(0.5))
-    self.assertEqual(count, 15)  # d = 4 * 3 + 3 values of eps0 each.
-    self.assertEqual(one, 1)
-    # The quantile estimate is released by the K = 4 sampled of 10 clients.
-    self.assertIsInstance(
-        range_release, dp_event.SampledWithoutReplacementDpEvent
-    )
+    values, range_release = _configured_event(mech).events
     self.assertEqual(
-        (range_release.source_dataset_size, range_release.sample_size),
-        (10, 4),
-    )
-    self.assertLen(range_release.event.events, 2)  # One per tensor.
+        values, dp_event.SelfComposedDpEvent(events.PureEpsilonDpEvent(0.5), 15)
+    )  # d = 4 * 3 + 3 values of eps0 each.
+    self.assertLen(range_release.events, 2)  # One count per tensor.
+    # The server sees the quantile's exact count: nothing against it.
+    self.assertEqual(mech.guarantee.noise, 'central')
 
   def test_ldp_minmax_is_a_non_private_release(self):
     mech = _build('ldp', P(ldp_range_mode='minmax'))
     ledger = ledger_lib.PrivacyLedger()
-    mech.charge(ledger, None)
+    ledger.record(_configured_event(mech))
     self.assertEqual(ledger.epsilon(1e-5), float('inf'))
     self.assertTrue(any('minmax' in c for c in mech.caveats))
+
+  def test_guarantees_of_the_mechanisms(self):
+    expected = {
+        'none': None,
+        'dp_fedavg': ('client', 'central'),
+        'smp': ('client', 'secure_sum'),
+        'distortion': ('client', 'local'),
+        'udp': ('example', 'local'),
+        'ldp': ('client', 'local'),
+    }
+    extra = {
+        'udp': dict(min_client_examples=5),
+        'distortion': dict(params=P(parameter_variance=0.1)),
+        'dp_fedavg': dict(params=P(clip=1.0)),
+    }
+    for name, want in expected.items():
+      with self.subTest(name):
+        kwargs = dict(extra.get(name, {}))
+        mech = _build(name, kwargs.pop('params', P()), **kwargs)
+        got = mech.guarantee
+        self.assertEqual(
+            None if got is None else (got.unit, got.noise), want
+        )
 
   def test_client_metrics_caveat_on_every_private_mechanism(self):
     extra = {
@@ -265,7 +289,7 @@ class BuildTest(tf.test.TestCase):
 
   def test_smp_top_k_round_uses_the_public_mask(self):
     # One round of the built process: the round's mask is the top-k of the
-    # server's public update (fedsmp), the charge is the achieved noise;
+    # server's public update (fedsmp), the event is the configured noise;
     # changing the private clients' data leaves the mask as it was, changing
     # the public data changes it (from the same global model).
     weights = []
@@ -289,17 +313,23 @@ class BuildTest(tf.test.TestCase):
       mask = np.asarray(output.state.aggregator.mask_indices)
       self.assertLen(np.unique(mask), k)
       self.assertEqual(int(output.metrics['mask']['mask_size']), k)
-      ledger = ledger_lib.PrivacyLedger()
-      mech.charge(ledger, output.metrics)
-      # 2 of K = 4 expected clients reported: z sqrt(2 / 4).
-      ((event, _),) = ledger.entries
-      self.assertAllClose(event.event.noise_multiplier, 0.7 * np.sqrt(0.5))
+      # 2 of K = 4 expected clients reported: the event is still z's.
+      self.assertEqual(
+          guarantees.extract_dp_event(output.state.aggregator),
+          dp_event.GaussianDpEvent(0.7),
+      )
       return mask
 
     mask = mask_of_round(public_seed=1, private_seed=2)
     self.assertAllEqual(mask_of_round(public_seed=1, private_seed=3), mask)
     # 3 of 15 coordinates: 455 possible masks.
     self.assertNotAllEqual(mask_of_round(public_seed=4, private_seed=2), mask)
+
+
+def _configured_event(mech):
+  return privacy.round_event(
+      mech.process.initialize().aggregator, allow_initial=True
+  )
 
 
 def _public_data(seed):

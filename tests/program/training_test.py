@@ -5,6 +5,7 @@ checkpoint and resumed; the kill -9 variant runs in a subprocess in
 tests/scripts/train_script_test.py.
 """
 
+import collections
 import csv
 import dataclasses
 import json
@@ -18,6 +19,7 @@ import tensorflow as tf
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
 from tff_priv.program import mechanisms
+from tff_priv.program import sampling as sampling_lib
 from tff_priv.program import training
 
 _DIGITS_PARAMETERS = 8 * 8 * 256 + 256 + 256 * 10 + 10  # tasks.models.mlp
@@ -195,28 +197,45 @@ class RunTest(_TempDirTestCase):
     eval_rows = _rows(layout.path(root, layout.EVAL_CSV))
     self.assertEqual([r[layout.ROUND] for r in eval_rows], ['2', '4'])
 
-    # The ledger holds exactly 4 rounds of d eps0-LDP values: nothing reset,
-    # nothing counted twice.
+    # The analyst ledger holds exactly 4 rounds of d eps0-LDP values (no
+    # amplification is known for pure-eps releases under fixed-size
+    # sampling): nothing reset, nothing counted twice. Against the server each
+    # client is charged the rounds it took part in; the analyst's figure is
+    # the smaller of the two (both bound the same local release).
     ledger = ledger_lib.PrivacyLedger.from_json(
         json.dumps(summary['privacy']['ledger'])
     )
     eps0 = mechanisms.DEFAULT_LDP_EPSILON
-    expected = ledger_lib.PrivacyLedger()
-    expected.record_pure_epsilon(eps0, count=4 * _DIGITS_PARAMETERS)
-    self.assertEqual(ledger.num_releases, 4 * _DIGITS_PARAMETERS)
-    self.assertEqual(
-        summary['privacy']['rdp_epsilon'],
-        expected.epsilon(mechanisms.DEFAULT_DELTA),
-    )
-    # Each row's eps is the ledger's after that round.
+    self.assertEqual(ledger.num_releases, 4)
+    draws = sampling_lib.ClientSampling('fixed', 10, 2)
+    taken = collections.Counter()
+
+    def composed(rounds):
+      if not rounds:
+        return 0.0
+      expected = ledger_lib.PrivacyLedger()
+      expected.record_pure_epsilon(eps0, count=rounds * _DIGITS_PARAMETERS)
+      return expected.epsilon(mechanisms.DEFAULT_DELTA)
+
     for row, rounds in zip(train_rows, range(1, 5)):
-      after = ledger_lib.PrivacyLedger()
-      after.record_pure_epsilon(eps0, count=rounds * _DIGITS_PARAMETERS)
+      taken.update(draws.sample_indices(config.seed, rounds).tolist())
+      worst = composed(max(taken.values()))
+      self.assertAllClose(float(row[layout.SERVER_EPSILON]), worst, rtol=1e-12)
       self.assertAllClose(
-          float(row[layout.RDP_EPSILON]),
-          after.epsilon(mechanisms.DEFAULT_DELTA),
+          float(row[layout.RDP_EPSILON]), min(composed(rounds), worst),
           rtol=1e-12,
       )
+    self.assertAllClose(
+        summary['privacy']['rdp_epsilon'],
+        min(composed(4), composed(max(taken.values()))),
+        rtol=1e-12,
+    )
+    server = summary['privacy']['guarantees'][1]
+    self.assertEqual(
+        (server['adversary'], server['unit'], server['neighboring_relation']),
+        ('server', 'client', 'replace_one'),
+    )
+    self.assertEqual(server['max_participations'], max(taken.values()))
     self.assertEqual(summary['sampling']['model'], 'fixed')
     self.assertEqual(
         summary['uplink_bytes']['total'],

@@ -53,7 +53,7 @@ class LdpTable1ScriptTest(tf.test.TestCase):
           r['num_values'] * r['rounds'] * r['epsilon'],
       )
       self.assertEqual(len(r['history']), 1)
-      self.assertIn('clipped_fraction', r['history'][0])
+      self.assertIn('cumulative_rdp_epsilon', r['history'][0])
     # The printed table has the paper's row and one row per mode.
     self.assertIn('97.26', result.stdout)
     self.assertIn('measured, weights', result.stdout)

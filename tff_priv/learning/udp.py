@@ -70,8 +70,14 @@ def udp_noise_stddev(
     population: Optional[int] = None,
     sample_size: Optional[int] = None,
     calibration: str = 'tight',
+    min_with_unsampled: bool = False,
 ) -> float:
-  """The client noise std sigma for (eps, delta) over `rounds` rounds."""
+  """The client noise std sigma for (eps, delta) over `rounds` rounds.
+
+  `min_with_unsampled` ('tight' only): meet the target with the smaller of the
+  sampled and the unsampled eps, which both bound the released models of
+  client-side noise (`calibration.calibrate_noise_multiplier`).
+  """
   validation.one_of('calibration', calibration, CALIBRATIONS)
   sensitivity = validation.positive('sensitivity', sensitivity)
   if calibration == 'paper':
@@ -89,6 +95,7 @@ def udp_noise_stddev(
       sampling_probability=sampling_probability,
       population=population,
       sample_size=sample_size,
+      min_with_unsampled=min_with_unsampled,
   )
   return z * sensitivity
 

@@ -656,6 +656,7 @@ def _build(
           sensitivity,
           total_rounds,
           calibration=params.udp_calibration,
+          min_with_unsampled=True,
           **sampling_kwargs,
       )
     process = crd.build_udp_process(
@@ -663,6 +664,7 @@ def _build(
         learning_rate=client_learning_rate,
         clip_norm=params.clip,
         per_example_loss=udp_client_work.sparse_categorical_crossentropy(),
+        sensitivity=sensitivity,
         noise_stddev=sigma,
     )
     mech = _UDP(

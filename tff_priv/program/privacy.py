@@ -30,6 +30,7 @@ from typing import Any, Iterable, Optional
 
 from dp_accounting import dp_event
 
+from tff_priv.accounting import accountants
 from tff_priv.accounting import events
 from tff_priv.accounting import guarantees as guarantees_lib
 from tff_priv.accounting import individual
@@ -99,9 +100,14 @@ class RunPrivacy:
     if event is None:
       self.analyst.record(dp_event.NonPrivateDpEvent())
       return
-    self.analyst.record(
-        events.sampled_event(event, **self.sampling_kwargs)
-    )
+    sampled = events.sampled_event(event, **self.sampling_kwargs)
+    relation = accountants.relation_for(sampled) or 'add_or_remove_one'
+    if accountants.can_count('rdp', sampled, relation) is not None:
+      # dp_accounting knows no amplification for this event under this
+      # sampling (pure-eps releases under fixed-size sampling): charged
+      # without it, an upper bound.
+      sampled = event
+    self.analyst.record(sampled)
     if self.server is not None:
       self.server.record(clients, self.guarantee.server_view_event(event))
 
