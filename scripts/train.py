@@ -155,7 +155,7 @@ _TARGET_TV = flags.DEFINE_float(
 )
 _PARAMETER_VARIANCE = flags.DEFINE_float(
     'parameter_variance', None,
-    'distortion: parameter variance sigma^2 (required with a fixed noise).',
+    'distortion: parameter variance sigma^2 (required unless noise-free).',
 )
 _RHO = flags.DEFINE_float(
     'rho', None, 'distortion: Bernoulli(rho) mini-batches of client data.'
@@ -163,6 +163,12 @@ _RHO = flags.DEFINE_float(
 _UDP_CALIBRATION = flags.DEFINE_enum(
     'udp_calibration', None, list(udp.CALIBRATIONS),
     "udp with --epsilon: 'tight' (accountant, default) or 'paper' (eq. 10).",
+)
+
+_SERVER_BUDGET = flags.DEFINE_float(
+    'server_budget', None,
+    'Budget filter (smp, udp, distortion, ldp): a client whose eps against '
+    'the server would exceed this is left out of the round.',
 )
 
 # Output, checkpoints, evaluation, progress.
@@ -227,6 +233,7 @@ def _config() -> training.RunConfig:
       server_learning_rate=_SERVER_LR.value,
       eval_every=_EVAL_EVERY.value,
       seed=_SEED.value,
+      server_budget=_SERVER_BUDGET.value,
   )
 
 
@@ -265,11 +272,14 @@ def main(argv):
   except training.ConfigError as e:
     _fail(str(e))
   privacy = summary['privacy']
+  guarantees = ' '.join(
+      f"{g['adversary']}_epsilon={g['epsilon']}" for g in privacy['guarantees']
+  )
   print(
       f"{layout.path(root, layout.SUMMARY)}: {summary['task']} "
       f"{summary['mechanism']} rounds={summary['rounds']} "
       f"test_accuracy={summary['final_test_accuracy']} "
-      f"rdp_epsilon={privacy['rdp_epsilon']} at delta={privacy['delta']}"
+      f"{guarantees} at delta={privacy['delta']}"
   )
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tests import neighbours as neighbours_lib
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
 from tff_priv.aggregators import distortion
@@ -23,33 +24,6 @@ def _epsilon(event):
       .compose(event)
       .get_epsilon(1e-5)
   )
-
-
-def _leaves(structure, path=''):
-  """(path, numpy value) of every leaf of a nested measurement structure."""
-  if isinstance(structure, collections.abc.Mapping):
-    for key, value in structure.items():
-      yield from _leaves(value, f'{path}/{key}')
-  elif isinstance(structure, (list, tuple)):
-    for i, value in enumerate(structure):
-      yield from _leaves(value, f'{path}/{i}')
-  else:
-    yield path, np.asarray(structure)
-
-
-def _exact_statistics(run, neighbours):
-  """Leaves the same in two runs of each input but different between them."""
-  (a1, a2), (b1, b2) = [
-      [dict(_leaves(run(x))) for _ in range(2)] for x in neighbours
-  ]
-  assert a1.keys() == b1.keys()
-  return [
-      k
-      for k in a1
-      if np.array_equal(a1[k], a2[k])
-      and np.array_equal(b1[k], b2[k])
-      and not np.array_equal(a1[k], b1[k])
-  ]
 
 
 class DistortionFactoryTest(tf.test.TestCase, parameterized.TestCase):
@@ -174,18 +148,18 @@ class DistortionFactoryTest(tf.test.TestCase, parameterized.TestCase):
     rng = np.random.default_rng(4)
     values = [0.01 * rng.normal(size=d).astype(np.float32) for _ in range(3)]
     far = np.full(d, 1e3, np.float32)
-    neighbours = (values, values[:2] + [far])
+    neighbour_pair = (values, values[:2] + [far])
     process = distortion.DistortionFactory(**kwargs).create(
         tff.TensorType(np.float32, [d])
     )
     run = lambda v: process.next(process.initialize(), v).measurements
-    self.assertEqual(_exact_statistics(run, neighbours), [])
+    self.assertEqual(neighbours_lib.exact_statistic_leaves(run, *neighbour_pair), [])
     # The check finds one: TFF's clipping factory reports how many clipped.
     clipping = tff.aggregators.clipping_factory(
         1.0, tff.aggregators.UnweightedMeanFactory()
     ).create(tff.TensorType(np.float32, [d]))
     run = lambda v: clipping.next(clipping.initialize(), v).measurements
-    self.assertEqual(_exact_statistics(run, neighbours), ['/clipped_count'])
+    self.assertEqual(neighbours_lib.exact_statistic_leaves(run, *neighbour_pair), ['clipped_count'])
 
   def test_shares_the_client_noise_state(self):
     process = distortion.DistortionFactory(

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tests import neighbours as neighbours_lib
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
 from tff_priv.aggregators import gaussian_udp
@@ -35,42 +36,6 @@ def _epsilon(event):
       .compose(event)
       .get_epsilon(1e-5)
   )
-
-
-def _leaves(structure, path=''):
-  """(path, numpy value) of every leaf of a nested measurement structure."""
-  if isinstance(structure, collections.abc.Mapping):
-    for key, value in structure.items():
-      yield from _leaves(value, f'{path}/{key}')
-  elif isinstance(structure, (list, tuple)):
-    for i, value in enumerate(structure):
-      yield from _leaves(value, f'{path}/{i}')
-  else:
-    yield path, np.asarray(structure)
-
-
-def exact_statistics(run, neighbours):
-  """Measurement leaves that behave as an exact statistic of the clients.
-
-  Args:
-    run: input -> measurements of one fresh round.
-    neighbours: two neighbouring inputs.
-
-  Returns:
-    The paths of the leaves that are the same in two runs of each input but
-    differ between the two inputs.
-  """
-  (a1, a2), (b1, b2) = [
-      [dict(_leaves(run(x))) for _ in range(2)] for x in neighbours
-  ]
-  assert a1.keys() == b1.keys()
-  return [
-      k
-      for k in a1
-      if np.array_equal(a1[k], a2[k])
-      and np.array_equal(b1[k], b2[k])
-      and not np.array_equal(a1[k], b1[k])
-  ]
 
 
 class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
@@ -248,7 +213,7 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
     rng = np.random.default_rng(3)
     values = [rng.normal(size=d).astype(np.float32) for _ in range(3)]
     far = np.full(d, 1e3, np.float32)
-    neighbours = (values, values[:2] + [far])
+    neighbour_pair = (values, values[:2] + [far])
     if weighted:
       process = _udp(**kwargs).create(value_type, _WEIGHT)
       run = lambda v: process.next(  # pylint: disable=g-long-lambda
@@ -259,7 +224,7 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
           **kwargs, inner_agg_factory=tff.aggregators.UnweightedMeanFactory()
       ).create(value_type)
       run = lambda v: process.next(process.initialize(), v).measurements
-    self.assertEqual(exact_statistics(run, neighbours), [])
+    self.assertEqual(neighbours_lib.exact_statistic_leaves(run, *neighbour_pair), [])
 
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'noise_stddev'):

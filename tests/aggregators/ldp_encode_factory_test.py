@@ -6,7 +6,7 @@ cannot be seeded: statistical checks use a tolerance of 5 standard errors (a
 false-alarm probability below 1e-6 per check), with standard errors from the
 exact two-point distribution (Lemma 4). Client data use fixed seeds.
 
-`exact_statistic_leaves` is the neighbouring-input check of what a process
+`neighbours.exact_statistic_leaves` is the neighbouring-input check of what a process
 measures: a measurement that is deterministic for a given input yet changes
 when one client's value is replaced is an exact client statistic.
 """
@@ -21,6 +21,7 @@ from sklearn import datasets
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tests import neighbours
 from tff_priv.accounting import accountants
 from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
@@ -54,74 +55,6 @@ def _two_values(center, radius, eps, dtype=tf.float32):
       tf.constant(center, compute), tf.constant(radius, compute), eps
   )
   return [tf.cast(lo, dtype).numpy(), tf.cast(hi, dtype).numpy()]
-
-
-def _flat_leaves(nest):
-  """{path: np.ndarray} of every leaf of a measurements structure.
-
-  Paths join the names (or, unnamed, the positions) of the containers with
-  '/'. Python containers (OrderedDict, tuple, NamedTuple, attrs) are read
-  through `tff.structure`, as TFF returns them.
-  """
-  out = collections.OrderedDict()
-
-  def visit(value, path):
-    if not isinstance(value, tff.structure.Struct) and not tf.nest.is_nested(
-        value
-    ):
-      out['/'.join(path)] = np.asarray(value)
-      return
-    struct = (
-        value
-        if isinstance(value, tff.structure.Struct)
-        else tff.structure.from_container(value)
-    )
-    for i, (name, element) in enumerate(tff.structure.iter_elements(struct)):
-      visit(element, path + [name if name is not None else str(i)])
-
-  visit(nest, [])
-  return out
-
-
-def _same(a, b):
-  """Bit-identical arrays (NaN equals NaN of the same payload)."""
-  return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-def exact_statistic_leaves(run, inputs, neighbour, *, public=()):
-  """Measurement leaves that behave as exact statistics of the clients' data.
-
-  Runs `run(inputs)` and `run(neighbour)` twice each (`neighbour` is `inputs`
-  with one client's value replaced) and flattens what they return. A leaf is
-  flagged when it is identical across the two runs of the same input (no
-  noise) yet different between the neighbours: it reveals the replaced
-  client's value exactly. Leaves listed in `public` (documented public or
-  documented non-private releases) are not flagged.
-
-  Args:
-    run: input -> a structure of measurements (tf.nest or tff.structure).
-    inputs: the clients' values.
-    neighbour: the same clients' values, one of them replaced.
-    public: paths (joined with '/') of leaves documented as public.
-
-  Returns:
-    The flagged leaf paths, in flattening order.
-  """
-  first = [_flat_leaves(run(inputs)) for _ in range(2)]
-  second = [_flat_leaves(run(neighbour)) for _ in range(2)]
-  paths = list(first[0])
-  for leaves in first[1:] + second:
-    if list(leaves) != paths:
-      raise ValueError(f'measurement structure changed: {list(leaves)}')
-  flagged = []
-  for path in paths:
-    if path in public:
-      continue
-    a1, a2 = first[0][path], first[1][path]
-    b1, b2 = second[0][path], second[1][path]
-    if _same(a1, a2) and _same(b1, b2) and not _same(a1, b1):
-      flagged.append(path)
-  return flagged
 
 
 def _rdp_epsilon(event, delta=1e-5):
@@ -549,10 +482,10 @@ class ExactStatisticTest(tf.test.TestCase, parameterized.TestCase):
       )
 
     self.assertEqual(
-        exact_statistic_leaves(run, values, neighbour), ['nonfinite_count']
+        neighbours.exact_statistic_leaves(run, values, neighbour), ['nonfinite_count']
     )
     self.assertEqual(
-        exact_statistic_leaves(
+        neighbours.exact_statistic_leaves(
             run, values, neighbour, public=('nonfinite_count',)
         ),
         [],
@@ -599,11 +532,11 @@ class ExactStatisticTest(tf.test.TestCase, parameterized.TestCase):
         'minmax': ('1/center', '1/radius'),
     }[mode]
     self.assertEqual(
-        exact_statistic_leaves(run, clients, neighbour, public=documented), []
+        neighbours.exact_statistic_leaves(run, clients, neighbour, public=documented), []
     )
     if mode == 'minmax' and replacement == 'far':
       # Without its documentation the min/max range is caught.
-      self.assertNotEmpty(exact_statistic_leaves(run, clients, neighbour))
+      self.assertNotEmpty(neighbours.exact_statistic_leaves(run, clients, neighbour))
 
 
 class NonFiniteTest(tf.test.TestCase):

@@ -6,6 +6,7 @@ import tensorflow_federated as tff
 
 from tasks import models
 from tests import tiny_models
+from tests import neighbours as neighbours_lib
 from tff_priv.learning import udp_client_work
 
 _LOSS = udp_client_work.sparse_categorical_crossentropy()
@@ -195,18 +196,8 @@ class UdpClientWorkTest(tf.test.TestCase):
     weights = _weights(_tiny_model_fn)
 
     def exact_statistics(work):
-      run = lambda data: work.next(work.initialize(), [weights] * 2, data)
-      (a1, a2), (b1, b2) = [
-          [tf.nest.flatten(run(d).measurements) for _ in range(2)]
-          for d in neighbours
-      ]
-      return [
-          i
-          for i in range(len(a1))
-          if np.array_equal(a1[i], a2[i])
-          and np.array_equal(b1[i], b2[i])
-          and not np.array_equal(a1[i], b1[i])
-      ]
+      run = lambda data: work.next(work.initialize(), [weights] * 2, data).measurements
+      return neighbours_lib.exact_statistic_leaves(run, *neighbours)
 
     base = dict(learning_rate=0.5, clip_norm=0.1, per_example_loss=_LOSS)
     private = udp_client_work.build_udp_client_work(_tiny_model_fn, **base)

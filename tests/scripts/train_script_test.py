@@ -275,17 +275,22 @@ class TrainScriptTest(tf.test.TestCase):
     self.assertEqual(summary['task'], 'digits')
     self.assertBetween(summary['final_test_accuracy'], 0.0, 1.0)
     self.assertGreater(summary['wall_time_seconds'], 0)
-    # Each row's eps is the ledger's after that round.
+    # Each row's eps is the analyst's after that round: the ledger's, and
+    # for local noise the smaller of that and the worst client's against the
+    # server (both bound the same release).
     ledger = _ledger(summary)
-    self.assertEqual(
-        float(rows[-1][layout.RDP_EPSILON]),
-        ledger.epsilon(summary['privacy']['delta']),
-    )
+    analyst = ledger.epsilon(summary['privacy']['delta'])
+    guarantees = summary['privacy']['guarantees']
+    self.assertEqual(guarantees[0]['adversary'], 'analyst')
+    if layout.SERVER_EPSILON in rows[-1]:
+      server = float(rows[-1][layout.SERVER_EPSILON])
+      self.assertEqual(guarantees[1]['epsilon'], server)
+      if 'smaller' in guarantees[0]['accountant']:
+        analyst = min(analyst, server)
+    self.assertEqual(float(rows[-1][layout.RDP_EPSILON]), analyst)
     self.assertEqual(
         summary['privacy']['rdp_epsilon'],
-        str(ledger.epsilon(summary['privacy']['delta']))
-        if mechanism == 'none'
-        else ledger.epsilon(summary['privacy']['delta']),
+        str(analyst) if mechanism == 'none' else analyst,
     )
     eval_rows = _rows(layout.path(root, layout.EVAL_CSV))
     self.assertEqual(
@@ -329,25 +334,24 @@ class TrainScriptTest(tf.test.TestCase):
         ),
     )
     self.assertEqual(summary['sampling']['model'], 'poisson')
-    self.assertGreater(summary['privacy']['pld_epsilon'], 0)
+    self.assertGreater(summary['privacy']['analyst_ledger']['pld_epsilon'], 0)
+    # The server adds the noise: nothing holds against it.
+    self.assertEqual(summary['privacy']['guarantees'][1]['epsilon'], 'inf')
     self._check_dense_uplink(summary, rows)
 
-  def test_smp_charges_the_achieved_noise_and_an_empty_round(self):
+  def test_smp_charges_the_configured_noise_every_round(self):
     self._check_ok(self.runs['smp'])
     summary, rows, ledger = self._summary_and_rows('smp', _SMP_ROUNDS)
     q = _K / _NUM_CLIENTS
-    self.assertEqual(rows[1]['clients'], '0')  # Nobody drawn: nominal charge.
-    expected_z = []
-    for row in rows:
-      n = int(row['clients'])
-      if n:
-        self.assertEqual(int(row['aggregator/num_reporting_clients']), n)
-      expected_z.append(0.8 * math.sqrt(n / _K) if n else 0.8)
-    events = [e for e, count in ledger.entries for _ in range(count)]
-    self.assertLen(events, _SMP_ROUNDS)
-    for event, z in zip(events, expected_z):
-      self.assertEqual(event.sampling_probability, q)
-      self.assertAllClose(event.event.noise_multiplier, z, rtol=1e-12)
+    # Whatever the number of clients drawn (none in round 2), every round is
+    # the factory's Gaussian(z): the clients' noise shares sum to z C.
+    self.assertEqual(rows[1]['clients'], '0')
+    self.assertNotIn('aggregator/num_reporting_clients', rows[0])
+    self.assertEqual(
+        ledger,
+        self._expected(lambda l: l.record_gaussian(
+            0.8, sampling_probability=q, count=_SMP_ROUNDS)),
+    )
     k = round(0.2 * _DIGITS_PARAMETERS)
     self.assertEqual(summary['parameters']['resolved']['kept_coordinates'], k)
     self.assertEqual(int(rows[0]['aggregator/uploaded_bits_per_client']),
@@ -374,15 +378,14 @@ class TrainScriptTest(tf.test.TestCase):
     k = round(0.01 * _DIGITS_PARAMETERS)
     self.assertEqual(resolved['kept_coordinates'], k)
     q = _K / private
-    events = [e for e, count in ledger.entries for _ in range(count)]
-    self.assertLen(events, 2)
+    self.assertEqual(
+        ledger,
+        self._expected(lambda l: l.record_gaussian(
+            0.8, sampling_probability=q, count=2)),
+    )
     self.assertTrue(any(int(r['clients']) for r in rows))
-    for row, event in zip(rows, events):
+    for row in rows:
       n = int(row['clients'])
-      self.assertEqual(event.sampling_probability, q)
-      self.assertAllClose(
-          event.event.noise_multiplier, 0.8 * math.sqrt(n / _K) if n else 0.8
-      )
       if n:
         # The server trained on D_pub for the round's mask of k coordinates.
         self.assertEqual(int(row['mask/mask_size']), k)
@@ -393,18 +396,18 @@ class TrainScriptTest(tf.test.TestCase):
   def test_distortion(self):
     self._check_ok(self.runs['distortion'])
     summary, rows, ledger = self._summary_and_rows('distortion')
-    q = _K / _NUM_CLIENTS
-    # sigma_e = z * 2C = 1, read back as noise multiplier sigma_e / 2C.
+    # sigma_e = z * 2C = 1, read back as noise multiplier sigma_e / 2C, under
+    # K of N sampling (local noise, replace-one).
     self.assertEqual(
         ledger,
         self._expected(
-            lambda l: l.record_gaussian(0.5, sampling_probability=q, count=2)
+            lambda l: l.record_gaussian(
+                0.5, population=_NUM_CLIENTS, sample_size=_K, count=2)
         ),
     )
+    self.assertEqual(summary['sampling']['model'], 'fixed')
     for row in rows:
-      self.assertEqual(
-          float(row['aggregator/clipping/noise/noise_stddev']), 1.0
-      )
+      self.assertEqual(float(row['aggregator/noise/noise_stddev']), 1.0)
       # rho = 0.3: ceil(1 / rho) = 4 Bernoulli batches per client.
       self.assertEqual(
           float(row['client_work/train/num_batches']),
@@ -422,9 +425,10 @@ class TrainScriptTest(tf.test.TestCase):
     # digits: 1,437 training images over 10 clients.
     self.assertIn(resolved['min_client_examples'], (143, 144))
     for row in rows:
-      self.assertLessEqual(
-          float(row['client_work/sensitivity']), sensitivity * (1 + 1e-6)
-      )
+      # The realised sensitivity (it revealed the smallest |D_i|) and the
+      # training loss are no longer released.
+      self.assertNotIn('client_work/sensitivity', row)
+      self.assertNotIn('client_work/train/loss', row)
     for (event, _), row in zip(ledger.entries, rows):
       self.assertEqual(event.source_dataset_size, _NUM_CLIENTS)
       self.assertEqual(event.sample_size, _K)
@@ -433,8 +437,14 @@ class TrainScriptTest(tf.test.TestCase):
           float(row['aggregator/noise/noise_stddev']) / sensitivity,
           rtol=1e-12,
       )
-    # Calibrated for eps 8 over the 2 rounds (float32 sigma in the rounds).
-    self.assertAllClose(summary['privacy']['rdp_epsilon'], 8.0, atol=0.01)
+    # Calibrated so that the smaller of the sampled (3 of 10) and unsampled
+    # eps of the 2 rounds meets 8 (float32 sigma in the rounds).
+    self.assertLessEqual(summary['privacy']['rdp_epsilon'], 8.0 + 0.01)
+    unsampled = ledger_lib.PrivacyLedger('replace_one')
+    unsampled.record(ledger.entries[0][0].event, 2)
+    self.assertAllClose(
+        min(ledger.epsilon(1e-5), unsampled.epsilon(1e-5)), 8.0, atol=0.01
+    )
     self.assertIn('paper', summary['privacy']['closed_form'])
     self.assertEqual(summary['sampling']['model'], 'fixed')
     self._check_dense_uplink(summary, rows)
@@ -442,12 +452,14 @@ class TrainScriptTest(tf.test.TestCase):
   def test_ldp(self):
     self._check_ok(self.runs['ldp'])
     summary, rows, ledger = self._summary_and_rows('ldp')
-    self.assertEqual(
-        ledger,
-        self._expected(
-            lambda l: l.record_pure_epsilon(2.0, count=2 * _DIGITS_PARAMETERS)
-        ),
+    # d values of eps0 each round, charged without amplification; each
+    # client against the server over the rounds it took part in.
+    self.assertEqual(ledger.num_releases, 2)
+    composed = self._expected(
+        lambda l: l.record_pure_epsilon(2.0, count=2 * _DIGITS_PARAMETERS)
     )
+    self.assertAllClose(ledger.epsilon(1e-5), composed.epsilon(1e-5),
+                        rtol=1e-9)
     closed = summary['privacy']['closed_form']
     self.assertEqual(closed['plain_composition_epsilon'],
                      2.0 * 2 * _DIGITS_PARAMETERS)

@@ -1,0 +1,38 @@
+"""The README's quickstart runs as printed and prints what the README says."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _readme():
+  with open(os.path.join(_ROOT, 'README.md')) as f:
+    return f.read()
+
+
+class ReadmeTest(unittest.TestCase):
+
+  def test_quickstart_runs_and_prints_what_the_readme_says(self):
+    text = _readme()
+    section = text[text.index('## Quickstart'):]
+    code = re.search(r'```python\n(.*?)```', section, re.S).group(1)
+    claimed = re.search(r'It prints `([^`]+)`', section).group(1)
+    with tempfile.TemporaryDirectory() as tmp:
+      path = os.path.join(tmp, 'quickstart.py')
+      with open(path, 'w') as f:
+        f.write(code)
+      result = subprocess.run(
+          [sys.executable, path], cwd=tmp, capture_output=True, text=True,
+          timeout=600, env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'},
+      )
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertEqual(result.stdout.strip().splitlines()[-1], claimed)
+
+
+if __name__ == '__main__':
+  unittest.main()
