@@ -106,6 +106,52 @@ class GuaranteeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(eps, direct)
 
 
+class SampledEventTest(tf.test.TestCase):
+
+  def test_relations(self):
+    event = dp_event.GaussianDpEvent(2.0)
+    self.assertEqual(
+        guarantees.sampled_event(
+            event, 'add_or_remove_one', sampling_probability=0.1),
+        dp_event.PoissonSampledDpEvent(0.1, event),
+    )
+    self.assertEqual(
+        guarantees.sampled_event(
+            event, 'add_or_remove_one', population=10, sample_size=2),
+        dp_event.SampledWithoutReplacementDpEvent(
+            10, 2, dp_event.GaussianDpEvent(1.0)),
+    )
+    self.assertEqual(
+        guarantees.sampled_event(
+            event, 'replace_one', population=10, sample_size=2),
+        dp_event.SampledWithoutReplacementDpEvent(10, 2, event),
+    )
+    with self.assertRaisesRegex(ValueError, 'fixed-size sampling'):
+      guarantees.sampled_event(event, 'replace_one', sampling_probability=0.1)
+
+  def test_unknown_state_and_event_classes_are_refused(self):
+    with self.assertRaisesRegex(TypeError, 'neighboring_relation'):
+      guarantees.relation_of_state(collections.OrderedDict())
+
+    class Foreign(dp_event.GaussianDpEvent):
+      pass
+
+    named = Foreign(1.0).to_named_tuple()
+    with self.assertRaisesRegex(TypeError, 'does not read'):
+      guarantees.extract_dp_event(
+          collections.OrderedDict(dp_event=named, is_init_state=False)
+      )
+    with self.assertRaisesRegex(ValueError, 'neighboring_relation'):
+      ledger_lib.PrivacyLedger().record_round(
+          collections.OrderedDict(
+              dp_event=dp_event.GaussianDpEvent(1.0).to_named_tuple(),
+              is_init_state=False,
+          ),
+          sampling_probability=0.1,
+          neighboring_relation='zero_out',
+      )
+
+
 class RecordRoundTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.parameters(
@@ -123,7 +169,10 @@ class RecordRoundTest(tf.test.TestCase, parameterized.TestCase):
     if 'sampling_probability' in sampling:
       by_hand = dp_event.PoissonSampledDpEvent(0.1, by_hand)
     elif sampling:
-      by_hand = dp_event.SampledWithoutReplacementDpEvent(50, 5, by_hand)
+      # Fixed-size sampling is counted under replace-one: z / 2.
+      by_hand = dp_event.SampledWithoutReplacementDpEvent(
+          50, 5, dp_event.GaussianDpEvent(by_hand.noise_multiplier / 2)
+      )
     self.assertEqual(recorded, by_hand)
     relation = 'replace_one' if 'population' in sampling else 'add_or_remove_one'
     direct = accountants.make_accountant('rdp', relation).compose(

@@ -122,6 +122,11 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
         inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
     ).create(_VALUE)
     state = process.initialize()
+    # initialize()'s event is the one the first round will release.
+    self.assertEqual(
+        guarantees.extract_dp_event(state, allow_initial_state=True),
+        dp_accounting.GaussianDpEvent(0.5 / _DELTA),
+    )
     for t in range(4):
       out = process.next(state, [np.zeros(_D, np.float32)])
       noise = out.measurements['noise']

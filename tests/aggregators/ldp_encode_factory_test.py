@@ -238,7 +238,7 @@ class MinMaxRangeTest(tf.test.TestCase):
     self.assertAllEqual(first.measurements['center'], [0.0, 0.0])
     self.assertAllEqual(first.measurements['radius'], [2.0, 2.0])
     state = first.state
-    # Tensor 0: finite values only (NaN and inf ignored), global min / max.
+    # Tensor 0: global min / max; NaN and inf count as the center (0).
     self.assertEqual(state.center[0] - state.radius[0], -0.5)
     self.assertEqual(state.center[0] + state.radius[0], 1.5)
     # Tensor 1: all values equal, so the radius is min_radius.
@@ -250,16 +250,16 @@ class MinMaxRangeTest(tf.test.TestCase):
         second.measurements['radius'], np.array([1.0, 1e-3], _F32)
     )
 
-  def test_range_kept_when_no_finite_value(self):
-    process = ldp_encode.LDPEncodeFactory(1.0, 'minmax', radius=2.0).create(
-        tff.TensorType(_F32, [2])
-    )
+  def test_non_finite_values_count_as_the_center(self):
+    process = ldp_encode.LDPEncodeFactory(
+        1.0, 'minmax', radius=2.0, min_radius=1e-3
+    ).create(tff.TensorType(_F32, [2]))
     output = process.next(
         process.initialize(), [np.array([np.nan, np.inf], _F32)] * 2
     )
     self.assertAllEqual(output.state.center, [0.0])
-    self.assertAllEqual(output.state.radius, [2.0])
-    self.assertAllEqual(output.result, [0.0, 0.0])
+    self.assertAllEqual(output.state.radius, np.array([1e-3], _F32))
+    self.assertTrue(np.all(np.isfinite(output.result)))
 
   def test_range_release_is_charged_as_non_private(self):
     factory = ldp_encode.LDPEncodeFactory(1.0, 'minmax', radius=1.0)
@@ -541,7 +541,7 @@ class ExactStatisticTest(tf.test.TestCase, parameterized.TestCase):
 
 class NonFiniteTest(tf.test.TestCase):
 
-  def test_nonfinite_values_are_dropped(self):
+  def test_nonfinite_values_are_encoded_as_the_center(self):
     eps, c, r, n, d = 1.0, 0.0, 1.0, 4, 2000
     rng = np.random.default_rng(2)
     values = [rng.uniform(-1, 1, [d]).astype(_F32) for _ in range(n)]
@@ -555,9 +555,11 @@ class NonFiniteTest(tf.test.TestCase):
     output = process.next(process.initialize(), clients)
     self.assertTrue(np.all(np.isfinite(output.result[0])))
     self.assertEqual(list(output.measurements), ['center', 'radius'])
-    # Where client 0 sent NaN, the mean is over clients 1-3 and unbiased for
-    # their mean (z-scores with n = 3; SE of their mean is 1/sqrt(1000)).
-    others = [v[:1000] for v in values[1:]]
+    # Where client 0 had NaN, it reported an encoding of the center c = 0:
+    # the mean over the 4 clients is unbiased for the mean of (0, clients
+    # 1-3) (z-scores with n = 4; SE of their mean is 1/sqrt(1000)), and
+    # nothing shows which scalars were non-finite.
+    others = [np.zeros(1000, _F32)] + [v[:1000] for v in values[1:]]
     z = _zscores(output.result[0][:1000], others, c, r, eps)
     self.assertLess(abs(z.mean()), 5 / math.sqrt(1000))
     self.assertNear(z.var(), 1.0, 5 * math.sqrt((np.mean(z**4) - 1) / 1000))

@@ -129,11 +129,15 @@ class TrainModelTest(tf.test.TestCase):
     )
     self.assertLen(release.values(), 3)
     self.assertEqual(ledger.num_releases, 3)
+    # Fixed-size sampling is accounted under replace-one: the sum of clipped
+    # updates moves by 2C, so the factory's Gaussian(sigma) reads as
+    # Gaussian(sigma / 2).
     by_hand = ledger_lib.PrivacyLedger()
     by_hand.record(
         dp_event.SelfComposedDpEvent(
             dp_event.SampledWithoutReplacementDpEvent(
-                population, clients_per_round, dp_event.GaussianDpEvent(sigma)
+                population, clients_per_round,
+                dp_event.GaussianDpEvent(sigma / 2),
             ),
             3,
         )

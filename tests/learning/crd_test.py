@@ -6,6 +6,7 @@ from absl.testing import parameterized
 import dp_accounting
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tests import tiny_models
 from tff_priv.accounting import accountants
@@ -183,6 +184,19 @@ class CrdProcessTest(tf.test.TestCase):
 
 
 class UdpProcessTest(tf.test.TestCase):
+
+  def test_several_steps_need_a_bound_of_the_callers_own(self):
+    args = dict(
+        learning_rate=0.1, clip_norm=1.0,
+        per_example_loss=udp_client_work.sparse_categorical_crossentropy(),
+        sensitivity=0.01, noise_stddev=0.1, local_steps=2,
+    )
+    with self.assertRaisesRegex(ValueError, 'sensitivity_is_own_bound'):
+      crd.build_udp_process(tiny_models.softmax_model_fn, **args)
+    process = crd.build_udp_process(
+        tiny_models.softmax_model_fn, sensitivity_is_own_bound=True, **args
+    )
+    self.assertIsInstance(process, tff.learning.templates.LearningProcess)
 
   def test_fixed_sigma_event_and_non_finite_example(self):
     rng = np.random.default_rng(7)

@@ -19,7 +19,6 @@ from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import mechanisms
-from tff_priv.program import privacy
 from tff_priv.program import sampling
 
 P = mechanisms.MechanismParams
@@ -327,8 +326,8 @@ class BuildTest(tf.test.TestCase):
 
 
 def _configured_event(mech):
-  return privacy.round_event(
-      mech.process.initialize().aggregator, allow_initial=True
+  return guarantees.extract_dp_event(
+      mech.process.initialize().aggregator, allow_initial_state=True
   )
 
 

@@ -83,8 +83,12 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
             'replace_one',
         ),
     )
-    # Different relations: the analyst's figure is the amplified ledger's.
-    self.assertEqual(run.analyst_epsilon(), run.analyst.epsilon(1e-5))
+    # Both bound the released models (removing a client is replacing its
+    # update by 0): the analyst's figure is the smaller.
+    self.assertEqual(
+        run.analyst_epsilon(),
+        min(run.analyst.epsilon(1e-5), run.server_epsilon()),
+    )
 
   def test_central_noise_has_no_server_guarantee(self):
     run = privacy.RunPrivacy.create(
@@ -112,6 +116,17 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
     self.assertTrue(all(
         run.server.epsilon(c) <= budget for c in taken
     ))
+
+  def test_filter_without_amplification_and_the_admitted_event(self):
+    sampling = sampling_lib.ClientSampling('poisson', 8, 6)
+    run, _ = _run(_SECURE, sampling, dp_event.GaussianDpEvent(3.0),
+                  rounds=30, budget=2.0)
+    self.assertGreater(run.server.num_excluded, 0)
+    self.assertEqual(run.analyst_epsilon(), run.server_epsilon())
+    # A round must release the event its clients were admitted for.
+    chosen = run.admit(['c0'], dp_event.GaussianDpEvent(3.0))
+    with self.assertRaisesRegex(RuntimeError, 'admitted'):
+      run.charge(dp_event.GaussianDpEvent(1.0), chosen)
 
   def test_report_names_unit_adversary_relation(self):
     sampling = sampling_lib.ClientSampling('fixed', 10, 4)

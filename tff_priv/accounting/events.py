@@ -42,6 +42,25 @@ class PureEpsilonDpEvent(dp_event.DpEvent):
   epsilon: float
 
 
+# The event classes tff_priv reads back from JSON or from a TFF state; nothing
+# else is instantiated from data.
+EVENT_CLASSES = {
+    cls.__name__: cls
+    for cls in (
+        dp_event.NoOpDpEvent,
+        dp_event.NonPrivateDpEvent,
+        dp_event.GaussianDpEvent,
+        dp_event.LaplaceDpEvent,
+        dp_event.SelfComposedDpEvent,
+        dp_event.ComposedDpEvent,
+        dp_event.PoissonSampledDpEvent,
+        dp_event.SampledWithReplacementDpEvent,
+        dp_event.SampledWithoutReplacementDpEvent,
+        PureEpsilonDpEvent,
+    )
+}
+
+
 def pure_epsilon_rdp(orders, epsilon: float) -> np.ndarray:
   """Renyi DP of order `alpha` of any epsilon-DP mechanism, for each order.
 

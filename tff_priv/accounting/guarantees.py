@@ -34,6 +34,7 @@ import numpy as np
 
 from tff_priv import validation
 from tff_priv.accounting import accountants
+from tff_priv.accounting import events
 
 UNITS = ('example', 'client', 'value')
 NOISE_PLACEMENTS = ('local', 'secure_sum', 'central')
@@ -134,7 +135,34 @@ def _is_tff_dp_state(state) -> bool:
   )
 
 
-def extract_dp_event(aggregator_state: Any) -> dp_event.DpEvent:
+# The neighbouring relation of the event each known state carries (the
+# factories' `guarantee.neighboring_relation`), by state class.
+_STATE_RELATIONS = {
+    ('tensorflow_federated', 'DPAggregatorState'): 'add_or_remove_one',
+    ('tff_priv.aggregators.sparsified_secure_sum', 'RandKState'):
+        'add_or_remove_one',
+    ('tff_priv.aggregators.sparsified_secure_sum', 'TopKState'):
+        'add_or_remove_one',
+    ('tff_priv.aggregators.gaussian_udp', 'ClientNoiseState'): 'replace_one',
+    ('tff_priv.aggregators.ldp_encode', 'LDPState'): 'replace_one',
+}
+
+
+def relation_of_state(aggregator_state: Any) -> str:
+  """The neighbouring relation of the event in a known factory's state."""
+  cls = type(aggregator_state)
+  for (module, name), relation in _STATE_RELATIONS.items():
+    if cls.__name__ == name and cls.__module__.startswith(module):
+      return relation
+  raise TypeError(
+      f'unknown aggregator state {cls.__module__}.{cls.__name__}: give its '
+      "factory's neighboring_relation (factory.guarantee)"
+  )
+
+
+def extract_dp_event(
+    aggregator_state: Any, *, allow_initial_state: bool = False
+) -> dp_event.DpEvent:
   """The DpEvent of the release that produced `aggregator_state`.
 
   Args:
@@ -144,23 +172,19 @@ def extract_dp_event(aggregator_state: Any) -> dp_event.DpEvent:
       `tff.aggregators.DifferentiallyPrivateFactory` (read with TFF's own
       `extract_dp_event_from_state`). In a `tff.learning` process this is
       `state.aggregator`.
+    allow_initial_state: also read `initialize()`'s event, which for these
+      factories is the event their first round will release (used to plan a
+      round before it runs).
 
   Returns:
     A `dp_accounting.DpEvent` with plain Python numbers, without client
-    sampling.
+    sampling. Only the event classes of `events.EVENT_CLASSES` are built.
 
   Raises:
-    ExtractingDpEventFromInitialStateError: the state is `initialize()`'s.
-    TypeError: the state carries no DpEvent.
+    ExtractingDpEventFromInitialStateError: the state is `initialize()`'s
+      (and `allow_initial_state` is False).
+    TypeError: the state carries no DpEvent, or one of an unknown class.
   """
-  if _is_tff_dp_state(aggregator_state):
-    # pylint: disable=g-import-not-at-top
-    from tensorflow_federated.python.aggregators import differential_privacy
-    try:
-      event = differential_privacy.extract_dp_event_from_state(aggregator_state)
-    except differential_privacy.ExtractingDpEventFromInitialStateError as e:
-      raise ExtractingDpEventFromInitialStateError(str(e)) from e
-    return plain_event(event)
   try:
     named = _field(aggregator_state, 'dp_event')
     is_init = _field(aggregator_state, 'is_init_state')
@@ -170,29 +194,113 @@ def extract_dp_event(aggregator_state: Any) -> dp_event.DpEvent:
         'fields): pass the state returned by next() of a tff_priv factory or '
         f"of TFF's DifferentiallyPrivateFactory, got {type(aggregator_state)}"
     ) from e
-  if bool(is_init):
+  if bool(is_init) and not allow_initial_state:
     raise ExtractingDpEventFromInitialStateError(
         'the state comes from initialize(), whose DpEvent is a placeholder; '
         'pass a state returned by next()'
     )
-  return plain_event(dp_event.DpEvent.from_named_tuple(named))
+  if _is_tff_dp_state(aggregator_state) and not bool(is_init):
+    # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.aggregators import differential_privacy
+    # TFF's own reader, checked against ours (which whitelists the classes).
+    theirs = differential_privacy.extract_dp_event_from_state(aggregator_state)
+    ours = _from_named_tuple(named)
+    if plain_event(theirs) != ours:
+      raise TypeError(f'TFF reads {theirs} from this state, tff_priv {ours}')
+    return ours
+  return _from_named_tuple(named)
+
+
+def _text(value) -> str:
+  return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _from_named_tuple(named) -> dp_event.DpEvent:
+  """A DpEvent from its `to_named_tuple()` form, whitelisted classes only."""
+  name = _text(named.class_name)
+  cls = events.EVENT_CLASSES.get(name)
+  if cls is None or cls.__module__ != _text(named.module_name):
+    raise TypeError(
+        f'the state names the event class {_text(named.module_name)}.{name}, '
+        'which tff_priv does not read'
+    )
+
+  def value(v):
+    if hasattr(v, '_fields') and hasattr(v, 'class_name'):
+      return _from_named_tuple(v)
+    if isinstance(v, (list, tuple)):
+      return [value(x) for x in v]
+    return plain_event(v)
+
+  return cls(**{
+      f.name: value(getattr(named, f.name)) for f in attr.fields(cls)
+  })
 
 
 def plain_event(value):
   """`value` with numpy scalars as Python numbers (JSON-ready, comparable)."""
   if isinstance(value, dp_event.DpEvent):
-    return type(value)(
-        **{f.name: plain_event(getattr(value, f.name)) for f in attr.fields(type(value))}
-    )
+    return type(value)(**{
+        f.name: plain_event(getattr(value, f.name))
+        for f in attr.fields(type(value))
+    })
   if isinstance(value, (list, tuple)):
     return [plain_event(v) for v in value]
-  if isinstance(value, (np.integer,)):
+  if isinstance(value, np.integer):
     return int(value)
-  if isinstance(value, (np.floating,)):
+  if isinstance(value, np.floating):
     return float(value)
   if isinstance(value, np.ndarray) and value.ndim == 0:
     return value.item()
   return value
+
+
+def sampled_event(
+    event: dp_event.DpEvent,
+    neighboring_relation: str,
+    *,
+    sampling_probability: Optional[float] = None,
+    population: Optional[int] = None,
+    sample_size: Optional[int] = None,
+) -> dp_event.DpEvent:
+  """A factory's round event under the round's client sampling.
+
+  Poisson sampling is accounted under add-or-remove-one adjacency, fixed-size
+  sampling under replace-one; the event is read in the relation the sampling
+  needs: an add-or-remove-one Gaussian sum reads as Gaussian(z / 2) under
+  replace-one (replacing a unit moves the sum by twice its clip), and a
+  replace-one event has no add-or-remove-one reading (a client's noisy upload
+  present or absent is not bounded by its local noise).
+
+  Args:
+    event: the factory's event of one round (`extract_dp_event`).
+    neighboring_relation: the relation `event` holds under
+      (`factory.guarantee.neighboring_relation`).
+    sampling_probability, population, sample_size: as
+      `events.sampled_event`.
+
+  Raises:
+    ValueError: Poisson sampling of a replace-one event.
+  """
+  validation.one_of(
+      'neighboring_relation', neighboring_relation, accountants.RELATIONS
+  )
+  fixed = population is not None or sample_size is not None
+  if sampling_probability is not None and sampling_probability < 1:
+    if neighboring_relation == 'replace_one':
+      raise ValueError(
+          'this event holds under replace-one adjacency (noise on each '
+          'client\'s upload): its amplification needs fixed-size sampling '
+          '(population=N, sample_size=K), not Poisson sampling'
+      )
+  elif fixed and neighboring_relation == 'add_or_remove_one':
+    event = _halve_gaussians(event)
+  return events.sampled_event(
+      event,
+      sampling_probability=sampling_probability,
+      population=population,
+      sample_size=sample_size,
+  )
 
 
 def guarantee_of(factory: Any) -> Optional[Guarantee]:

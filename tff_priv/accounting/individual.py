@@ -10,10 +10,13 @@ client and answers each client's eps at the run's delta, and the worst one.
 Budget filter: with `budget_epsilon` set, `admits(client, event)` is False
 for a client whose eps would exceed the budget after one more round of
 `event`; the training program then leaves that client out of the round, so
-no client ever exceeds the budget. Individual privacy filters (Feldman and
-Zrnic, "Individual Privacy Accounting via a Renyi Filter", NeurIPS 2021) make
-such per-client stopping valid under adaptive composition; here the events a
-client is charged depend only on the configuration and the public sampler.
+no client's composed eps ever exceeds the budget. This per-client stopping
+rule is valid as plain composition when the events a client is charged do
+not depend on the data or on earlier releases (fixed noise: every mechanism
+of the training program); when they do (a CRD schedule driven by the
+released model's validation loss), the guarantee needs an individual Renyi
+filter at a fixed order (Feldman and Zrnic, "Individual Privacy Accounting
+via a Renyi Filter", NeurIPS 2021), which this ledger does not implement.
 
 Clients with the same history share one accountant computation (`_eps_of`), so
 a population of thousands costs a few accountant calls per round.
@@ -91,15 +94,21 @@ class IndividualLedger:
     self._events.append(event)
     return len(self._events) - 1
 
-  def _eps_of(self, history: tuple) -> float:
-    if not history:
+  def _eps_of(self, history: tuple, extra=None) -> float:
+    """eps of a history, and of one more round of event `extra` if given."""
+    if not history and extra is None:
       return 0.0
-    if history not in self._cache:
+    key = history
+    if extra is not None:
+      key = (history, repr(ledger_lib.encode_event(extra)))
+    if key not in self._cache:
       ledger = ledger_lib.PrivacyLedger(RELATION)
       for index, count in history:
         ledger.record(self._events[index], count)
-      self._cache[history] = ledger.epsilon(self._delta, self._accountant)
-    return self._cache[history]
+      if extra is not None:
+        ledger.record(extra)
+      self._cache[key] = ledger.epsilon(self._delta, self._accountant)
+    return self._cache[key]
 
   @staticmethod
   def _extended(history: Iterable, index: int) -> tuple:
@@ -139,8 +148,7 @@ class IndividualLedger:
     """Whether one more round of `event` keeps the client within the budget."""
     if self._budget is None:
       return True
-    eps = self._eps_of(self._extended(self._key(client), self._index(event)))
-    return eps <= self._budget
+    return self._eps_of(self._key(client), extra=event) <= self._budget
 
   def filter(
       self, clients: Iterable[Hashable], event: dp_event.DpEvent

@@ -7,8 +7,7 @@ PLD accountant. Nothing else in tff_priv computes a spent epsilon: mechanisms
 emit events (`events.py`), the ledger counts them, and a paper's closed form
 (`closed_forms.py`) is only ever printed beside the ledger's answer.
 
-Rounds with different noise (a CRD schedule, dropouts that lower the achieved
-noise) are recorded one by one; the composition is then heterogeneous, which
+Rounds with different noise (a CRD schedule) are recorded one by one; the composition is then heterogeneous, which
 both accountants handle exactly as dp_accounting's `ComposedDpEvent`.
 
 The ledger serialises to JSON (`to_json` / `from_json`) with floats written
@@ -30,23 +29,6 @@ from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
 
 _FORMAT = 'tff_priv.PrivacyLedger/1'
-# Event classes a serialised ledger may name; nothing else is instantiated
-# from JSON.
-_EVENT_CLASSES = {
-    cls.__name__: cls
-    for cls in (
-        dp_event.NoOpDpEvent,
-        dp_event.NonPrivateDpEvent,
-        dp_event.GaussianDpEvent,
-        dp_event.LaplaceDpEvent,
-        dp_event.SelfComposedDpEvent,
-        dp_event.ComposedDpEvent,
-        dp_event.PoissonSampledDpEvent,
-        dp_event.SampledWithReplacementDpEvent,
-        dp_event.SampledWithoutReplacementDpEvent,
-        events.PureEpsilonDpEvent,
-    )
-}
 
 
 class PrivacyLedger:
@@ -131,6 +113,7 @@ class PrivacyLedger:
       sampling_probability: Optional[float] = None,
       population: Optional[int] = None,
       sample_size: Optional[int] = None,
+      neighboring_relation: Optional[str] = None,
   ) -> dp_event.DpEvent:
     """Records the round that produced `aggregator_state`, under its sampling.
 
@@ -139,6 +122,10 @@ class PrivacyLedger:
       output = process.next(state, client_data)
       ledger.record_round(output.state.aggregator, sampling_probability=q)
 
+    The factory's event is read in the relation the sampling needs
+    (`guarantees.sampled_event`): Poisson sampling under add-or-remove-one,
+    fixed-size sampling under replace-one.
+
     Args:
       aggregator_state: the aggregator's state after `next`, of a tff_priv
         factory or of TFF's `DifferentiallyPrivateFactory`
@@ -146,12 +133,22 @@ class PrivacyLedger:
       sampling_probability: Poisson client sampling rate q.
       population: N, for fixed-size sampling of `sample_size` of N clients.
       sample_size: K, for fixed-size sampling.
+      neighboring_relation: the relation the state's event holds under
+        (`factory.guarantee.neighboring_relation`); None: known from the
+        state of tff_priv's factories and TFF's DP factory.
 
     Returns:
-      The event recorded (the factory's event wrapped in the sampling).
+      The event recorded.
+
+    Raises:
+      ValueError: Poisson sampling of an event that holds under replace-one
+        (noise added on each client: sample K of N instead).
     """
-    event = events.sampled_event(
+    if neighboring_relation is None:
+      neighboring_relation = guarantees.relation_of_state(aggregator_state)
+    event = guarantees.sampled_event(
         guarantees.extract_dp_event(aggregator_state),
+        neighboring_relation,
         sampling_probability=sampling_probability,
         population=population,
         sample_size=sample_size,
@@ -303,7 +300,7 @@ def encode_event(value):
   """A DpEvent (or a field of one) as JSON-ready data (whitelisted types)."""
   if isinstance(value, dp_event.DpEvent):
     cls = type(value)
-    if _EVENT_CLASSES.get(cls.__name__) is not cls:
+    if events.EVENT_CLASSES.get(cls.__name__) is not cls:
       raise TypeError(f'cannot serialise event type {cls.__name__}')
     out = {'type': cls.__name__}
     for field in attr.fields(cls):
@@ -319,7 +316,7 @@ def encode_event(value):
 def decode_event(value):
   """The inverse of `encode_event`; only whitelisted event types."""
   if isinstance(value, dict):
-    cls = _EVENT_CLASSES.get(value.get('type'))
+    cls = events.EVENT_CLASSES.get(value.get('type'))
     if cls is None:
       raise ValueError(f'unknown event type in ledger: {value.get("type")!r}')
     kwargs = {k: decode_event(v) for k, v in value.items() if k != 'type'}

@@ -201,8 +201,10 @@ class _ClientNoise:
 
     @tff.tensorflow.computation
     def placeholder_dp_event():
-      # Same structure as a round's event; never read (is_init_state).
-      return dp_event_fn(tf.constant(0.0, tf.float64)).to_named_tuple()
+      # The event the first round will release (is_init_state marks it), so
+      # a caller can plan that round before it runs.
+      sigma, _, _ = source.round_noise(source.initial_state())
+      return dp_event_fn(sigma).to_named_tuple()
 
     noise_state_type = init_noise_state.type_signature.result
 

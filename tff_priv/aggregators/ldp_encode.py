@@ -290,13 +290,12 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
   part is central DP: it does not hold against the server, which sees the
   exact sum of the records (`guarantee`).
 
-  Non-finite values: a client's non-finite scalars are not encoded, not
-  reported and not averaged: the server sees which scalars a client left
-  out, so the eps-LDP guarantee covers finite values (tff.learning's client
-  work zeroes a non-finite model delta before it reaches the aggregator). The
-  mean of coordinate j divides by the number n_j of clients that reported a
-  finite value at j: an exact client statistic inside the released mean, not
-  released on its own.
+  Non-finite values: a client's non-finite scalar is encoded as if it were
+  the center c_l, so every client reports every scalar and the report of any
+  input, finite or not, is one of the two-point distributions: the eps-LDP
+  guarantee covers all inputs, and which scalars were non-finite is not
+  revealed. (The report mean's missing-report channel then carries zeros
+  only.)
 
   State: an `LDPState` at SERVER. Measurements (an OrderedDict at SERVER):
   `center`, `radius`, float32[L], the range used in this round (public for
@@ -413,7 +412,7 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
     reports = (
         f'LDP-FL: each of the d scalars a client reports per round is '
         f'eps={self._epsilon:g}-LDP against the server that sees every upload '
-        '(finite values; a non-finite scalar is visibly left out)'
+        '(a non-finite scalar is encoded as the center)'
     )
     if self._range_mode == 'fixed':
       range_part = 'the range is fixed and public, nothing else is released'
@@ -518,6 +517,9 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
       reports, lows, highs, deviations = [], [], [], []
       for l, x in enumerate(_flatten(value, value_type)):
         c, r = center[l], radius[l]
+        # A non-finite scalar is encoded as the center: every scalar is
+        # reported, so which were non-finite is not revealed.
+        x = tf.where(tf.math.is_finite(x), x, tf.cast(c, x.dtype))
         result = ldp_encode.encode(x, c, r, epsilon, ldp_encode.fresh_seed())
         reports.append(result.encoded)
         lo = tf.cast(result.finite_min, tf.float32)

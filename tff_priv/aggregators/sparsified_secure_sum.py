@@ -136,6 +136,12 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
   against it (`noise='central'`). n itself is never released: it sets the
   noise shares, not the noise of the sum.
 
+  Two assumptions, stated rather than hidden: the server is honest but
+  curious (it broadcasts the true n; one that inflated n would shrink every
+  noise share), and the secure sum's bound B alters a value only when its
+  noise exceeds z of its std, with probability at most 2 (1 - Phi(z)) per
+  value (about 2e-9 at z = 6), which the event does not add to delta.
+
   With compression = 1 (k = d) this is DP-FedAvg with the noise added at the
   clients: the distribution `tff.aggregators.DifferentiallyPrivateFactory.
   gaussian_fixed(sigma, K, C)` produces with the noise added at the server.
@@ -244,7 +250,8 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
           description=(
               'Fed-SMP: clipped sparsified updates, Gaussian noise shared '
               'among the clients, secure sum: an analyst sees a Gaussian '
-              'mechanism of the clients\' sum; the server sees only the '
+              'mechanism of the clients\' sum; the server (honest but '
+              'curious: it broadcasts the true client count) sees only the '
               'noisy sum and is charged per participation'
           ),
       )

@@ -41,6 +41,7 @@ def build_udp_process(
     schedule: Optional[noise_schedule.BudgetSchedule] = None,
     weighted: bool = True,
     local_steps: int = 1,
+    sensitivity_is_own_bound: bool = False,
     report_train_loss: bool = False,
 ) -> tff.learning.templates.LearningProcess:
   """UDP: clipped full-batch client step, client Gaussian noise, weighted mean.
@@ -66,12 +67,24 @@ def build_udp_process(
     schedule: a CRD `BudgetSchedule` (see `tff_priv.learning.udp.crd_schedule`).
     weighted: weight clients by |D_i| (the paper) or not.
     local_steps: see `udp_client_work.build_udp_client_work`.
+    sensitivity_is_own_bound: must be True with `local_steps > 1`: the caller
+      states that `sensitivity` bounds its several steps (2 eta C / |D_i|
+      bounds one full-batch step only).
     report_train_loss: see `udp_client_work.build_udp_client_work` (not
       private).
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
+
+  Raises:
+    ValueError: `local_steps > 1` without `sensitivity_is_own_bound`.
   """
+  if local_steps > 1 and not sensitivity_is_own_bound:
+    raise ValueError(
+        'local_steps > 1 needs sensitivity_is_own_bound=True: '
+        '2 eta C / |D_i| bounds the sensitivity of ONE full-batch step only, '
+        'so with several steps the sensitivity must be a bound of your own'
+    )
   client_work = udp_client_work.build_udp_client_work(
       model_fn,
       learning_rate=learning_rate,

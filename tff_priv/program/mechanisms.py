@@ -85,10 +85,10 @@ MASKS = sparsified_secure_sum.MASKS
 # (`sum_then_finalize`, or UDP's own sums), so the round metrics the program
 # logs are exact sums over the round's clients.
 CLIENT_METRICS_CAVEAT = (
-    "the clients' training metrics of each round (summed loss, example "
-    'counts, accuracy) and the number of clients of the round reach the '
-    'server without noise and are logged: eps covers the model updates, not '
-    'these statistics'
+    "the clients' training metrics of each round (example counts and, but "
+    'for udp, summed loss and accuracy) and the number of clients of the '
+    'round reach the server without noise and are logged: eps covers the '
+    'model updates, not these statistics'
 )
 
 # The parameters each mechanism takes; any other one given is an error, so a

@@ -13,11 +13,12 @@ for each adversary its `Guarantee` names:
   server adds itself ('central') gives no guarantee against the server: no
   individual ledger is kept and the report says so.
 
-For local noise ('local') both ledgers bound the same release under the same
-relation (replace-one), so the analyst's figure is the smaller of the two:
-the amplified ledger's eps (valid only while the budget filter has left no
-client out, since filtering changes the sampling the amplification assumes)
-and the worst client's server-view eps.
+Where a server ledger is kept, both ledgers bound the released models, so the
+analyst's figure is the smaller of the two: the amplified ledger's eps (valid
+only while the budget filter has left no client out, since filtering changes
+the sampling the amplification assumes) and the worst client's server-view
+eps. (For a Gaussian sum under add-or-remove-one the server view's replace-one
+reading at z / 2 dominates: removing a client is replacing its update by 0.)
 
 Nothing here reads a measurement or a realised count: the charge is the
 factory's event, a function of the configuration and the round.
@@ -31,12 +32,12 @@ from typing import Any, Iterable, Optional
 from dp_accounting import dp_event
 
 from tff_priv.accounting import accountants
-from tff_priv.accounting import events
 from tff_priv.accounting import guarantees as guarantees_lib
 from tff_priv.accounting import individual
 from tff_priv.accounting import ledger as ledger_lib
 
 _FORMAT = 'tff_priv.RunPrivacy/1'
+_UNSET = object()  # No round admitted since the last charge.
 
 _UNIT_WORDS = {
     'example': 'one example of a client',
@@ -68,6 +69,8 @@ class RunPrivacy:
   delta: float
   analyst: ledger_lib.PrivacyLedger
   server: Optional[individual.IndividualLedger]
+  unamplified_rounds: int = 0
+  admitted_event: Any = dataclasses.field(default=_UNSET, repr=False)
 
   @classmethod
   def create(
@@ -85,28 +88,52 @@ class RunPrivacy:
           'a server budget needs a mechanism private against the server (its '
           'noise added by the clients); this one has none'
       )
+    relation = (
+        'replace_one' if 'population' in sampling_kwargs
+        else 'add_or_remove_one'
+    )
     return cls(guarantee, dict(sampling_kwargs), delta,
-               ledger_lib.PrivacyLedger(), server)
+               ledger_lib.PrivacyLedger(relation), server)
 
   def admit(self, clients: Iterable[Any], event: Optional[dp_event.DpEvent]):
-    """The sampled clients the budget filter lets take part in a round of `event`."""
+    """The sampled clients the budget filter lets take part in a round of `event`.
+
+    The round must then be charged exactly `event` (`charge` checks it).
+    """
     clients = list(clients)
+    self.admitted_event = event
     if self.server is None or event is None:
       return clients
     return self.server.filter(clients, self.guarantee.server_view_event(event))
 
   def charge(self, event: Optional[dp_event.DpEvent], clients: Iterable[Any]):
-    """Charges one round of `event` (the factory's; None: not private)."""
+    """Charges one round of `event` (the factory's; None: not private).
+
+    Raises:
+      RuntimeError: a budget filter admitted the round's clients for another
+        event than the one the round released.
+    """
+    admitted, self.admitted_event = self.admitted_event, _UNSET
+    if (self.server is not None and self.server.budget_epsilon is not None
+        and admitted is not _UNSET and admitted != event):
+      raise RuntimeError(
+          f'the budget filter admitted this round for {admitted}, but the '
+          f'round released {event}: a client could exceed the budget'
+      )
     if event is None:
       self.analyst.record(dp_event.NonPrivateDpEvent())
       return
-    sampled = events.sampled_event(event, **self.sampling_kwargs)
-    relation = accountants.relation_for(sampled) or 'add_or_remove_one'
-    if accountants.can_count('rdp', sampled, relation) is not None:
+    sampled = guarantees_lib.sampled_event(
+        event, self.guarantee.neighboring_relation, **self.sampling_kwargs
+    )
+    if accountants.can_count(
+        'rdp', sampled, self.analyst.neighboring_relation
+    ) is not None:
       # dp_accounting knows no amplification for this event under this
       # sampling (pure-eps releases under fixed-size sampling): charged
       # without it, an upper bound.
       sampled = event
+      self.unamplified_rounds += 1
     self.analyst.record(sampled)
     if self.server is not None:
       self.server.record(clients, self.guarantee.server_view_event(event))
@@ -114,7 +141,7 @@ class RunPrivacy:
   def analyst_epsilon(self) -> float:
     """eps against the analyst at `delta` (see the module docstring)."""
     eps = self.analyst.epsilon(self.delta)
-    if self.server is not None and self.guarantee.noise == 'local':
+    if self.server is not None:
       if self.server.num_excluded:
         eps = math.inf  # The amplification's sampling no longer holds.
       eps = min(eps, self.server.max_epsilon())
@@ -137,11 +164,15 @@ class RunPrivacy:
           'meaning': 'no privacy mechanism: the models are released as trained',
       }]
     unit = _UNIT_WORDS[self.guarantee.unit]
+    amplified = (
+        'client sampling amplified' if not self.unamplified_rounds
+        else 'without sampling amplification (none known for these events)'
+    )
     analyst = {
         'adversary': 'analyst',
         'unit': self.guarantee.unit,
         'neighboring_relation': self.analyst.neighboring_relation,
-        'accountant': 'dp_accounting RdpAccountant, client sampling amplified',
+        'accountant': f'dp_accounting RdpAccountant, {amplified}',
         'epsilon': _finite(self.analyst_epsilon()),
         'delta': self.delta,
         'meaning': (
@@ -149,9 +180,11 @@ class RunPrivacy:
             'at most what (epsilon, delta)-DP allows'
         ),
     }
-    if self.server is not None and self.guarantee.noise == 'local':
+    if self.server is not None:
       analyst['accountant'] += (
           '; the smaller of that and the worst client\'s server-view epsilon'
+          + (' (the budget filter left clients out: no amplification)'
+             if self.server.num_excluded else '')
       )
     entries = [analyst]
     if self.server is None:
@@ -194,6 +227,7 @@ class RunPrivacy:
   def to_json(self) -> str:
     return json.dumps({
         'format': _FORMAT,
+        'unamplified_rounds': self.unamplified_rounds,
         'analyst': json.loads(self.analyst.to_json()),
         'server': None if self.server is None else json.loads(
             self.server.to_json()),
@@ -206,34 +240,9 @@ class RunPrivacy:
       raise ValueError(f'not a serialised run privacy record ({_FORMAT})')
     self.analyst = ledger_lib.PrivacyLedger.from_json(
         json.dumps(data['analyst']))
+    self.unamplified_rounds = data['unamplified_rounds']
     if (data['server'] is None) != (self.server is None):
       raise ValueError('the checkpoint was written by another mechanism')
     if self.server is not None:
       self.server = individual.IndividualLedger.from_json(
           json.dumps(data['server']))
-
-
-def round_event(aggregator_state: Any, *, allow_initial: bool = False):
-  """The factory's event in `aggregator_state` (None: no DpEvent there).
-
-  Args:
-    aggregator_state: the aggregator's state (`state.aggregator`).
-    allow_initial: also read `initialize()`'s placeholder event, which is the
-      configured event of a round for tff_priv's factories and TFF's DP
-      factory (used to plan the first round before it runs).
-  """
-  if aggregator_state is None:
-    return None
-  try:
-    return guarantees_lib.extract_dp_event(aggregator_state)
-  except guarantees_lib.ExtractingDpEventFromInitialStateError:
-    if not allow_initial:
-      raise
-    named = (
-        aggregator_state['dp_event']
-        if isinstance(aggregator_state, dict)
-        else aggregator_state.dp_event
-    )
-    return guarantees_lib.plain_event(dp_event.DpEvent.from_named_tuple(named))
-  except TypeError:
-    return None

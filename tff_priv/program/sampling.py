@@ -8,17 +8,18 @@ charged with the same description (`ledger_kwargs`):
   probability q = K / N (K = `clients_per_round`, the expected number), so a
   round has Binomial(N, q) clients, possibly none. Accounted as
   `PoissonSampledDpEvent(q, ...)` under add-or-remove-one adjacency
-  (DP-FedAvg, Fed-SMP and the distortion mechanism).
+  (DP-FedAvg, Fed-SMP).
 * 'fixed': exactly K of the N clients, uniformly without replacement.
   Accounted as `SampledWithoutReplacementDpEvent(N, K, ...)` under replace-one
-  adjacency (UDP, whose paper samples K of U clients; LDP-FL, whose shuffle
-  bound needs the number n = K of clients whose reports are shuffled
-  together).
+  adjacency (the local-noise mechanisms: UDP, whose paper samples K of U
+  clients; distortion; LDP-FL, whose shuffle bound needs the number n = K of
+  clients whose reports are shuffled together).
 
 Round t's draw depends only on (seed, t): numpy's generator seeded with the
 sequence [seed, t]. A run resumed from a checkpoint therefore samples exactly
-the clients the uninterrupted run would have sampled, and the ledger charges
-(which may depend on how many clients reported) are the same.
+the clients the uninterrupted run would have sampled. (The seed is in the
+run's config.json: whoever reads it can recompute who was sampled, which the
+amplification by sampling assumes hidden from the analyst.)
 """
 
 import dataclasses

@@ -16,8 +16,9 @@
    the round's sampling, and, for mechanisms private against the server, each
    participating client's server-view ledger, whose optional budget filter
    `server_budget` leaves out of the round any client it would take over the
-   budget), and releases the round's metrics with the eps spent so far (RDP
-   accountant at the run's delta) to `tff.program.CSVFileReleaseManager`,
+   budget), and releases the round's metrics with the eps spent so far (the
+   analyst's and the worst client's against the server, at the run's delta)
+   to `tff.program.CSVFileReleaseManager`,
    `tff.program.TensorBoardReleaseManager` and the log;
 4. every `eval_every` rounds and at the last round, evaluates the global model
    on the task's centralized test set (`tff.learning.algorithms.build_fed_eval`);
@@ -67,6 +68,7 @@ import tqdm
 
 import tasks
 from tff_priv import validation
+from tff_priv.accounting import guarantees
 from tff_priv.program import layout
 from tff_priv.program import mechanisms
 from tff_priv.program import privacy as privacy_lib
@@ -152,10 +154,12 @@ class RunConfig:
     validation.positive('server_learning_rate', self.server_learning_rate)
     if self.server_budget is not None:
       validation.positive('server_budget', self.server_budget)
-      if self.mechanism in ('none', 'dp_fedavg'):
+      if self.mechanism in ('none', 'dp_fedavg') or (
+          self.mechanism == 'ldp' and self.params.ldp_range_mode == 'quantile'
+      ):
         raise ValueError(
-            f'server_budget does not apply to mechanism {self.mechanism!r}: '
-            'it gives no guarantee against the server'
+            f'server_budget does not apply to mechanism {self.mechanism!r} '
+            'here: it gives no guarantee against the server'
         )
     params = mechanisms.resolve(self.mechanism, self.params)
     if self.mechanism == 'udp':
@@ -514,12 +518,14 @@ async def _run(
   except ValueError as e:
     raise ConfigError(str(e)) from e
   # The event a round will charge, known before it runs (the budget filter
-  # needs it): the factory's configured event, then each round's own.
-  planned_event = None
-  if mechanism.guarantee is not None:
-    planned_event = privacy_lib.round_event(
-        initial_state.aggregator, allow_initial=True
+  # needs it): the factory's event for its first round, then each round's.
+  def next_event(train_state):
+    if mechanism.guarantee is None:
+      return None
+    return guarantees.extract_dp_event(
+        train_state.aggregator, allow_initial_state=True
     )
+
   template = _program_state(
       initial_state, 0, privacy.to_json(), _NO_ACCURACY, 0, 0, 0.0, []
   )
@@ -539,6 +545,7 @@ async def _run(
     train_state = loaded['train_state']
     start_round = int(loaded['round_num'])
     privacy.restore(_text(loaded['ledger']))
+  planned_event = next_event(train_state)
     best_accuracy = float(loaded['best_test_accuracy'])
     best_round = int(loaded['best_round'])
     uplink_bytes = int(loaded['uplink_bytes'])
@@ -585,13 +592,13 @@ async def _run(
         ]
         output = process.next(train_state, data)
         train_state, metrics = output.state, output.metrics
-        if mechanism.guarantee is not None:
-          planned_event = privacy_lib.round_event(train_state.aggregator)
+        released = next_event(train_state)
       else:
-        # Nobody sampled: nothing runs, nothing is released; the configured
+        # Nobody sampled: nothing runs, nothing is released; the round's
         # event is charged all the same (over-counts, never under-counts).
-        metrics = None
-      privacy.charge(planned_event, chosen)
+        metrics, released = None, planned_event
+      privacy.charge(released, chosen)
+      planned_event = released
       eps = privacy.analyst_epsilon()
       server_eps = privacy.server_epsilon()
       round_bytes = len(chosen) * mechanism.upload_bytes_per_client(metrics)
