@@ -545,7 +545,6 @@ async def _run(
     train_state = loaded['train_state']
     start_round = int(loaded['round_num'])
     privacy.restore(_text(loaded['ledger']))
-  planned_event = next_event(train_state)
     best_accuracy = float(loaded['best_test_accuracy'])
     best_round = int(loaded['best_round'])
     uplink_bytes = int(loaded['uplink_bytes'])
@@ -559,6 +558,7 @@ async def _run(
         privacy.analyst_epsilon(),
         delta,
     )
+  planned_event = next_event(train_state)
 
   train_csv = tff.program.CSVFileReleaseManager(
       layout.path(root_output_dir, layout.TRAIN_CSV), key_fieldname=layout.ROUND
