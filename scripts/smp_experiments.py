@@ -107,6 +107,7 @@ from tff_priv import runtime
 from tff_priv.accounting import calibration
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.aggregators import sparsified_secure_sum as sss
+from tff_priv.learning import client_metrics
 from tff_priv.learning import fedsmp
 from tff_priv.program import sampling as sampling_lib
 from tff_priv.program import results_log
@@ -387,7 +388,7 @@ def _run(
       aggregator_factory=factory,
       public_data=data.public if mask == 'top_k' else None,
       local_epochs=s.local_epochs,
-      metrics_aggregator=fedsmp.no_client_metrics,
+      metrics_aggregator=client_metrics.no_client_metrics,
   )
   sampling = sampling_lib.ClientSampling(
       'poisson', len(data.private_ids), s.clients_per_round

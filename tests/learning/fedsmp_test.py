@@ -19,6 +19,7 @@ from tensorflow_federated.python.core.impl.compiler import tree_analysis
 
 from tff_priv.accounting import guarantees
 from tff_priv.aggregators import sparsified_secure_sum as sss
+from tff_priv.learning import client_metrics
 from tff_priv.learning import fedsmp
 from tff_priv.mechanisms import sparsify
 
@@ -443,7 +444,7 @@ class ClientMetricsTest(tf.test.TestCase):
     # which this check must see (so that it can fail).
     private = _build(
         aggregator_factory=_factory(mask='rand_k'),
-        metrics_aggregator=fedsmp.no_client_metrics,
+        metrics_aggregator=client_metrics.no_client_metrics,
     )
     tree = private.next.to_building_block()
     self.assertEqual(tree_analysis.find_unsecure_aggregation_in_tree(tree), [])

@@ -197,18 +197,21 @@ class RunTest(_TempDirTestCase):
     eval_rows = _rows(layout.path(root, layout.EVAL_CSV))
     self.assertEqual([r[layout.ROUND] for r in eval_rows], ['2', '4'])
 
-    # The analyst ledger holds exactly 4 rounds of d eps0-LDP values (no
+    # Write-ahead: round 3 was charged before session 1 released it, and is
+    # charged again when session 2 runs it again (new noise, a new release):
+    # the ledgers hold rounds 1, 2, 3, 3, 4 of d eps0-LDP values each (no
     # amplification is known for pure-eps releases under fixed-size
-    # sampling): nothing reset, nothing counted twice. Against the server each
-    # client is charged the rounds it took part in; the analyst's figure is
-    # the smaller of the two (both bound the same local release).
+    # sampling), nothing reset. Against the server each client is charged the
+    # rounds it took part in; the analyst's figure is the smaller of the two
+    # (both bound the same local release).
+    self.assertTrue(os.path.exists(layout.path(root, layout.PRIVACY)))
     ledger = ledger_lib.PrivacyLedger.from_json(
         json.dumps(summary['privacy']['ledger'])
     )
     eps0 = mechanisms.DEFAULT_LDP_EPSILON
-    self.assertEqual(ledger.num_releases, 4)
+    charged = [1, 2, 3, 3, 4]
+    self.assertEqual(ledger.num_releases, len(charged))
     draws = sampling_lib.ClientSampling('fixed', 10, 2)
-    taken = collections.Counter()
 
     def composed(rounds):
       if not rounds:
@@ -217,19 +220,25 @@ class RunTest(_TempDirTestCase):
       expected.record_pure_epsilon(eps0, count=rounds * _DIGITS_PARAMETERS)
       return expected.epsilon(mechanisms.DEFAULT_DELTA)
 
-    for row, rounds in zip(train_rows, range(1, 5)):
-      taken.update(draws.sample_indices(config.seed, rounds).tolist())
+    def after(releases):
+      taken = collections.Counter()
+      for r in releases:
+        taken.update(draws.sample_indices(config.seed, r).tolist())
       worst = composed(max(taken.values()))
+      return min(composed(len(releases)), worst), worst, taken
+
+    # Rows 1-2 from session 1, rows 3-4 from session 2.
+    for row, releases in zip(train_rows, ([1], [1, 2], charged[:4], charged)):
+      analyst, worst, _ = after(releases)
       self.assertAllClose(float(row[layout.SERVER_EPSILON]), worst, rtol=1e-12)
-      self.assertAllClose(
-          float(row[layout.RDP_EPSILON]), min(composed(rounds), worst),
-          rtol=1e-12,
-      )
-    self.assertAllClose(
-        summary['privacy']['rdp_epsilon'],
-        min(composed(4), composed(max(taken.values()))),
-        rtol=1e-12,
-    )
+      self.assertAllClose(float(row[layout.RDP_EPSILON]), analyst, rtol=1e-12)
+    analyst, _, taken = after(charged)
+    self.assertAllClose(summary['privacy']['rdp_epsilon'], analyst, rtol=1e-12)
+    # Only public columns: no client count, no timing, no client metrics.
+    for row in train_rows:
+      self.assertNotIn('clients', row)
+      self.assertNotIn('round_seconds', row)
+      self.assertFalse([k for k in row if k.startswith('client_work/train/')])
     server = summary['privacy']['guarantees'][1]
     self.assertEqual(
         (server['adversary'], server['unit'], server['neighboring_relation']),

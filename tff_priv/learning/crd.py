@@ -42,7 +42,7 @@ def build_udp_process(
     weighted: bool = True,
     local_steps: int = 1,
     sensitivity_is_own_bound: bool = False,
-    report_train_loss: bool = False,
+    report_train_metrics: bool = False,
 ) -> tff.learning.templates.LearningProcess:
   """UDP: clipped full-batch client step, client Gaussian noise, weighted mean.
 
@@ -70,7 +70,7 @@ def build_udp_process(
     sensitivity_is_own_bound: must be True with `local_steps > 1`: the caller
       states that `sensitivity` bounds its several steps (2 eta C / |D_i|
       bounds one full-batch step only).
-    report_train_loss: see `udp_client_work.build_udp_client_work` (not
+    report_train_metrics: see `udp_client_work.build_udp_client_work` (not
       private).
 
   Returns:
@@ -91,7 +91,7 @@ def build_udp_process(
       clip_norm=clip_norm,
       per_example_loss=per_example_loss,
       local_steps=local_steps,
-      report_train_loss=report_train_loss,
+      report_train_metrics=report_train_metrics,
   )
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(model_fn())

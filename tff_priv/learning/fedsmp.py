@@ -48,7 +48,8 @@ adds nothing
 aggregates with `metrics_aggregator` (default `tff.learning.metrics.
 sum_then_finalize`: a plain, un-noised sum of the clients' loss sums and
 example counts). A run that must release nothing else passes a
-`metrics_aggregator` that releases nothing (see `no_client_metrics`).
+`metrics_aggregator` that releases nothing
+(`tff_priv.learning.client_metrics.no_client_metrics`).
 
 Measurements of each round (server): `distributor`, `client_work`,
 `aggregator` (the factory's public `uploaded_bits_per_client`), `finalizer`,
@@ -89,26 +90,6 @@ _LOOP = tff.learning.LoopImplementation.DATASET_REDUCE
 _WEIGHTING = tff.learning.ClientWeighting.UNIFORM
 
 
-def no_client_metrics(metric_finalizers: Any) -> tff.Computation:
-  """A `metrics_aggregator` that releases none of the clients' metrics.
-
-  Args:
-    metric_finalizers: the model's metric finalizers (ignored).
-
-  Returns:
-    A polymorphic federated computation mapping the clients' unfinalized
-    metrics to an empty structure at the server, with no aggregation.
-  """
-  del metric_finalizers
-
-  @tff.federated_computation
-  def aggregate(client_unfinalized_metrics):
-    del client_unfinalized_metrics
-    return tff.federated_value(collections.OrderedDict(), tff.SERVER)
-
-  return aggregate
-
-
 def build_fedsmp_process(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
@@ -143,7 +124,8 @@ def build_fedsmp_process(
       data (`dataset.repeat(E)`), and so does the public training.
     metrics_aggregator: how the clients' training metrics are aggregated, as in
       `tff.learning.templates.build_model_delta_client_work`; None is TFF's
-      `sum_then_finalize` (released without noise); `no_client_metrics`
+      `sum_then_finalize` (released without noise);
+      `client_metrics.no_client_metrics`
       releases none.
 
   Returns:

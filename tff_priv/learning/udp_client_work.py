@@ -90,7 +90,7 @@ def build_udp_client_work(
     clip_norm: float,
     per_example_loss: PerExampleLoss,
     local_steps: int = 1,
-    report_train_loss: bool = False,
+    report_train_metrics: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
   """UDP client work: clipped per-example gradients, full-batch step(s).
 
@@ -124,12 +124,12 @@ def build_udp_client_work(
   `tff_priv.aggregators.GaussianUDPFactory` adds it on the client, so any
   tff.learning aggregator composes with this.
 
-  Measurements: `train/num_examples`, the examples of the round's clients
-  (the weights |D_i| the aggregator gets anyway; replace-one-example
-  adjacency does not change them, so they reveal nothing the guarantee
-  protects). With `report_train_loss=True` also `train/loss`, the clients'
-  mean loss at w^t: an exact statistic of their data, released WITHOUT
-  noise, which no DP event covers.
+  Measurements: `train`, empty by default: nothing about the clients leaves
+  them but their update (and its weight |D_i|, which replace-one-example
+  adjacency does not change). With `report_train_metrics=True`, `train/loss`
+  (the clients' mean loss at w^t) and `train/num_examples`: exact statistics
+  of the round's clients, released WITHOUT noise, which no DP event covers
+  (the example count also tells who was sampled).
 
   Args:
     model_fn: no-arg function returning a `tff.learning.models.VariableModel`
@@ -141,7 +141,8 @@ def build_udp_client_work(
       (e.g. `sparse_categorical_crossentropy()`).
     local_steps: full-batch steps per round; 1 is the paper's, the only one
       `udp_sensitivity` bounds.
-    report_train_loss: also release the clients' exact training loss (not
+    report_train_metrics: also release the clients' exact training loss and
+      example count (not
       private; off by default).
 
   Returns:
@@ -152,9 +153,10 @@ def build_udp_client_work(
   local_steps = validation.int_at_least('local_steps', local_steps, 1)
   if not callable(per_example_loss):
     raise TypeError('per_example_loss must be callable (y_true, y_pred)')
-  if not isinstance(report_train_loss, bool):
+  if not isinstance(report_train_metrics, bool):
     raise TypeError(
-        f'report_train_loss must be a bool, got {report_train_loss!r}'
+        'report_train_metrics must be a bool, got '
+        f'{report_train_metrics!r}'
     )
 
   with tf.Graph().as_default():
@@ -224,10 +226,10 @@ def build_udp_client_work(
 
   @tff.tensorflow.computation(np.float32, np.float32)
   def loss_summary(total_loss, total_examples):
-    summary = collections.OrderedDict(num_examples=total_examples)
-    if report_train_loss:
-      summary['loss'] = tf.math.divide_no_nan(total_loss, total_examples)
-    return summary
+    return collections.OrderedDict(
+        loss=tf.math.divide_no_nan(total_loss, total_examples),
+        num_examples=total_examples,
+    )
 
   @tff.federated_computation()
   def init_fn():
@@ -242,16 +244,14 @@ def build_udp_client_work(
     result, loss_sum, num_examples = tff.federated_map(
         client_update, (weights, client_data)
     )
-    total_examples = tff.federated_sum(num_examples)
-    if report_train_loss:
-      total_loss = tff.federated_sum(loss_sum)
-    else:  # The clients' losses never leave them.
-      total_loss = tff.federated_value(np.float32(0.0), tff.SERVER)
-    measurements = tff.federated_zip(
-        collections.OrderedDict(
-            train=tff.federated_map(loss_summary, (total_loss, total_examples)),
-        )
-    )
+    if report_train_metrics:
+      train = tff.federated_map(
+          loss_summary,
+          (tff.federated_sum(loss_sum), tff.federated_sum(num_examples)),
+      )
+    else:  # The clients' losses and counts never leave them.
+      train = tff.federated_value(collections.OrderedDict(), tff.SERVER)
+    measurements = tff.federated_zip(collections.OrderedDict(train=train))
     return tff.templates.MeasuredProcessOutput(state, result, measurements)
 
   return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)

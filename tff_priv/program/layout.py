@@ -11,6 +11,8 @@ One place for the file and column names that `training.py` writes and
     eval_metrics.csv    one row per evaluation of the centralized test set
     tensorboard/        tff.program.TensorBoardReleaseManager summaries
     summary.json        written when the run completes
+    privacy_ledger.json the ledgers after the last charged round, written
+                        (durably) before anything of that round is released
 """
 
 import os
@@ -21,6 +23,7 @@ TRAIN_CSV = 'train_metrics.csv'
 EVAL_CSV = 'eval_metrics.csv'
 TENSORBOARD = 'tensorboard'
 SUMMARY = 'summary.json'
+PRIVACY = 'privacy_ledger.json'
 CHECKPOINT_PREFIX = 'program_state_'
 
 # Columns both CSV files have (the key first).

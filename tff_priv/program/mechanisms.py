@@ -51,6 +51,7 @@ from tff_priv.aggregators import distortion
 from tff_priv.aggregators import gaussian_udp
 from tff_priv.aggregators import ldp_encode
 from tff_priv.aggregators import sparsified_secure_sum
+from tff_priv.learning import client_metrics
 from tff_priv.learning import crd
 from tff_priv.learning import fedsmp
 from tff_priv.learning import udp
@@ -81,15 +82,7 @@ DEFAULT_LDP_RADIUS = 0.05
 BYTES_PER_FLOAT32 = 4
 MASKS = sparsified_secure_sum.MASKS
 
-# The processes keep tff.learning's default metrics aggregation
-# (`sum_then_finalize`, or UDP's own sums), so the round metrics the program
-# logs are exact sums over the round's clients.
-CLIENT_METRICS_CAVEAT = (
-    "the clients' training metrics of each round (example counts and, but "
-    'for udp, summed loss and accuracy) and the number of clients of the '
-    'round reach the server without noise and are logged: eps covers the '
-    'model updates, not these statistics'
-)
+
 
 # The parameters each mechanism takes; any other one given is an error, so a
 # flag never silently does nothing.
@@ -462,8 +455,6 @@ def build(
       seed=seed,
       public_data=public_data,
   )
-  if name != 'none':
-    mech.caveats.append(CLIENT_METRICS_CAVEAT)
   return mech
 
 
@@ -509,6 +500,7 @@ def _build(
         client_optimizer_fn=client_optimizer_fn,
         server_optimizer_fn=server_optimizer_fn,
         model_aggregator=aggregator,
+        metrics_aggregator=client_metrics.no_client_metrics,
     )
 
   if name == 'none':
@@ -576,6 +568,7 @@ def _build(
           aggregator_factory=factory,
           server_optimizer_fn=server_optimizer_fn,
           public_data=public_data,
+          metrics_aggregator=client_metrics.no_client_metrics,
       )
     else:
       process = unweighted(factory)

@@ -237,12 +237,22 @@ def _finite_or_str(x):
   return x
 
 
-def _write_json(path: str, value) -> None:
+def _write_json(path: str, value, durable: bool = False) -> None:
+  """Writes `value` atomically; `durable`: on disk before this returns."""
   tmp = f'{path}.tmp{os.getpid()}'
   with open(tmp, 'w') as f:
     json.dump(_finite_or_str(value), f, indent=2, sort_keys=True)
     f.write('\n')
+    if durable:
+      f.flush()
+      os.fsync(f.fileno())
   os.replace(tmp, path)
+  if durable:
+    fd = os.open(os.path.dirname(path) or '.', os.O_RDONLY)
+    try:
+      os.fsync(fd)
+    finally:
+      os.close(fd)
 
 
 def _with_defaults(found: dict[str, Any]) -> dict[str, Any]:
@@ -336,6 +346,15 @@ def _program_state(
       wall_seconds=np.float64(wall_seconds),
       sessions=json.dumps(sessions),
   )
+
+
+def _read_privacy(root_output_dir: str) -> Optional[dict[str, Any]]:
+  """The write-ahead ledgers (`layout.PRIVACY`), None before the first round."""
+  path = layout.path(root_output_dir, layout.PRIVACY)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
 
 
 def _text(value) -> str:
@@ -488,6 +507,7 @@ async def _run(
   prepare_output_dir(root_output_dir, config)
   process = mechanism.process
   delta = mechanism.params.delta
+  private = mechanism.guarantee is not None
 
   evaluation = tff.learning.algorithms.build_fed_eval(task.model_fn)
   test_data = task.datasets.get_centralized_test_data()
@@ -545,6 +565,16 @@ async def _run(
     train_state = loaded['train_state']
     start_round = int(loaded['round_num'])
     privacy.restore(_text(loaded['ledger']))
+    # Rounds released after this checkpoint were charged first (write-ahead):
+    # their charges stay, and the rounds run again are charged again.
+    written = _read_privacy(root_output_dir)
+    if written is not None and written['round'] > start_round:
+      privacy.restore(json.dumps(written['privacy']))
+      logging.warning(
+          'Rounds %d-%d were released after the last checkpoint: they stay '
+          'charged, and run again (charged again)',
+          start_round + 1, written['round'],
+      )
     best_accuracy = float(loaded['best_test_accuracy'])
     best_round = int(loaded['best_round'])
     uplink_bytes = int(loaded['uplink_bytes'])
@@ -601,19 +631,31 @@ async def _run(
       planned_event = released
       eps = privacy.analyst_epsilon()
       server_eps = privacy.server_epsilon()
-      round_bytes = len(chosen) * mechanism.upload_bytes_per_client(metrics)
+      # Write-ahead: the charge is on disk before anything of the round is
+      # released, so a crash at any point can only over-count.
+      _write_json(
+          layout.path(root_output_dir, layout.PRIVACY),
+          {'round': round_num, 'privacy': json.loads(privacy.to_json())},
+          durable=True,
+      )
+      if private:
+        # Public quantities only: the configured K, the nominal upload size.
+        round_bytes = (
+            config.clients_per_round * mechanism.upload_bytes_per_client(None)
+        )
+      else:
+        round_bytes = len(chosen) * mechanism.upload_bytes_per_client(metrics)
       uplink_bytes += round_bytes
-      row = collections.OrderedDict([
-          ('clients', len(chosen)),
-          (layout.RDP_EPSILON, eps),
-      ])
+      row = collections.OrderedDict([(layout.RDP_EPSILON, eps)])
       if server_eps is not None:
         row[layout.SERVER_EPSILON] = server_eps
-      row.update([
-          ('delta', delta),
-          ('uplink_bytes', round_bytes),
-          ('round_seconds', time.monotonic() - round_start),
-      ])
+      row.update([('delta', delta), ('uplink_bytes', round_bytes)])
+      if not private:
+        # Who took part and how long it took depend on who was sampled.
+        row.update([
+            ('clients', len(chosen)),
+            ('round_seconds', time.monotonic() - round_start),
+        ])
       if metrics is not None:
         row.update(metrics)
       releases = [
@@ -749,6 +791,10 @@ def _summary(
           'total': uplink_bytes,
           'per_client_per_round': mechanism.upload_bytes_per_client(None),
       },
-      'wall_time_seconds': wall_seconds,
+      # How long the rounds took depends on the sampled clients' data: only
+      # a non-private run writes it.
+      'wall_time_seconds': (
+          wall_seconds if mechanism.guarantee is None else None
+      ),
       'sessions': [{'start_round': r} for r in sessions],
   }
