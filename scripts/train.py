@@ -15,14 +15,22 @@ state, CSV / TensorBoard releases, the summary. Run from the repository root:
 Started again with the same --root_output_dir, a run resumes at its last
 checkpoint with its privacy ledger; a different configuration there is
 refused. Writes <root_output_dir>/summary.json at the end and prints its path.
-Exit status 2 with one line on stderr for bad flags.
+Exit status 2 with one line on stderr for bad flags or a refused directory
+(another configuration, another run using it); SIGINT/SIGTERM end the run
+with one line saying how to resume (exit 128 + the signal); an unwritable
+directory ends it with one line (exit 1). Quiet by default: a progress bar on
+a terminal, one line per round otherwise; --verbose shows TF's and the
+program's logs.
 """
 
 import os
+import signal
 import sys
 
-# TensorFlow's C++ INFO lines drown the program's own output.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# TensorFlow's C++ and Python warnings drown the program's own output.
+_VERBOSE_ARGV = '--verbose' in sys.argv
+if not _VERBOSE_ARGV:
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import app
@@ -187,11 +195,27 @@ _KEEP_CHECKPOINTS = flags.DEFINE_integer(
     'keep_checkpoints', 3, 'Program states kept on disk.'
 )
 _PROGRESS = flags.DEFINE_bool(
-    'progress', True, 'Progress bar (only when stderr is a terminal).'
+    'progress', True,
+    'Progress on stderr: a bar on a terminal, one line per round otherwise.',
+)
+_VERBOSE = flags.DEFINE_bool(
+    'verbose', False, "TF's and the program's logs (quiet by default)."
 )
 
 
 _CLI = cli.Cli('train.py')
+_received = []  # The signal that stopped the run, if any.
+
+
+class _Stopped(Exception):
+  """Raised in the main thread by SIGINT / SIGTERM."""
+
+
+def _on_signal(signum, frame):
+  del frame
+  if not _received:
+    _received.append(signum)
+    raise _Stopped(signum)
 _fail = _CLI.fail
 _parse_flags = _CLI.parse_flags
 
@@ -251,14 +275,16 @@ def main(argv):
   except (ValueError, TypeError) as e:
     _fail(str(e))
   root = _ROOT_OUTPUT_DIR.value or f'output/{config.task}_{config.mechanism}'
-  if (
-      _PROGRESS.value
-      and sys.stderr.isatty()
-      and not flags.FLAGS['verbosity'].present
-  ):
-    # The bar shows the round's metrics; the per-round INFO log (the
-    # LoggingReleaseManager) would break it: back with --verbosity=0.
-    logging.set_verbosity(logging.WARNING)
+  if not (_VERBOSE.value or flags.FLAGS['verbosity'].present):
+    # The per-round INFO log (the LoggingReleaseManager) and TF's Python
+    # warnings: back with --verbose.
+    logging.set_verbosity(logging.ERROR)
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.get_logger().setLevel('ERROR')
+  # Before the runtime's own handlers, which stop the TFF worker and then
+  # call these.
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, _on_signal)
   runtime.set_context()
   try:
     summary = training.run(
@@ -271,6 +297,20 @@ def main(argv):
     )
   except training.ConfigError as e:
     _fail(str(e))
+  except BaseException as e:  # pylint: disable=broad-except
+    if _received:
+      name = signal.Signals(_received[0]).name
+      print(
+          f'train.py: stopped by {name}; the checkpoints and the privacy '
+          f'ledger in {root} are kept: run the same command to resume',
+          file=sys.stderr,
+      )
+      sys.exit(128 + _received[0])
+    if isinstance(e, OSError) and e.filename is not None:
+      print(f'train.py: error: cannot use {e.filename}: {e.strerror}',
+            file=sys.stderr)
+      sys.exit(1)
+    raise
   privacy = summary['privacy']
   guarantees = ' '.join(
       f"{g['adversary']}_epsilon={g['epsilon']}" for g in privacy['guarantees']

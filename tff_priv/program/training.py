@@ -53,6 +53,7 @@ may not (with `epsilon` it sets the calibrated noise).
 import asyncio
 import collections
 import dataclasses
+import fcntl
 import json
 import math
 import os
@@ -299,8 +300,14 @@ def prepare_output_dir(
   wanted = {'format': layout.CONFIG_FORMAT, **config.to_dict()}
   wanted = json.loads(json.dumps(_finite_or_str(wanted)))
   if os.path.exists(config_path):
-    with open(config_path) as f:
-      found = _with_defaults(json.load(f))
+    try:
+      with open(config_path) as f:
+        found = _with_defaults(json.load(f))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise ConfigError(
+          f'{config_path} is not a readable run configuration ({e}); use '
+          'another root_output_dir'
+      ) from e
     if found != wanted:
       keys = sorted(
           k
@@ -348,6 +355,67 @@ def _program_state(
   )
 
 
+_LOCK = '.lock'
+_held_locks = []  # Open lock files of the runs in progress.
+
+
+def _lock(root_output_dir: str) -> None:
+  """Takes the run directory's exclusive lock, or refuses in one line.
+
+  Raises:
+    ConfigError: another process holds it (its pid is named).
+  """
+  path = os.path.join(root_output_dir, _LOCK)
+  f = open(path, 'a+')  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError as e:
+    f.seek(0)
+    holder = f.read().strip() or 'unknown'
+    f.close()
+    raise ConfigError(
+        f'{root_output_dir} is in use by another run (pid {holder}); wait '
+        'for it to end or use another root_output_dir'
+    ) from e
+  f.seek(0)
+  f.truncate()
+  f.write(f'{os.getpid()}\n')
+  f.flush()
+  _held_locks.append(f)
+
+
+def _release_locks() -> None:
+  while _held_locks:
+    _held_locks.pop().close()  # Closing the file releases its flock.
+
+
+async def _load_intact(state_manager, template, checkpoint_dir):
+  """The newest checkpoint that loads; older ones when the newest are broken.
+
+  A checkpoint cut short or corrupted (a crash while saving, a bad disk)
+  is moved aside (`corrupt_<name>`) with a one-line warning, so the run can
+  save that round again; the write-ahead ledger still holds the charges of
+  every round released after the checkpoint used.
+  """
+  versions = await state_manager.get_versions() or []
+  for version in sorted(versions, reverse=True):
+    try:
+      return await state_manager.load(version, template), version
+    except Exception as e:  # pylint: disable=broad-except
+      reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+      name = f'{layout.CHECKPOINT_PREFIX}{version}'
+      os.replace(
+          os.path.join(checkpoint_dir, name),
+          os.path.join(checkpoint_dir, f'corrupt_{name}'),
+      )
+      print(
+          f'tff_priv: checkpoint {version} is unreadable ({reason}); set '
+          'aside, trying an older one',
+          file=sys.stderr,
+      )
+  return None, None
+
+
 def _read_privacy(root_output_dir: str) -> Optional[dict[str, Any]]:
   """The write-ahead ledgers (`layout.PRIVACY`), None before the first round."""
   path = layout.path(root_output_dir, layout.PRIVACY)
@@ -362,23 +430,35 @@ def _text(value) -> str:
 
 
 class _Progress:
-  """A tqdm bar per round, quiet unless asked for and stderr is a terminal."""
+  """Per-round progress on stderr: a tqdm bar on a terminal, else one line.
+
+  Shows public values only (the round, eps, the test accuracy of the
+  released model, and the clients' training metrics where a run releases
+  them).
+  """
 
   def __init__(self, enabled: bool, total: int, initial: int):
+    self._tty = sys.stderr.isatty()
+    self._enabled = enabled
+    self._total = total
+    self._round = initial
     self._bar = tqdm.tqdm(
         total=total,
         initial=initial,
         unit='round',
-        disable=not (enabled and sys.stderr.isatty()),
+        disable=not (enabled and self._tty),
         file=sys.stderr,
         dynamic_ncols=True,
     )
 
   def update(self, **postfix):
-    self._bar.set_postfix(
-        {k: f'{v:.4g}' for k, v in postfix.items() if v is not None},
-        refresh=False,
-    )
+    shown = {k: f'{v:.4g}' for k, v in postfix.items() if v is not None}
+    self._round += 1
+    if self._enabled and not self._tty:
+      values = ' '.join(f'{k}={v}' for k, v in shown.items())
+      print(f'round {self._round}/{self._total} {values}', file=sys.stderr,
+            flush=True)
+    self._bar.set_postfix(shown, refresh=False)
     self._bar.update(1)
 
   def close(self):
@@ -430,17 +510,20 @@ def run(
   )
   if stop_after_round is not None:
     validation.int_at_least('stop_after_round', stop_after_round, 1)
-  return asyncio.run(
-      _run(
-          config,
-          root_output_dir,
-          checkpoint_every=checkpoint_every,
-          keep_checkpoints=keep_checkpoints,
-          progress=progress,
-          cache_dir=cache_dir,
-          stop_after_round=stop_after_round,
-      )
-  )
+  try:
+    return asyncio.run(
+        _run(
+            config,
+            root_output_dir,
+            checkpoint_every=checkpoint_every,
+            keep_checkpoints=keep_checkpoints,
+            progress=progress,
+            cache_dir=cache_dir,
+            stop_after_round=stop_after_round,
+        )
+    )
+  finally:
+    _release_locks()
 
 
 async def _run(
@@ -505,6 +588,7 @@ async def _run(
   except ValueError as e:
     raise ConfigError(str(e)) from e
   prepare_output_dir(root_output_dir, config)
+  _lock(root_output_dir)
   process = mechanism.process
   delta = mechanism.params.delta
   private = mechanism.guarantee is not None
@@ -549,7 +633,9 @@ async def _run(
   template = _program_state(
       initial_state, 0, privacy.to_json(), _NO_ACCURACY, 0, 0, 0.0, []
   )
-  loaded, version = await state_manager.load_latest(template)
+  loaded, version = await _load_intact(
+      state_manager, template, layout.path(root_output_dir, layout.CHECKPOINTS)
+  )
   if loaded is None:
     train_state, start_round = initial_state, 0
     best_accuracy, best_round, uplink_bytes, wall_before = _NO_ACCURACY, 0, 0, 0.0
@@ -703,6 +789,7 @@ async def _run(
           acc=train.get(train_accuracy_key) if train_accuracy_key else None,
           test_acc=last_accuracy,
           eps=eps,
+          server_eps=server_eps,
       )
       if stop_after_round is not None and round_num >= stop_after_round:
         if round_num < config.total_rounds:
