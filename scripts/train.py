@@ -99,7 +99,12 @@ _SERVER_LR = flags.DEFINE_float(
     'Server learning rate.',
 )
 _SEED = flags.DEFINE_integer(
-    'seed', _DEFAULTS.seed, 'Seed of the split, client sampling, model init.'
+    'seed', _DEFAULTS.seed, 'Seed of the data split, model init, smp masks.'
+)
+_SAMPLING_SEED = flags.DEFINE_integer(
+    'sampling_seed', None,
+    'Seeds who is sampled (default: a secret seed drawn at the first start; '
+    'a given one is written to config.json, so the draws are then known).',
 )
 
 # Mechanism and its parameters (a parameter the mechanism does not take is
@@ -258,6 +263,7 @@ def _config() -> training.RunConfig:
       eval_every=_EVAL_EVERY.value,
       seed=_SEED.value,
       server_budget=_SERVER_BUDGET.value,
+      sampling_seed=_SAMPLING_SEED.value,
   )
 
 
@@ -305,7 +311,12 @@ def main(argv):
           f'ledger in {root} are kept: run the same command to resume',
           file=sys.stderr,
       )
-      sys.exit(128 + _received[0])
+      # The interrupted TF/TFF objects fail noisily in interpreter teardown:
+      # stop the worker and leave without it (everything is on disk).
+      runtime.stop_workers()
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(128 + _received[0])  # pylint: disable=protected-access
     if isinstance(e, OSError) and e.filename is not None:
       print(f'train.py: error: cannot use {e.filename}: {e.strerror}',
             file=sys.stderr)

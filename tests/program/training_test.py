@@ -212,6 +212,13 @@ class RunTest(_TempDirTestCase):
     charged = [1, 2, 3, 3, 4]
     self.assertEqual(ledger.num_releases, len(charged))
     draws = sampling_lib.ClientSampling('fixed', 10, 2)
+    # The sampling seed is secret: kept in the write-ahead ledger and the
+    # checkpoints, not in anything released.
+    with open(layout.path(root, layout.PRIVACY)) as f:
+      sampling_seed = json.load(f)['sampling_seed']
+    with open(layout.path(root, layout.CONFIG)) as f:
+      self.assertIsNone(json.load(f)['sampling_seed'])
+    self.assertNotIn(str(sampling_seed), json.dumps(summary))
 
     def composed(rounds):
       if not rounds:
@@ -223,7 +230,7 @@ class RunTest(_TempDirTestCase):
     def after(releases):
       taken = collections.Counter()
       for r in releases:
-        taken.update(draws.sample_indices(config.seed, r).tolist())
+        taken.update(draws.sample_indices(sampling_seed, r).tolist())
       worst = composed(max(taken.values()))
       return min(composed(len(releases)), worst), worst, taken
 

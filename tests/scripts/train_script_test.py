@@ -57,6 +57,9 @@ _DIGITS_PARAMETERS = 8 * 8 * 256 + 256 + 256 * 10 + 10  # tasks.models.mlp
 _COMMON = (
     '--task=digits', f'--clients_per_round={_K}', '--batch_size=20',
     '--client_learning_rate=0.1', '--eval_every=1', '--noprogress',
+    # Reproducible draws for the checks below (by default the sampling seed
+    # is secret).
+    '--sampling_seed=0',
 )
 
 
@@ -98,7 +101,7 @@ _MECHANISM_FLAGS = {
     # Also the kill test's configuration and uninterrupted reference. The
     # later --eval_every and --total_rounds win over _COMMON's and the 2.
     'smp': ('--noise_multiplier=0.8', '--compression=0.2',
-            f'--seed={_SMP_SEED}', f'--total_rounds={_SMP_ROUNDS}',
+            f'--sampling_seed={_SMP_SEED}', f'--total_rounds={_SMP_ROUNDS}',
             f'--eval_every={_SMP_ROUNDS}'),
     # Fed-SMP's top_k mask: 2 public clients held out, K of the other 8.
     'smp_top_k': ('--noise_multiplier=0.8', '--compression=0.01',
@@ -279,7 +282,7 @@ class TrainScriptTest(tf.test.TestCase):
     )
     # Only a non-private run writes who took part and how long it took.
     kind = summary['sampling']['model']
-    seed = summary['parameters']['seed']
+    seed = summary['parameters']['sampling_seed']
     draw = sampling.ClientSampling(kind, num_clients, _K)
     if mechanism == 'none':
       self.assertEqual(
@@ -413,7 +416,7 @@ class TrainScriptTest(tf.test.TestCase):
             0.8, sampling_probability=q, count=2)),
     )
     draw = sampling.ClientSampling('poisson', private, _K)
-    seed = summary['parameters']['seed']
+    seed = summary['parameters']['sampling_seed']
     self.assertTrue(any(len(draw.sample_indices(seed, t)) for t in (1, 2)))
     for t, row in enumerate(rows, start=1):
       if len(draw.sample_indices(seed, t)):

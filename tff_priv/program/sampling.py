@@ -17,9 +17,10 @@ charged with the same description (`ledger_kwargs`):
 
 Round t's draw depends only on (seed, t): numpy's generator seeded with the
 sequence [seed, t]. A run resumed from a checkpoint therefore samples exactly
-the clients the uninterrupted run would have sampled. (The seed is in the
-run's config.json: whoever reads it can recompute who was sampled, which the
-amplification by sampling assumes hidden from the analyst.)
+the clients the uninterrupted run would have sampled. The training program
+draws the seed from the operating system and keeps it out of everything it
+releases: whoever knows it can recompute who was sampled, which the
+amplification by sampling assumes hidden from the analyst.
 """
 
 import dataclasses

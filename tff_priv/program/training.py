@@ -4,8 +4,11 @@
 `config.total_rounds` rounds and writes the run directory described in
 `layout.py`. Each round:
 
-1. draws its clients (`sampling.ClientSampling`, seeded by (seed, round), so a
-   resumed run draws what the uninterrupted run would have; with smp's top_k
+1. draws its clients (`sampling.ClientSampling`, seeded by (sampling seed,
+   round): the sampling seed is drawn from the operating system at the first
+   start and kept in the checkpoints only, so the released outputs do not
+   tell who was sampled, and a resumed run draws what the uninterrupted run
+   would have; with smp's top_k
    mask the first `public_clients` clients are the server's public set D_pub
    and are never drawn);
 2. runs the mechanism's `LearningProcess.next` (skipped when Poisson sampling
@@ -57,6 +60,7 @@ import fcntl
 import json
 import math
 import os
+import secrets
 import sys
 import time
 from typing import Any, Optional
@@ -111,6 +115,11 @@ class RunConfig:
     server_budget: the budget filter's eps: a client whose eps against the
       server would exceed it is left out of the round (mechanisms private
       against the server only; None: no filter).
+    sampling_seed: seeds who is sampled. None (default): drawn from the
+      operating system at the first start and kept only in the checkpoints
+      and the write-ahead ledger, so that the released outputs do not tell
+      who was sampled, as the amplification by sampling assumes. Given: the
+      draws are reproducible, and whoever reads config.json knows them.
   """
 
   task: str = 'mnist5k'
@@ -128,6 +137,7 @@ class RunConfig:
   eval_every: int = 5
   seed: int = 0
   server_budget: Optional[float] = None
+  sampling_seed: Optional[int] = None
 
   def validate(self) -> 'RunConfig':
     """Checks every field (without loading data); params resolved.
@@ -149,6 +159,8 @@ class RunConfig:
     validation.int_at_least('total_rounds', self.total_rounds, 1)
     validation.int_at_least('eval_every', self.eval_every, 1)
     validation.int_at_least('seed', self.seed, 0)
+    if self.sampling_seed is not None:
+      validation.int_at_least('sampling_seed', self.sampling_seed, 0)
     validation.one_of('client_optimizer', self.client_optimizer, OPTIMIZERS)
     validation.one_of('server_optimizer', self.server_optimizer, OPTIMIZERS)
     validation.positive('client_learning_rate', self.client_learning_rate)
@@ -342,11 +354,13 @@ def _program_state(
     uplink_bytes: int,
     wall_seconds: float,
     sessions: list[int],
+    sampling_seed: int,
 ):
   return collections.OrderedDict(
       train_state=train_state,
       round_num=np.int64(round_num),
       ledger=ledger,
+      sampling_seed=np.int64(sampling_seed),
       best_test_accuracy=np.float64(best_accuracy),
       best_round=np.int64(best_round),
       uplink_bytes=np.int64(uplink_bytes),
@@ -631,7 +645,7 @@ async def _run(
     )
 
   template = _program_state(
-      initial_state, 0, privacy.to_json(), _NO_ACCURACY, 0, 0, 0.0, []
+      initial_state, 0, privacy.to_json(), _NO_ACCURACY, 0, 0, 0.0, [], 0
   )
   loaded, version = await _load_intact(
       state_manager, template, layout.path(root_output_dir, layout.CHECKPOINTS)
@@ -640,16 +654,20 @@ async def _run(
     train_state, start_round = initial_state, 0
     best_accuracy, best_round, uplink_bytes, wall_before = _NO_ACCURACY, 0, 0, 0.0
     sessions = [0]
+    sampling_seed = config.sampling_seed
+    if sampling_seed is None:
+      sampling_seed = secrets.randbits(62)
     await state_manager.save(
         _program_state(
             train_state, 0, privacy.to_json(), best_accuracy, 0, 0, 0.0,
-            sessions,
+            sessions, sampling_seed,
         ),
         version=0,
     )
   else:
     train_state = loaded['train_state']
     start_round = int(loaded['round_num'])
+    sampling_seed = int(loaded['sampling_seed'])
     privacy.restore(_text(loaded['ledger']))
     # Rounds released after this checkpoint were charged first (write-ahead):
     # their charges stay, and the rounds run again are charged again.
@@ -694,7 +712,7 @@ async def _run(
     for round_num in range(start_round + 1, config.total_rounds + 1):
       round_start = time.monotonic()
       chosen = privacy.admit(
-          client_sampling.sample(client_ids, config.seed, round_num),
+          client_sampling.sample(client_ids, sampling_seed, round_num),
           planned_event,
       )
       if chosen:
@@ -721,7 +739,11 @@ async def _run(
       # released, so a crash at any point can only over-count.
       _write_json(
           layout.path(root_output_dir, layout.PRIVACY),
-          {'round': round_num, 'privacy': json.loads(privacy.to_json())},
+          {
+              'round': round_num,
+              'sampling_seed': sampling_seed,
+              'privacy': json.loads(privacy.to_json()),
+          },
           durable=True,
       )
       if private:
@@ -779,6 +801,7 @@ async def _run(
                 uplink_bytes,
                 wall_before + time.monotonic() - session_start,
                 sessions,
+                sampling_seed,
             ),
             version=round_num,
         )
@@ -871,7 +894,13 @@ def _summary(
               'releases': accounted['releases'],
           },
           'closed_form': closed_form,
-          'caveats': mechanism.caveats,
+          'caveats': mechanism.caveats + (
+              ['sampling_seed was given: whoever reads config.json can '
+               'recompute who was sampled in every round, and the amplified '
+               'analyst figure assumes that unknown']
+              if config.sampling_seed is not None and mechanism.guarantee
+              else []
+          ),
           'ledger': json.loads(ledger.to_json()),
       },
       'uplink_bytes': {
