@@ -26,6 +26,12 @@ _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', 'output', 'Where the PNG files are written.'
 )
 
+_JOIN_RUNS = flags.DEFINE_bool(
+    'join_runs', False,
+    'Join the last points of the runs of each mechanism into a curve (for '
+    'runs that differ only in their target eps).',
+)
+
 ROUND_PNG = 'accuracy_vs_round.png'
 EPSILON_PNG = 'accuracy_vs_epsilon.png'
 
@@ -46,7 +52,12 @@ def main(argv):
     _fail(str(e))
   outputs = (
       (plotting.plot_accuracy_vs_round, ROUND_PNG),
-      (plotting.plot_accuracy_vs_epsilon, EPSILON_PNG),
+      (
+          lambda r, p: plotting.plot_accuracy_vs_epsilon(
+              r, p, join_runs=_JOIN_RUNS.value
+          ),
+          EPSILON_PNG,
+      ),
   )
   for plot, name in outputs:
     path = os.path.join(_OUTPUT_DIR.value, name)

@@ -93,6 +93,38 @@ class PlottingTest(tf.test.TestCase):
       self.assertGreater(width, 300)
       self.assertGreater(height, 200)
 
+  def test_units_in_separate_panels_and_runs_joined_only_when_asked(self):
+    runs = []
+    for i, (mechanism, eps) in enumerate(
+        [('smp', 1.0), ('smp', 4.0), ('udp', 2.0), ('none', 'inf')]
+    ):
+      root = os.path.join(self.tmp, f'run{i}')
+      rows = [(r, 0.1 * r, eps if eps == 'inf' else eps * r / 3)
+              for r in (1, 2, 3)]
+      params = {} if eps == 'inf' else {'epsilon': eps}
+      write_run(root, mechanism, rows, params=params)
+      runs.append(plotting.load_run(root))
+    self.assertEqual(
+        [r.unit for r in runs], ['client', 'client', 'example', None]
+    )
+    path = os.path.join(self.tmp, 'e.png')
+    for join in (False, True):
+      fig = plotting.plot_accuracy_vs_epsilon(runs, path, join_runs=join)
+      client, example = fig.axes
+      self.assertEqual(client.get_title(), 'unit: client')
+      self.assertEqual(example.get_title(), 'unit: one example')
+      labels = [l.get_label() for l in client.get_lines()]
+      # Each run is labelled by its parameters, in its own colour; the
+      # non-private run is a dashed line in every panel.
+      self.assertIn('smp eps=1', labels)
+      self.assertIn('smp eps=4', labels)
+      self.assertNotIn('udp eps=2', labels)
+      self.assertIn('none (eps = inf)', labels)
+      self.assertEqual('smp: runs joined' in labels, join)
+      colours = {l.get_color() for l in client.get_lines()
+                 if l.get_label().startswith('smp eps')}
+      self.assertLen(colours, 2)
+
   def test_no_runs(self):
     with self.assertRaisesRegex(ValueError, 'runs'):
       plotting.plot_accuracy_vs_round([], os.path.join(self.tmp, 'x.png'))

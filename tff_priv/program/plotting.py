@@ -7,14 +7,16 @@ Draws with matplotlib's object API on the Agg canvas (no pyplot, no global
 backend), so it works without a display and imports no TensorFlow.
 
 * `plot_accuracy_vs_round`: one line per run.
-* `plot_accuracy_vs_epsilon`: the privacy-utility curves. Each run's eval rows
-  give (eps spent so far, test accuracy) after every evaluation: a thin line
-  per run, its last point marked. Runs of the same mechanism share a colour
-  and their last points are joined, sorted by eps, which is the usual
-  "accuracy at a budget" curve when the runs differ in their target eps. A run
-  whose eps is infinite (mechanism 'none', a non-private release) has no
-  place on the eps axis and is drawn as a horizontal dashed line at its
-  accuracy.
+* `plot_accuracy_vs_epsilon`: privacy vs utility. Each run's eval rows give
+  (the analyst's eps spent so far, test accuracy) after every evaluation: a
+  line per run, its last point marked, labelled by mechanism and parameters.
+  Guarantees of different units (one example of a client, a whole client)
+  are not comparable and go to separate panels. Separate runs are joined
+  into a curve only when asked (`join_runs=True`: the last points of the
+  runs of one mechanism, sorted by eps, for runs that differ only in their
+  target eps). A run whose eps is infinite (a non-private release) has no
+  place on the eps axis: a horizontal dashed line at its accuracy, in every
+  panel.
 """
 
 import collections
@@ -42,8 +44,9 @@ class Run:
     label: the legend text.
     rounds: evaluated rounds, increasing.
     test_accuracy: test accuracy at those rounds.
-    epsilon: eps spent (RDP accountant) up to those rounds.
+    epsilon: the analyst's eps spent up to those rounds.
     summary: summary.json, or None if the run has not completed.
+    unit: whom the eps protects ('example', 'client'), None if not private.
   """
 
   directory: str
@@ -54,6 +57,7 @@ class Run:
   test_accuracy: list[float]
   epsilon: list[float]
   summary: Optional[dict]
+  unit: Optional[str] = None
 
 
 def _float(text: str) -> float:
@@ -74,6 +78,18 @@ def _label(config: dict, summary: Optional[dict]) -> str:
   if summary is None:
     parts.append('(incomplete)')
   return ' '.join(parts)
+
+
+# Whom each mechanism's eps protects, for runs without a summary yet.
+_UNITS = {'none': None, 'udp': 'example'}
+
+
+def _unit(config: dict, summary: Optional[dict]) -> Optional[str]:
+  if summary is not None:
+    guarantees = summary.get('privacy', {}).get('guarantees')
+    if guarantees and guarantees[0].get('epsilon') != 'inf':
+      return guarantees[0].get('unit')
+  return _UNITS.get(config.get('mechanism'), 'client')
 
 
 def load_run(directory: str) -> Run:
@@ -112,6 +128,7 @@ def load_run(directory: str) -> Run:
       test_accuracy=[r[1] for r in rows],
       epsilon=[r[2] for r in rows],
       summary=summary,
+      unit=_unit(config, summary),
   )
 
 
@@ -121,25 +138,19 @@ def _save(fig: figure.Figure, path: str) -> None:
   fig.savefig(path, dpi=120, bbox_inches='tight')
 
 
-def _colors(runs: Sequence[Run]) -> dict[str, str]:
-  mechanisms = sorted({r.mechanism for r in runs})
-  return {m: f'C{i % 10}' for i, m in enumerate(mechanisms)}
-
-
 def plot_accuracy_vs_round(runs: Sequence[Run], path: str) -> None:
   """Test accuracy after each evaluated round, one line per run, as a PNG."""
   if not runs:
     raise ValueError('runs must not be empty')
-  colors = _colors(runs)
   fig = figure.Figure(figsize=(7, 4.5))
   ax = fig.add_subplot()
-  for run in runs:
+  for i, run in enumerate(runs):
     ax.plot(
         run.rounds,
         run.test_accuracy,
         marker='o',
         markersize=3,
-        color=colors[run.mechanism],
+        color=f'C{i % 10}',  # One colour per run, labelled by its parameters.
         label=run.label,
     )
   ax.set_xlabel('round')
@@ -150,53 +161,67 @@ def plot_accuracy_vs_round(runs: Sequence[Run], path: str) -> None:
   _save(fig, path)
 
 
-def plot_accuracy_vs_epsilon(runs: Sequence[Run], path: str) -> None:
-  """Privacy-utility curves: test accuracy vs eps spent, as a PNG."""
+def plot_accuracy_vs_epsilon(
+    runs: Sequence[Run], path: str, join_runs: bool = False
+) -> figure.Figure:
+  """Privacy vs utility: test accuracy vs the analyst's eps, as a PNG.
+
+  Args:
+    runs: the runs.
+    path: the PNG to write.
+    join_runs: also join the last points of the runs of each mechanism.
+
+  Returns:
+    The figure written (one panel per unit).
+  """
   if not runs:
     raise ValueError('runs must not be empty')
-  colors = _colors(runs)
-  fig = figure.Figure(figsize=(7, 4.5))
-  ax = fig.add_subplot()
-  last_points = collections.defaultdict(list)
+  units = sorted({r.unit for r in runs if r.unit is not None}) or ['client']
+  fig = figure.Figure(figsize=(6.5 * len(units), 4.5))
+  axes = fig.subplots(1, len(units), squeeze=False)[0]
   delta = None
-  for run in runs:
-    if run.summary is not None:
-      delta = run.summary.get('privacy', {}).get('delta', delta)
-    finite = [
-        (e, a)
-        for e, a in zip(run.epsilon, run.test_accuracy)
-        if math.isfinite(e) and e > 0 and not math.isnan(a)
-    ]
-    color = colors[run.mechanism]
-    if not finite:
-      if run.test_accuracy:
-        ax.axhline(
-            run.test_accuracy[-1],
-            color=color,
-            linestyle='--',
-            label=f'{run.label} (eps = inf)',
-        )
-      continue
-    eps, acc = zip(*finite)
-    ax.plot(eps, acc, color=color, alpha=0.35, linewidth=1)
-    ax.plot(eps[-1], acc[-1], 'o', color=color)
-    last_points[run.mechanism].append((eps[-1], acc[-1]))
-  for mechanism, points in sorted(last_points.items()):
-    points.sort()
-    ax.plot(
-        [p[0] for p in points],
-        [p[1] for p in points],
-        '-o',
-        color=colors[mechanism],
-        label=mechanism,
+  for ax, unit in zip(axes, units):
+    last_points = collections.defaultdict(list)
+    for i, run in enumerate(runs):
+      if run.summary is not None:
+        delta = run.summary.get('privacy', {}).get('delta', delta)
+      color = f'C{i % 10}'
+      finite = [
+          (e, a)
+          for e, a in zip(run.epsilon, run.test_accuracy)
+          if math.isfinite(e) and e > 0 and not math.isnan(a)
+      ]
+      if not finite:
+        if run.test_accuracy:
+          ax.axhline(
+              run.test_accuracy[-1],
+              color=color,
+              linestyle='--',
+              label=f'{run.label} (eps = inf)',
+          )
+        continue
+      if run.unit != unit:
+        continue
+      eps, acc = zip(*finite)
+      ax.plot(eps, acc, color=color, linewidth=1, label=run.label)
+      ax.plot(eps[-1], acc[-1], 'o', color=color)
+      last_points[run.mechanism].append((eps[-1], acc[-1]))
+    if join_runs:
+      for mechanism, points in sorted(last_points.items()):
+        if len(points) > 1:
+          points.sort()
+          ax.plot(
+              [p[0] for p in points], [p[1] for p in points], ':',
+              color='0.4', label=f'{mechanism}: runs joined',
+          )
+    ax.set_xscale('log')
+    ax.set_xlabel(
+        "analyst's eps spent"
+        + (f', delta = {delta:g}' if delta is not None else '')
     )
-  ax.set_xscale('log')
-  ax.set_xlabel(
-      'eps spent (RDP accountant)'
-      + (f', delta = {delta:g}' if delta is not None else '')
-  )
-  ax.set_ylabel('test accuracy')
-  ax.set_title('privacy vs utility (thin lines: a run over its rounds)')
-  ax.grid(True, which='both', alpha=0.3)
-  ax.legend(fontsize='small')
+    ax.set_ylabel('test accuracy')
+    ax.set_title(f'unit: one {unit}' if unit == 'example' else f'unit: {unit}')
+    ax.grid(True, which='both', alpha=0.3)
+    ax.legend(fontsize='small')
   _save(fig, path)
+  return fig
