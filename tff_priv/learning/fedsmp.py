@@ -43,18 +43,15 @@ Guarantee: that of the factory, per round, for the model update: a Gaussian
 mechanism of sensitivity C and noise multiplier sigma, whose DpEvent is in
 `state.aggregator` (`PrivacyLedger.record_round(state.aggregator, ...)`
 charges it with the sampling rate; this module does no accounting). The mask
-adds nothing
-(public inputs only). NOT covered: the clients' training metrics, which TFF
-aggregates with `metrics_aggregator` (default `tff.learning.metrics.
-sum_then_finalize`: a plain, un-noised sum of the clients' loss sums and
-example counts). A run that must release nothing else passes a
-`metrics_aggregator` that releases nothing
-(`tff_priv.learning.client_metrics.no_client_metrics`).
+adds nothing (public inputs only). NOT covered: the clients' training
+metrics, which TFF aggregates with `metrics_aggregator` (default
+`tff.learning.metrics.sum_then_finalize`: a plain, un-noised sum of the
+clients' loss sums and example counts). A run that must release nothing else
+passes `tff_priv.learning.client_metrics.no_client_metrics`.
 
 Measurements of each round (server): `distributor`, `client_work`,
 `aggregator` (the factory's public `uploaded_bits_per_client`), `finalizer`,
-and
-`mask`: `mask_size` (int32, k) and, for top_k, `public_train` (the finalized
+and `mask`: `mask_size` (int32, k) and, for top_k, `public_train` (the finalized
 metrics of the public training, same names as the clients' `train` metrics:
 with `tff.learning.models.from_keras_model`, `loss` is the example-weighted
 mean loss over the public training batches).
