@@ -289,7 +289,6 @@ class _Experiment:
           noise_stddev=float(noise['noise_stddev']),
           tv_upper=float(noise['tv_upper']),
           tv_lower=float(noise['tv_lower']),
-          train_loss=float(output.metrics['client_work']['train']['loss']),
       ))
     weights = process.get_model_weights(state)
     return _flat(weights), history, ledger, weights
