@@ -177,10 +177,6 @@ class _ClientNoise:
     self._clip = clip
 
   @property
-  def noise_source(self) -> NoiseSource:
-    return self._source
-
-  @property
   def guarantee(self) -> guarantees.Guarantee:
     """Whom the round's `dp_event` protects (`guarantees.Guarantee`)."""
     return self._guarantee

@@ -442,7 +442,7 @@ def build(
   Raises:
     ValueError: bad parameters, or a sampling of the wrong kind.
   """
-  mech = _build(
+  return _build(
       name,
       params,
       model_fn=model_fn,
@@ -455,7 +455,6 @@ def build(
       seed=seed,
       public_data=public_data,
   )
-  return mech
 
 
 def _build(
