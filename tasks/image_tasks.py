@@ -36,7 +36,11 @@ from tasks import client_data
 from tasks import models
 from tasks import partition
 
-GREY_MODELS = {'cnn': models.mcmahan_cnn, 'mlp': models.mlp}
+GREY_MODELS = {
+    'cnn': models.mcmahan_cnn,
+    'mlp': models.mlp,
+    'softmax': models.softmax_regression,
+}
 COLOUR_MODELS = {'vgg': models.small_vgg, 'udp_cnn': models.udp_cifar_cnn}
 CIFAR_SHAPE = (32, 32, 3)
 
@@ -89,7 +93,7 @@ def grey_task(
     train_client_spec: how train clients iterate (epochs, batch, ...).
     eval_client_spec: same for evaluation; None: `default_eval_spec()`.
     num_classes: classifier outputs.
-    model: 'cnn' or 'mlp'.
+    model: 'cnn', 'mlp' or 'softmax'.
 
   Returns:
     The BaselineTask.

@@ -28,6 +28,9 @@ SHAKESPEARE_VOCAB_SIZE = char_prediction_tasks.VOCAB_LENGTH
 SHAKESPEARE_SEQUENCE_LENGTH = char_prediction_tasks.DEFAULT_SEQUENCE_LENGTH
 
 
+SOFTMAX_L2 = 0.01
+
+
 def _check(input_shape: Sequence[int], num_classes: int) -> tuple[int, ...]:
   shape = tuple(int(s) for s in input_shape)
   if not shape or any(s <= 0 for s in shape):
@@ -126,6 +129,43 @@ def mlp(
           tf.keras.layers.Dense(num_classes, activation='softmax'),
       ],
       name='mlp',
+  )
+
+
+def softmax_regression(
+    input_shape: Sequence[int] = (28, 28),
+    num_classes: int = 10,
+    l2: float = SOFTMAX_L2,
+) -> tf.keras.Model:
+  """Multinomial logistic regression with an L2 penalty (a strongly convex objective).
+
+  The model of the distortion utility-loss experiment (docs/distortion.md):
+  its federated objective has one optimum W*, so ||W - W*||^2 is well
+  defined. `tff.learning.models.from_keras_model` adds the penalty
+  l2 ||kernel||^2 to the loss.
+
+  Args:
+    input_shape: any shape; it is flattened.
+    num_classes: output classes.
+    l2: the kernel's L2 penalty, > 0.
+
+  Returns:
+    An uncompiled Keras model.
+  """
+  shape = _check(input_shape, num_classes)
+  if not l2 > 0:
+    raise ValueError(f'l2 must be > 0, got {l2!r}')
+  return tf.keras.Sequential(
+      [
+          tf.keras.layers.InputLayer(input_shape=shape),
+          tf.keras.layers.Flatten(),
+          tf.keras.layers.Dense(
+              num_classes,
+              activation='softmax',
+              kernel_regularizer=tf.keras.regularizers.l2(l2),
+          ),
+      ],
+      name='softmax_regression',
   )
 
 

@@ -268,7 +268,7 @@ class RandKMaskTest(tf.test.TestCase, parameterized.TestCase):
     ).create(_VECTOR)
     state = process.initialize()
     if mask == 'top_k':
-      state = sss.with_top_k_mask(state, [0, 2, 4, 6, 8])
+      state = sss._with_top_k_mask(state, [0, 2, 4, 6, 8])
     result = process.next(state, [x]).result
     if mask == 'rand_k':
       self.assertAllClose(np.linalg.norm(result), 1.0, rtol=1e-6)
@@ -297,7 +297,7 @@ class TopKMaskTest(tf.test.TestCase):
     process = _factory(
         noise_multiplier=0.0, clip=100.0, compression=0.3, mask='top_k'
     ).create(value_type)
-    state = sss.with_top_k_mask(process.initialize(), mask)
+    state = sss._with_top_k_mask(process.initialize(), mask)
     rng = np.random.default_rng(1)
     outputs = []
     for n_clients in (2, 5):
@@ -318,13 +318,13 @@ class TopKMaskTest(tf.test.TestCase):
     values = [np.ones(_D, np.float32)]
     with self.assertRaisesRegex(Exception, 'not refreshed'):
       process.next(process.initialize(), values)
-    used = process.next(sss.with_top_k_mask(process.initialize(), [0, 1, 2, 3, 4]), values)
+    used = process.next(sss._with_top_k_mask(process.initialize(), [0, 1, 2, 3, 4]), values)
     with self.assertRaisesRegex(Exception, 'not refreshed'):
       process.next(used.state, values)
 
   def test_next_fails_on_index_beyond_dimension(self):
     process = _factory(mask='top_k').create(_VECTOR)
-    state = sss.with_top_k_mask(process.initialize(), [0, 1, 2, 3, _D])
+    state = sss._with_top_k_mask(process.initialize(), [0, 1, 2, 3, _D])
     with self.assertRaisesRegex(Exception, r'\[0, d\)'):
       process.next(state, [np.ones(_D, np.float32)])
 
@@ -332,10 +332,10 @@ class TopKMaskTest(tf.test.TestCase):
     state = _factory(mask='top_k').create(_VECTOR).initialize()
     for bad in ([0, 1, 2, 3], [0, 1, 2, 3, 3], [-1, 1, 2, 3, 4], [0.5, 1, 2, 3, 4]):
       with self.assertRaises(ValueError, msg=str(bad)):
-        sss.with_top_k_mask(state, bad)
+        sss._with_top_k_mask(state, bad)
     rand_k_state = _factory().create(_VECTOR).initialize()
     with self.assertRaises(TypeError):
-      sss.with_top_k_mask(rand_k_state, [0, 1, 2, 3, 4])
+      sss._with_top_k_mask(rand_k_state, [0, 1, 2, 3, 4])
 
 
 class NoiseTest(tf.test.TestCase, parameterized.TestCase):
@@ -359,7 +359,7 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
     rng = np.random.default_rng(2)
     for _ in range(rounds):
       if mask == 'top_k':
-        state = sss.with_top_k_mask(state, rng.choice(d, k, replace=False))
+        state = sss._with_top_k_mask(state, rng.choice(d, k, replace=False))
         indices = state.mask_indices
       else:
         indices = _round_indices(state, d, k)
@@ -425,7 +425,7 @@ class DpEventTest(tf.test.TestCase, parameterized.TestCase):
     with self.assertRaises(guarantees.ExtractingDpEventFromInitialStateError):
       guarantees.extract_dp_event(state)
     if mask == 'top_k':
-      state = sss.with_top_k_mask(state, np.arange(5))
+      state = sss._with_top_k_mask(state, np.arange(5))
     output = process.next(state, [np.ones(10, np.float32)] * 3)
     event = guarantees.extract_dp_event(output.state)
     by_hand = dp_event.GaussianDpEvent(sigma)
@@ -473,7 +473,7 @@ class DpEventTest(tf.test.TestCase, parameterized.TestCase):
     def measurements(values):
       state = process.initialize()
       if mask == 'top_k':
-        state = sss.with_top_k_mask(state, np.arange(5))
+        state = sss._with_top_k_mask(state, np.arange(5))
       return process.next(state, values).measurements
 
     for name in ('far', 'more'):
@@ -711,7 +711,7 @@ class LearningIntegrationTest(tf.test.TestCase):
     ]
     k = len(state.aggregator.mask_indices)
     mask = sparsify.top_k_mask_from_public_update(theta_pub, theta, k).numpy()
-    state = state._replace(aggregator=sss.with_top_k_mask(state.aggregator, mask))
+    state = state._replace(aggregator=sss._with_top_k_mask(state.aggregator, mask))
     for seeds in ((0, 1), (2, 3)):
       output = process.next(state, [_client_data(s) for s in seeds])
       moved = sparsify.flatten(output.state.global_model_weights.trainable) - (

@@ -1,11 +1,11 @@
-"""Tests of tff_priv.program.mechanisms: parameters, builds and charges.
+"""Tests of tff_priv.program.mechanisms: the registry, parameters, builds, charges.
 
 Rounds of every mechanism run end to end in tests/scripts/train_script_test.py
 (which checks each ledger against the run's own CSV); here: the parameter
 rules, and builds on a tiny model (one round of smp's top_k process).
 """
 
-import collections
+import dataclasses
 
 from absl.testing import parameterized
 from dp_accounting import dp_event
@@ -20,8 +20,16 @@ from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import mechanisms
 from tff_priv.program import sampling
+from tff_priv.program.mechanisms import base
+from tff_priv.program.mechanisms import ldp
+from tff_priv.program.mechanisms import smp
+from tff_priv.learning import ldp_fl
 
-P = mechanisms.MechanismParams
+P = dict
+
+
+def _resolve(name, params):
+  return mechanisms.to_dict(mechanisms.config(name, params))
 
 
 _model_fn = tiny_models.softmax_model_fn
@@ -31,72 +39,92 @@ def _build(name, params, kind=None, **kwargs):
   args = dict(
       model_fn=_model_fn,
       sampling=sampling.ClientSampling(
-          kind or mechanisms.SAMPLING_KIND[name], 10, 4
+          kind or mechanisms.sampling_kind(name), 10, 4
       ),
       total_rounds=3,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
       client_learning_rate=0.1,
   )
   args.update(kwargs)
-  return mechanisms.build(name, params, **args)
+  return mechanisms.build(name, params, mechanisms.BuildContext(**args))
 
 
 class ResolveTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_defaults(self):
-    d = mechanisms.DEFAULT_DELTA
-    e = mechanisms.DEFAULT_EPSILON
-    self.assertEqual(mechanisms.resolve('none', P()), P(delta=d))
+    d = base.DEFAULT_DELTA
+    e = base.DEFAULT_EPSILON
+    self.assertEqual(_resolve('none', P()), P(delta=d))
     self.assertEqual(
-        mechanisms.resolve('dp_fedavg', P()), P(delta=d, epsilon=e)
+        _resolve('dp_fedavg', P()), P(delta=d, epsilon=e)
     )
     self.assertEqual(
-        mechanisms.resolve('smp', P()),
-        P(delta=d, epsilon=e, clip=mechanisms.DEFAULT_CLIP,
-          compression=mechanisms.DEFAULT_COMPRESSION, mask='rand_k'),
+        _resolve('smp', P()),
+        P(delta=d, epsilon=e, clip=base.DEFAULT_CLIP,
+          compression=smp.DEFAULT_COMPRESSION, mask='rand_k'),
     )
     self.assertEqual(
-        mechanisms.resolve('smp', P(mask='top_k')),
-        P(delta=d, epsilon=e, clip=mechanisms.DEFAULT_CLIP,
-          compression=mechanisms.DEFAULT_COMPRESSION, mask='top_k',
-          public_clients=mechanisms.DEFAULT_PUBLIC_CLIENTS),
+        _resolve('smp', P(mask='top_k')),
+        P(delta=d, epsilon=e, clip=base.DEFAULT_CLIP,
+          compression=smp.DEFAULT_COMPRESSION, mask='top_k',
+          public_clients=smp.DEFAULT_PUBLIC_CLIENTS),
     )
     self.assertEqual(
-        mechanisms.resolve('udp', P()),
-        P(delta=d, epsilon=e, clip=mechanisms.DEFAULT_CLIP,
+        _resolve('udp', P()),
+        P(delta=d, epsilon=e, clip=base.DEFAULT_CLIP,
           udp_calibration='tight'),
     )
     self.assertEqual(
-        mechanisms.resolve('distortion', P(parameter_variance=0.1)),
-        P(delta=d, epsilon=e, clip=mechanisms.DEFAULT_CLIP,
+        _resolve('distortion', P(parameter_variance=0.1)),
+        P(delta=d, epsilon=e, clip=base.DEFAULT_CLIP,
           parameter_variance=0.1),
     )
     self.assertEqual(
-        mechanisms.resolve('ldp', P()),
-        P(delta=d, ldp_epsilon=mechanisms.DEFAULT_LDP_EPSILON,
+        _resolve('ldp', P()),
+        P(delta=d, ldp_epsilon=ldp.DEFAULT_LDP_EPSILON, ldp_mode='deltas',
           ldp_range_mode='fixed', ldp_center=0.0,
-          ldp_radius=mechanisms.DEFAULT_LDP_RADIUS),
+          ldp_radius=ldp_fl.DEFAULT_DELTAS_RADIUS),
+    )
+    # One default radius per mode, the learning module's.
+    self.assertEqual(
+        _resolve('ldp', P(ldp_mode='weights'))['ldp_radius'],
+        ldp_fl.DEFAULT_WEIGHTS_RADIUS,
     )
 
   def test_given_noise_replaces_default_epsilon(self):
     self.assertEqual(
-        mechanisms.resolve('dp_fedavg', P(noise_multiplier=1.0)),
-        P(delta=mechanisms.DEFAULT_DELTA, noise_multiplier=1.0),
+        _resolve('dp_fedavg', P(noise_multiplier=1.0)),
+        P(delta=base.DEFAULT_DELTA, noise_multiplier=1.0),
     )
-    resolved = mechanisms.resolve(
+    resolved = _resolve(
         'distortion', P(target_tv=0.5, parameter_variance=0.1)
     )
-    self.assertIsNone(resolved.epsilon)
+    self.assertNotIn('epsilon', resolved)
     # Never estimated from the clients (an exact client statistic).
     with self.assertRaisesRegex(ValueError, 'parameter_variance is required'):
-      mechanisms.resolve('distortion', P(target_tv=0.5))
+      _resolve('distortion', P(target_tv=0.5))
 
   def test_resolve_is_idempotent(self):
     for name in mechanisms.MECHANISMS:
       params = P(parameter_variance=0.1) if name == 'distortion' else P()
-      once = mechanisms.resolve(name, params)
-      self.assertEqual(mechanisms.resolve(name, once), once)
+      once = _resolve(name, params)
+      self.assertEqual(_resolve(name, once), once)
+      config = mechanisms.config(name, params)
+      self.assertIs(mechanisms.config(name, config), config)
+
+  def test_registry(self):
+    self.assertEqual(
+        set(mechanisms.MECHANISMS),
+        {'none', 'dp_fedavg', 'smp', 'distortion', 'udp', 'ldp'},
+    )
+    for name in mechanisms.MECHANISMS:
+      module = mechanisms.module(name)
+      self.assertEqual(module.NAME, name)
+      self.assertIn(module.SAMPLING, sampling.KINDS)
+      with self.assertRaises(dataclasses.FrozenInstanceError):
+        config = mechanisms.config(
+            name, P(parameter_variance=0.1) if name == 'distortion' else P()
+        )
+        setattr(config, 'delta', 0.5)
 
   @parameterized.named_parameters(
       ('mechanism', 'fedsgd', P(), ValueError, 'mechanism'),
@@ -138,7 +166,7 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
   )
   def test_bad_values(self, name, params, error, message):
     with self.assertRaisesRegex(error, message):
-      mechanisms.resolve(name, params)
+      _resolve(name, params)
 
   @parameterized.named_parameters(
       ('none_epsilon', 'none', P(epsilon=1.0), 'epsilon'),
@@ -154,23 +182,28 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
   )
   def test_parameter_that_does_not_apply(self, name, params, message):
     with self.assertRaisesRegex(ValueError, f'{message} does not apply'):
-      mechanisms.resolve(name, params)
+      _resolve(name, params)
 
   def test_conflicting_noise_levels(self):
     with self.assertRaisesRegex(ValueError, 'at most one'):
-      mechanisms.resolve('smp', P(epsilon=1.0, noise_multiplier=1.0))
+      _resolve('smp', P(epsilon=1.0, noise_multiplier=1.0))
     with self.assertRaisesRegex(ValueError, 'at most one'):
-      mechanisms.resolve('distortion', P(noise_stddev=1.0, target_tv=0.5))
+      _resolve('distortion', P(noise_stddev=1.0, target_tv=0.5))
 
   def test_rules_between_parameters(self):
     with self.assertRaisesRegex(ValueError, 'parameter_variance is required'):
-      mechanisms.resolve('distortion', P(noise_stddev=1.0))
+      _resolve('distortion', P(noise_stddev=1.0))
     # Noise-free distortion has TV 0 whatever the variance.
     self.assertEqual(
-        mechanisms.resolve('distortion', P(noise_stddev=0.0)).noise_stddev, 0.0
+        _resolve('distortion', P(noise_stddev=0.0))['noise_stddev'], 0.0
     )
     with self.assertRaisesRegex(ValueError, 'udp_calibration applies only'):
-      mechanisms.resolve('udp', P(noise_multiplier=1.0, udp_calibration='paper'))
+      _resolve('udp', P(noise_multiplier=1.0, udp_calibration='paper'))
+    with self.assertRaisesRegex(ValueError, 'crd_zeta applies only'):
+      _resolve('udp', P(crd_zeta=0.1))
+    with self.assertRaisesRegex(ValueError, 'give epsilon'):
+      _resolve('udp', P(noise_multiplier=1.0, crd_beta=0.9))
+    self.assertEqual(_resolve('udp', P(crd_beta=0.9))['crd_zeta'], 0.001)
 
 
 class BuildTest(tf.test.TestCase):
@@ -178,23 +211,52 @@ class BuildTest(tf.test.TestCase):
   def test_count_parameters(self):
     self.assertEqual(mechanisms.count_parameters(_model_fn), 4 * 3 + 3)
 
-  def test_train_metrics(self):
-    metrics = collections.OrderedDict(
-        client_work=collections.OrderedDict(
-            train=collections.OrderedDict(loss=np.float32(0.5), num_examples=3)
-        )
-    )
-    self.assertEqual(
-        mechanisms.train_metrics(metrics), {'loss': 0.5, 'num_examples': 3.0}
-    )
-
   def test_wrong_sampling_kind(self):
     with self.assertRaisesRegex(ValueError, 'fixed sampling'):
-      _build('udp', P(), kind='poisson', min_client_examples=5)
+      _build('udp', P(), kind='poisson', min_client_examples=lambda: 5)
 
   def test_udp_needs_smallest_dataset(self):
     with self.assertRaisesRegex(ValueError, 'min_client_examples'):
       _build('udp', P())
+
+  def test_udp_refuses_a_context_it_cannot_account(self):
+    for kwargs, message in (
+        (dict(client_optimizer='adam'), "plain 'sgd'"),
+        (dict(client_momentum=0.5), "plain 'sgd'"),
+        (dict(server_learning_rate=0.5), 'server_learning_rate=1'),
+        (dict(local_epochs=2), 'num_epochs must be 1'),
+    ):
+      with self.subTest(message), self.assertRaisesRegex(ValueError, message):
+        _build('udp', P(), min_client_examples=lambda: 5, **kwargs)
+
+  def test_udp_crd_steers_by_server_validation_data(self):
+    rng = np.random.default_rng(0)
+    validation = (
+        rng.normal(size=(8, 4)).astype(np.float32),
+        rng.integers(0, 3, size=8).astype(np.int32),
+    )
+    with self.assertRaisesRegex(ValueError, 'validation data'):
+      _build('udp', P(crd_beta=0.9), min_client_examples=lambda: 5)
+    mech = _build(
+        'udp', P(crd_beta=0.9), min_client_examples=lambda: 5,
+        validation_data=lambda: validation,
+    )
+    self.assertTrue(mech.uses_validation_data)
+    state = mech.process.initialize()
+    self.assertFalse(mech.is_done(state))
+    event = guarantees.extract_dp_event(
+        mech.aggregator_state(state), allow_initial_state=True
+    )
+    self.assertIsInstance(event, dp_event.GaussianDpEvent)
+
+  def test_ldp_weights_mode_releases_no_client_metrics(self):
+    mech = _build('ldp', P(ldp_mode='weights'))
+    metrics = mech.process.next.type_signature.result.metrics.member
+    self.assertEqual(
+        tff.structure.name_list(metrics['client_work']['train']), []
+    )
+    with self.assertRaisesRegex(ValueError, 'server_learning_rate=1'):
+      _build('ldp', P(ldp_mode='weights'), server_learning_rate=0.5)
 
   def test_adaptive_clipping_out_of_reach(self):
     # TFF's adaptive clipping needs z < 2 * 0.05 * K = 0.4 with K = 4.
@@ -210,14 +272,14 @@ class BuildTest(tf.test.TestCase):
     for _ in range(3):  # total_rounds
       ledger.record(dp_event.PoissonSampledDpEvent(0.4, event))
     # The calibration's contract: eps <= target, within its z tolerance.
-    self.assertLessEqual(ledger.epsilon(mechanisms.DEFAULT_DELTA), 3.0)
+    self.assertLessEqual(ledger.epsilon(base.DEFAULT_DELTA), 3.0)
     self.assertAllClose(
         z,
         calibration.calibrate_noise_multiplier(
-            3.0, mechanisms.DEFAULT_DELTA, 3, sampling_probability=0.4
+            3.0, base.DEFAULT_DELTA, 3, sampling_probability=0.4
         ),
     )
-    self.assertEqual(mech.upload_bytes_per_client(None), 4 * 15)
+    self.assertEqual(mech.upload_bytes_per_client, 4 * 15)
 
   def test_ldp_event_covers_every_value_and_the_range_release(self):
     mech = _build(
@@ -248,7 +310,7 @@ class BuildTest(tf.test.TestCase):
         'ldp': ('client', 'local'),
     }
     extra = {
-        'udp': dict(min_client_examples=5),
+        'udp': dict(min_client_examples=lambda: 5),
         'distortion': dict(params=P(parameter_variance=0.1)),
         'dp_fedavg': dict(params=P(clip=1.0)),
     }
@@ -263,7 +325,7 @@ class BuildTest(tf.test.TestCase):
 
   def test_private_mechanisms_release_no_client_metrics(self):
     extra = {
-        'udp': dict(min_client_examples=5),
+        'udp': dict(min_client_examples=lambda: 5),
         'distortion': dict(params=P(parameter_variance=0.1)),
         'dp_fedavg': dict(params=P(clip=1.0)),
     }

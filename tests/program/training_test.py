@@ -14,11 +14,14 @@ import shutil
 import tempfile
 
 from absl.testing import parameterized
+import numpy as np
 import tensorflow as tf
 
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
 from tff_priv.program import mechanisms
+from tff_priv.program.mechanisms import base
+from tff_priv.program.mechanisms import ldp
 from tff_priv.program import sampling as sampling_lib
 from tff_priv.program import training
 
@@ -49,12 +52,10 @@ class RunConfigTest(tf.test.TestCase, parameterized.TestCase):
     config = _config(task_options={'num_clients': 5, 'model': None})
     valid = config.validate()
     self.assertEqual(valid.task_options, {'num_clients': 5})
-    self.assertEqual(
-        valid.params, mechanisms.resolve('ldp', mechanisms.MechanismParams())
-    )
+    self.assertEqual(valid.params, mechanisms.config('ldp'))
     self.assertEqual(valid.validate(), valid)
     as_dict = valid.to_dict()
-    self.assertEqual(as_dict['params'], valid.params.given())
+    self.assertEqual(as_dict['params'], mechanisms.to_dict(valid.params))
     json.dumps(as_dict)  # JSON-ready.
 
   @parameterized.named_parameters(
@@ -83,16 +84,15 @@ class RunConfigTest(tf.test.TestCase, parameterized.TestCase):
       ('server_lr', dict(server_learning_rate=-1.0), ValueError,
        'server_learning_rate'),
       ('mechanism', dict(mechanism='dp_sgd'), ValueError, 'mechanism'),
-      ('params', dict(params=mechanisms.MechanismParams(delta=2.0)),
-       ValueError, 'delta'),
-      ('udp_adam', dict(mechanism='udp', client_optimizer='adam'), ValueError,
-       'client_optimizer'),
-      ('udp_server', dict(mechanism='udp', server_learning_rate=0.5),
-       ValueError, 'server_learning_rate'),
-      ('udp_epochs', dict(mechanism='udp', num_epochs=2), ValueError,
-       'num_epochs'),
-      ('udp_text', dict(mechanism='udp', task='shakespeare_offline'),
-       ValueError, 'softmax classifier'),
+      ('params', dict(params=dict(delta=2.0)), ValueError, 'delta'),
+      ('params_other', dict(params=dict(compression=0.5)), ValueError,
+       'compression does not apply'),
+      ('momentum_adam', dict(client_optimizer='adam', client_momentum=0.9),
+       ValueError, 'client_momentum'),
+      ('lr_decay', dict(client_lr_decay=0.0), ValueError, 'client_lr_decay'),
+      ('test_examples', dict(test_examples=0), ValueError, 'test_examples'),
+      ('max_client_examples', dict(max_client_examples=0), ValueError,
+       'max_client_examples'),
   )
   def test_bad_field(self, changes, error, message):
     with self.assertRaisesRegex(error, message):
@@ -131,7 +131,7 @@ class OutputDirectoryTest(_TempDirTestCase):
     # mask): same run, it resumes; a different given value is still refused.
     root = os.path.join(self._make_tempdir(), 'run')
     config = _config(
-        mechanism='smp', params=mechanisms.MechanismParams(compression=0.2)
+        mechanism='smp', params=dict(compression=0.2)
     ).validate()
     self.assertEqual(config.params.mask, 'rand_k')
     training.prepare_output_dir(root, config)
@@ -144,7 +144,7 @@ class OutputDirectoryTest(_TempDirTestCase):
     self.assertTrue(training.prepare_output_dir(root, config))
     top_k = _config(
         mechanism='smp',
-        params=mechanisms.MechanismParams(compression=0.2, mask='top_k'),
+        params=dict(compression=0.2, mask='top_k'),
     ).validate()
     with self.assertRaisesRegex(training.ConfigError, 'top_k'):
       training.prepare_output_dir(root, top_k)
@@ -208,7 +208,7 @@ class RunTest(_TempDirTestCase):
     ledger = ledger_lib.PrivacyLedger.from_json(
         json.dumps(summary['privacy']['ledger'])
     )
-    eps0 = mechanisms.DEFAULT_LDP_EPSILON
+    eps0 = ldp.DEFAULT_LDP_EPSILON
     charged = [1, 2, 3, 3, 4]
     self.assertEqual(ledger.num_releases, len(charged))
     draws = sampling_lib.ClientSampling('fixed', 10, 2)
@@ -225,7 +225,7 @@ class RunTest(_TempDirTestCase):
         return 0.0
       expected = ledger_lib.PrivacyLedger()
       expected.record_pure_epsilon(eps0, count=rounds * _DIGITS_PARAMETERS)
-      return expected.epsilon(mechanisms.DEFAULT_DELTA)
+      return expected.epsilon(base.DEFAULT_DELTA)
 
     def after(releases):
       taken = collections.Counter()
@@ -273,6 +273,54 @@ class RunTest(_TempDirTestCase):
     self.assertEqual(again['privacy']['rdp_epsilon'],
                      summary['privacy']['rdp_epsilon'])
     self.assertEqual(again['sessions'][-1], {'start_round': 4})
+
+
+
+class LoopOptionsTest(_TempDirTestCase):
+  """The options the experiments need, run end to end on 'digits'."""
+
+  def _run(self, **changes):
+    config = _config(
+        mechanism='none', params=None, sampling_seed=7, eval_every=100,
+        **changes,
+    )
+    root = os.path.join(self._make_tempdir(), 'run')
+    summary = training.run(config, root, progress=False)
+    with np.load(layout.path(root, layout.FINAL_MODEL)) as final:
+      weights = [final[k] for k in sorted(final.files)]
+    return summary, weights, root
+
+  def test_learning_rate_schedule_and_test_subset(self):
+    one, one_weights, _ = self._run(total_rounds=1)
+    # Round 2 at rate 0.1 x 1e-7: the model of round 1, to float precision.
+    decayed, decayed_weights, _ = self._run(
+        total_rounds=2, client_lr_decay=1e-7, test_examples=50
+    )
+    _, plain_weights, _ = self._run(total_rounds=2)
+    for a, b in zip(one_weights, decayed_weights):
+      self.assertAllClose(a, b, atol=1e-6)
+    self.assertNotAllClose(one_weights[0], plain_weights[0], atol=1e-4)
+    self.assertEqual(decayed['final_test_metrics']['num_examples'], 50)
+    self.assertGreater(one['final_test_metrics']['num_examples'], 50)
+
+  def test_crd_ends_early_and_tests_on_the_other_half(self):
+    full, _, _ = self._run(total_rounds=1)
+    config = _config(
+        mechanism='udp', total_rounds=6, eval_every=100, sampling_seed=7,
+        # Every round "stalls": T <- floor(beta (T - t)) + t, 6 -> 3 -> 2.
+        params=dict(epsilon=8.0, crd_beta=0.5, crd_zeta=100.0),
+    )
+    root = os.path.join(self._make_tempdir(), 'run')
+    summary = training.run(config, root, progress=False)
+    self.assertEqual(summary['rounds'], 6)
+    self.assertEqual(summary['rounds_run'], 2)
+    rows = _rows(layout.path(root, layout.TRAIN_CSV))
+    self.assertEqual([r[layout.ROUND] for r in rows], ['1', '2'])
+    self.assertEqual(
+        summary['final_test_metrics']['num_examples'],
+        full['final_test_metrics']['num_examples']
+        - full['final_test_metrics']['num_examples'] // 2,
+    )
 
 
 if __name__ == '__main__':

@@ -25,6 +25,12 @@ from tff_priv.accounting import guarantees
 from tff_priv.aggregators import gaussian_udp
 from tff_priv.mechanisms import total_variation
 
+
+def sensitivity(clip: float) -> float:
+  """An upload's L2 sensitivity under replace-one: two clipped uploads differ by <= 2C."""
+  return 2.0 * clip
+
+
 _NO_CLIP_DESCRIPTION = (
     'parameter distortion without a clip: an upload has no bounded '
     'sensitivity, so a round has no DP bound (NonPrivateDpEvent); the TV '
@@ -221,7 +227,7 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
     if self._clip is None:
       return dp_accounting.NonPrivateDpEvent()
     return dp_accounting.GaussianDpEvent(
-        tf.cast(sigma, tf.float64) / tf.constant(2.0 * self._clip, tf.float64)
+        tf.cast(sigma, tf.float64) / tf.constant(sensitivity(self._clip), tf.float64)
     )
 
   def create(self, value_type):

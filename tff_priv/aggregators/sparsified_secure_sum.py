@@ -54,7 +54,7 @@ class TopKState(NamedTuple):
 
   Attributes:
     mask_indices: int32 [k], the next round's mask (sorted, distinct, < d).
-    mask_is_fresh: bool scalar; `with_top_k_mask` sets it, `next` clears it
+    mask_is_fresh: bool scalar; `_with_top_k_mask` sets it, `next` clears it
       and fails when it is not set.
     sum_state: state of the inner sum (secure or plain).
     dp_event: the DpEvent of the last round (`guarantees.extract_dp_event`).
@@ -68,8 +68,12 @@ class TopKState(NamedTuple):
   is_init_state: Any
 
 
-def with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
-  """The top_k `state` with `indices` as the next round's mask.
+def _with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
+  """The top_k `state` with `indices` as the next round's mask (for tests).
+
+  Not public API: `tff_priv.learning.fedsmp.build_fedsmp_process` sets the
+  mask inside TFF each round; this Python-side copy lets the factory's tests
+  drive a top_k process directly.
 
   Args:
     state: a `TopKState` returned by `initialize` or `next` of a process made
@@ -172,7 +176,8 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
       compression: p = k / d in (0, 1]; k = `sparsify.num_kept(d, p)`.
       expected_clients_per_round: K >= 1, the divisor of the sum.
       mask: 'rand_k' (uniform, unbiased with the d/k scaling) or 'top_k'
-        (indices supplied each round with `with_top_k_mask`).
+        (indices put in the state before each round by the learning
+        process, from public data: `tff_priv.learning.fedsmp`).
       secure: True moves the values with `tff.aggregators.SecureSumFactory`,
         False with `tff.aggregators.SumFactory`.
       secure_bound: B, the secure sum clips every value to [-B, B]; must be
@@ -385,8 +390,9 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
         checks = [
             tf.debugging.Assert(
                 is_fresh,
-                ['top_k mask not refreshed for this round: set it with '
-                 'with_top_k_mask(state, indices) before every next()'],
+                ['top_k mask not refreshed for this round: the learning '
+                 'process must set it from public data before every next() '
+                 '(tff_priv.learning.fedsmp)'],
             ),
             tf.debugging.Assert(
                 tf.reduce_all(indices[1:] > indices[:-1]),

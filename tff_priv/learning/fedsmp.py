@@ -229,7 +229,7 @@ def build_fedsmp_process(
         aggregator_state_type, tff.TensorType(np.int32, [k])
     )
     def set_round_mask(state, indices):
-      # What `sss.with_top_k_mask` does outside TFF; the aggregator's `next`
+      # What `sss._with_top_k_mask` does outside TFF; the aggregator's `next`
       # checks that the indices are sorted, distinct and in [0, d).
       return state._replace(
           mask_indices=indices, mask_is_fresh=tf.constant(True)

@@ -112,6 +112,7 @@ def ldp_factory(
 def build_weights_client_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Client work whose update is the client's trained trainable weights.
 
@@ -124,6 +125,8 @@ def build_weights_client_work(
   Args:
     model_fn: no-arg function returning a fresh `VariableModel`.
     client_optimizer_fn: the clients' `tff.learning.optimizers.Optimizer`.
+    metrics_aggregator: as in `build_model_delta_client_work` (None: TFF's
+      `sum_then_finalize`, released without noise).
 
   Returns:
     A `ClientWorkProcess` with update = local trainable weights, weight 1.
@@ -132,6 +135,7 @@ def build_weights_client_work(
       model_fn,
       client_optimizer_fn,
       client_weighting=tff.learning.ClientWeighting.UNIFORM,
+      metrics_aggregator=metrics_aggregator,
   )
   weights_type = inner.next.type_signature.parameter[1].member
   result_type = inner.next.type_signature.result.result.member
@@ -220,6 +224,7 @@ def build_ldp_fl_process(
     center=None,
     radius=None,
     expected_clients_per_round: Optional[float] = None,
+    metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
 ) -> tff.learning.templates.LearningProcess:
   """LDP-FL in weights mode (the paper) or deltas mode (default).
 
@@ -239,6 +244,9 @@ def build_ldp_fl_process(
       default (`DEFAULT_WEIGHTS_CENTER` / `DEFAULT_DELTAS_CENTER`).
     radius: r, likewise (`DEFAULT_WEIGHTS_RADIUS` / `DEFAULT_DELTAS_RADIUS`).
     expected_clients_per_round: required for range_mode='quantile'.
+    metrics_aggregator: how the clients' training metrics are aggregated
+      (None: TFF's `sum_then_finalize`, released without noise;
+      `tff_priv.learning.client_metrics.no_client_metrics` releases none).
 
   Returns:
     A `tff.learning.templates.LearningProcess`; its metrics hold the
@@ -271,6 +279,7 @@ def build_ldp_fl_process(
         client_optimizer_fn=client_optimizer_fn,
         server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
         model_aggregator=factory,  # None: TFF's UnweightedMeanFactory.
+        metrics_aggregator=metrics_aggregator,
     )
 
   with tf.Graph().as_default():
@@ -289,7 +298,9 @@ def build_ldp_fl_process(
   return tff.learning.templates.compose_learning_process(
       initial_weights,
       tff.learning.templates.build_broadcast_process(weights_type),
-      build_weights_client_work(model_fn, client_optimizer_fn),
+      build_weights_client_work(
+          model_fn, client_optimizer_fn, metrics_aggregator
+      ),
       aggregator,
       build_replace_weights_finalizer(weights_type),
   )

@@ -11,6 +11,8 @@ One place for the file and column names that `training.py` writes and
     eval_metrics.csv    one row per evaluation of the centralized test set
     tensorboard/        tff.program.TensorBoardReleaseManager summaries
     summary.json        written when the run completes
+    initial_model.npz   the model the run starts from (written at the first start)
+    final_model.npz     the released global model's weights, with summary.json
     privacy_ledger.json the ledgers after the last charged round, written
                         (durably) before anything of that round is released
 """
@@ -23,6 +25,8 @@ TRAIN_CSV = 'train_metrics.csv'
 EVAL_CSV = 'eval_metrics.csv'
 TENSORBOARD = 'tensorboard'
 SUMMARY = 'summary.json'
+FINAL_MODEL = 'final_model.npz'
+INITIAL_MODEL = 'initial_model.npz'
 PRIVACY = 'privacy_ledger.json'
 CHECKPOINT_PREFIX = 'program_state_'
 

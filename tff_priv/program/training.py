@@ -79,14 +79,15 @@ from tff_priv.program import mechanisms
 from tff_priv.program import privacy as privacy_lib
 from tff_priv.program import sampling as sampling_lib
 
-OPTIMIZERS = {
-    'sgd': tff.learning.optimizers.build_sgdm,
-    'adam': tff.learning.optimizers.build_adam,
-}
+OPTIMIZERS = mechanisms.base.OPTIMIZERS
 # Task options a run may set (the synthetic-split ones exist only for the
 # tasks that have them; `tasks.get_task` rejects the others).
-TASK_OPTION_NAMES = ('model', 'num_clients', 'partition')
+TASK_OPTION_NAMES = (
+    'model', 'num_clients', 'partition', 'samples_per_client', 'max_clients',
+    'test_fraction',
+)
 _NO_ACCURACY = -1.0
+_EVAL_BATCH = 256
 
 
 class ConfigError(ValueError):
@@ -103,14 +104,22 @@ class RunConfig:
     batch_size: client batch size.
     num_epochs: local epochs per round.
     mechanism: one of `mechanisms.MECHANISMS`.
-    params: the mechanism's `MechanismParams` (resolved by `validate`).
+    params: the mechanism's parameters: a dict (None values are "not
+      given") or its `Config`; `validate` makes the `Config`.
     clients_per_round: K: expected (Poisson) or exact (fixed) clients/round.
-    total_rounds: T.
+    total_rounds: T (CRD: the initial plan T_0).
     client_optimizer: 'sgd' or 'adam'.
     client_learning_rate: the clients' learning rate (UDP's eta).
+    client_momentum: momentum of the clients' SGD (reset every round).
+    client_lr_decay: round t's client learning rate is client_learning_rate
+      x client_lr_decay^(t - 1) (a public schedule).
+    max_client_examples: at most this many examples of each client
+      (`ClientSpec.max_elements`).
     server_optimizer: 'sgd' or 'adam'.
     server_learning_rate: the server's learning rate.
     eval_every: evaluate the test set every this many rounds (and at the end).
+    test_examples: evaluate on a fixed random subset (seeded by `seed`) of
+      this many test examples; None: the whole test set.
     seed: seeds the data split, client sampling, model init, smp masks.
     server_budget: the budget filter's eps: a client whose eps against the
       server would exceed it is left out of the round (mechanisms private
@@ -127,14 +136,18 @@ class RunConfig:
   batch_size: int = 10
   num_epochs: int = 1
   mechanism: str = 'dp_fedavg'
-  params: mechanisms.MechanismParams = mechanisms.MechanismParams()
+  params: Any = None
   clients_per_round: int = 10
   total_rounds: int = 20
   client_optimizer: str = 'sgd'
   client_learning_rate: float = 0.05
+  client_momentum: Optional[float] = None
+  client_lr_decay: float = 1.0
+  max_client_examples: Optional[int] = None
   server_optimizer: str = 'sgd'
   server_learning_rate: float = 1.0
   eval_every: int = 5
+  test_examples: Optional[int] = None
   seed: int = 0
   server_budget: Optional[float] = None
   sampling_seed: Optional[int] = None
@@ -165,50 +178,38 @@ class RunConfig:
     validation.one_of('server_optimizer', self.server_optimizer, OPTIMIZERS)
     validation.positive('client_learning_rate', self.client_learning_rate)
     validation.positive('server_learning_rate', self.server_learning_rate)
-    if self.server_budget is not None:
-      validation.positive('server_budget', self.server_budget)
-      if self.mechanism in ('none', 'dp_fedavg') or (
-          self.mechanism == 'ldp' and self.params.ldp_range_mode == 'quantile'
-      ):
-        raise ValueError(
-            f'server_budget does not apply to mechanism {self.mechanism!r} '
-            'here: it gives no guarantee against the server'
-        )
-    params = mechanisms.resolve(self.mechanism, self.params)
-    if self.mechanism == 'udp':
+    if self.client_momentum is not None:
+      validation.non_negative('client_momentum', self.client_momentum)
       if self.client_optimizer != 'sgd':
         raise ValueError(
-            "client_optimizer must be 'sgd' for mechanism 'udp': its client "
-            'step is one clipped full-batch gradient step of rate '
-            'client_learning_rate'
+            "client_momentum applies only to client_optimizer='sgd'"
         )
-      if self.server_optimizer != 'sgd' or self.server_learning_rate != 1.0:
-        raise ValueError(
-            "server_optimizer='sgd' with server_learning_rate=1 is the only "
-            "server update of mechanism 'udp' (the new model is the weighted "
-            'mean of the noisy client models)'
-        )
-      if self.num_epochs != 1:
-        raise ValueError(
-            "num_epochs must be 1 for mechanism 'udp' (one full-batch step)"
-        )
-      if self.task.startswith('shakespeare'):
-        raise ValueError(
-            "mechanism 'udp' needs a softmax classifier task (its per-example "
-            f'loss is the sparse categorical cross-entropy), not {self.task!r}'
-        )
+    validation.half_open_unit('client_lr_decay', self.client_lr_decay)
+    if self.max_client_examples is not None:
+      validation.int_at_least(
+          'max_client_examples', self.max_client_examples, 1
+      )
+    if self.test_examples is not None:
+      validation.int_at_least('test_examples', self.test_examples, 1)
+    if self.server_budget is not None:
+      validation.positive('server_budget', self.server_budget)
+    params = mechanisms.config(self.mechanism, self.params)
     return dataclasses.replace(self, task_options=options, params=params)
 
   def to_dict(self) -> dict[str, Any]:
     """JSON-ready, with the mechanism's parameters under 'params'."""
-    out = dataclasses.asdict(self)
-    out['params'] = self.params.given()
+    out = dataclasses.asdict(dataclasses.replace(self, params=None))
+    out['params'] = mechanisms.to_dict(
+        mechanisms.config(self.mechanism, self.params)
+    )
     return out
 
 
 def _build_task(config: RunConfig, cache_dir: Optional[str]):
   spec = tff.simulation.baselines.ClientSpec(
-      num_epochs=config.num_epochs, batch_size=config.batch_size
+      num_epochs=config.num_epochs,
+      batch_size=config.batch_size,
+      max_elements=config.max_client_examples,
   )
   kwargs = {}
   if cache_dir is not None and config.task not in tasks.OFFLINE_TASK_NAMES:
@@ -225,6 +226,21 @@ def _build_task(config: RunConfig, cache_dir: Optional[str]):
     raise ConfigError(str(e)) from e
 
 
+def _test_arrays(task, config: RunConfig) -> tuple[np.ndarray, np.ndarray]:
+  """The centralized test set as arrays; a fixed random subset if asked."""
+  batches = list(task.datasets.get_centralized_test_data().as_numpy_iterator())
+  x, y = (np.concatenate(parts) for parts in zip(*batches))
+  if config.test_examples is not None and config.test_examples < len(y):
+    # The same subset for every run of the same seed.
+    picked = np.sort(
+        np.random.default_rng(config.seed).permutation(len(y))[
+            : config.test_examples
+        ]
+    )
+    x, y = x[picked], y[picked]
+  return x, y
+
+
 def _num_examples(dataset: tf.data.Dataset) -> int:
   n = int(dataset.cardinality())
   if n >= 0:
@@ -237,6 +253,15 @@ def _accuracy_key(metrics) -> Optional[str]:
     return 'sparse_categorical_accuracy'
   candidates = [k for k in metrics if 'accuracy' in k]
   return candidates[0] if candidates else None
+
+
+def _train_metrics(metrics) -> dict[str, float]:
+  """The clients' training metrics of a round, where the process releases them."""
+  try:
+    train = metrics['client_work']['train']
+  except (KeyError, TypeError):
+    return {}
+  return {k: float(v) for k, v in train.items()}
 
 
 def _finite_or_str(x):
@@ -269,25 +294,35 @@ def _write_json(path: str, value, durable: bool = False) -> None:
 
 
 def _with_defaults(found: dict[str, Any]) -> dict[str, Any]:
-  """A config.json's content with its mechanism parameters resolved.
+  """A config.json's content with the defaults of later versions filled in.
 
-  A parameter whose default was added after the file was written (smp's
-  `mask`, 'rand_k', the only mask before) is then not a difference: the run
-  resumes. Adding a default that changes what an older run did would need a
-  new `layout.CONFIG_FORMAT` instead.
+  A field or a mechanism parameter whose default was added after the file
+  was written (smp's `mask`, 'rand_k', the only mask before; RunConfig's
+  `client_lr_decay`) is then not a difference: the run resumes. Adding a
+  default that changes what an older run did would need a new
+  `layout.CONFIG_FORMAT` instead.
   """
+  found = {
+      **{
+          f.name: json.loads(json.dumps(_finite_or_str(f.default)))
+          for f in dataclasses.fields(RunConfig)
+          if f.name not in found and f.default is not dataclasses.MISSING
+          and f.name != 'params'
+      },
+      **found,
+  }
   mechanism, params = found.get('mechanism'), found.get('params')
   if mechanism not in mechanisms.MECHANISMS or not isinstance(params, dict):
     return found
   try:
-    resolved = mechanisms.resolve(
-        mechanism, mechanisms.MechanismParams(**params)
-    )
+    resolved = mechanisms.config(mechanism, params)
   except (TypeError, ValueError):
     return found  # Reported as a difference by the caller.
   return {
       **found,
-      'params': json.loads(json.dumps(_finite_or_str(resolved.given()))),
+      'params': json.loads(
+          json.dumps(_finite_or_str(mechanisms.to_dict(resolved)))
+      ),
   }
 
 
@@ -559,56 +594,70 @@ async def _run(
   train_data = task.datasets.train_data
   client_ids = list(train_data.client_ids)
   public_data = None
-  if config.params.public_clients:
+  public_clients = getattr(config.params, 'public_clients', None)
+  if public_clients:
     # smp top_k: the first public_clients clients are D_pub, never sampled.
     try:
       public_data, client_ids = tasks.hold_out_public_clients(
-          task, config.params.public_clients
+          task, public_clients
       )
     except ValueError as e:
       raise ConfigError(str(e)) from e
   try:
     client_sampling = sampling_lib.ClientSampling(
-        mechanisms.SAMPLING_KIND[config.mechanism],
+        mechanisms.sampling_kind(config.mechanism),
         len(client_ids),
         config.clients_per_round,
     )
   except ValueError as e:
     raise ConfigError(str(e)) from e
-  min_examples = None
-  if config.mechanism == 'udp':
-    min_examples = min(
+  client_index = {c: i for i, c in enumerate(train_data.client_ids)}
+  test_x, test_y = _test_arrays(task, config)
+  half = len(test_y) // 2
+
+  def min_client_examples():
+    return min(
         _num_examples(train_data.create_tf_dataset_for_client(c))
         for c in client_ids
     )
+
   try:
-    mechanism = mechanisms.build(
-        config.mechanism,
-        config.params,
+    context = mechanisms.BuildContext(
         model_fn=task.model_fn,
         sampling=client_sampling,
         total_rounds=config.total_rounds,
-        client_optimizer_fn=OPTIMIZERS[config.client_optimizer](
-            learning_rate=config.client_learning_rate
-        ),
-        server_optimizer_fn=OPTIMIZERS[config.server_optimizer](
-            learning_rate=config.server_learning_rate
-        ),
+        client_optimizer=config.client_optimizer,
         client_learning_rate=config.client_learning_rate,
-        min_client_examples=min_examples,
+        client_momentum=config.client_momentum,
+        server_optimizer=config.server_optimizer,
+        server_learning_rate=config.server_learning_rate,
+        local_epochs=config.num_epochs,
         seed=config.seed,
         public_data=public_data,
+        min_client_examples=min_client_examples,
+        validation_data=lambda: (test_x[:half], test_y[:half]),
     )
+    mechanism = mechanisms.build(config.mechanism, config.params, context)
+    process = mechanism.process
+    if config.client_lr_decay != 1.0 and process.get_hparams is None:
+      raise ValueError(
+          f'client_lr_decay does not apply to mechanism {config.mechanism!r}'
+          ' (its process has no learning-rate hyperparameter)'
+      )
   except ValueError as e:
     raise ConfigError(str(e)) from e
+  if mechanism.uses_validation_data:
+    # The first half of the test set steered the run: test on the rest.
+    test_x, test_y = test_x[half:], test_y[half:]
+  test_data = tf.data.Dataset.from_tensor_slices((test_x, test_y)).batch(
+      _EVAL_BATCH
+  )
   prepare_output_dir(root_output_dir, config)
   _lock(root_output_dir)
-  process = mechanism.process
-  delta = mechanism.params.delta
+  delta = mechanism.config.delta
   private = mechanism.guarantee is not None
 
   evaluation = tff.learning.algorithms.build_fed_eval(task.model_fn)
-  test_data = task.datasets.get_centralized_test_data()
 
   def evaluate(train_state) -> dict[str, float]:
     eval_state = evaluation.set_model_weights(
@@ -641,7 +690,7 @@ async def _run(
     if mechanism.guarantee is None:
       return None
     return guarantees.extract_dp_event(
-        train_state.aggregator, allow_initial_state=True
+        mechanism.aggregator_state(train_state), allow_initial_state=True
     )
 
   template = _program_state(
@@ -657,6 +706,12 @@ async def _run(
     sampling_seed = config.sampling_seed
     if sampling_seed is None:
       sampling_seed = secrets.randbits(62)
+    # The model every run of this seed starts from (public: a function of
+    # the configuration), for comparisons with the final model.
+    _write_model(
+        layout.path(root_output_dir, layout.INITIAL_MODEL),
+        process.get_model_weights(train_state),
+    )
     await state_manager.save(
         _program_state(
             train_state, 0, privacy.to_json(), best_accuracy, 0, 0, 0.0,
@@ -705,12 +760,27 @@ async def _run(
   )
   log = tff.program.LoggingReleaseManager()
 
+  def finished(train_state, round_num) -> bool:
+    return round_num >= config.total_rounds or (
+        mechanism.is_done is not None and mechanism.is_done(train_state)
+    )
+
   bar = _Progress(progress, config.total_rounds, start_round)
   last_accuracy = None
   round_num = start_round
+  done = finished(train_state, start_round)
   try:
-    for round_num in range(start_round + 1, config.total_rounds + 1):
+    while not done:
+      round_num += 1
       round_start = time.monotonic()
+      if config.client_lr_decay != 1.0:
+        # A public schedule: round t's rate is a function of t only.
+        hparams = process.get_hparams(train_state)
+        hparams['client_work']['learning_rate'] = np.float32(
+            config.client_learning_rate
+            * config.client_lr_decay ** (round_num - 1)
+        )
+        train_state = process.set_hparams(train_state, hparams)
       chosen = privacy.admit(
           client_sampling.sample(client_ids, sampling_seed, round_num),
           planned_event,
@@ -720,7 +790,9 @@ async def _run(
             mechanism.preprocess(
                 task.datasets.train_preprocess_fn(
                     train_data.create_tf_dataset_for_client(c)
-                )
+                ),
+                round_num,
+                client_index[c],
             )
             for c in chosen
         ]
@@ -733,6 +805,7 @@ async def _run(
         metrics, released = None, planned_event
       privacy.charge(released, chosen)
       planned_event = released
+      done = finished(train_state, round_num)
       eps = privacy.analyst_epsilon()
       server_eps = privacy.server_epsilon()
       # Write-ahead: the charge is on disk before anything of the round is
@@ -749,10 +822,10 @@ async def _run(
       if private:
         # Public quantities only: the configured K, the nominal upload size.
         round_bytes = (
-            config.clients_per_round * mechanism.upload_bytes_per_client(None)
+            config.clients_per_round * mechanism.upload_bytes_per_client
         )
       else:
-        round_bytes = len(chosen) * mechanism.upload_bytes_per_client(metrics)
+        round_bytes = len(chosen) * mechanism.upload_bytes_per_client
       uplink_bytes += round_bytes
       row = collections.OrderedDict([(layout.RDP_EPSILON, eps)])
       if server_eps is not None:
@@ -772,7 +845,7 @@ async def _run(
           log.release(row, key=round_num),
       ]
 
-      if round_num % config.eval_every == 0 or round_num == config.total_rounds:
+      if round_num % config.eval_every == 0 or done:
         test = evaluate(train_state)
         key = _accuracy_key(test)
         last_accuracy = test[key] if key else None
@@ -790,7 +863,7 @@ async def _run(
         ]
       await asyncio.gather(*releases)
 
-      if round_num % checkpoint_every == 0 or round_num == config.total_rounds:
+      if round_num % checkpoint_every == 0 or done:
         await state_manager.save(
             _program_state(
                 train_state,
@@ -805,7 +878,7 @@ async def _run(
             ),
             version=round_num,
         )
-      train = mechanisms.train_metrics(metrics) if metrics else {}
+      train = _train_metrics(metrics)
       train_accuracy_key = _accuracy_key(train)
       bar.update(
           loss=train.get('loss'),
@@ -815,7 +888,7 @@ async def _run(
           server_eps=server_eps,
       )
       if stop_after_round is not None and round_num >= stop_after_round:
-        if round_num < config.total_rounds:
+        if not done:
           return None
   finally:
     bar.close()
@@ -837,9 +910,29 @@ async def _run(
       uplink_bytes=uplink_bytes,
       wall_seconds=wall_seconds,
       sessions=sessions,
+      rounds_run=round_num,
+  )
+  _write_model(
+      layout.path(root_output_dir, layout.FINAL_MODEL),
+      process.get_model_weights(train_state),
   )
   _write_json(layout.path(root_output_dir, layout.SUMMARY), summary)
   return summary
+
+
+def _write_model(path: str, weights) -> None:
+  """A model's weights as `trainable_<i>` and `non_trainable_<i>` arrays."""
+  arrays = {
+      f'{part}_{i}': np.asarray(w)
+      for part, values in (
+          ('trainable', weights.trainable),
+          ('non_trainable', weights.non_trainable),
+      )
+      for i, w in enumerate(values)
+  }
+  tmp = f'{path}.tmp{os.getpid()}.npz'
+  np.savez(tmp, **arrays)
+  os.replace(tmp, path)
 
 
 def _summary(
@@ -854,12 +947,13 @@ def _summary(
     uplink_bytes,
     wall_seconds,
     sessions,
+    rounds_run,
 ):
   """The run's summary (see `run`)."""
-  delta = mechanism.params.delta
+  delta = mechanism.config.delta
   ledger = privacy.analyst
   accounted = ledger.report(delta)
-  closed_form = mechanism.closed_form_report(config.total_rounds)
+  closed_form = mechanism.closed_form
   analyst_eps = privacy.analyst_epsilon()
   return {
       'format': layout.SUMMARY_FORMAT,
@@ -873,6 +967,7 @@ def _summary(
       },
       'sampling': mechanism.sampling.describe(),
       'rounds': config.total_rounds,
+      'rounds_run': rounds_run,
       'final_test_accuracy': final_accuracy,
       'best_test_accuracy': best_accuracy,
       'best_round': best_round if best_accuracy is not None else None,
@@ -905,7 +1000,7 @@ def _summary(
       },
       'uplink_bytes': {
           'total': uplink_bytes,
-          'per_client_per_round': mechanism.upload_bytes_per_client(None),
+          'per_client_per_round': mechanism.upload_bytes_per_client,
       },
       # How long the rounds took depends on the sampled clients' data: only
       # a non-private run writes it.

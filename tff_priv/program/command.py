@@ -1,0 +1,94 @@
+"""How a script that runs the training program behaves: quiet, one-line errors, resumable stops.
+
+`main(prog, body, root_output_dir)` runs `body()` (which calls
+`training.run` or `grid.run`) with the conventions every tff_priv script
+keeps: TF's and TFF's logs off unless `verbose`, bad configurations and
+refused directories one line and exit 2 (`training.ConfigError`), an
+unwritable directory one line and exit 1, SIGINT / SIGTERM one line saying
+how to resume and exit 128 + the signal (the TFF worker stopped first).
+`quiet_environment()` must run before TensorFlow is imported.
+"""
+
+import os
+import signal
+import sys
+from typing import Callable, TypeVar
+
+from absl import logging
+
+T = TypeVar('T')
+
+
+def quiet_environment(argv: list[str]) -> bool:
+  """Silences TF's C++ logs unless `--verbose` is in argv; returns verbose."""
+  verbose = '--verbose' in argv
+  if not verbose:
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+  return verbose
+
+
+def _quiet_python_logs() -> None:
+  logging.set_verbosity(logging.ERROR)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  tf.get_logger().setLevel('ERROR')
+  # TFF's secure-sum lowering leaves an unused assert op behind, which TF
+  # reports as a 20-line ERROR ("Object was never used"): not an error.
+  tf.get_logger().addFilter(
+      lambda record: 'Object was never used' not in record.getMessage()
+  )
+
+
+class _Stopped(Exception):
+  """Raised in the main thread by SIGINT / SIGTERM."""
+
+
+def main(
+    prog: str, body: Callable[[], T], root_output_dir: str, verbose: bool
+) -> T:
+  """Runs `body()` under the conventions of the module docstring."""
+  # pylint: disable=g-import-not-at-top
+  from tff_priv import runtime
+  from tff_priv.program import training
+  # pylint: enable=g-import-not-at-top
+
+  if not verbose:
+    _quiet_python_logs()
+  received = []
+
+  def on_signal(signum, frame):
+    del frame
+    if not received:
+      received.append(signum)
+      raise _Stopped(signum)
+
+  # Before the runtime's own handlers, which stop the TFF worker and then
+  # call these.
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, on_signal)
+  runtime.set_context()
+  try:
+    return body()
+  except training.ConfigError as e:
+    print(f'{prog}: error: {e}', file=sys.stderr)
+    sys.exit(2)
+  except BaseException as e:  # pylint: disable=broad-except
+    if received:
+      name = signal.Signals(received[0]).name
+      print(
+          f'{prog}: stopped by {name}; the checkpoints and the privacy '
+          f'ledger in {root_output_dir} are kept: run the same command to '
+          'resume',
+          file=sys.stderr,
+      )
+      # The interrupted TF/TFF objects fail noisily in interpreter teardown:
+      # stop the worker and leave without it (everything is on disk).
+      runtime.stop_workers()
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(128 + received[0])  # pylint: disable=protected-access
+    if isinstance(e, OSError) and e.filename is not None:
+      print(f'{prog}: error: cannot use {e.filename}: {e.strerror}',
+            file=sys.stderr)
+      sys.exit(1)
+    raise

@@ -1,0 +1,109 @@
+"""The training program's mechanisms: one module each, looked up by name.
+
+| name | process | sampling | event of a round (in the factory's state) |
+|---|---|---|---|
+| none | `tff.learning.algorithms.build_weighted_fed_avg` | poisson | none (eps = inf) |
+| dp_fedavg | TFF's DP aggregator in `build_unweighted_fed_avg` | poisson | Gaussian(z), central noise |
+| smp | `tff_priv.learning.fedsmp.build_fedsmp_process` (rand_k or top_k) | poisson | Gaussian(z), client noise shares, secure sum |
+| distortion | `DistortionFactory` in `build_unweighted_fed_avg` | fixed | Gaussian(sigma_e / 2C) per upload, local |
+| udp | `tff_priv.learning.crd.build_udp_process` (fixed sigma) | fixed | Gaussian(sigma / Delta) per upload, local |
+| ldp | `LDPEncodeFactory` (`tff_priv.learning.ldp_fl`) | fixed | d x PureEpsilon(eps0) + the range release, local |
+
+Each module has `NAME`, `SAMPLING`, a frozen `Config` (its parameters, their
+defaults, `validate()`) and `build(config, context) -> base.Mechanism`.
+`config(name, params)` makes a mechanism's config from a dict, refusing a
+parameter that does not apply to it (so a flag never silently does nothing);
+`build(name, config, context)` builds it.
+"""
+
+import dataclasses
+from typing import Any, Mapping, Optional, Union
+
+from tff_priv import validation
+from tff_priv.program.mechanisms import base
+from tff_priv.program.mechanisms import distortion
+from tff_priv.program.mechanisms import dp_fedavg
+from tff_priv.program.mechanisms import ldp
+from tff_priv.program.mechanisms import none
+from tff_priv.program.mechanisms import smp
+from tff_priv.program.mechanisms import udp
+
+BuildContext = base.BuildContext
+Mechanism = base.Mechanism
+count_parameters = base.count_parameters
+
+REGISTRY = {
+    module.NAME: module
+    for module in (none, dp_fedavg, ldp, udp, smp, distortion)
+}
+MECHANISMS = tuple(REGISTRY)
+
+
+def module(name: str):
+  """The module of mechanism `name` (ValueError naming the choices)."""
+  validation.one_of('mechanism', name, MECHANISMS)
+  return REGISTRY[name]
+
+
+def sampling_kind(name: str) -> str:
+  """The client sampling mechanism `name`'s rounds are accounted under."""
+  return module(name).SAMPLING
+
+
+def parameter_names(name: str) -> tuple[str, ...]:
+  """The parameters mechanism `name` takes."""
+  return tuple(f.name for f in dataclasses.fields(module(name).Config))
+
+
+def config(name: str, params: Union[None, Mapping[str, Any], Any] = None):
+  """Mechanism `name`'s validated `Config` from `params`.
+
+  Args:
+    name: one of MECHANISMS.
+    params: None (every default), a mapping of parameter names to values
+      (None values are "not given"), or already a config of `name`.
+
+  Raises:
+    ValueError: an unknown mechanism, a parameter that does not apply to it,
+      a bad value or conflicting parameters (the message names them).
+  """
+  config_class = module(name).Config
+  if isinstance(params, config_class):
+    return params
+  given = {k: v for k, v in dict(params or {}).items() if v is not None}
+  for key in given:
+    if key not in parameter_names(name):
+      raise ValueError(f'{key} does not apply to mechanism {name!r}')
+  return config_class(**given)
+
+
+def to_dict(mechanism_config: Any) -> dict[str, Any]:
+  """The parameters of a config that are set (JSON-ready)."""
+  return {
+      k: v for k, v in dataclasses.asdict(mechanism_config).items()
+      if v is not None
+  }
+
+
+def build(
+    name: str, params: Any, context: base.BuildContext
+) -> base.Mechanism:
+  """Builds mechanism `name` (see `config` for `params`) in `context`.
+
+  Raises:
+    ValueError: bad parameters, or a context the mechanism cannot run in
+      (sampling of another kind, an optimizer it does not take, ...).
+  """
+  mechanism_module = module(name)
+  mechanism_config = config(name, params)
+  if context.sampling.kind != mechanism_module.SAMPLING:
+    raise ValueError(
+        f'mechanism {name!r} is accounted under {mechanism_module.SAMPLING} '
+        f'sampling, got {context.sampling.kind}'
+    )
+  if context.public_data is not None and not getattr(
+      mechanism_config, 'public_clients', None
+  ):
+    # Only a mechanism with public clients (smp's top_k) trains on D_pub.
+    raise ValueError("public_data applies only to smp with mask='top_k'")
+  return mechanism_module.build(mechanism_config, context)

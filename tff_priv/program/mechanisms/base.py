@@ -1,0 +1,224 @@
+"""What every mechanism module shares: the build context and the built mechanism.
+
+A mechanism module (`none`, `dp_fedavg`, `smp`, ...) holds `NAME`, `SAMPLING`
+(the client sampling its rounds are accounted under), a frozen `Config` of its
+own parameters with their defaults and `validate()`, and `build(config,
+context) -> Mechanism`. The privacy charge is not the module's business: every
+round is charged from the DpEvent its aggregation factory keeps in its state
+(`tff_priv.program.privacy`).
+"""
+
+import dataclasses
+import math
+from typing import Any, Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_priv import validation
+from tff_priv.accounting import calibration
+from tff_priv.accounting import guarantees
+from tff_priv.learning import client_metrics
+from tff_priv.program import sampling as sampling_lib
+
+DEFAULT_EPSILON = 8.0
+DEFAULT_DELTA = 1e-5
+DEFAULT_CLIP = 1.0
+BYTES_PER_FLOAT32 = 4
+OPTIMIZERS = {
+    'sgd': tff.learning.optimizers.build_sgdm,
+    'adam': tff.learning.optimizers.build_adam,
+}
+
+
+def fill_noise_target(
+    config: Any, name: str, noise_fields: tuple[str, ...]
+) -> None:
+  """Checks that at most one of `noise_fields` is given; none: DEFAULT_EPSILON.
+
+  For the `__post_init__` of a frozen config.
+
+  Raises:
+    ValueError: more than one given (the message names them).
+  """
+  chosen = [k for k in noise_fields if getattr(config, k) is not None]
+  if len(chosen) > 1:
+    raise ValueError(
+        f'give at most one of {", ".join(noise_fields)} for mechanism '
+        f'{name!r}, got '
+        f'{", ".join(chosen)}'
+    )
+  if not chosen:
+    object.__setattr__(config, 'epsilon', DEFAULT_EPSILON)
+
+
+def check_fields(config: Any, checks: dict[str, Callable[[str, Any], Any]]):
+  """Runs `check(name, value)` on every given field and stores the result."""
+  for name, check in checks.items():
+    value = getattr(config, name)
+    if value is not None:
+      object.__setattr__(config, name, check(name, value))
+
+
+def finite(name: str, value) -> float:
+  value = float(value)
+  if not math.isfinite(value):
+    raise ValueError(f'{name} must be finite, got {value}')
+  return value
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+  """What a mechanism is built for: the task's model, the loop's sampling.
+
+  Attributes:
+    model_fn: the task's `tff.learning.models.VariableModel` function.
+    sampling: the run's `ClientSampling` (of the mechanism's kind).
+    total_rounds: T, for calibrating a target epsilon.
+    client_optimizer: 'sgd' or 'adam'.
+    client_learning_rate: the clients' learning rate (UDP's eta).
+    client_momentum: momentum of the clients' SGD (None: plain SGD).
+    server_optimizer: 'sgd' or 'adam'.
+    server_learning_rate: the server's learning rate.
+    local_epochs: the passes a client makes over its data in a round (the
+      client datasets already repeat them; smp's top_k public training does
+      the same).
+    seed: seeds smp's rand_k mask sequence and distortion's mini-batches.
+    public_data: smp with mask 'top_k': D_pub (see `smp.build`).
+    min_client_examples: udp: returns the smallest |D_i| of the population
+      (called only by the mechanisms that need it: it reads every client).
+    validation_data: returns server-side (x, y) arrays held out from the
+      test set, for a mechanism whose schedule is steered by a validation
+      loss (CRD); a mechanism that calls it sets `uses_validation_data`, and
+      the program then evaluates on the rest of the test set only.
+  """
+
+  model_fn: Callable[[], tff.learning.models.VariableModel]
+  sampling: sampling_lib.ClientSampling
+  total_rounds: int
+  client_optimizer: str = 'sgd'
+  client_learning_rate: float = 0.05
+  client_momentum: Optional[float] = None
+  server_optimizer: str = 'sgd'
+  server_learning_rate: float = 1.0
+  local_epochs: int = 1
+  seed: int = 0
+  public_data: Optional[tf.data.Dataset] = None
+  min_client_examples: Optional[Callable[[], int]] = None
+  validation_data: Optional[Callable[[], tuple[Any, Any]]] = None
+
+  def __post_init__(self):
+    validation.int_at_least('total_rounds', self.total_rounds, 1)
+    validation.one_of('client_optimizer', self.client_optimizer, OPTIMIZERS)
+    validation.one_of('server_optimizer', self.server_optimizer, OPTIMIZERS)
+    validation.positive('client_learning_rate', self.client_learning_rate)
+    validation.positive('server_learning_rate', self.server_learning_rate)
+    validation.int_at_least('local_epochs', self.local_epochs, 1)
+    if self.client_momentum is not None:
+      validation.non_negative('client_momentum', self.client_momentum)
+      if self.client_optimizer != 'sgd':
+        raise ValueError("client_momentum applies only to client_optimizer='sgd'")
+
+  def client_optimizer_fn(self) -> tff.learning.optimizers.Optimizer:
+    if self.client_optimizer == 'sgd' and self.client_momentum:
+      return tff.learning.optimizers.build_sgdm(
+          self.client_learning_rate, momentum=self.client_momentum
+      )
+    return OPTIMIZERS[self.client_optimizer](
+        learning_rate=self.client_learning_rate
+    )
+
+  def server_optimizer_fn(self) -> tff.learning.optimizers.Optimizer:
+    return OPTIMIZERS[self.server_optimizer](
+        learning_rate=self.server_learning_rate
+    )
+
+  def fed_avg(self, aggregator) -> tff.learning.templates.LearningProcess:
+    """Unweighted FedAvg with `aggregator`, releasing no client metrics."""
+    return tff.learning.algorithms.build_unweighted_fed_avg(
+        self.model_fn,
+        client_optimizer_fn=self.client_optimizer_fn(),
+        server_optimizer_fn=self.server_optimizer_fn(),
+        model_aggregator=aggregator,
+        metrics_aggregator=client_metrics.no_client_metrics,
+    )
+
+  def noise_multiplier(self, config: Any, local_noise: bool = False) -> float:
+    """`config.noise_multiplier`, or the z that meets `config.epsilon`.
+
+    Calibrated with the ledger's own events under this context's sampling
+    (`calibration.calibrate_noise_multiplier`); `local_noise`: also against
+    the server's unamplified view (`min_with_unsampled`).
+    """
+    if config.noise_multiplier is not None:
+      return config.noise_multiplier
+    return calibration.calibrate_noise_multiplier(
+        config.epsilon,
+        config.delta,
+        self.total_rounds,
+        **self.sampling.ledger_kwargs(),
+        min_with_unsampled=local_noise,
+    )
+
+
+def count_parameters(model_fn) -> int:
+  """d: the number of trainable scalars of the model (what a client uploads)."""
+  with tf.Graph().as_default():
+    model = model_fn()
+    return int(
+        sum(np.prod(v.shape, dtype=np.int64) for v in model.trainable_variables)
+    )
+
+
+@dataclasses.dataclass
+class Mechanism:
+  """A built mechanism: the process to run and whom its rounds protect.
+
+  Attributes:
+    name: the mechanism's NAME.
+    config: its resolved `Config`.
+    sampling: the `ClientSampling` the loop must use.
+    process: the `tff.learning.templates.LearningProcess`; its state's
+      `aggregator` carries the DpEvent of each round.
+    num_parameters: d, trainable scalars of the model.
+    guarantee: the aggregation factory's `Guarantee` (None: not private).
+    upload_bytes_per_client: nominal bytes one client uploads in a round (a
+      public quantity: dense float32 unless the mechanism says otherwise).
+    resolved: JSON-ready values the run actually uses (calibrated noise,
+      sensitivity, k, ...).
+    caveats: what the reported eps does not cover, in words.
+    closed_form: the paper's own reading of the run at its nominal
+      parameters (never instead of the ledger), or None.
+    preprocess: `(dataset, round_num, client_index) -> dataset`, applied to
+      each client's preprocessed training dataset in a round (client_index:
+      the client's position in the task's list of clients).
+    aggregator_state: the aggregator's part of a process state (where the
+      factory keeps its DpEvent).
+    is_done: for a process that may end before `total_rounds` (CRD): True
+      once it has; None: it runs every round.
+    uses_validation_data: the build called `context.validation_data`.
+  """
+
+  name: str
+  config: Any
+  sampling: sampling_lib.ClientSampling
+  process: tff.learning.templates.LearningProcess
+  num_parameters: int
+  guarantee: Optional[guarantees.Guarantee] = None
+  upload_bytes_per_client: int = 0
+  resolved: dict[str, Any] = dataclasses.field(default_factory=dict)
+  caveats: list[str] = dataclasses.field(default_factory=list)
+  closed_form: Optional[dict[str, Any]] = None
+  preprocess: Optional[
+      Callable[[tf.data.Dataset, int, int], tf.data.Dataset]
+  ] = None
+  aggregator_state: Callable[[Any], Any] = lambda state: state.aggregator
+  is_done: Optional[Callable[[Any], bool]] = None
+  uses_validation_data: bool = False
+
+  def __post_init__(self):
+    if not self.upload_bytes_per_client:
+      self.upload_bytes_per_client = BYTES_PER_FLOAT32 * self.num_parameters
+    if self.preprocess is None:
+      self.preprocess = lambda dataset, round_num, client_index: dataset

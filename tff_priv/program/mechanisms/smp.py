@@ -1,0 +1,136 @@
+"""Fed-SMP: a shared rand_k / top_k mask, clip, client noise, secure sum.
+
+`tff_priv.learning.fedsmp.build_fedsmp_process` with a
+`SparsifiedSecureSumFactory` (Hu, Guo, Gong, "Federated Learning with
+Sparsified Model Perturbation"); client-level DP under Poisson sampling,
+add-or-remove-one client. The clients' noise shares sum to sigma C whatever the
+number of clients, and the server sees only their secure sum. At compression
+1 with rand_k every coordinate is kept: that is Fed-SMP at p = 1 (client-side
+noise under secure aggregation), not TFF's DP-FedAvg (`dp_fedavg`).
+"""
+
+import dataclasses
+from typing import Optional
+
+from tff_priv import validation
+from tff_priv.accounting import reports
+from tff_priv.aggregators import sparsified_secure_sum
+from tff_priv.learning import client_metrics
+from tff_priv.learning import fedsmp
+from tff_priv.mechanisms import sparsify
+from tff_priv.program.mechanisms import base
+
+NAME = 'smp'
+SAMPLING = 'poisson'
+DEFAULT_COMPRESSION = 0.1
+DEFAULT_PUBLIC_CLIENTS = 20
+MASKS = sparsified_secure_sum.MASKS
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """Fed-SMP's parameters.
+
+  Attributes:
+    epsilon: target eps of the whole run at `delta` (the default when
+      `noise_multiplier` is not given).
+    noise_multiplier: z, noise std of the sum / clip.
+    delta: the delta of the target and the report.
+    clip: L2 clip C of the k kept values.
+    compression: p = k / d in (0, 1].
+    mask: 'rand_k' (a public seed) or 'top_k' (the server trains on public
+      data each round and keeps the k largest coordinates of its update).
+    public_clients: top_k only: this many clients of the task's split (the
+      first ones) form the public set D_pub; they are never sampled, and the
+      sampling rate is K over the remaining clients.
+  """
+
+  epsilon: Optional[float] = None
+  noise_multiplier: Optional[float] = None
+  delta: float = base.DEFAULT_DELTA
+  clip: float = base.DEFAULT_CLIP
+  compression: float = DEFAULT_COMPRESSION
+  mask: str = 'rand_k'
+  public_clients: Optional[int] = None
+
+  def __post_init__(self):
+    self.validate()
+
+  def validate(self) -> None:
+    base.check_fields(self, {
+        'epsilon': validation.positive,
+        'noise_multiplier': validation.non_negative,
+        'delta': validation.open_unit,
+        'clip': validation.positive,
+        'compression': validation.half_open_unit,
+    })
+    validation.one_of('mask', self.mask, MASKS)
+    base.fill_noise_target(self, NAME, ('epsilon', 'noise_multiplier'))
+    if self.mask == 'top_k':
+      if self.public_clients is None:
+        object.__setattr__(self, 'public_clients', DEFAULT_PUBLIC_CLIENTS)
+      validation.int_at_least('public_clients', self.public_clients, 1)
+    elif self.public_clients is not None:
+      raise ValueError(
+          "public_clients applies only with mask='top_k' (rand_k draws its "
+          'mask from a public seed)'
+      )
+
+
+def build(config: Config, context: base.BuildContext) -> base.Mechanism:
+  """Fed-SMP's process; with top_k, `context.public_data` is D_pub.
+
+  D_pub: the `public_clients` held-out clients' training data, each
+  preprocessed (batched, epochs repeated) as a client's data is, concatenated
+  (`tasks.hold_out_public_clients`); the context's sampling population must
+  exclude them.
+  """
+  top_k = config.mask == 'top_k'
+  if top_k and context.public_data is None:
+    raise ValueError("mechanism 'smp' with mask='top_k' needs public_data (D_pub)")
+  z = context.noise_multiplier(config)
+  factory = sparsified_secure_sum.SparsifiedSecureSumFactory(
+      z,
+      config.clip,
+      config.compression,
+      float(context.sampling.clients_per_round),
+      mask=config.mask,
+      secure=True,
+      mask_seed=None if top_k else context.seed,
+  )
+  # The server's public training uses the clients' optimizer; the client
+  # datasets (and D_pub) already repeat the local epochs.
+  process = fedsmp.build_fedsmp_process(
+      context.model_fn,
+      client_optimizer_fn=context.client_optimizer_fn(),
+      aggregator_factory=factory,
+      server_optimizer_fn=context.server_optimizer_fn(),
+      public_data=context.public_data,
+      metrics_aggregator=client_metrics.no_client_metrics,
+  )
+  d = base.count_parameters(context.model_fn)
+  kept = int(sparsify.num_kept(d, config.compression))
+  mech = base.Mechanism(
+      NAME, config, context.sampling, process, d, factory.guarantee,
+      # What the factory measures with secure=True: every kept value is
+      # quantized to 32 bits by tff.aggregators.SecureSumFactory.
+      upload_bytes_per_client=base.BYTES_PER_FLOAT32 * kept,
+      resolved={
+          'noise_multiplier': z, 'mask': config.mask, 'kept_coordinates': kept
+      },
+      closed_form=reports.mechanism_report(
+          'smp',
+          delta=config.delta,
+          rounds=context.total_rounds,
+          noise_multiplier=z,
+          **context.sampling.ledger_kwargs(),
+      ),
+  )
+  if top_k:
+    mech.caveats.append(
+        f"top_k: the mask comes from the server's training on the "
+        f'{config.public_clients} public clients (held out, never sampled), '
+        'whose data are public and get no protection: eps covers the other '
+        'clients; the mask releases nothing about them'
+    )
+  return mech

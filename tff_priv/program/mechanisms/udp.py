@@ -1,0 +1,230 @@
+"""UDP: record-level DP by client-side Gaussian noise on one clipped full-batch step.
+
+`tff_priv.learning.crd.build_udp_process` at a fixed sigma (Wei et al., "User-
+Level Privacy-Preserving Federated Learning: Analysis and Performance
+Optimization"): each client takes one gradient step on its whole data with
+per-example gradients clipped to C, adds N(0, sigma^2 I) and uploads; the
+server's model is the mean of the noisy client models. One example's effect on
+a client's update is Delta = 2 eta C / min_i |D_i| (replace-one example), local
+noise, under fixed-size sampling of K of N clients. With `crd_beta` the run is
+CRD (Algorithm 2, `crd.build_crd_process`): the budget of the target epsilon is
+spread over a plan of `total_rounds` rounds that shrinks when the validation
+loss of the released model on server-side data stalls, and the run ends when
+the plan is done.
+"""
+
+import dataclasses
+from typing import Optional
+
+import tensorflow as tf
+
+from tff_priv import validation
+from tff_priv.accounting import reports
+from tff_priv.aggregators import gaussian_udp
+from tff_priv.learning import crd
+from tff_priv.learning import udp
+from tff_priv.learning import udp_client_work
+from tff_priv.program.mechanisms import base
+
+NAME = 'udp'
+SAMPLING = 'fixed'
+DEFAULT_CRD_ZETA = 0.001
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """UDP's parameters: one of epsilon, noise_multiplier, noise_stddev.
+
+  Attributes:
+    epsilon: target eps of the whole run at `delta` (the default).
+    noise_multiplier: sigma / Delta.
+    noise_stddev: sigma.
+    delta: the delta of the target and the report.
+    clip: per-example gradient clip C.
+    udp_calibration: with epsilon: 'tight' (the accountant, default) or
+      'paper' (eq. 10, a claim the ledger then checks).
+    crd_beta: CRD's discount factor in (0, 1) (the paper: 0.9); None: a
+      fixed sigma over `total_rounds` rounds.
+    crd_zeta: CRD's improvement threshold >= 0 (default 0.001 with
+      crd_beta).
+  """
+
+  epsilon: Optional[float] = None
+  noise_multiplier: Optional[float] = None
+  noise_stddev: Optional[float] = None
+  delta: float = base.DEFAULT_DELTA
+  clip: float = base.DEFAULT_CLIP
+  udp_calibration: Optional[str] = None
+  crd_beta: Optional[float] = None
+  crd_zeta: Optional[float] = None
+
+  def __post_init__(self):
+    self.validate()
+
+  def validate(self) -> None:
+    base.check_fields(self, {
+        'epsilon': validation.positive,
+        'noise_multiplier': validation.non_negative,
+        'noise_stddev': validation.non_negative,
+        'delta': validation.open_unit,
+        'clip': validation.positive,
+        'crd_beta': validation.open_unit,
+        'crd_zeta': validation.non_negative,
+    })
+    base.fill_noise_target(
+        self, NAME, ('epsilon', 'noise_multiplier', 'noise_stddev')
+    )
+    if self.epsilon is None:
+      if self.udp_calibration is not None:
+        raise ValueError('udp_calibration applies only with epsilon')
+    else:
+      if self.udp_calibration is None:
+        object.__setattr__(self, 'udp_calibration', 'tight')
+      validation.one_of('udp_calibration', self.udp_calibration, udp.CALIBRATIONS)
+    if self.crd_beta is None:
+      if self.crd_zeta is not None:
+        raise ValueError('crd_zeta applies only with crd_beta (CRD)')
+    else:
+      if self.epsilon is None:
+        raise ValueError('CRD (crd_beta) spreads a target epsilon: give epsilon')
+      if self.crd_zeta is None:
+        object.__setattr__(self, 'crd_zeta', DEFAULT_CRD_ZETA)
+
+
+def _check_context(context: base.BuildContext) -> None:
+  if context.client_optimizer != 'sgd' or context.client_momentum:
+    raise ValueError(
+        "client_optimizer must be plain 'sgd' for mechanism 'udp': its client "
+        'step is one clipped full-batch gradient step of rate '
+        'client_learning_rate'
+    )
+  if context.server_optimizer != 'sgd' or context.server_learning_rate != 1.0:
+    raise ValueError(
+        "server_optimizer='sgd' with server_learning_rate=1 is the only "
+        "server update of mechanism 'udp' (the new model is the weighted "
+        'mean of the noisy client models)'
+    )
+  if context.local_epochs != 1:
+    raise ValueError(
+        "num_epochs must be 1 for mechanism 'udp' (one full-batch step)"
+    )
+  if context.min_client_examples is None:
+    raise ValueError('udp needs min_client_examples (the smallest |D_i|)')
+  with tf.Graph().as_default():
+    label_spec = context.model_fn().input_spec[1]
+  shape = list(label_spec.shape)
+  if not (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
+    raise ValueError(
+        "mechanism 'udp' needs a softmax classifier with one label per "
+        'example (its per-example loss is the sparse categorical '
+        f'cross-entropy); this task\'s labels have shape {label_spec.shape}'
+    )
+
+
+def build(config: Config, context: base.BuildContext) -> base.Mechanism:
+  """UDP's process at the sigma of the given noise level."""
+  _check_context(context)
+  min_examples = context.min_client_examples()
+  sensitivity = udp_client_work.udp_sensitivity(
+      context.client_learning_rate, config.clip, min_examples
+  )
+  if config.crd_beta is not None:
+    return _build_crd(config, context, sensitivity, min_examples)
+  if config.noise_stddev is not None:
+    sigma = config.noise_stddev
+  elif config.noise_multiplier is not None:
+    sigma = config.noise_multiplier * sensitivity
+  else:
+    sigma = udp.udp_noise_stddev(
+        config.epsilon,
+        config.delta,
+        sensitivity,
+        context.total_rounds,
+        calibration=config.udp_calibration,
+        min_with_unsampled=True,
+        **context.sampling.ledger_kwargs(),
+    )
+  process = crd.build_udp_process(
+      context.model_fn,
+      learning_rate=context.client_learning_rate,
+      clip_norm=config.clip,
+      per_example_loss=udp_client_work.sparse_categorical_crossentropy(),
+      sensitivity=sensitivity,
+      noise_stddev=sigma,
+  )
+  mech = base.Mechanism(
+      NAME, config, context.sampling, process,
+      base.count_parameters(context.model_fn),
+      gaussian_udp.GaussianUDPFactory(sigma, sensitivity=sensitivity).guarantee,
+      resolved={
+          'noise_stddev': sigma,
+          'sensitivity': sensitivity,
+          'noise_multiplier': sigma / sensitivity,
+          'min_client_examples': min_examples,
+      },
+      closed_form=reports.mechanism_report(
+          'udp',
+          delta=config.delta,
+          rounds=context.total_rounds,
+          noise_stddev=sigma,
+          sensitivity=sensitivity,
+          **context.sampling.ledger_kwargs(),
+      ),
+      caveats=[
+          "record-level DP of each client's data (replace one example); "
+          'sensitivity 2 eta C / min_i |D_i| of one clipped full-batch step'
+      ],
+  )
+  if config.udp_calibration == 'paper':
+    mech.caveats.append(
+        "noise from the paper's Theorem 1: the target epsilon is a claim; "
+        "the ledger's eps is what it spends"
+    )
+  return mech
+
+
+def _build_crd(config, context, sensitivity, min_examples):
+  """CRD: the target's budget over a shrinking plan, steered by validation."""
+  schedule = udp.crd_schedule(
+      config.epsilon,
+      config.delta,
+      sensitivity,
+      context.total_rounds,
+      calibration=config.udp_calibration,
+      **context.sampling.ledger_kwargs(),
+  )
+  if context.validation_data is None:
+    raise ValueError('CRD needs server-side validation data')
+  process = crd.build_crd_process(
+      context.model_fn,
+      learning_rate=context.client_learning_rate,
+      clip_norm=config.clip,
+      per_example_loss=udp_client_work.sparse_categorical_crossentropy(),
+      schedule=schedule,
+      sensitivity=sensitivity,
+      validation_data=context.validation_data(),
+      beta=config.crd_beta,
+      zeta=config.crd_zeta,
+  )
+  return base.Mechanism(
+      NAME, config, context.sampling, process,
+      base.count_parameters(context.model_fn),
+      gaussian_udp.GaussianUDPFactory(
+          schedule=schedule, sensitivity=sensitivity
+      ).guarantee,
+      resolved={
+          'sensitivity': sensitivity,
+          'min_client_examples': min_examples,
+          'initial_rounds': context.total_rounds,
+      },
+      caveats=[
+          "record-level DP of each client's data (replace one example); "
+          'sensitivity 2 eta C / min_i |D_i| of one clipped full-batch step',
+          'CRD: sigma changes when the validation loss stalls; every round is '
+          'charged the sigma it used; the schedule is calibrated for the '
+          'analyst, so the eps against the server is larger',
+      ],
+      aggregator_state=lambda state: state.learning.aggregator,
+      is_done=crd.is_done,
+      uses_validation_data=True,
+  )

@@ -1,0 +1,122 @@
+"""absl flags for `RunConfig` and every mechanism's parameters, made from the dataclasses.
+
+`define_flags()` defines one flag per `RunConfig` field (task options and
+mechanism parameters flattened) with the field's default and its docstring
+description as help; `run_config()` reads them back. A
+mechanism parameter's flag defaults to None ("not given"), so the mechanism's
+own default applies and a parameter it does not take is refused by
+`mechanisms.config`, naming it.
+"""
+
+import dataclasses
+import re
+import typing
+from typing import Any
+
+from absl import flags
+
+import tasks
+from tff_priv.program import mechanisms
+from tff_priv.program import training
+
+# Fields that are not flags: filled from the flags of their parts.
+_COMPOSITE = ('task_options', 'params')
+_CHOICES = {
+    'task': tasks.TASK_NAMES,
+    'mechanism': mechanisms.MECHANISMS,
+    'client_optimizer': tuple(training.OPTIMIZERS),
+    'server_optimizer': tuple(training.OPTIMIZERS),
+}
+
+
+def attribute_help(cls) -> dict[str, str]:
+  """{attribute: its description} from a class docstring's Attributes."""
+  text = (cls.__doc__ or '').split('Attributes:', 1)[-1]
+  out, name = {}, None
+  for line in text.splitlines():
+    match = re.match(r'^\s{2,6}(\w+): (.*)$', line)
+    if match:
+      name = match.group(1)
+      out[name] = match.group(2)
+    elif name and line.strip():
+      out[name] += ' ' + line.strip()
+  return out
+
+
+def _kind(annotation) -> type:
+  args = [a for a in typing.get_args(annotation) if a is not type(None)]
+  return args[0] if args else annotation
+
+
+def _define(name: str, kind: type, default: Any, help_text: str) -> None:
+  if name in flags.FLAGS:
+    return  # Several mechanisms share a parameter: one flag.
+  if name in _CHOICES:
+    flags.DEFINE_enum(name, default, list(_CHOICES[name]), help_text)
+  elif kind is bool:
+    flags.DEFINE_bool(name, default, help_text)
+  elif kind is int:
+    flags.DEFINE_integer(name, default, help_text)
+  elif kind is float:
+    flags.DEFINE_float(name, default, help_text)
+  else:
+    flags.DEFINE_string(name, default, help_text)
+
+
+def define_flags() -> None:
+  """Defines the flags of `RunConfig` and of every mechanism's parameters."""
+  hints = typing.get_type_hints(training.RunConfig)
+  helps = attribute_help(training.RunConfig)
+  for field in dataclasses.fields(training.RunConfig):
+    if field.name in _COMPOSITE:
+      continue
+    _define(field.name, _kind(hints[field.name]), field.default,
+            helps.get(field.name, ''))
+  for option in training.TASK_OPTION_NAMES:
+    kind = str if option in ('model', 'partition') else (
+        float if option == 'test_fraction' else int
+    )
+    _define(option, kind, None,
+            f'Task option {option} (task default if unset).')
+  # One flag per parameter name; its help says what it means to each
+  # mechanism that takes it.
+  kinds, helps = {}, {}
+  for name in mechanisms.MECHANISMS:
+    config_class = mechanisms.module(name).Config
+    hints = typing.get_type_hints(config_class)
+    described = attribute_help(config_class)
+    for field in dataclasses.fields(config_class):
+      kinds[field.name] = _kind(hints[field.name])
+      helps.setdefault(field.name, {}).setdefault(
+          described.get(field.name, ''), []
+      ).append(name)
+  for parameter, meanings in helps.items():
+    text = '; '.join(
+        f'{", ".join(names)}: {meaning.rstrip(".")}'
+        for meaning, names in meanings.items()
+    )
+    _define(parameter, kinds[parameter], None, text)
+
+
+def run_config() -> training.RunConfig:
+  """The `RunConfig` the flags give (not yet validated)."""
+  values = flags.FLAGS.flag_values_dict()
+  fields = {
+      f.name: values[f.name]
+      for f in dataclasses.fields(training.RunConfig)
+      if f.name not in _COMPOSITE
+  }
+  return training.RunConfig(
+      task_options={k: values[k] for k in training.TASK_OPTION_NAMES},
+      params={
+          k: values[k]
+          for k in mechanisms.parameter_names(values['mechanism'])
+      } | {
+          # Given for another mechanism: refused by mechanisms.config.
+          k: values[k]
+          for name in mechanisms.MECHANISMS
+          for k in mechanisms.parameter_names(name)
+          if flags.FLAGS[k].present
+      },
+      **fields,
+  )
