@@ -241,7 +241,6 @@ class BuildTest(tf.test.TestCase):
         'udp', P(crd_beta=0.9), min_client_examples=lambda: 5,
         validation_data=lambda: validation,
     )
-    self.assertTrue(mech.uses_validation_data)
     state = mech.process.initialize()
     self.assertFalse(mech.is_done(state))
     event = guarantees.extract_dp_event(

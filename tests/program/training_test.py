@@ -307,6 +307,7 @@ class LoopOptionsTest(_TempDirTestCase):
     full, _, _ = self._run(total_rounds=1)
     config = _config(
         mechanism='udp', total_rounds=6, eval_every=100, sampling_seed=7,
+        holdout_validation=True,
         # Every round "stalls": T <- floor(beta (T - t)) + t, 6 -> 3 -> 2.
         params=dict(epsilon=8.0, crd_beta=0.5, crd_zeta=100.0),
     )

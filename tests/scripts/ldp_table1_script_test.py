@@ -8,6 +8,8 @@ import tempfile
 
 import tensorflow as tf
 
+from tff_priv.program import layout
+
 _SCRIPT = os.path.join(
     os.path.dirname(__file__), '..', '..', 'scripts', 'ldp_table1.py'
 )
@@ -23,7 +25,7 @@ def _run(output_dir, *extra):
       ],
       capture_output=True,
       text=True,
-      timeout=600,
+      timeout=900,
       check=False,
       env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'},
   )
@@ -35,47 +37,53 @@ class LdpTable1ScriptTest(tf.test.TestCase):
     out = tempfile.mkdtemp(dir=self.get_temp_dir())
     result = _run(out)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-    with open(os.path.join(out, 'results.jsonl')) as f:
-      records = [json.loads(line) for line in f]
-    # 2 modes x (noise-free + 2 eps) x 1 run.
-    self.assertLen(records, 6)
-    keys = {r['key'] for r in records}
-    self.assertIn('weights/eps=none/run=0', keys)
-    self.assertIn('deltas/eps=10.0/run=0', keys)
-    for r in records:
-      self.assertBetween(r['test_accuracy'], 0.0, 1.0)
-      if r['epsilon'] is None:
-        self.assertNotIn('privacy', r)
+    # One run directory per cell: noise-free + 2 modes x 2 eps, 1 run each.
+    labels = sorted(
+        d for d in os.listdir(out) if os.path.isdir(os.path.join(out, d))
+    )
+    self.assertEqual(labels, [
+        'deltas_eps10_run0', 'deltas_eps1_run0', 'noise_free_run0',
+        'weights_eps10_run0', 'weights_eps1_run0',
+    ])
+    for label in labels:
+      with open(layout.path(os.path.join(out, label), layout.SUMMARY)) as f:
+        summary = json.load(f)
+      self.assertBetween(summary['final_test_accuracy'], 0.0, 1.0)
+      if label.startswith('noise_free'):
+        self.assertEqual(summary['mechanism'], 'none')
         continue
-      cum = r['privacy']['cumulative']
+      self.assertEqual(summary['mechanism'], 'ldp')
+      mode = label.split('_')[0]
+      self.assertEqual(summary['parameters']['params']['ldp_mode'], mode)
+      closed = summary['privacy']['closed_form']
+      eps0 = float(label.split('_')[1][3:])
       self.assertEqual(
-          cum['plain_composition_epsilon'],
-          r['num_values'] * r['rounds'] * r['epsilon'],
+          closed['plain_composition_epsilon'],
+          closed['num_values'] * closed['rounds'] * eps0,
       )
-      self.assertEqual(len(r['history']), 1)
-      self.assertIn('cumulative_rdp_epsilon', r['history'][0])
     # The printed table has the paper's row and one row per mode.
     self.assertIn('97.26', result.stdout)
     self.assertIn('measured, weights', result.stdout)
     self.assertIn('measured, deltas', result.stdout)
-    self.assertIn('plain composition', result.stdout)
+    self.assertIn("the run's ledger", result.stdout)
     with open(os.path.join(out, 'table.md')) as f:
       self.assertIn('96.24', f.read())
     with open(os.path.join(out, 'accuracy_vs_eps.png'), 'rb') as f:
       self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
 
-    # A rerun skips every finished config and appends nothing.
+    # A rerun skips every finished run: nothing is trained again.
     again = _run(out)
     self.assertEqual(again.returncode, 0, again.stderr[-3000:])
-    self.assertEqual(again.stdout.count('done already'), 6)
-    with open(os.path.join(out, 'results.jsonl')) as f:
-      self.assertLen(f.readlines(), 6)
+    self.assertNotIn('[1/5]', again.stderr)
+    self.assertEqual(again.stdout.split('\n\n')[0],
+                     result.stdout.split('\n\n')[0])
 
-  def test_bad_mode_fails(self):
+  def test_bad_mode_fails_in_one_line(self):
     out = tempfile.mkdtemp(dir=self.get_temp_dir())
     result = _run(out, '--modes=both')
-    self.assertNotEqual(result.returncode, 0)
-    self.assertIn('--modes', result.stderr)
+    self.assertEqual(result.returncode, 2)
+    self.assertStartsWith(result.stderr.strip().splitlines()[-1],
+                          'ldp_table1.py: error: mode must be one of')
 
 
 if __name__ == '__main__':

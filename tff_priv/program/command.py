@@ -48,6 +48,7 @@ def main(
 ) -> T:
   """Runs `body()` under the conventions of the module docstring."""
   # pylint: disable=g-import-not-at-top
+  from tff_priv import cli
   from tff_priv import runtime
   from tff_priv.program import training
   # pylint: enable=g-import-not-at-top
@@ -71,7 +72,8 @@ def main(
     return body()
   except training.ConfigError as e:
     print(f'{prog}: error: {e}', file=sys.stderr)
-    sys.exit(2)
+    runtime.stop_workers()
+    cli.exit_now(2)
   except BaseException as e:  # pylint: disable=broad-except
     if received:
       name = signal.Signals(received[0]).name
@@ -84,11 +86,10 @@ def main(
       # The interrupted TF/TFF objects fail noisily in interpreter teardown:
       # stop the worker and leave without it (everything is on disk).
       runtime.stop_workers()
-      sys.stdout.flush()
-      sys.stderr.flush()
-      os._exit(128 + received[0])  # pylint: disable=protected-access
+      cli.exit_now(128 + received[0])
     if isinstance(e, OSError) and e.filename is not None:
       print(f'{prog}: error: cannot use {e.filename}: {e.strerror}',
             file=sys.stderr)
-      sys.exit(1)
+      runtime.stop_workers()
+      cli.exit_now(1)
     raise

@@ -120,6 +120,9 @@ class RunConfig:
     eval_every: evaluate the test set every this many rounds (and at the end).
     test_examples: evaluate on a fixed random subset (seeded by `seed`) of
       this many test examples; None: the whole test set.
+    holdout_validation: the first half of the (subset of the) test set is
+      the server's validation data (public to the server: CRD's trigger
+      reads it), and the run is evaluated on the second half only.
     seed: seeds the data split, client sampling, model init, smp masks.
     server_budget: the budget filter's eps: a client whose eps against the
       server would exceed it is left out of the round (mechanisms private
@@ -148,6 +151,7 @@ class RunConfig:
   server_learning_rate: float = 1.0
   eval_every: int = 5
   test_examples: Optional[int] = None
+  holdout_validation: bool = False
   seed: int = 0
   server_budget: Optional[float] = None
   sampling_seed: Optional[int] = None
@@ -635,7 +639,10 @@ async def _run(
         seed=config.seed,
         public_data=public_data,
         min_client_examples=min_client_examples,
-        validation_data=lambda: (test_x[:half], test_y[:half]),
+        validation_data=(
+            (lambda: (test_x[:half], test_y[:half]))
+            if config.holdout_validation else None
+        ),
     )
     mechanism = mechanisms.build(config.mechanism, config.params, context)
     process = mechanism.process
@@ -646,8 +653,8 @@ async def _run(
       )
   except ValueError as e:
     raise ConfigError(str(e)) from e
-  if mechanism.uses_validation_data:
-    # The first half of the test set steered the run: test on the rest.
+  if config.holdout_validation:
+    # The first half of the test set is the server's: test on the rest.
     test_x, test_y = test_x[half:], test_y[half:]
   test_data = tf.data.Dataset.from_tensor_slices((test_x, test_y)).batch(
       _EVAL_BATCH

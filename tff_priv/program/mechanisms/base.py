@@ -89,9 +89,8 @@ class BuildContext:
     min_client_examples: udp: returns the smallest |D_i| of the population
       (called only by the mechanisms that need it: it reads every client).
     validation_data: returns server-side (x, y) arrays held out from the
-      test set, for a mechanism whose schedule is steered by a validation
-      loss (CRD); a mechanism that calls it sets `uses_validation_data`, and
-      the program then evaluates on the rest of the test set only.
+      test set (`RunConfig.holdout_validation`), for a mechanism whose
+      schedule is steered by a validation loss (CRD); None: there are none.
   """
 
   model_fn: Callable[[], tff.learning.models.VariableModel]
@@ -197,7 +196,6 @@ class Mechanism:
       factory keeps its DpEvent).
     is_done: for a process that may end before `total_rounds` (CRD): True
       once it has; None: it runs every round.
-    uses_validation_data: the build called `context.validation_data`.
   """
 
   name: str
@@ -215,7 +213,6 @@ class Mechanism:
   ] = None
   aggregator_state: Callable[[Any], Any] = lambda state: state.aggregator
   is_done: Optional[Callable[[Any], bool]] = None
-  uses_validation_data: bool = False
 
   def __post_init__(self):
     if not self.upload_bytes_per_client:

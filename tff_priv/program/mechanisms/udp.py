@@ -194,7 +194,9 @@ def _build_crd(config, context, sensitivity, min_examples):
       **context.sampling.ledger_kwargs(),
   )
   if context.validation_data is None:
-    raise ValueError('CRD needs server-side validation data')
+    raise ValueError(
+        'CRD needs server-side validation data: set holdout_validation'
+    )
   process = crd.build_crd_process(
       context.model_fn,
       learning_rate=context.client_learning_rate,
@@ -226,5 +228,4 @@ def _build_crd(config, context, sensitivity, min_examples):
       ],
       aggregator_state=lambda state: state.learning.aggregator,
       is_done=crd.is_done,
-      uses_validation_data=True,
   )
