@@ -1,0 +1,69 @@
+"""Tests of Steinke, Nasr, Jagielski's one-run eps lower bound."""
+
+import math
+
+from absl.testing import absltest
+import dp_accounting
+import numpy as np
+from scipy import stats
+
+from tff_priv.auditing import one_run
+
+
+def _guesses(rng, m, mu, k):
+  """One run of a Gaussian mechanism over m canaries; guess top/bottom k."""
+  included = rng.random(m) < 0.5
+  scores = mu * included + rng.standard_normal(m)
+  order = np.argsort(scores)
+  correct = included[order[-k:]].sum() + (~included[order[:k]]).sum()
+  return 2 * k, int(correct)
+
+
+class OneRunTest(absltest.TestCase):
+
+  def test_p_value_at_delta_zero_is_the_binomial_tail(self):
+    q = 1 / (1 + math.exp(-1.0))
+    self.assertAlmostEqual(
+        one_run.p_value(100, 50, 40, 1.0, 0.0), stats.binom.sf(39, 50, q))
+
+  def test_all_correct_closed_form(self):
+    # delta = 0, v = r: p-value q^r; the bound solves q^r = alpha.
+    r, alpha = 20, 0.05
+    q = alpha ** (1 / r)
+    self.assertAlmostEqual(
+        one_run.epsilon_lower_bound(1000, r, r, 0.0, alpha),
+        math.log(q / (1 - q)), places=6)
+
+  def test_chance_guesses_give_zero(self):
+    self.assertEqual(one_run.epsilon_lower_bound(1000, 100, 50, 1e-5), 0.0)
+
+  def test_delta_term_lowers_the_bound(self):
+    self.assertLess(
+        one_run.epsilon_lower_bound(1000, 200, 190, 1e-4),
+        one_run.epsilon_lower_bound(1000, 200, 190, 0.0))
+
+  def test_bad_arguments(self):
+    with self.assertRaisesRegex(ValueError, 'v <= r <= m'):
+      one_run.p_value(10, 5, 6, 1.0, 0.0)
+    with self.assertRaisesRegex(ValueError, 'alpha'):
+      one_run.epsilon_lower_bound(10, 5, 5, 0.0, alpha=1.5)
+
+  def test_coverage_on_a_gaussian_mechanism(self):
+    # Each canary adds mu to its own score with noise N(0, 1): including one
+    # canary or not is a Gaussian mechanism of noise multiplier 1 / mu. The
+    # bound must not exceed its eps in >= 95% of 40 fixed-seed runs, and must
+    # see it (> 1) when the mechanism is weak.
+    delta, m = 1e-5, 1000
+    for mu, floor in ((2.0, 0.0), (6.0, 1.0)):
+      true_eps = dp_accounting.pld.PLDAccountant().compose(
+          dp_accounting.GaussianDpEvent(1 / mu)).get_epsilon(delta)
+      found = []
+      for seed in range(40):
+        r, v = _guesses(np.random.default_rng(seed), m, mu, 50)
+        found.append(one_run.epsilon_lower_bound(m, r, v, delta))
+      self.assertLessEqual(sum(e > true_eps for e in found), 2, (mu, found))
+      self.assertGreater(np.median(found), floor, (mu, true_eps))
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,35 @@
+"""scripts/audit.py end to end at a tiny trial count, in a subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
+_SCRIPT = os.path.join(_ROOT, 'scripts', 'audit.py')
+
+
+class AuditScriptTest(unittest.TestCase):
+
+  def test_json_has_a_row_per_mechanism(self):
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(_ROOT),
+               TF_CPP_MIN_LOG_LEVEL='3')
+    result = subprocess.run(
+        [sys.executable, _SCRIPT, '--trials=4', '--dimension=5',
+         '--format=json'],
+        capture_output=True, text=True, timeout=300, check=False, env=env)
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    rows = json.loads(result.stdout)
+    self.assertEqual(
+        [r['mechanism'].split()[0] for r in rows],
+        ['dp_fedavg', 'smp', 'udp', 'distortion', 'ldp', 'ldp'])
+    for row in rows:
+      self.assertEqual(row['trials'], 4)
+      self.assertEqual(row['verdict'], 'pass')  # 2 trials can show nothing.
+      self.assertEqual(row['empirical_lower_bound'], 0.0)
+      self.assertGreater(row['accounted_epsilon'], 0.0)
+
+
+if __name__ == '__main__':
+  unittest.main()

@@ -1,0 +1,1 @@
+"""Empirical privacy auditing: factory audits and one-run estimators."""

@@ -1,0 +1,472 @@
+"""Empirical lower bound on the eps of one round of an aggregation factory.
+
+`audit_aggregator` runs a factory's own `tff.templates.AggregationProcess` many
+times on two neighbouring client sets (with and without a worst-case canary
+client), distinguishes them from everything the process releases (the
+aggregate and every measurement), and turns the test's errors into a
+Clopper-Pearson lower bound on eps (`tff_priv.auditing.bounds`), set beside the
+eps the factory claims for that round.
+"""
+
+import dataclasses
+import math
+import time
+from typing import Any, Optional, Sequence
+import warnings
+
+from absl import logging
+import dp_accounting
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_priv import validation
+from tff_priv.accounting import accountants
+from tff_priv.accounting import guarantees
+from tff_priv.auditing import bounds
+
+
+class AuditFailedError(AssertionError):
+  """An audit's empirical lower bound exceeds the claimed eps."""
+
+
+class AuditFailedWarning(UserWarning):
+  """Warned by `audit_aggregator` whenever an audit fails."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditResult:
+  """The outcome of `audit_aggregator`.
+
+  Attributes:
+    mechanism: the factory's class name.
+    epsilon_lower_bound: eps that the process is shown to exceed at `delta`,
+      with probability >= 1 - alpha.
+    claimed_epsilon: the claimed eps of one round at `delta` (inf for a
+      non-private event).
+    claimed_dp_event: the claimed round event, as text.
+    accountant: 'pld' or 'rdp', the accountant that read the claim.
+    delta: the delta of both numbers.
+    alpha: the bound's error probability.
+    neighboring_relation: 'add_or_remove_one' (the canary client joins) or
+      'replace_one' (the canary replaces a client).
+    noise: where the factory adds its noise ('local', 'secure_sum',
+      'central'; '' when unknown).
+    trials: runs of the process per client set (both sets run this many).
+    selection_trials: runs per set used to choose the test.
+    evaluation_trials: runs per set the bound is computed from.
+    false_positives: evaluation runs without the canary guessed "with".
+    false_negatives: evaluation runs with the canary guessed "without".
+    max_epsilon_lower_bound: the largest bound the evaluation trials can show
+      (a perfect test); a bound equal to it means "at least this".
+    statistic: which released value the chosen test reads.
+    seconds: wall time of the audit.
+    passed: epsilon_lower_bound <= claimed_epsilon.
+  """
+
+  mechanism: str
+  epsilon_lower_bound: float
+  claimed_epsilon: float
+  claimed_dp_event: str
+  accountant: str
+  delta: float
+  alpha: float
+  neighboring_relation: str
+  noise: str
+  trials: int
+  selection_trials: int
+  evaluation_trials: int
+  false_positives: int
+  false_negatives: int
+  max_epsilon_lower_bound: float
+  statistic: str
+  seconds: float
+  passed: bool
+
+  def raise_if_failed(self) -> 'AuditResult':
+    """Raises `AuditFailedError` if the audit failed, else returns self."""
+    if not self.passed:
+      raise AuditFailedError(self.summary())
+    return self
+
+  def summary(self) -> str:
+    verdict = 'passed' if self.passed else 'FAILED'
+    return (
+        f'audit {verdict}: {self.mechanism}: empirical eps >= '
+        f'{self.epsilon_lower_bound:.3f} (max showable '
+        f'{self.max_epsilon_lower_bound:.3f}, {self.evaluation_trials} '
+        f'evaluation trials per set, from {self.statistic}) vs claimed eps '
+        f'{self.claimed_epsilon:.3f} ({self.claimed_dp_event}, '
+        f'{self.neighboring_relation}) at delta={self.delta:g}'
+    )
+
+
+def _flat_leaves(value, path=()):
+  """[(path, np.ndarray)] of every leaf of a TFF-returned structure."""
+  if isinstance(value, tff.structure.Struct) or tf.nest.is_nested(value):
+    struct = (
+        value
+        if isinstance(value, tff.structure.Struct)
+        else tff.structure.from_container(value)
+    )
+    out = []
+    for i, (name, element) in enumerate(tff.structure.iter_elements(struct)):
+      out.extend(_flat_leaves(element, path + (name or str(i),)))
+    return out
+  return [('/'.join(path), np.asarray(value, np.float64).ravel())]
+
+
+def _tff_gaussian_clip(factory) -> Optional[float]:
+  """The clip of TFF's `DifferentiallyPrivateFactory.gaussian_fixed`, else None.
+
+  TFF exposes no accessor: the clip is the `l2_norm_clip` of the
+  tensorflow_privacy `GaussianSumQuery` inside its `NormalizedQuery`.
+  """
+  query = getattr(factory, '_query', None)
+  query = getattr(query, '_numerator', query)
+  clip = getattr(query, '_l2_norm_clip', None)
+  if isinstance(clip, (int, float)) and clip > 0:
+    return float(clip)
+  return None
+
+
+def _default_canary(factory, initial_state, dimension, rng):
+  """(canary, replaced value, domain center) worst case for known factories."""
+  # LDP-FL's 'fixed' range: the canary and the client it replaces sit at the
+  # two ends of every coordinate's range [c - r, c + r].
+  center = getattr(initial_state, 'center', None)
+  radius = getattr(initial_state, 'radius', None)
+  if type(factory).__name__ == 'LDPEncodeFactory':
+    if getattr(factory, 'range_mode', None) != 'fixed':
+      raise ValueError(
+          'the default LDP canary needs range_mode="fixed"; pass canary='
+      )
+    c = np.asarray(center, np.float64).ravel()
+    r = np.asarray(radius, np.float64).ravel()
+    if c.size != 1:
+      raise ValueError('the default LDP canary needs one tensor; pass canary=')
+    base = np.full(dimension, c[0])
+    return base + r[0], base - r[0], base
+  clip = getattr(factory, 'clip', None)
+  if not isinstance(clip, (int, float)):
+    clip = _tff_gaussian_clip(factory)
+  if clip is None:
+    raise ValueError(
+        f'no default canary for {type(factory).__name__} (no clip known): '
+        'pass canary= (the canary client\'s value)'
+    )
+  direction = rng.standard_normal(dimension)
+  canary = clip * direction / np.linalg.norm(direction)
+  return canary, -canary, np.zeros(dimension)
+
+
+def _batched_runner(process, batch_size, weighted):
+  """A federated computation running `process.next` `batch_size` times.
+
+  Every call is a genuine, independent run of the factory's `next` on the
+  same state and client values (fresh client and server randomness each);
+  gathering them in one computation only saves TFF's per-call overhead.
+  """
+  state_type = process.next.type_signature.parameter[0]
+  value_type = process.next.type_signature.parameter[1]
+
+  def outputs(state, *args):
+    results = []
+    for _ in range(batch_size):
+      out = process.next(state, *args)
+      results.append((out.result, out.measurements))
+    return tff.federated_zip(tuple(results))
+
+  if weighted:
+    weight_type = process.next.type_signature.parameter[2]
+
+    @tff.federated_computation(state_type, value_type, weight_type)
+    def run(state, value, weight):
+      return outputs(state, value, weight)
+
+  else:
+
+    @tff.federated_computation(state_type, value_type)
+    def run(state, value):
+      return outputs(state, value)
+
+  return run
+
+
+def _claimed(event, relation):
+  """(eps at delta as a function, accountant name) of a round event."""
+  for name in ('pld', 'rdp'):
+    if accountants.can_count(name, event, relation) is None:
+      acc = accountants.make_accountant(name, relation).compose(event)
+      return acc.get_epsilon, name
+  raise ValueError(f'no accountant counts the claimed event {event}')
+
+
+def audit_aggregator(
+    factory,
+    *,
+    value_type,
+    num_clients: int,
+    trials: int,
+    delta: float,
+    claimed_dp_event: Optional[dp_accounting.DpEvent] = None,
+    canary: Optional[Sequence[float]] = None,
+    seed: int = 0,
+    replaced_value: Optional[Sequence[float]] = None,
+    neighboring_relation: Optional[str] = None,
+    alpha: float = 0.05,
+    batch_size: int = 8,
+    initial_state: Any = None,
+    warn: bool = True,
+) -> AuditResult:
+  """Lower-bounds the eps of one round of `factory` and checks it against its claim.
+
+  Neighbouring client sets: the same `num_clients` clients, whose values are
+  fixed (known to the adversary) and drawn once from `seed`, with and without
+  one canary client. Under add-or-remove-one adjacency the canary joins them
+  (num_clients + 1 clients); under replace-one it replaces client 0, which
+  holds `replaced_value` in the other set. Default canary (`canary=None`):
+  for a factory with an L2 clip C (`factory.clip`, or the clip of TFF's
+  `DifferentiallyPrivateFactory.gaussian_fixed`) a value of norm C in a
+  random direction, and the replaced client holds its negation (the two differ
+  by 2C, the replace-one sensitivity); for `LDPEncodeFactory` with a fixed
+  range every coordinate at c + r, the replaced client at c - r. Other
+  factories (e.g. `GaussianUDPFactory`, whose sensitivity is not visible) need
+  `canary=` (the replaced value defaults to its negation).
+
+  Trials: the process is run `trials` times on each set, every run from the
+  same state (`process.initialize()` or `initial_state`), `batch_size` runs per
+  TFF call. Each run's released values (the aggregate and every measurement
+  leaf) are flattened. Half the runs of each set choose the test: for each
+  candidate statistic (the projection of the aggregate onto the canary's
+  direction, and for every released leaf the projection onto the difference
+  of its means between the sets) the threshold test with the largest bound
+  on that half (`bounds.best_threshold_test`). The other half gives the
+  bound: with FP of its runs without the canary guessed "with" and FN of its
+  runs with the canary guessed "without", out of N each,
+
+      eps_lb = max(0, log((1 - delta - FNR_u) / FPR_u),
+                      log((1 - delta - FPR_u) / FNR_u)),
+
+  FPR_u, FNR_u the one-sided Clopper-Pearson upper bounds on FP / N, FN / N
+  at confidence 1 - alpha / 2 each: eps_lb <= the true eps with probability
+  >= 1 - alpha. With no errors it reaches its maximum for N,
+  log((1 - delta - u) / u), u = 1 - (alpha / 2)^(1 / N): a released exact
+  statistic of the canary shows as that maximum.
+
+  The adversary: the audit sees what the process releases, so it audits the
+  round's event against whoever sees the aggregate and the measurements.
+  For noise added on the clients ('local') the server also sees each upload;
+  with `num_clients=1` the released mean is the single upload itself, which
+  audits that view too (more clients add their noise to the aggregate and
+  weaken the test). For 'central' noise the server sees raw updates: no
+  output of the process can audit that.
+
+  Claim: `claimed_dp_event`, else the event in the state `next` returns
+  (`guarantees.extract_dp_event`), read at `delta` under the factory's
+  neighbouring relation (`factory.guarantee`, TFF's DP factory's, the state's,
+  or `neighboring_relation`) by dp_accounting's PLD accountant (tight for
+  Gaussian and pure-eps events), or the RDP accountant where PLD declines.
+
+  A failed audit (eps_lb > claimed eps) is loud: a `AuditFailedWarning` is
+  warned and logged (unless `warn=False`), and `result.raise_if_failed()`
+  raises `AuditFailedError`. With a true claim, an audit fails with
+  probability <= alpha.
+
+  Randomness: `seed` fixes the canary, the other clients' values and the
+  split into halves; the factories' noise comes from TF's nondeterministic
+  kernels, so two audits with one seed agree in distribution, not bit for bit.
+
+  Args:
+    factory: a `tff.aggregators.UnweightedAggregationFactory` or
+      `WeightedAggregationFactory` (weighted ones get weight 1 per client).
+    value_type: a `tff.TensorType` of floats with a fully defined shape.
+    num_clients: clients in the set without the canary, >= 1.
+    trials: runs per set, >= 4 (two halves of >= 2).
+    delta: in (0, 1).
+    claimed_dp_event: the claim to audit; default: the factory's own event.
+    canary: the canary client's value (the shape of value_type, or flat).
+    seed: seeds the canary direction, the other clients and the split.
+    replaced_value: replace-one only: the value the canary replaces; default
+      the reflection of the canary through the domain center.
+    neighboring_relation: 'add_or_remove_one' or 'replace_one', for a factory
+      whose relation is not known.
+    alpha: the bound holds with probability >= 1 - alpha.
+    batch_size: runs of `next` per TFF call (>= 1).
+    initial_state: the state every run starts from; default
+      `process.initialize()` (e.g. a top_k state with its mask set).
+    warn: warn and log a failed audit.
+
+  Returns:
+    An `AuditResult`.
+  """
+  started = time.monotonic()
+  num_clients = validation.int_at_least('num_clients', num_clients, 1)
+  trials = validation.int_at_least('trials', trials, 4)
+  batch_size = validation.int_at_least('batch_size', batch_size, 1)
+  delta, alpha = bounds.check_delta_alpha(delta, alpha)
+  seed = validation.int_at_least('seed', seed, 0)
+  if not isinstance(value_type, tff.TensorType) or not np.issubdtype(
+      value_type.dtype, np.floating
+  ):
+    raise ValueError(f'value_type must be a float tff.TensorType, got {value_type}')
+  if value_type.shape is None or any(d is None for d in value_type.shape):
+    raise ValueError(f'value_type must have a fully defined shape, got {value_type}')
+  shape = tuple(value_type.shape)
+  dimension = int(np.prod(shape, dtype=np.int64))
+  dtype = value_type.dtype
+
+  weighted = isinstance(factory, tff.aggregators.WeightedAggregationFactory)
+  if weighted:
+    process = factory.create(value_type, tff.TensorType(np.float32))
+  elif isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
+    process = factory.create(value_type)
+  else:
+    raise ValueError(
+        'factory must be a tff.aggregators Weighted- or '
+        f'UnweightedAggregationFactory, got {type(factory).__name__}'
+    )
+  state = process.initialize() if initial_state is None else initial_state
+
+  guarantee = guarantees.guarantee_of(factory)
+  relation = neighboring_relation
+  if relation is None and guarantee is not None:
+    relation = guarantee.neighboring_relation
+  if relation is None:
+    try:
+      relation = guarantees.relation_of_state(state)
+    except TypeError as e:
+      raise ValueError(
+          f'the neighbouring relation of {type(factory).__name__} is unknown: '
+          'pass neighboring_relation='
+      ) from e
+  validation.one_of('neighboring_relation', relation, accountants.RELATIONS)
+
+  rng = np.random.default_rng(seed)
+  if canary is None:
+    canary_flat, replaced, center = _default_canary(
+        factory, state, dimension, rng
+    )
+  else:
+    canary_flat = np.asarray(canary, np.float64).ravel()
+    if canary_flat.size != dimension:
+      raise ValueError(
+          f'canary has {canary_flat.size} values, value_type {dimension}'
+      )
+    replaced, center = -canary_flat, np.zeros(dimension)
+  if replaced_value is not None:
+    if relation != 'replace_one':
+      raise ValueError('replaced_value applies only under replace_one')
+    replaced = np.asarray(replaced_value, np.float64).ravel()
+    if replaced.size != dimension:
+      raise ValueError(
+          f'replaced_value has {replaced.size} values, value_type {dimension}'
+      )
+
+  # The other clients: near the domain center, fixed for every run.
+  spread = 0.1 * np.linalg.norm(canary_flat - center) / math.sqrt(dimension)
+  others = center + spread * rng.standard_normal((num_clients, dimension))
+  if relation == 'add_or_remove_one':
+    without = list(others)
+    with_canary = list(others) + [canary_flat]
+    direction = canary_flat - center
+  else:
+    without = [replaced] + list(others[1:])
+    with_canary = [canary_flat] + list(others[1:])
+    direction = canary_flat - replaced
+
+  def as_values(values):
+    return [np.asarray(v, dtype).reshape(shape) for v in values]
+
+  def args(values):
+    values = as_values(values)
+    if weighted:
+      return (values, [np.float32(1.0)] * len(values))
+    return (values,)
+
+  # One plain run: the claimed event, when not given, is the state's.
+  first = process.next(state, *args(with_canary))
+  if claimed_dp_event is None:
+    claimed_dp_event = guarantees.extract_dp_event(first.state)
+  epsilon_at, accountant = _claimed(claimed_dp_event, relation)
+  claimed_epsilon = float(epsilon_at(delta))
+
+  run = _batched_runner(process, batch_size, weighted)
+  calls = -(-trials // batch_size)
+  leaves = {0: [], 1: []}
+  for world, values in ((0, without), (1, with_canary)):
+    for _ in range(calls):
+      for result, measurements in run(state, *args(values)):
+        leaves[world].append(
+            _flat_leaves(result, ('result',))
+            + _flat_leaves(measurements, ('measurements',))
+        )
+    leaves[world] = leaves[world][:trials]
+  names = [name for name, _ in leaves[0][0]]
+  data = {
+      w: [np.stack([run_[i][1] for run_ in leaves[w]]) for i in range(len(names))]
+      for w in (0, 1)
+  }
+
+  half = trials // 2
+  order = {w: rng.permutation(trials) for w in (0, 1)}
+  pick = {w: order[w][:half] for w in (0, 1)}
+  held = {w: order[w][half:] for w in (0, 1)}
+
+  # Candidate statistics: (name, function of a leaf list -> 1-D statistic).
+  candidates = []
+  unit = direction / max(np.linalg.norm(direction), 1e-300)
+  result_index = names.index('result') if 'result' in names else None
+  if result_index is not None and data[0][result_index].shape[1] == dimension:
+    candidates.append(
+        ('result . canary direction',
+         lambda leaf_data, i=result_index: leaf_data[i] @ unit)
+    )
+  for i, name in enumerate(names):
+    gap = data[1][i][pick[1]].mean(0) - data[0][i][pick[0]].mean(0)
+    if np.any(gap != 0):
+      candidates.append(
+          (f'{name} . mean difference',
+           lambda leaf_data, i=i, gap=gap: leaf_data[i] @ gap)
+      )
+  if not candidates:
+    raise ValueError('the process released nothing to audit')
+
+  best = None
+  for name, statistic in candidates:
+    s0 = statistic([d[pick[0]] for d in data[0]])
+    s1 = statistic([d[pick[1]] for d in data[1]])
+    test, eps = bounds.best_threshold_test(s0, s1, delta, alpha)
+    if best is None or eps > best[0]:
+      best = (eps, name, statistic, test)
+  _, statistic_name, statistic, test = best
+  fp, fn = test.errors(
+      statistic([d[held[0]] for d in data[0]]),
+      statistic([d[held[1]] for d in data[1]]),
+  )
+  n = trials - half
+  eps_lb = float(bounds.epsilon_lower_bound(fp, n, fn, n, delta, alpha))
+  result = AuditResult(
+      mechanism=type(factory).__name__,
+      epsilon_lower_bound=eps_lb,
+      claimed_epsilon=claimed_epsilon,
+      claimed_dp_event=str(guarantees.plain_event(claimed_dp_event)),
+      accountant=accountant,
+      delta=delta,
+      alpha=alpha,
+      neighboring_relation=relation,
+      noise=guarantee.noise if guarantee is not None else '',
+      trials=trials,
+      selection_trials=half,
+      evaluation_trials=n,
+      false_positives=fp,
+      false_negatives=fn,
+      max_epsilon_lower_bound=bounds.max_epsilon_lower_bound(n, n, delta, alpha),
+      statistic=statistic_name,
+      seconds=time.monotonic() - started,
+      passed=eps_lb <= claimed_epsilon,
+  )
+  if not result.passed and warn:
+    logging.error('%s', result.summary())
+    warnings.warn(result.summary(), AuditFailedWarning, stacklevel=2)
+  return result

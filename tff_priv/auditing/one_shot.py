@@ -1,0 +1,155 @@
+"""Andrew et al.'s one-shot empirical eps estimate from canary cosines.
+
+"One-shot Empirical Privacy Estimation for Federated Learning" (Andrew,
+Kairouz, Oh, Oprea, McMahan, Suriyakumar, ICLR 2024, arXiv:2302.03098):
+canary clients whose update is a fixed random direction take part in
+training; the cosines of the inserted canaries with the released model delta
+and those of held-out canaries (never inserted) are each fit by a Gaussian,
+and the estimate is the eps at delta of distinguishing the two Gaussians.
+"""
+
+import math
+from typing import Sequence
+
+import numpy as np
+from scipy import optimize
+from scipy import stats
+
+from tff_priv import validation
+
+
+def _delta_one_order(mu1, std1, mu2, std2, epsilon):
+  """sup_S P1(S) - e^eps P2(S), P_i = N(mu_i, std_i^2): the hockey stick."""
+  # S = {y : log p1(y) - log p2(y) > eps}, a quadratic a y^2 + b y + c > eps.
+  a = 0.5 / std2**2 - 0.5 / std1**2
+  b = mu1 / std1**2 - mu2 / std2**2
+  c = 0.5 * (mu2 / std2) ** 2 - 0.5 * (mu1 / std1) ** 2 + math.log(std2 / std1)
+  norm = stats.norm
+  if a == 0.0:
+    if b == 0.0:
+      return 0.0
+    t = (epsilon - c) / b
+    if b > 0:  # S = {y > t}.
+      p1, p2 = norm.sf(t, mu1, std1), norm.sf(t, mu2, std2)
+    else:  # S = {y < t}.
+      p1, p2 = norm.cdf(t, mu1, std1), norm.cdf(t, mu2, std2)
+  else:
+    disc = b * b - 4.0 * a * (c - epsilon)
+    if disc <= 0.0:
+      # The quadratic minus eps has one sign: S is empty (a < 0) or the line.
+      return 0.0 if a < 0 else max(0.0, 1.0 - math.exp(epsilon))
+    roots = sorted([(-b - math.sqrt(disc)) / (2 * a), (-b + math.sqrt(disc)) / (2 * a)])
+    lo, hi = roots
+
+    def inside(mu, std):
+      return norm.cdf(hi, mu, std) - norm.cdf(lo, mu, std)
+
+    if a > 0:  # Positive outside the roots.
+      p1, p2 = 1.0 - inside(mu1, std1), 1.0 - inside(mu2, std2)
+    else:
+      p1, p2 = inside(mu1, std1), inside(mu2, std2)
+  return max(0.0, p1 - math.exp(epsilon) * p2)
+
+
+def epsilon_two_gaussians(
+    mu1: float, std1: float, mu2: float, std2: float, delta: float
+) -> float:
+  """The eps at delta of distinguishing N(mu1, std1^2) from N(mu2, std2^2).
+
+  The smallest eps with sup_S P(S) - e^eps Q(S) <= delta for both orders of
+  P, Q (the exact privacy profile of the pair). dp_accounting covers equal
+  variances only (a Gaussian mechanism), so the unequal case is written
+  here, as in the authors' code: the set S where the log density ratio
+  exceeds eps is bounded by the roots of a quadratic.
+
+  Args:
+    mu1, std1, mu2, std2: the two Gaussians (stds > 0).
+    delta: in (0, 1).
+  """
+  std1 = validation.positive('std1', std1)
+  std2 = validation.positive('std2', std2)
+  delta = validation.open_unit('delta', delta)
+
+  def excess(epsilon):
+    return max(
+        _delta_one_order(mu1, std1, mu2, std2, epsilon),
+        _delta_one_order(mu2, std2, mu1, std1, epsilon),
+    ) - delta
+
+  if excess(0.0) <= 0:
+    return 0.0
+  high = 1.0
+  while excess(high) > 0:
+    high *= 2.0
+    if high > 1e6:
+      return math.inf
+  return optimize.brentq(excess, 0.0, high, xtol=1e-10)
+
+
+def _fit(values, name):
+  values = np.asarray(values, np.float64).ravel()
+  if values.size < 2:
+    raise ValueError(f'{name} needs at least 2 values, got {values.size}')
+  if not np.all(np.isfinite(values)):
+    raise ValueError(f'{name} must be finite')
+  return float(values.mean()), float(values.std(ddof=1))
+
+
+def one_shot_epsilon(
+    inserted_cosines: Sequence[float],
+    held_out_cosines: Sequence[float],
+    delta: float,
+) -> float:
+  """Andrew et al.'s estimate for the final model.
+
+  Fits N(mu, sigma^2) to the cosines of the inserted canaries with the final
+  model delta and N(mu0, sigma0^2) to those of held-out canaries, and returns
+  `epsilon_two_gaussians(mu0, sigma0, mu, sigma, delta)`. An estimate, not a
+  bound: it has no confidence level.
+
+  Args:
+    inserted_cosines: cosines of the canaries that took part (>= 2).
+    held_out_cosines: cosines of canaries that never took part (>= 2).
+    delta: in (0, 1).
+  """
+  mu, std = _fit(inserted_cosines, 'inserted_cosines')
+  mu0, std0 = _fit(held_out_cosines, 'held_out_cosines')
+  if std == 0.0 or std0 == 0.0:
+    # Point masses: distinct ones are perfectly distinguishable.
+    return 0.0 if (mu == mu0 and std == std0) else math.inf
+  return epsilon_two_gaussians(mu0, std0, mu, std, delta)
+
+
+def one_shot_epsilon_all_iterates(
+    inserted_cosines: Sequence[Sequence[float]],
+    held_out_cosines: Sequence[Sequence[float]],
+    delta: float,
+) -> float:
+  """Andrew et al.'s estimate when every round's model delta is released.
+
+  Each canary's statistic is the largest of its cosines with the rounds'
+  model deltas (rows are canaries, columns rounds); the two sets of maxima are
+  fit by Gaussians as in `one_shot_epsilon`.
+
+  Args:
+    inserted_cosines: [canaries, rounds] cosines of the inserted canaries.
+    held_out_cosines: [canaries, rounds] cosines of the held-out canaries.
+    delta: in (0, 1).
+  """
+  inserted = np.asarray(inserted_cosines, np.float64)
+  held_out = np.asarray(held_out_cosines, np.float64)
+  if inserted.ndim != 2 or held_out.ndim != 2:
+    raise ValueError('cosines must be [canaries, rounds] arrays')
+  if inserted.shape[1] != held_out.shape[1]:
+    raise ValueError(
+        f'rounds differ: {inserted.shape[1]} vs {held_out.shape[1]}'
+    )
+  return one_shot_epsilon(inserted.max(1), held_out.max(1), delta)
+
+
+def cosines(model_delta, canaries) -> np.ndarray:
+  """Cosine of a flat model delta with each row of `canaries`."""
+  x = np.asarray(model_delta, np.float64).ravel()
+  c = np.asarray(canaries, np.float64).reshape(-1, x.size)
+  denominator = np.linalg.norm(c, axis=1) * np.linalg.norm(x)
+  return (c @ x) / np.where(denominator > 0, denominator, 1.0)
