@@ -8,9 +8,9 @@ an interrupted one) -> summary.md and udp_loss_vs_rounds.png there.
 For each target eps, clients per round K and calibration: fixed-T UDP for
 every T in --grid (the grid-optimal T is the best; its compute is the sum of
 the grid's rounds) and CRD (Algorithm 2) from T_0 = --initial_rounds. Each
-run's noise meets the target against the analyst (amplified by sampling K of
-U) and against the server (each client's own rounds); the table gives both
-eps the ledger charged.
+run's noise meets the target for an analyst who sees the released models
+(the smaller of the eps amplified by sampling K of U and the eps against the
+server); the table gives both eps the ledger charged.
 
   .venv/bin/python scripts/udp_experiments.py --output_dir=results/udp
 """

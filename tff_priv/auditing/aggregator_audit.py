@@ -237,11 +237,12 @@ def audit_aggregator(
   Trials: the process is run `trials` times on each set, every run from the
   same state (`process.initialize()` or `initial_state`), `batch_size` runs per
   TFF call. Each run's released values (the aggregate and every measurement
-  leaf) are flattened. Half the runs of each set choose the test: for each
-  candidate statistic (the projection of the aggregate onto the canary's
-  direction, and for every released leaf the projection onto the difference
-  of its means between the sets) the threshold test with the largest bound
-  on that half (`bounds.best_threshold_test`). The other half gives the
+  leaf) are flattened. Half the runs of each set choose the test: the
+  candidate statistics are the projection of the aggregate onto the canary's
+  direction and, for every released leaf, the projection onto the difference
+  of its means between the sets (fitted on one quarter of the runs); on the
+  next quarter, the candidate and threshold with the largest bound
+  (`bounds.best_threshold_test`). The other half gives the
   bound: with FP of its runs without the canary guessed "with" and FN of its
   runs with the canary guessed "without", out of N each,
 
@@ -412,6 +413,12 @@ def audit_aggregator(
   order = {w: rng.permutation(trials) for w in (0, 1)}
   pick = {w: order[w][:half] for w in (0, 1)}
   held = {w: order[w][half:] for w in (0, 1)}
+  # The mean-difference directions are fitted on one part of the selection
+  # half and the statistic and threshold chosen on the other: a direction
+  # fitted on the trials that judge it looks better there than it is, and
+  # would win the choice over a better fixed statistic.
+  fit = {w: pick[w][: half // 2] for w in (0, 1)}
+  choose = {w: pick[w][half // 2:] for w in (0, 1)}
 
   # Candidate statistics: (name, function of a leaf list -> 1-D statistic).
   candidates = []
@@ -423,7 +430,7 @@ def audit_aggregator(
          lambda leaf_data, i=result_index: leaf_data[i] @ unit)
     )
   for i, name in enumerate(names):
-    gap = data[1][i][pick[1]].mean(0) - data[0][i][pick[0]].mean(0)
+    gap = data[1][i][fit[1]].mean(0) - data[0][i][fit[0]].mean(0)
     if np.any(gap != 0):
       candidates.append(
           (f'{name} . mean difference',
@@ -434,8 +441,8 @@ def audit_aggregator(
 
   best = None
   for name, statistic in candidates:
-    s0 = statistic([d[pick[0]] for d in data[0]])
-    s1 = statistic([d[pick[1]] for d in data[1]])
+    s0 = statistic([d[choose[0]] for d in data[0]])
+    s1 = statistic([d[choose[1]] for d in data[1]])
     test, eps = bounds.best_threshold_test(s0, s1, delta, alpha)
     if best is None or eps > best[0]:
       best = (eps, name, statistic, test)
