@@ -1,5 +1,6 @@
 """Tests for tff_priv.learning.udp_client_work: the clipped full-batch step."""
 
+from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -7,6 +8,7 @@ import tensorflow_federated as tff
 from tasks import models
 from tests import tiny_models
 from tests import neighbours as neighbours_lib
+from tff_priv.learning import ghost_clipping
 from tff_priv.learning import udp_client_work
 
 _LOSS = udp_client_work.sparse_categorical_crossentropy()
@@ -26,6 +28,53 @@ def _mlp_model_fn():
   )
 
 
+def _keras_model_fn(build_keras_model, input_shape, label_dtype=tf.int32):
+  def model_fn():
+    return tff.learning.models.from_keras_model(
+        build_keras_model(),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+        input_spec=(
+            tf.TensorSpec((None,) + input_shape, tf.float32),
+            tf.TensorSpec([None], label_dtype),
+        ),
+    )
+
+  return model_fn
+
+
+def _small_cnn():
+  # The McMahan CNN's layers at 12x12: the first convolution's kernel norm is
+  # materialised, the second's is a ghost norm (`use_ghost_form`).
+  return models.mcmahan_cnn(input_shape=(12, 12, 1), num_classes=5)
+
+
+def _prelu_classifier():
+  # PReLU has a trainable slope and no registry function.
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(6,)),
+      tf.keras.layers.Dense(8),
+      tf.keras.layers.PReLU(name='slope'),
+      tf.keras.layers.Dense(3, activation='softmax'),
+  ])
+
+
+def _per_example_norms(model_fn, weights, x, y):
+  """Each example's gradient L2 norm at `weights`, one example at a time."""
+  model = model_fn()
+  tf.nest.map_structure(
+      lambda v, w: v.assign(w),
+      tff.learning.models.ModelWeights.from_model(model),
+      weights,
+  )
+  norms = []
+  for i in range(len(x)):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(_LOSS(y[i : i + 1], model.predict_on_batch(x[i : i + 1])))
+    grads = tape.gradient(loss, model.trainable_variables)
+    norms.append(tf.linalg.global_norm(grads).numpy())
+  return np.array(norms)
+
+
 def _weights(model_fn, seed=0):
   tf.keras.utils.set_random_seed(seed)
   model = model_fn()
@@ -42,16 +91,21 @@ def _flat(update):
   return np.concatenate([np.ravel(u) for u in update])
 
 
-class UdpClientWorkTest(tf.test.TestCase):
+class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
 
-  def test_update_is_one_clipped_full_batch_step(self):
+  @parameterized.parameters('auto', 'ghost', 'per_example')
+  def test_update_is_one_clipped_full_batch_step(self, clipping):
     rng = np.random.default_rng(1)
     x = rng.normal(size=(7, 4)).astype(np.float32) * 3
     y = rng.integers(0, 3, size=7).astype(np.int32)
     lr, clip = 0.5, 0.2
     weights = _weights(_tiny_model_fn)
     work = udp_client_work.build_udp_client_work(
-        _tiny_model_fn, learning_rate=lr, clip_norm=clip, per_example_loss=_LOSS
+        _tiny_model_fn,
+        learning_rate=lr,
+        clip_norm=clip,
+        per_example_loss=_LOSS,
+        clipping=clipping,
     )
     out = work.next(work.initialize(), [weights], [_dataset(x, y, batch=3)])
     update = out.result[0].update
@@ -76,6 +130,77 @@ class UdpClientWorkTest(tf.test.TestCase):
     self.assertEqual(out.result[0].update_weight, 7.0)
     # Nothing about the clients is measured by default.
     self.assertEmpty(out.measurements['train'])
+
+  @parameterized.named_parameters(
+      ('mlp', _mlp_model_fn, (28, 28)),
+      ('cnn', _keras_model_fn(_small_cnn, (12, 12, 1)), (12, 12, 1)),
+  )
+  def test_ghost_update_equals_per_example_update(self, model_fn, shape):
+    rng = np.random.default_rng(7)
+    n, lr = 11, 0.5
+    x = rng.uniform(size=(n,) + shape).astype(np.float32)
+    x[: n // 2] *= 4.0  # Spread the gradient norms.
+    y = rng.integers(0, 5, size=n).astype(np.int32)
+    weights = _weights(model_fn)
+    # C between the norms: some examples are clipped, some are not.
+    norms = _per_example_norms(model_fn, weights, x, y)
+    clip = float(np.median(norms))
+    self.assertGreater(np.sum(norms > clip * 1.01), 0)
+    self.assertGreater(np.sum(norms < clip * 0.99), 0)
+    updates = {}
+    for clipping in ('ghost', 'per_example'):
+      work = udp_client_work.build_udp_client_work(
+          model_fn,
+          learning_rate=lr,
+          clip_norm=clip,
+          per_example_loss=_LOSS,
+          clipping=clipping,
+          report_train_metrics=True,
+      )
+      out = work.next(work.initialize(), [weights], [_dataset(x, y, 4)])
+      updates[clipping] = out
+    ghost, reference = updates['ghost'], updates['per_example']
+    self.assertAllClose(
+        _flat(ghost.result[0].update),
+        _flat(reference.result[0].update),
+        rtol=1e-5,
+        atol=1e-7,
+    )
+    # The update is not trivially zero: it moved by a good share of the bound.
+    self.assertGreater(
+        np.linalg.norm(_flat(reference.result[0].update)),
+        0.1 * lr * clip,
+    )
+    self.assertAllClose(
+        ghost.measurements['train']['loss'],
+        reference.measurements['train']['loss'],
+        rtol=1e-5,
+    )
+
+  def test_unregistered_layer_falls_back_and_says_so(self):
+    model_fn = _keras_model_fn(_prelu_classifier, (6,))
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(5, 6)).astype(np.float32)
+    y = rng.integers(0, 3, size=5).astype(np.int32)
+    weights = _weights(model_fn)
+    base = dict(learning_rate=0.5, clip_norm=0.05, per_example_loss=_LOSS)
+    with self.assertLogs(logger='absl', level='WARNING') as logs:
+      auto = udp_client_work.build_udp_client_work(model_fn, **base)
+    self.assertLen(logs.output, 1)
+    self.assertRegex(logs.output[0], r'per-example gradients.*: slope \(PReLU\)$')
+    reference = udp_client_work.build_udp_client_work(
+        model_fn, clipping='per_example', **base
+    )
+    data = [_dataset(x, y, 2)]
+    self.assertAllEqual(
+        _flat(auto.next(auto.initialize(), [weights], data).result[0].update),
+        _flat(
+            reference.next(reference.initialize(), [weights], data)
+            .result[0].update
+        ),
+    )
+    with self.assertRaisesRegex(ValueError, r"clipping='ghost'.*slope \(PReLU\)"):
+      udp_client_work.build_udp_client_work(model_fn, clipping='ghost', **base)
 
   def test_replacing_one_example_moves_update_by_at_most_sensitivity(self):
     # The paper's MLP 784-256-10 on random data.
@@ -220,6 +345,10 @@ class UdpClientWorkTest(tf.test.TestCase):
         udp_client_work.build_udp_client_work(
             _tiny_model_fn, **{**base, name: bad}
         )
+    with self.assertRaisesRegex(ValueError, 'clipping'):
+      udp_client_work.build_udp_client_work(
+          _tiny_model_fn, **{**base, 'clipping': 'fast'}
+      )
     with self.assertRaisesRegex(TypeError, 'per_example_loss'):
       udp_client_work.build_udp_client_work(
           _tiny_model_fn, **{**base, 'per_example_loss': 'xent'}

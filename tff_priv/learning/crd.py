@@ -43,6 +43,7 @@ def build_udp_process(
     local_steps: int = 1,
     sensitivity_is_own_bound: bool = False,
     report_train_metrics: bool = False,
+    clipping: str = 'auto',
 ) -> tff.learning.templates.LearningProcess:
   """UDP: clipped full-batch client step, client Gaussian noise, weighted mean.
 
@@ -72,6 +73,8 @@ def build_udp_process(
       bounds one full-batch step only).
     report_train_metrics: see `udp_client_work.build_udp_client_work` (not
       private).
+    clipping: how the clipped per-example sum is computed, 'auto', 'ghost' or
+      'per_example' (see `udp_client_work.build_udp_client_work`).
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
@@ -92,6 +95,7 @@ def build_udp_process(
       per_example_loss=per_example_loss,
       local_steps=local_steps,
       report_train_metrics=report_train_metrics,
+      clipping=clipping,
   )
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(model_fn())

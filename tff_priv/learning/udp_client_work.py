@@ -10,15 +10,18 @@ the value that factory takes.
 """
 
 import collections
-from typing import Callable
+from typing import Callable, Optional
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
+from tff_priv.learning import ghost_clipping
 
 PerExampleLoss = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+CLIPPING = ('auto', 'ghost', 'per_example')
 
 
 def sparse_categorical_crossentropy(from_logits: bool = False) -> PerExampleLoss:
@@ -46,13 +49,42 @@ def _unpack(batch):
   return batch[0], batch[1]
 
 
+def _keras_model_of(model) -> Optional[tf.keras.Model]:
+  """The Keras model a `tff.learning.models.from_keras_model` model wraps.
+
+  TFF keeps it private (`_keras_model`); it is used only if its variables are
+  exactly the VariableModel's, so the Keras model computes what the
+  VariableModel does. None otherwise.
+  """
+  keras_model = getattr(model, '_keras_model', None)
+  if not isinstance(keras_model, tf.keras.Model):
+    return None
+  refs = lambda variables: [v.ref() for v in variables]
+  same = refs(keras_model.trainable_variables) == refs(
+      model.trainable_variables
+  ) and refs(keras_model.non_trainable_variables) == refs(
+      model.non_trainable_variables
+  )
+  return keras_model if same else None
+
+
+def _ghost_blockers(model) -> list[str]:
+  """What keeps `model` off the ghost-norm path (empty: nothing)."""
+  keras_model = _keras_model_of(model)
+  if keras_model is None:
+    return [f'{type(model).__name__} (not a tff.learning.models.'
+            'from_keras_model model)']
+  return ghost_clipping.unsupported_layers(keras_model)
+
+
 def clipped_per_example_grads(model, x, y, per_example_loss, clip_norm):
   """Per-example gradients at the model's weights, each clipped to L2 norm C.
 
   Vectorised over the batch with `tf.vectorized_map`. An example whose
   gradient is not finite (NaN or inf anywhere, e.g. a NaN feature) contributes
   a zero gradient and a zero loss: a zero lies in the clip ball, so replacing
-  one example still moves the sum of clipped gradients by at most 2C.
+  one example still moves the sum of clipped gradients by at most 2C. The
+  reference that `ghost_clipping.clipped_grad_sum` is tested against.
 
   Returns:
     (list of [batch, *variable.shape] clipped gradients, [batch] losses, each
@@ -74,10 +106,10 @@ def clipped_per_example_grads(model, x, y, per_example_loss, clip_norm):
     ]
     norm = tf.linalg.global_norm(grads)
     finite = tf.math.is_finite(norm)  # False if any coordinate is NaN or inf.
-    scale = tf.minimum(1.0, clip_norm / tf.maximum(norm, 1e-30))
+    scale = ghost_clipping.clip_scale(norm, clip_norm)
     # tf.where, not a product: 0 * NaN is NaN.
     grads = [tf.where(finite, g * scale, tf.zeros_like(g)) for g in grads]
-    loss = tf.where(tf.math.is_finite(loss), loss, tf.zeros_like(loss))
+    loss = tf.where(finite & tf.math.is_finite(loss), loss, tf.zeros_like(loss))
     return grads, loss
 
   return tf.vectorized_map(one, (x, y))
@@ -91,6 +123,7 @@ def build_udp_client_work(
     per_example_loss: PerExampleLoss,
     local_steps: int = 1,
     report_train_metrics: bool = False,
+    clipping: str = 'auto',
 ) -> tff.learning.templates.ClientWorkProcess:
   """UDP client work: clipped per-example gradients, full-batch step(s).
 
@@ -106,10 +139,26 @@ def build_udp_client_work(
   trajectories of the two datasets diverge and 2 eta C / |D_i| bounds
   nothing; the sensitivity given to the aggregator is then the caller's own.
 
-  Per-example gradients are vectorised (`tf.vectorized_map` over the examples
-  of a batch, as tensorflow_privacy's vectorized optimizers), not a Python
-  loop; the full-batch gradient is accumulated over the client's batches at
-  the fixed weights w^t, so batching does not change the step.
+  The clipped sum is computed one of two ways (`clipping`), equal to float
+  tolerance:
+
+  * 'per_example', the reference: per-example gradients vectorised with
+    `tf.vectorized_map` (as tensorflow_privacy's vectorized optimizers), each
+    clipped, then summed; memory and time grow with batch x d.
+  * 'ghost': per-example gradient norms from layer inputs and output
+    gradients (tensorflow_privacy's fast gradient clipping, with
+    `ghost_clipping.layer_registry`: Dense, Embedding, Conv2D), then one
+    backward pass of the loss weighted by min(1, C / norm)
+    (`ghost_clipping.clipped_grad_sum`). Needs a model from
+    `tff.learning.models.from_keras_model` whose trainable layers are all
+    registered; otherwise a ValueError names the layers that are not.
+  * 'auto' (default): 'ghost' where it applies, else 'per_example' with one
+    logged warning naming the layers that forced it (e.g. LSTM, which has no
+    registry function, or Dropout, whose two passes would draw different
+    masks).
+
+  The full-batch gradient is accumulated over the client's batches at the
+  fixed weights w^t, so batching does not change the step.
 
   Non-finite inputs: an example whose gradient is not finite contributes a
   zero gradient (and a zero loss) but still counts in |D_i|, which keeps the
@@ -142,11 +191,15 @@ def build_udp_client_work(
     local_steps: full-batch steps per round; 1 is the paper's, the only one
       `udp_sensitivity` bounds.
     report_train_metrics: also release the clients' exact training loss and
-      example count (not
-      private; off by default).
+      example count (not private; off by default).
+    clipping: 'auto', 'ghost' or 'per_example' (see above).
 
   Returns:
     A `tff.learning.templates.ClientWorkProcess`.
+
+  Raises:
+    ValueError: a bad argument, or clipping='ghost' for a model it does not
+      cover.
   """
   learning_rate = validation.positive('learning_rate', learning_rate)
   clip_norm = validation.positive('clip_norm', clip_norm)
@@ -159,8 +212,23 @@ def build_udp_client_work(
         f'{report_train_metrics!r}'
     )
 
+  validation.one_of('clipping', clipping, CLIPPING)
+
   with tf.Graph().as_default():
     whimsy_model = model_fn()
+    blockers = [] if clipping == 'per_example' else _ghost_blockers(whimsy_model)
+  if clipping == 'ghost' and blockers:
+    raise ValueError(
+        "clipping='ghost' needs a from_keras_model model whose trainable "
+        f'layers are all registered; not: {", ".join(blockers)}'
+    )
+  use_ghost = clipping != 'per_example' and not blockers
+  if clipping == 'auto' and blockers:
+    logging.warning(
+        'UDP client work: per-example gradients (tf.vectorized_map) instead '
+        'of ghost norms, forced by: %s', ', '.join(blockers),
+    )
+  registry = ghost_clipping.layer_registry()
   element_type = tff.types.tensorflow_to_type(whimsy_model.input_spec)
   data_type = tff.SequenceType(element_type)
   weights_type = tff.learning.models.weights_type_from_model(whimsy_model)
@@ -177,12 +245,17 @@ def build_udp_client_work(
       def reduce_batch(acc, batch):
         grad_sum, count, loss_sum = acc
         x, y = _unpack(batch)
-        grads, losses = clipped_per_example_grads(
-            model, x, y, per_example_loss, clip_norm
-        )
-        grad_sum = tuple(
-            s + tf.reduce_sum(g, axis=0) for s, g in zip(grad_sum, grads)
-        )
+        if use_ghost:
+          grads, losses = ghost_clipping.clipped_grad_sum(
+              _keras_model_of(model), x, y, per_example_loss, clip_norm,
+              registry,
+          )
+        else:
+          grads, losses = clipped_per_example_grads(
+              model, x, y, per_example_loss, clip_norm
+          )
+          grads = [tf.reduce_sum(g, axis=0) for g in grads]
+        grad_sum = tuple(s + g for s, g in zip(grad_sum, grads))
         count += tf.shape(losses, out_type=tf.int64)[0]
         return grad_sum, count, loss_sum + tf.reduce_sum(losses)
 

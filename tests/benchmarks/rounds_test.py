@@ -1,0 +1,80 @@
+"""Tests for tff_priv.benchmarks.rounds at tiny scale."""
+
+import numpy as np
+import tensorflow as tf
+
+from tests import tiny_models
+from tff_priv.benchmarks import rounds
+from tff_priv.program import mechanisms
+
+
+def _clients(k, n=4):
+  rng = np.random.default_rng(0)
+  return [
+      tf.data.Dataset.from_tensor_slices((
+          rng.normal(size=(n, 4)).astype(np.float32),
+          rng.integers(0, 3, size=n).astype(np.int32),
+      )).batch(2)
+      for _ in range(k)
+  ]
+
+
+class RoundsTest(tf.test.TestCase):
+
+  def test_every_process_runs_and_is_summarized(self):
+    names = (
+        rounds.FEDAVG, rounds.TFF_DP_FEDAVG, rounds.UDP_PER_EXAMPLE
+    ) + mechanisms.MECHANISMS
+    entries = rounds.build_processes(
+        names,
+        model_fn=tiny_models.softmax_model_fn,
+        num_clients=6,
+        clients_per_round=3,
+        learning_rate=0.1,
+        min_client_examples=4,
+    )
+    self.assertEqual(list(entries), list(names))
+    times = rounds.time_rounds(entries, _clients(3), rounds=2, warmup=1)
+    self.assertEqual(set(times), set(names))
+    for seconds in times.values():
+      self.assertLen(seconds, 2)
+      self.assertTrue(all(s > 0 for s in seconds))
+    noise = rounds.noise_draw_seconds(tiny_models.softmax_model_fn, 3)
+    self.assertGreater(noise, 0.0)
+    rows = rounds.summarize(times, noise)
+    self.assertEqual([r['name'] for r in rows], list(names))
+    by_name = {r['name']: r for r in rows}
+    self.assertEqual(by_name[rounds.FEDAVG]['ratio'], 1.0)
+    for name, row in by_name.items():
+      self.assertEqual(row['floor'] is not None, name in rounds.CLIENT_NOISE)
+    self.assertLen(rounds.format_table(rows).splitlines(), len(names) + 2)
+
+  def test_summarize(self):
+    times = {
+        rounds.FEDAVG: [2.0, 1.0, 3.0],
+        'udp': [4.0, 5.0, 9.0],
+        'smp': [3.0, 3.0, 3.0],
+    }
+    rows = {r['name']: r for r in rounds.summarize(times, noise_seconds=0.5)}
+    self.assertAllClose(
+        [rows['udp']['median_seconds'], rows['udp']['ratio']], [5.0, 2.5]
+    )
+    self.assertAllClose(rows[rounds.FEDAVG]['spread'], 1.0)  # (3 - 1) / 2.
+    self.assertAllClose(rows['udp']['floor'], 1.25)  # (2 + 0.5) / 2.
+    self.assertIsNone(rows['smp']['floor'])
+    self.assertEqual(rows['smp']['spread'], 0.0)
+
+  def test_unknown_process(self):
+    with self.assertRaisesRegex(ValueError, 'process'):
+      rounds.build_processes(
+          ['fedsgd'],
+          model_fn=tiny_models.softmax_model_fn,
+          num_clients=6,
+          clients_per_round=3,
+          learning_rate=0.1,
+          min_client_examples=4,
+      )
+
+
+if __name__ == '__main__':
+  tf.test.main()

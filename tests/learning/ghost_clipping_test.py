@@ -1,0 +1,133 @@
+"""Tests for tff_priv.learning.ghost_clipping: norms and clipped sums."""
+
+import numpy as np
+import tensorflow as tf
+from tensorflow_privacy.privacy.fast_gradient_clipping import clip_grads
+
+from tff_priv.learning import ghost_clipping
+
+_LOSS = lambda y, p: tf.keras.losses.sparse_categorical_crossentropy(y, p)
+
+
+def _conv_model():
+  # Strides, valid and same padding, dilation, no bias; the kernel norms of
+  # the first two are materialised, of the last two ghost (checked below).
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(11, 11, 2)),
+      tf.keras.layers.Conv2D(4, 3, strides=2, activation='relu'),
+      tf.keras.layers.Conv2D(5, 2, padding='same', dilation_rate=2),
+      tf.keras.layers.Conv2D(16, 3, use_bias=False, activation='tanh'),
+      tf.keras.layers.Conv2D(8, 2, padding='same'),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(3, activation='softmax'),
+  ])
+
+
+def _per_example_grads(model, x, y):
+  grads = []
+  for i in range(len(x)):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(_LOSS(y[i : i + 1], model(x[i : i + 1])))
+    grads.append(tape.gradient(loss, model.trainable_variables))
+  return grads
+
+
+class GhostClippingTest(tf.test.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    tf.keras.utils.set_random_seed(3)
+    rng = np.random.default_rng(3)
+    self.model = _conv_model()
+    self.x = rng.normal(size=(6, 11, 11, 2)).astype(np.float32)
+    self.x[:3] *= 5.0
+    self.y = rng.integers(0, 3, size=6).astype(np.int32)
+
+  def test_both_conv_forms_are_used(self):
+    forms = []
+    for layer in self.model.layers[:4]:
+      _, h, w, filters = layer.output_shape
+      kh, kw = layer.kernel_size
+      forms.append(ghost_clipping.use_ghost_form(
+          h * w, kh * kw * layer.input_shape[-1], filters
+      ))
+    self.assertEqual(forms, [False, False, True, True])
+
+  def test_conv_norms_equal_per_example_norms(self):
+    norms = clip_grads.compute_gradient_norms(
+        self.model,
+        ghost_clipping.layer_registry(),
+        self.x,
+        self.y,
+        per_example_loss_fn=lambda y, p, w: _LOSS(y, p),
+    )
+    expected = [
+        tf.linalg.global_norm(g).numpy()
+        for g in _per_example_grads(self.model, self.x, self.y)
+    ]
+    self.assertAllClose(norms, expected, rtol=1e-5)
+
+  def test_clipped_grad_sum_equals_sum_of_clipped_grads(self):
+    per_example = _per_example_grads(self.model, self.x, self.y)
+    norms = np.array([tf.linalg.global_norm(g).numpy() for g in per_example])
+    clip = float(np.median(norms))  # Some examples clipped, some not.
+    self.assertTrue(np.any(norms > clip * 1.01) and np.any(norms < clip * 0.99))
+    expected = [
+        sum(min(1.0, clip / n) * g[j].numpy() for n, g in zip(norms, per_example))
+        for j in range(len(per_example[0]))
+    ]
+    grads, losses = ghost_clipping.clipped_grad_sum(
+        self.model, self.x, self.y, _LOSS, clip
+    )
+    for got, want in zip(grads, expected):
+      self.assertAllClose(got, want, rtol=1e-5, atol=1e-6)
+    self.assertAllClose(losses, _LOSS(self.y, self.model(self.x)), rtol=1e-6)
+
+  def test_non_finite_example_adds_nothing(self):
+    clip = 1.0
+    x_bad = self.x.copy()
+    x_bad[1, 0, 0, 0] = np.nan
+    grads, losses = ghost_clipping.clipped_grad_sum(
+        self.model, x_bad, self.y, _LOSS, clip
+    )
+    keep = np.arange(6) != 1
+    want, want_losses = ghost_clipping.clipped_grad_sum(
+        self.model, self.x[keep], self.y[keep], _LOSS, clip
+    )
+    for g, w in zip(grads, want):
+      self.assertAllClose(g, w, rtol=1e-5, atol=1e-6)
+    self.assertEqual(losses[1], 0.0)
+    self.assertAllClose(losses.numpy()[keep], want_losses, rtol=1e-6)
+
+  def test_unsupported_layers(self):
+    self.assertEmpty(ghost_clipping.unsupported_layers(self.model))
+    model = tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=(6, 6, 4)),
+        tf.keras.layers.Conv2D(4, 3, groups=2, name='grouped'),
+        tf.keras.layers.Dropout(0.5, name='drop'),
+        tf.keras.layers.Flatten(),
+        tf.keras.layers.BatchNormalization(name='bn'),
+        tf.keras.layers.Dense(2),
+    ])
+    self.assertEqual(
+        ghost_clipping.unsupported_layers(model),
+        ['grouped (Conv2D)', 'drop (Dropout)', 'bn (BatchNormalization)'],
+    )
+
+    class Subclassed(tf.keras.Model):
+
+      def __init__(self):
+        super().__init__(name='sub')
+        self.dense = tf.keras.layers.Dense(2)
+
+      def call(self, x):
+        return self.dense(x)
+
+    self.assertEqual(
+        ghost_clipping.unsupported_layers(Subclassed()),
+        ['sub (Subclassed, not a functional Keras model)'],
+    )
+
+
+if __name__ == '__main__':
+  tf.test.main()

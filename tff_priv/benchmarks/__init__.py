@@ -1,0 +1,1 @@
+"""Benchmarks of whole learning-process rounds (library side of scripts/benchmark_*.py)."""

@@ -1,0 +1,254 @@
+"""Per-example gradient clipping without per-example gradients ("ghost norms").
+
+`clipped_grad_sum` returns the sum over a batch of per-example gradients, each
+clipped to L2 norm C, from the per-example gradient norms of tensorflow_privacy's
+fast gradient clipping (`clip_grads.compute_gradient_norms`) and one backward
+pass of the loss weighted by min(1, C / norm). `layer_registry` extends
+tensorflow_privacy's registry (Dense, Embedding) with Conv2D;
+`unsupported_layers` names the layers of a Keras model it cannot handle.
+"""
+
+from typing import Callable, Optional
+
+import tensorflow as tf
+from tensorflow_privacy.privacy.fast_gradient_clipping import clip_grads
+from tensorflow_privacy.privacy.fast_gradient_clipping import gradient_clipping_utils
+from tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry as lr
+
+# Layers whose training-mode output is random: the norm pass and the weighted
+# pass would each draw their own noise, and the norms would not be those of
+# the gradients that are summed.
+_RANDOM_LAYERS = (
+    tf.keras.layers.Dropout,  # Also SpatialDropout1D/2D/3D.
+    tf.keras.layers.GaussianNoise,
+    tf.keras.layers.GaussianDropout,
+    tf.keras.layers.AlphaDropout,
+)
+
+
+def clip_scale(norms: tf.Tensor, clip_norm: float) -> tf.Tensor:
+  """min(1, C / norm): the factor that clips a gradient of L2 norm `norm` to C."""
+  return tf.minimum(1.0, clip_norm / tf.maximum(norms, 1e-30))
+
+
+def _conv2d_patches(layer: tf.keras.layers.Conv2D, inputs: tf.Tensor):
+  """[batch, positions, kh * kw * c_in]: the input patch of every output position."""
+  kh, kw = layer.kernel_size
+  sh, sw = layer.strides
+  dh, dw = layer.dilation_rate
+  patches = tf.image.extract_patches(
+      inputs,
+      sizes=[1, kh, kw, 1],
+      strides=[1, sh, sw, 1],
+      rates=[1, dh, dw, 1],
+      padding=layer.padding.upper(),
+  )
+  return tf.reshape(patches, [tf.shape(patches)[0], -1, patches.shape[-1]])
+
+
+def use_ghost_form(positions: Optional[int], patch_size: int, filters: int):
+  """Whether a Conv2D kernel's per-example squared norm is cheaper as a ghost norm.
+
+  The kernel gradient of one example is A^T G, A the [T, p] input patches
+  and G the [T, d] output gradients (T output positions, p = kh kw c_in,
+  d = filters). Its squared Frobenius norm is either
+
+    ghost:        sum_{s,t} <a_s, a_t> <g_s, g_t>   (two T x T Gram matrices)
+    materialised: ||A^T G||_F^2                     (the p x d gradient)
+
+  and, as Li et al. 2022 (ghost clipping) and Bu et al. 2022 (mixed ghost
+  clipping) do layer by layer, the ghost form is used when its per-example
+  memory is the smaller: 2 T^2 < p d. T unknown when tracing: materialised.
+  """
+  return positions is not None and 2 * positions**2 < patch_size * filters
+
+
+def conv2d_layer_computation(
+    layer_instance: tf.keras.layers.Conv2D,
+    input_args,
+    input_kwargs,
+    tape: tf.GradientTape,
+    num_microbatches=None,
+):
+  """tensorflow_privacy registry function for `tf.keras.layers.Conv2D`.
+
+  As tensorflow_privacy's Dense function: the layer's pre-activation output
+  Z is watched, and the returned function maps dL/dZ ([batch, H', W', d]) to
+  the per-example squared gradient norms of kernel and bias, the kernel's by
+  `use_ghost_form`'s choice and the bias's as ||sum_t g_t||^2. Supports
+  channels_last inputs and groups=1 (see `unsupported_layers`).
+
+  Args:
+    layer_instance: a `tf.keras.layers.Conv2D`.
+    input_args: the layer's positional inputs (one tensor).
+    input_kwargs: must be empty.
+    tape: the tape that records the forward pass.
+    num_microbatches: must be None (no microbatches).
+
+  Returns:
+    (Z, the layer's output, the squared-norm function).
+  """
+  if input_kwargs:
+    raise ValueError('Conv2D layer calls should not receive kwargs')
+  if len(input_args) != 1:
+    raise ValueError('Conv2D layers take exactly one input')
+  if num_microbatches is not None:
+    raise NotImplementedError('the Conv2D ghost norm has no microbatches')
+  inputs = input_args[0]
+  activation = layer_instance.activation
+  layer_instance.activation = None
+  base_vars = layer_instance(inputs)
+  layer_instance.activation = activation
+  tape.watch(base_vars)
+  outputs = activation(base_vars) if activation else base_vars
+
+  def sqr_norm_fn(grads):
+    g = tf.reshape(grads, [tf.shape(grads)[0], -1, grads.shape[-1]])
+    a = _conv2d_patches(layer_instance, inputs)
+    positions = grads.shape[1] * grads.shape[2] if None not in grads.shape[1:3] else None
+    if use_ghost_form(positions, a.shape[-1], g.shape[-1]):
+      sqr = tf.reduce_sum(
+          tf.einsum('bsp,btp->bst', a, a) * tf.einsum('bsd,btd->bst', g, g),
+          axis=[1, 2],
+      )
+    else:
+      sqr = tf.reduce_sum(tf.square(tf.einsum('btp,btd->bpd', a, g)), [1, 2])
+    if layer_instance.use_bias:
+      sqr += tf.reduce_sum(tf.square(tf.reduce_sum(g, axis=1)), axis=1)
+    return sqr
+
+  return base_vars, outputs, sqr_norm_fn
+
+
+def _conv2d_supported(layer: tf.keras.layers.Conv2D) -> bool:
+  return layer.data_format == 'channels_last' and layer.groups == 1
+
+
+# Layer class -> (registry function, which instances it supports).
+_EXTRA_LAYERS = {
+    tf.keras.layers.Conv2D: (conv2d_layer_computation, _conv2d_supported),
+}
+
+
+def layer_registry() -> lr.LayerRegistry:
+  """tensorflow_privacy's default registry (Dense, Embedding) plus Conv2D."""
+  registry = lr.make_default_layer_registry()
+  for layer_class, (fn, _) in _EXTRA_LAYERS.items():
+    registry.insert(layer_class, fn)
+  return registry
+
+
+def unsupported_layers(
+    keras_model: tf.keras.Model, registry: Optional[lr.LayerRegistry] = None
+) -> list[str]:
+  """Names of the layers that keep `keras_model` off the ghost-norm path.
+
+  A layer blocks it if it has trainable weights and no registry function
+  (or one that does not support its configuration, e.g. a grouped Conv2D),
+  or if its training-mode output is random (dropout, Gaussian noise). A
+  model that is not a functional/Sequential Keras graph blocks it as a whole.
+
+  Args:
+    keras_model: the model.
+    registry: default `layer_registry()`.
+
+  Returns:
+    'name (ClassName)' of each blocking layer, in model order; empty if the
+    ghost path applies.
+  """
+  registry = registry or layer_registry()
+  if not gradient_clipping_utils.has_internal_compute_graph(keras_model):
+    return [f'{keras_model.name} ({type(keras_model).__name__}, not a '
+            'functional Keras model)']
+  blocking = []
+  for layer in keras_model.layers:
+    if gradient_clipping_utils.has_internal_compute_graph(layer):
+      blocking += unsupported_layers(layer, registry)
+      continue
+    supported = True
+    if isinstance(layer, _RANDOM_LAYERS):
+      supported = False
+    elif layer.trainable_weights:
+      supported = registry.is_elem(layer)
+      extra = _EXTRA_LAYERS.get(type(layer))
+      if supported and extra is not None:
+        supported = extra[1](layer)
+    if not supported:
+      blocking.append(f'{layer.name} ({type(layer).__name__})')
+  return blocking
+
+
+def batch_losses(per_example_loss, y_true, y_pred) -> tf.Tensor:
+  """[batch] losses: `per_example_loss` summed over any axes after the first."""
+  losses = per_example_loss(y_true, y_pred)
+  return tf.reduce_sum(tf.reshape(losses, [tf.shape(losses)[0], -1]), axis=1)
+
+
+def _rows_where(condition, x, y):
+  """tf.where of a [batch] condition over tensors of any rank."""
+  shape = tf.concat(
+      [tf.shape(condition), tf.ones([tf.rank(x) - 1], tf.int32)], axis=0
+  )
+  return tf.where(tf.reshape(condition, shape), x, y)
+
+
+def clipped_grad_sum(
+    keras_model: tf.keras.Model,
+    x,
+    y: tf.Tensor,
+    per_example_loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+    clip_norm: float,
+    registry: Optional[lr.LayerRegistry] = None,
+):
+  """Sum of the batch's per-example gradients, each clipped to L2 norm C.
+
+  With n_m the L2 norm of example m's gradient g_m (over all trainable
+  variables), computed by `clip_grads.compute_gradient_norms` without
+  materialising g_m, the sum is the gradient of ONE weighted loss,
+
+    sum_m min(1, C / n_m) g_m = grad_w sum_m min(1, C / n_m) loss_m(w),
+
+  the weights held constant. An example whose norm is not finite (NaN or inf
+  in its input or gradient) gets weight 0 and its input is replaced by zeros
+  in the weighted pass (0 * NaN would still be NaN there), so, as in the
+  per-example path, it contributes a zero gradient and a zero loss. Every
+  trainable layer must be registered (`unsupported_layers` is empty).
+
+  Args:
+    keras_model: a functional/Sequential Keras model.
+    x: the batch's inputs.
+    y: the batch's labels.
+    per_example_loss: (y_true, y_pred) -> losses with the batch first; axes
+      after the first are summed (`batch_losses`).
+    clip_norm: C > 0.
+    registry: default `layer_registry()`.
+
+  Returns:
+    (list of summed clipped gradients, one per trainable variable of
+    `keras_model`, [batch] losses, each finite).
+  """
+  registry = registry or layer_registry()
+  variables = keras_model.trainable_variables
+
+  def loss_fn(y_true, y_pred, unused_weights=None):
+    return batch_losses(per_example_loss, y_true, y_pred)
+
+  norms = clip_grads.compute_gradient_norms(
+      keras_model,
+      registry,
+      x,
+      y,
+      per_example_loss_fn=loss_fn,
+      trainable_vars=variables,
+  )
+  finite = tf.math.is_finite(norms)
+  weights = tf.where(finite, clip_scale(norms, clip_norm), 0.0)
+  x = tf.nest.map_structure(lambda t: _rows_where(finite, t, tf.zeros_like(t)), x)
+  with tf.GradientTape() as tape:
+    losses = loss_fn(y, keras_model(x, training=True))
+    weighted = tf.reduce_sum(weights * losses)
+  grads = tape.gradient(
+      weighted, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO
+  )
+  losses = tf.where(finite & tf.math.is_finite(losses), losses, 0.0)
+  return [tf.convert_to_tensor(g) for g in grads], losses
