@@ -53,9 +53,29 @@ def fill_noise_target(
     object.__setattr__(config, 'epsilon', DEFAULT_EPSILON)
 
 
-def check_fields(config: Any, checks: dict[str, Callable[[str, Any], Any]]):
-  """Runs `check(name, value)` on every given field and stores the result."""
-  for name, check in checks.items():
+# The checks of the parameters several mechanisms share, by name.
+_COMMON_CHECKS = {
+    'epsilon': validation.positive,
+    'noise_multiplier': validation.non_negative,
+    'noise_stddev': validation.non_negative,
+    'delta': validation.open_unit,
+    'clip': validation.positive,
+}
+
+
+def check_fields(
+    config: Any, checks: Optional[dict[str, Callable[[str, Any], Any]]] = None
+) -> None:
+  """Checks every given field and stores the checked value.
+
+  A field named in `_COMMON_CHECKS` gets that check; `checks` adds the
+  mechanism's own (`check(name, value) -> value`, raising ValueError or
+  TypeError naming the field).
+  """
+  names = {f.name for f in dataclasses.fields(config)}
+  every = {k: v for k, v in _COMMON_CHECKS.items() if k in names}
+  every.update(checks or {})
+  for name, check in every.items():
     value = getattr(config, name)
     if value is not None:
       object.__setattr__(config, name, check(name, value))

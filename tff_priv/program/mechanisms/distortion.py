@@ -61,12 +61,7 @@ class Config:
 
   def validate(self) -> None:
     base.check_fields(self, {
-        'epsilon': validation.positive,
-        'noise_multiplier': validation.non_negative,
-        'noise_stddev': validation.non_negative,
         'target_tv': validation.open_unit,
-        'delta': validation.open_unit,
-        'clip': validation.positive,
         'parameter_variance': validation.positive,
         'rho': validation.half_open_unit,
     })

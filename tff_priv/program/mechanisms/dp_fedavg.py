@@ -13,7 +13,6 @@ from typing import Optional
 
 import tensorflow_federated as tff
 
-from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.program.mechanisms import base
 
@@ -42,12 +41,7 @@ class Config:
     self.validate()
 
   def validate(self) -> None:
-    base.check_fields(self, {
-        'epsilon': validation.positive,
-        'noise_multiplier': validation.non_negative,
-        'delta': validation.open_unit,
-        'clip': validation.positive,
-    })
+    base.check_fields(self)
     base.fill_noise_target(self, NAME, ('epsilon', 'noise_multiplier'))
 
 

@@ -52,7 +52,6 @@ class Config:
 
   def validate(self) -> None:
     base.check_fields(self, {
-        'delta': validation.open_unit,
         'ldp_epsilon': validation.positive,
         'ldp_center': base.finite,
         'ldp_radius': validation.positive,

@@ -4,7 +4,6 @@ import dataclasses
 
 import tensorflow_federated as tff
 
-from tff_priv import validation
 from tff_priv.program.mechanisms import base
 
 NAME = 'none'
@@ -25,7 +24,7 @@ class Config:
     self.validate()
 
   def validate(self) -> None:
-    base.check_fields(self, {'delta': validation.open_unit})
+    base.check_fields(self)
 
 
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:

@@ -58,10 +58,6 @@ class Config:
 
   def validate(self) -> None:
     base.check_fields(self, {
-        'epsilon': validation.positive,
-        'noise_multiplier': validation.non_negative,
-        'delta': validation.open_unit,
-        'clip': validation.positive,
         'compression': validation.half_open_unit,
     })
     validation.one_of('mask', self.mask, MASKS)

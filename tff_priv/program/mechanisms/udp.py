@@ -63,11 +63,6 @@ class Config:
 
   def validate(self) -> None:
     base.check_fields(self, {
-        'epsilon': validation.positive,
-        'noise_multiplier': validation.non_negative,
-        'noise_stddev': validation.non_negative,
-        'delta': validation.open_unit,
-        'clip': validation.positive,
         'crd_beta': validation.open_unit,
         'crd_zeta': validation.non_negative,
     })
