@@ -9,6 +9,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 import numpy as np
 import tensorflow as tf
 
+from tff_priv.accounting import accountants
 from tff_priv.accounting import events
 from tff_priv.accounting import ledger as ledger_lib
 
@@ -78,6 +79,20 @@ class LedgerTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIn('pld', report['unsupported'])
     with self.assertRaisesRegex(ValueError, 'pld'):
       ledger.epsilon(1e-3, accountant='pld')
+
+  def test_pld_declines_a_gaussian_of_tiny_noise(self):
+    # Its PLD grid would need more memory than a machine has (z = 1e-4: a
+    # TV-calibrated distortion); the RDP figure is reported alone.
+    ledger = ledger_lib.PrivacyLedger('replace_one')
+    ledger.record_gaussian(1e-4, count=20)
+    report = ledger.report(1e-5)
+    self.assertIsNone(report['pld_epsilon'])
+    self.assertIn('noise multiplier 0.0001', report['unsupported']['pld'])
+    self.assertGreater(report['rdp_epsilon'], 1e6)
+    # At the threshold PLD counts.
+    at = ledger_lib.PrivacyLedger('replace_one')
+    at.record_gaussian(accountants.PLD_MIN_NOISE_MULTIPLIER, count=1)
+    self.assertTrue(at.supports('pld'))
 
   def test_mixing_sampling_relations_is_refused(self):
     ledger = ledger_lib.PrivacyLedger()

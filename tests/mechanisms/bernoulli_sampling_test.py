@@ -54,6 +54,25 @@ class BernoulliSamplingTest(tf.test.TestCase):
     fresh = bernoulli_sampling.bernoulli_batches(0.3, 20)
     self.assertNotAllEqual(_inclusion_matrix(fresh, 40), _inclusion_matrix(fresh, 40))
 
+  def test_seed_gives_the_same_batches_in_any_input_order(self):
+    # TFF's preprocessing shuffles: the batches must not depend on the order.
+    transform = bernoulli_sampling.bernoulli_batches(0.3, 20, seed=3)
+    n = 40
+    order = np.random.default_rng(0).permutation(n)
+    shuffled = tf.data.Dataset.from_tensor_slices(
+        {'x': order, 'y': order * 10}
+    )
+    batches = [sorted(b['x'].numpy()) for b in transform(shuffled)]
+    expected = _inclusion_matrix(transform, n)
+    self.assertEqual(
+        batches, [sorted(np.flatnonzero(row)) for row in expected]
+    )
+    # Without the canonical order the masks would pick other examples.
+    self.assertNotEqual(
+        batches[0],
+        sorted(order[np.flatnonzero(expected[0])]),
+    )
+
   def test_default_batches_and_client_data(self):
     client_data = tff.simulation.datasets.TestClientData({
         'a': {'x': np.arange(10, dtype=np.float32)},

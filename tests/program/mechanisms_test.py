@@ -262,6 +262,19 @@ class BuildTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, 'adaptive clipping'):
       _build('dp_fedavg', P(noise_multiplier=0.5))
 
+  def test_distortion_resolves_a_tv_target(self):
+    # sigma_e of a TV target is a function of the configuration: in resolved,
+    # with the bounds it implies (the upper one is the target).
+    mech = _build(
+        'distortion', P(target_tv=0.5, parameter_variance=0.01, clip=2.0)
+    )
+    sigma = mech.resolved['noise_stddev']
+    self.assertGreater(sigma, 0.0)
+    self.assertAllClose(mech.resolved['noise_multiplier'], sigma / 4.0)
+    self.assertAllClose(mech.resolved['tv_upper'], 0.5)
+    self.assertLess(mech.resolved['tv_lower'], 0.5)
+    self.assertEqual(mech.closed_form['target_tv'], 0.5)
+
   def test_dp_fedavg_calibrates_to_the_target(self):
     mech = _build('dp_fedavg', P(epsilon=3.0, clip=1.0))
     z = mech.resolved['noise_multiplier']

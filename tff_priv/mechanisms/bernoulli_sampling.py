@@ -10,7 +10,12 @@ This is also the Poisson sampling of DP-SGD's privacy amplification.
 turns a client's dataset of examples into `num_batches` Bernoulli(rho)
 mini-batches of the whole dataset. The local dataset is materialised once per
 client (`batch` of all examples): client datasets in federated learning are
-small; this is what makes every example eligible for every batch.
+small; this is what makes every example eligible for every batch. With a
+`seed` the examples are first put in a canonical order (`_canonical_order`),
+so that the same seed gives the same batches whatever order the dataset comes
+in: TFF's baseline preprocessing shuffles a client's examples and maps its
+batches with `deterministic=False`, and runs that differ only in their noise
+then still see the same batches (common random numbers).
 """
 
 from typing import Optional
@@ -32,7 +37,8 @@ def bernoulli_batches(
     num_batches: batches per pass; default ceil(1 / rho) (one epoch in
       expectation).
     seed: an int for reproducible batches (the same seed gives the same
-      batches), or None for fresh randomness each time the dataset is iterated.
+      batches of the same examples, in whatever order they come), or None
+      for fresh randomness each time the dataset is iterated.
 
   Returns:
     A function `dataset -> dataset` of batches with the element structure of
@@ -50,6 +56,8 @@ def bernoulli_batches(
     seeds = tf.data.Dataset.random(seed=seed).batch(2).take(num_batches)
 
     def sample(batch_seed, examples):
+      if seed is not None:
+        examples = _canonical_order(examples)
       n = tf.shape(tf.nest.flatten(examples)[0])[0]
       keep = tf.random.stateless_uniform([n], seed=batch_seed) < rho
       return tf.nest.map_structure(
@@ -59,3 +67,23 @@ def bernoulli_batches(
     return tf.data.Dataset.zip((seeds, everything.repeat())).map(sample)
 
   return transform
+
+
+def _canonical_order(examples):
+  """The examples (a structure of [n, ...] tensors) sorted by their content.
+
+  The key is a fixed random projection of every component (float64), so two
+  examples tie only if they are equal (then their order does not matter) or,
+  with probability ~0, by coincidence.
+  """
+  parts = tf.nest.flatten(examples)
+  n = tf.shape(parts[0])[0]
+  key = tf.zeros([n], tf.float64)
+  for i, part in enumerate(parts):
+    flat = tf.reshape(tf.cast(part, tf.float64), [n, -1])
+    direction = tf.random.stateless_normal(
+        tf.shape(flat)[1:], seed=[i, 0], dtype=tf.float64
+    )
+    key += tf.linalg.matvec(flat, direction)
+  order = tf.argsort(key, stable=True)
+  return tf.nest.map_structure(lambda t: tf.gather(t, order), examples)

@@ -120,23 +120,25 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       resolved={'noise_stddev': noise_stddev},
   )
   formula = 'Gaussian TV bounds (Devroye, Mehrabian, Reddad 2018; rebuilt)'
+  # sigma_e and its TV bounds are functions of the configuration and d (a
+  # TV target is calibrated at the given parameter_variance): resolved here.
+  source = factory.noise_source(d)
+  mech.resolved.update(
+      noise_stddev=source.noise_stddev,
+      noise_multiplier=source.noise_stddev / distortion.sensitivity(config.clip),
+      tv_lower=source.tv_lower,
+      tv_upper=source.tv_upper,
+  )
+  mech.closed_form = {
+      'formula': f'{formula} at parameter_variance',
+      'tv_lower': source.tv_lower,
+      'tv_upper': source.tv_upper,
+  }
   if noise_stddev is None:
-    mech.closed_form = {
-        'formula': f'{formula}, sigma_e calibrated to target_tv',
-        'target_tv': config.target_tv,
-    }
-  else:
-    source = factory.noise_source(d)
-    mech.resolved.update(
-        noise_multiplier=noise_stddev / distortion.sensitivity(config.clip),
-        tv_lower=source.tv_lower,
-        tv_upper=source.tv_upper,
+    mech.closed_form.update(
+        formula=f'{formula}, sigma_e calibrated to target_tv',
+        target_tv=config.target_tv,
     )
-    mech.closed_form = {
-        'formula': f'{formula} at parameter_variance',
-        'tv_lower': source.tv_lower,
-        'tv_upper': source.tv_upper,
-    }
   mech.caveats.append(
       'eps reads the distortion as a Gaussian mechanism on each clipped '
       'upload (sensitivity 2C, replace one client); against the server per '
