@@ -120,3 +120,48 @@ def run_config() -> training.RunConfig:
       },
       **fields,
   )
+
+
+def define_dataclass_flags(cls, defaults, prefix: str = '', skip=()) -> None:
+  """One flag `<prefix><field>` per field of dataclass `cls` but `skip`.
+
+  Each defaults to that field of the instance `defaults`, with its
+  description in `cls`'s docstring Attributes as help; a tuple field is a
+  list flag (`dataclass_values` parses its items).
+  """
+  hints = typing.get_type_hints(cls)
+  helps = attribute_help(cls)
+  for field in dataclasses.fields(cls):
+    if field.name in skip:
+      continue
+    name, value = prefix + field.name, getattr(defaults, field.name)
+    if typing.get_origin(hints[field.name]) is tuple:
+      flags.DEFINE_list(name, [str(v) for v in value], helps.get(field.name))
+    else:
+      _define(name, _kind(hints[field.name]), value, helps.get(field.name, ''))
+
+
+def dataclass_values(cls, prefix: str = '', skip=()) -> dict[str, Any]:
+  """{field: value} read back from the flags of `define_dataclass_flags`.
+
+  Raises:
+    ValueError: an item of a list flag is not of its field's type (the
+      message names the flag).
+  """
+  hints = typing.get_type_hints(cls)
+  values = {}
+  for field in dataclasses.fields(cls):
+    if field.name in skip:
+      continue
+    value = flags.FLAGS[prefix + field.name].value
+    if typing.get_origin(hints[field.name]) is tuple:
+      item = typing.get_args(hints[field.name])[0]
+      try:
+        value = tuple(item(v) for v in value)
+      except ValueError:
+        raise ValueError(
+            f'--{prefix}{field.name} must be a list of {item.__name__}, got '
+            f'{",".join(value)}'
+        ) from None
+    values[field.name] = value
+  return values
