@@ -30,6 +30,15 @@ class OneShotTest(absltest.TestCase):
     self.assertAlmostEqual(a, b, places=6)
     self.assertGreater(a, 0.5)
 
+  def test_far_apart_unequal_gaussians_are_large_not_an_overflow(self):
+    # The search doubles eps past 709, where e^eps overflows a float; a
+    # canary far outside the held-out cosines is what a noise-free run gives.
+    eps = one_shot.epsilon_two_gaussians(0.0, 0.007, 0.1, 0.05, 1e-5)
+    self.assertGreater(eps, 20.0)
+    self.assertEqual(
+        one_shot.epsilon_two_gaussians(0.0, 1e-3, 1.0, 0.5, 1e-5), math.inf
+    )
+
   def test_estimate_from_cosines(self):
     rng = np.random.default_rng(0)
     held_out = rng.normal(0.0, 0.01, 10000)

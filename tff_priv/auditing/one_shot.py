@@ -37,7 +37,7 @@ def _delta_one_order(mu1, std1, mu2, std2, epsilon):
     disc = b * b - 4.0 * a * (c - epsilon)
     if disc <= 0.0:
       # The quadratic minus eps has one sign: S is empty (a < 0) or the line.
-      return 0.0 if a < 0 else max(0.0, 1.0 - math.exp(epsilon))
+      return 0.0 if a < 0 or epsilon >= 0 else 1.0 - math.exp(epsilon)
     roots = sorted([(-b - math.sqrt(disc)) / (2 * a), (-b + math.sqrt(disc)) / (2 * a)])
     lo, hi = roots
 
@@ -48,7 +48,11 @@ def _delta_one_order(mu1, std1, mu2, std2, epsilon):
       p1, p2 = 1.0 - inside(mu1, std1), 1.0 - inside(mu2, std2)
     else:
       p1, p2 = inside(mu1, std1), inside(mu2, std2)
-  return max(0.0, p1 - math.exp(epsilon) * p2)
+  if p2 <= 0.0:
+    return max(0.0, p1)
+  # e^eps p2 in logs: it overflows for large eps; p1 <= 1 < e^eps p2 then.
+  log_term = epsilon + math.log(p2)
+  return 0.0 if log_term >= 0.0 else max(0.0, p1 - math.exp(log_term))
 
 
 def epsilon_two_gaussians(

@@ -96,6 +96,12 @@ def build_fedsmp_process(
     public_data: Optional[tf.data.Dataset] = None,
     local_epochs: int = 1,
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
+    client_work_wrapper: Optional[
+        Callable[
+            [tff.learning.templates.ClientWorkProcess],
+            tff.learning.templates.ClientWorkProcess,
+        ]
+    ] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Fed-SMP: (public top_k or rand_k) mask, local training, sparsified DP sum.
 
@@ -124,6 +130,10 @@ def build_fedsmp_process(
       `sum_then_finalize` (released without noise);
       `client_metrics.no_client_metrics`
       releases none.
+    client_work_wrapper: applied to the model-delta client work (e.g.
+      `tff_priv.learning.canary_clients.wrap_client_work`); the process's
+      client data is then the wrapped client work's. Only with
+      `local_epochs=1`.
 
   Returns:
     A `tff.learning.templates.LearningProcess` whose state is a
@@ -135,7 +145,7 @@ def build_fedsmp_process(
       the model's input spec (the message names the argument).
     ValueError: an argument is out of range: `local_epochs` < 1,
       `public_data` missing or empty or infinite with top_k, or given with
-      rand_k.
+      rand_k, or `client_work_wrapper` with `local_epochs` > 1.
   """
   if not callable(model_fn):
     raise TypeError(f'model_fn must be callable, got {type(model_fn).__name__}')
@@ -178,6 +188,13 @@ def build_fedsmp_process(
       metrics_aggregator=metrics_aggregator,
       loop_implementation=_LOOP,
   )
+  if client_work_wrapper is not None:
+    if local_epochs > 1:
+      raise ValueError(
+          'client_work_wrapper applies only with local_epochs=1 (repeat the '
+          "clients' datasets instead)"
+      )
+    client_work = client_work_wrapper(client_work)
   update_type = client_work.next.type_signature.result.result.member.update
   aggregator = aggregator_factory.create(update_type)
   distributor = tff.learning.templates.build_broadcast_process(weights_type)
@@ -249,9 +266,12 @@ def build_fedsmp_process(
         )
     )
 
-  @tff.federated_computation(
-      init_fn.type_signature.result, tff.FederatedType(data_type, tff.CLIENTS)
-  )
+  if client_work_wrapper is None:
+    client_data_type = tff.FederatedType(data_type, tff.CLIENTS)
+  else:
+    client_data_type = client_work.next.type_signature.parameter[2]
+
+  @tff.federated_computation(init_fn.type_signature.result, client_data_type)
   def next_fn(state, client_data):
     if top_k:
       indices, mask_measurements = tff.federated_map(

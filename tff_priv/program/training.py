@@ -28,6 +28,17 @@
 5. every `checkpoint_every` rounds and at the last round, saves the program
    state with `tff.program.FileProgramStateManager`.
 
+With `audit_canaries` = N > 0, canary clients whose model delta is a secret
+random direction at the clip join each round that runs, drawn on top of the
+real clients at their rate (`tff_priv.auditing.canaries`; the process is built
+with `tff_priv.learning.canary_clients`); they never count as clients in the
+sampling, the ledger, the budget filter, the uplink bytes or the CSV, and
+evaluation is on the test set only. After each round the cosines of its model
+delta with the 2N canaries update each canary's maximum (kept in the program
+state with the canary seed); at the end summary.json's privacy['empirical']
+holds the one-shot estimates (final model, all iterates) beside the
+accounted eps.
+
 The program state is (learning process state, round number, the ledgers as
 JSON, best test accuracy and its round, uplink bytes, wall time, the start
 round of every session). A run killed at any point and started again with the
@@ -74,6 +85,8 @@ import tqdm
 import tasks
 from tff_priv import validation
 from tff_priv.accounting import guarantees
+from tff_priv.auditing import canaries as canaries_lib
+from tff_priv.learning import canary_clients
 from tff_priv.program import layout
 from tff_priv.program import mechanisms
 from tff_priv.program import privacy as privacy_lib
@@ -132,6 +145,12 @@ class RunConfig:
       and the write-ahead ledger, so that the released outputs do not tell
       who was sampled, as the amplification by sampling assumes. Given: the
       draws are reproducible, and whoever reads config.json knows them.
+    audit_canaries: N > 0: estimate eps empirically from this run (Andrew et
+      al., ICLR 2024): N canary clients whose model delta is a secret random
+      direction at the clip join the rounds at the real clients' rate, N more
+      are held out, and summary.json's privacy['empirical'] gives the
+      one-shot estimates for the final model and for all iterates
+      (`tff_priv.auditing.canaries`; client-level mechanisms only).
   """
 
   task: str = 'mnist5k'
@@ -155,6 +174,7 @@ class RunConfig:
   seed: int = 0
   server_budget: Optional[float] = None
   sampling_seed: Optional[int] = None
+  audit_canaries: int = 0
 
   def validate(self) -> 'RunConfig':
     """Checks every field (without loading data); params resolved.
@@ -198,6 +218,16 @@ class RunConfig:
     if self.server_budget is not None:
       validation.positive('server_budget', self.server_budget)
     params = mechanisms.config(self.mechanism, self.params)
+    validation.int_at_least('audit_canaries', self.audit_canaries, 0)
+    if self.audit_canaries:
+      if self.audit_canaries < 2:
+        raise ValueError(
+            'audit_canaries must be 0 or >= 2 (a Gaussian is fit to the '
+            f'canaries), got {self.audit_canaries}'
+        )
+      refusal = mechanisms.canary_refusal(self.mechanism, params)
+      if refusal:
+        raise ValueError(refusal)
     return dataclasses.replace(self, task_options=options, params=params)
 
   def to_dict(self) -> dict[str, Any]:
@@ -394,8 +424,12 @@ def _program_state(
     wall_seconds: float,
     sessions: list[int],
     sampling_seed: int,
+    canary: Optional[tuple[int, np.ndarray]] = None,
 ):
-  return collections.OrderedDict(
+  """The program state; `canary`: (canary seed, each canary's largest cosine
+  with a round's model delta so far), only in runs with canaries (the state
+  of a run without them is unchanged)."""
+  state = collections.OrderedDict(
       train_state=train_state,
       round_num=np.int64(round_num),
       ledger=ledger,
@@ -406,6 +440,27 @@ def _program_state(
       wall_seconds=np.float64(wall_seconds),
       sessions=json.dumps(sessions),
   )
+  if canary is not None:
+    state['canary_seed'] = np.int64(canary[0])
+    state['canary_max_cosines'] = np.asarray(canary[1], np.float64)
+  return state
+
+
+def _flat(weights) -> np.ndarray:
+  """A model's trainable weights as one float64 vector (the update's order)."""
+  return np.concatenate(
+      [np.ravel(np.asarray(w, np.float64)) for w in weights.trainable]
+  )
+
+
+def _read_flat(path: str) -> np.ndarray:
+  """`_flat` of a model written by `_write_model`."""
+  with np.load(path) as arrays:
+    count = sum(1 for k in arrays.files if k.startswith('trainable_'))
+    return np.concatenate([
+        np.ravel(arrays[f'trainable_{i}'].astype(np.float64))
+        for i in range(count)
+    ])
 
 
 _LOCK = '.lock'
@@ -643,6 +698,11 @@ async def _run(
             (lambda: (test_x[:half], test_y[:half]))
             if config.holdout_validation else None
         ),
+        canary_clients=config.audit_canaries > 0,
+        mean_client_examples=lambda: float(np.mean([
+            _num_examples(train_data.create_tf_dataset_for_client(c))
+            for c in client_ids
+        ])),
     )
     mechanism = mechanisms.build(config.mechanism, config.params, context)
     process = mechanism.process
@@ -700,8 +760,13 @@ async def _run(
         mechanism.aggregator_state(train_state), allow_initial_state=True
     )
 
+  num_canaries = config.audit_canaries
+  # Each canary's largest cosine with a round's model delta (the all-iterates
+  # statistic), kept in the program state.
+  no_cosines = np.full(2 * num_canaries, -1.0)
   template = _program_state(
-      initial_state, 0, privacy.to_json(), _NO_ACCURACY, 0, 0, 0.0, [], 0
+      initial_state, 0, privacy.to_json(), _NO_ACCURACY, 0, 0, 0.0, [], 0,
+      (0, no_cosines) if num_canaries else None,
   )
   loaded, version = await _load_intact(
       state_manager, template, layout.path(root_output_dir, layout.CHECKPOINTS)
@@ -713,6 +778,12 @@ async def _run(
     sampling_seed = config.sampling_seed
     if sampling_seed is None:
       sampling_seed = secrets.randbits(62)
+      # Independent of the data and of who is sampled: a released function
+      # of the canaries is a post-processing of the released models.
+      canary_seed = secrets.randbits(62)
+    else:
+      canary_seed = canaries_lib.seed_from(sampling_seed)
+    max_cosines = no_cosines
     # The model every run of this seed starts from (public: a function of
     # the configuration), for comparisons with the final model.
     _write_model(
@@ -723,6 +794,7 @@ async def _run(
         _program_state(
             train_state, 0, privacy.to_json(), best_accuracy, 0, 0, 0.0,
             sessions, sampling_seed,
+            (canary_seed, max_cosines) if num_canaries else None,
         ),
         version=0,
     )
@@ -730,6 +802,9 @@ async def _run(
     train_state = loaded['train_state']
     start_round = int(loaded['round_num'])
     sampling_seed = int(loaded['sampling_seed'])
+    if num_canaries:
+      canary_seed = int(loaded['canary_seed'])
+      max_cosines = np.asarray(loaded['canary_max_cosines'], np.float64)
     privacy.restore(_text(loaded['ledger']))
     # Rounds released after this checkpoint were charged first (write-ahead):
     # their charges stay, and the rounds run again are charged again.
@@ -755,6 +830,14 @@ async def _run(
         delta,
     )
   planned_event = next_event(train_state)
+  canaries = None
+  if num_canaries:
+    # Inserted canaries join each round at the real clients' rate q = K / N
+    # (Andrew et al.'s code samples them with the real clients).
+    canaries = canaries_lib.Canaries(
+        canary_seed, num_canaries, mechanism.num_parameters,
+        client_sampling.rate,
+    )
 
   train_csv = tff.program.CSVFileReleaseManager(
       layout.path(root_output_dir, layout.TRAIN_CSV), key_fieldname=layout.ROUND
@@ -803,9 +886,31 @@ async def _run(
             )
             for c in chosen
         ]
+        if canaries is not None:
+          # Drawn on top of the real clients (never instead of one), and
+          # only in a round that runs: nothing here touches the sampling or
+          # the ledger. A canary's TFF update is initial - trained weights:
+          # -norm c_j moves the model towards +c_j.
+          d = mechanism.num_parameters
+          data = [canary_clients.real_client_data(x, d) for x in data] + [
+              canary_clients.canary_client_data(
+                  data[0],
+                  -mechanism.canary_norm * canaries.direction(j),
+                  mechanism.canary_weight,
+              )
+              for j in canaries.participants(round_num)
+          ]
+          before = _flat(process.get_model_weights(train_state))
         output = process.next(train_state, data)
         train_state, metrics = output.state, output.metrics
         released = next_event(train_state)
+        if canaries is not None:
+          max_cosines = np.maximum(
+              max_cosines,
+              canaries.cosines(
+                  _flat(process.get_model_weights(train_state)) - before
+              ),
+          )
       else:
         # Nobody sampled: nothing runs, nothing is released; the round's
         # event is charged all the same (over-counts, never under-counts).
@@ -822,6 +927,7 @@ async def _run(
           {
               'round': round_num,
               'sampling_seed': sampling_seed,
+              **({'canary_seed': canary_seed} if canaries else {}),
               'privacy': json.loads(privacy.to_json()),
           },
           durable=True,
@@ -882,6 +988,7 @@ async def _run(
                 wall_before + time.monotonic() - session_start,
                 sessions,
                 sampling_seed,
+                (canary_seed, max_cosines) if canaries else None,
             ),
             version=round_num,
         )
@@ -906,6 +1013,18 @@ async def _run(
   key = _accuracy_key(final)
   final_accuracy = final[key] if key else None
   wall_seconds = wall_before + time.monotonic() - session_start
+  empirical = None
+  if canaries is not None:
+    final_delta = _flat(process.get_model_weights(train_state)) - _read_flat(
+        layout.path(root_output_dir, layout.INITIAL_MODEL)
+    )
+    empirical = canaries_lib.estimate(
+        canaries.cosines(final_delta),
+        max_cosines,
+        num_canaries,
+        delta,
+        privacy.analyst_epsilon(),
+    )
   summary = _summary(
       config,
       mechanism,
@@ -918,6 +1037,7 @@ async def _run(
       wall_seconds=wall_seconds,
       sessions=sessions,
       rounds_run=round_num,
+      empirical=empirical,
   )
   _write_model(
       layout.path(root_output_dir, layout.FINAL_MODEL),
@@ -955,8 +1075,9 @@ def _summary(
     wall_seconds,
     sessions,
     rounds_run,
+    empirical=None,
 ):
-  """The run's summary (see `run`)."""
+  """The run's summary (see `run`); `empirical`: the canary estimate."""
   delta = mechanism.config.delta
   ledger = privacy.analyst
   accounted = ledger.report(delta)
@@ -1004,6 +1125,7 @@ def _summary(
               else []
           ),
           'ledger': json.loads(ledger.to_json()),
+          **({'empirical': empirical} if empirical is not None else {}),
       },
       'uplink_bytes': {
           'total': uplink_bytes,

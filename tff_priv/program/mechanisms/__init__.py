@@ -13,7 +13,9 @@ Each module has `NAME`, `SAMPLING`, a frozen `Config` (its parameters, their
 defaults, `validate()`) and `build(config, context) -> base.Mechanism`.
 `config(name, params)` makes a mechanism's config from a dict, refusing a
 parameter that does not apply to it (so a flag never silently does nothing);
-`build(name, config, context)` builds it.
+`build(name, config, context)` builds it. A module whose mechanism cannot host
+the canary clients of `RunConfig.audit_canaries` has `canary_refusal(config)`
+(the reason in one line, or None).
 """
 
 import dataclasses
@@ -85,6 +87,12 @@ def to_dict(mechanism_config: Any) -> dict[str, Any]:
   }
 
 
+def canary_refusal(name: str, params: Any = None) -> Optional[str]:
+  """Why mechanism `name` with `params` takes no canary clients; None: it does."""
+  refusal = getattr(module(name), 'canary_refusal', None)
+  return refusal(config(name, params)) if refusal else None
+
+
 def build(
     name: str, params: Any, context: base.BuildContext
 ) -> base.Mechanism:
@@ -106,4 +114,11 @@ def build(
   ):
     # Only a mechanism with public clients (smp's top_k) trains on D_pub.
     raise ValueError("public_data applies only to smp with mask='top_k'")
-  return mechanism_module.build(mechanism_config, context)
+  if context.canary_clients:
+    refusal = canary_refusal(name, mechanism_config)
+    if refusal:
+      raise ValueError(refusal)
+  mechanism = mechanism_module.build(mechanism_config, context)
+  if context.canary_clients and mechanism.canary_norm is None:
+    raise ValueError(f'mechanism {name!r} did not build its canary clients')
+  return mechanism

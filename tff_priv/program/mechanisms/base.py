@@ -19,6 +19,7 @@ import tensorflow_federated as tff
 from tff_priv import validation
 from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
+from tff_priv.learning import canary_clients
 from tff_priv.learning import client_metrics
 from tff_priv.program import sampling as sampling_lib
 
@@ -111,6 +112,12 @@ class BuildContext:
     validation_data: returns server-side (x, y) arrays held out from the
       test set (`RunConfig.holdout_validation`), for a mechanism whose
       schedule is steered by a validation loss (CRD); None: there are none.
+    canary_clients: build the process with canary clients
+      (`tff_priv.learning.canary_clients`: its client data becomes
+      `<dataset, canary>`) for the one-shot privacy estimate; a mechanism
+      that cannot host them refuses (`canary_refusal` of its module).
+    mean_client_examples: returns the mean |D_i| of the population (called
+      only by a weighted process's canaries: it reads every client).
   """
 
   model_fn: Callable[[], tff.learning.models.VariableModel]
@@ -126,6 +133,8 @@ class BuildContext:
   public_data: Optional[tf.data.Dataset] = None
   min_client_examples: Optional[Callable[[], int]] = None
   validation_data: Optional[Callable[[], tuple[Any, Any]]] = None
+  canary_clients: bool = False
+  mean_client_examples: Optional[Callable[[], float]] = None
 
   def __post_init__(self):
     validation.int_at_least('total_rounds', self.total_rounds, 1)
@@ -154,7 +163,20 @@ class BuildContext:
     )
 
   def fed_avg(self, aggregator) -> tff.learning.templates.LearningProcess:
-    """Unweighted FedAvg with `aggregator`, releasing no client metrics."""
+    """Unweighted FedAvg with `aggregator`, releasing no client metrics.
+
+    With `canary_clients`: the same components, composed with the client
+    work wrapped (`canary_clients.build_fed_avg`).
+    """
+    if self.canary_clients:
+      return canary_clients.build_fed_avg(
+          self.model_fn,
+          client_optimizer_fn=self.client_optimizer_fn(),
+          server_optimizer_fn=self.server_optimizer_fn(),
+          model_aggregator=tff.aggregators.as_weighted_aggregator(aggregator),
+          client_weighting=tff.learning.ClientWeighting.UNIFORM,
+          metrics_aggregator=client_metrics.no_client_metrics,
+      )
     return tff.learning.algorithms.build_unweighted_fed_avg(
         self.model_fn,
         client_optimizer_fn=self.client_optimizer_fn(),
@@ -216,6 +238,11 @@ class Mechanism:
       factory keeps its DpEvent).
     is_done: for a process that may end before `total_rounds` (CRD): True
       once it has; None: it runs every round.
+    canary_norm: built with `context.canary_clients`: the L2 norm of a canary
+      client's model delta (the clip, where the clip binds: a worst-case
+      client); None: built without canaries.
+    canary_weight: a canary client's update weight (weighted processes only;
+      unweighted ones ignore weights).
   """
 
   name: str
@@ -233,6 +260,8 @@ class Mechanism:
   ] = None
   aggregator_state: Callable[[Any], Any] = lambda state: state.aggregator
   is_done: Optional[Callable[[Any], bool]] = None
+  canary_norm: Optional[float] = None
+  canary_weight: float = 1.0
 
   def __post_init__(self):
     if not self.upload_bytes_per_client:

@@ -118,6 +118,8 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       NAME, config, context.sampling, context.fed_avg(factory), d,
       factory.guarantee, preprocess=preprocess,
       resolved={'noise_stddev': noise_stddev},
+      # At the clip: clipping leaves it whole, a worst-case client.
+      canary_norm=config.clip if context.canary_clients else None,
   )
   formula = 'Gaussian TV bounds (Devroye, Mehrabian, Reddad 2018; rebuilt)'
   # sigma_e and its TV bounds are functions of the configuration and d (a

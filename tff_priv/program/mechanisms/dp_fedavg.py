@@ -45,6 +45,17 @@ class Config:
     base.fill_noise_target(self, NAME, ('epsilon', 'noise_multiplier'))
 
 
+def canary_refusal(config: Config) -> Optional[str]:
+  """Canary clients need a fixed clip (see `RunConfig.audit_canaries`)."""
+  if config.clip is None:
+    return (
+        "audit_canaries with mechanism 'dp_fedavg' needs a fixed clip (give "
+        'clip): a canary is scaled to the clip, and the adaptive clip is a '
+        'noised state of the run that moves every round'
+    )
+  return None
+
+
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   """TFF's DP aggregator in unweighted FedAvg, z calibrated to the target."""
   z = context.noise_multiplier(config)
@@ -69,6 +80,8 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       base.count_parameters(context.model_fn),
       guarantees.guarantee_of(factory),
       resolved={'noise_multiplier': z, 'clipping': clipping},
+      # At the clip: clipping leaves it whole, a worst-case client.
+      canary_norm=config.clip if context.canary_clients else None,
   )
   if config.clip is None:
     mech.caveats.append(

@@ -73,6 +73,17 @@ class Config:
       ))
 
 
+def canary_refusal(config: Config) -> Optional[str]:
+  """LDP-FL takes no canary clients: it has no clip to scale one to."""
+  del config
+  return (
+      "audit_canaries does not apply to mechanism 'ldp': its eps is local, "
+      'per uploaded value over a range, with no clip to scale a canary to; a '
+      'unit-direction canary sits near the range center, where the encoding '
+      'tells least, so its estimate would not test that eps'
+  )
+
+
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   """The LDP encoder in the process of `config.ldp_mode`."""
   quantile = config.ldp_range_mode == 'quantile'

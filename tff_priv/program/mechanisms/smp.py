@@ -15,6 +15,7 @@ from typing import Optional
 from tff_priv import validation
 from tff_priv.accounting import reports
 from tff_priv.aggregators import sparsified_secure_sum
+from tff_priv.learning import canary_clients
 from tff_priv.learning import client_metrics
 from tff_priv.learning import fedsmp
 from tff_priv.mechanisms import sparsify
@@ -103,6 +104,9 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       server_optimizer_fn=context.server_optimizer_fn(),
       public_data=context.public_data,
       metrics_aggregator=client_metrics.no_client_metrics,
+      client_work_wrapper=(
+          canary_clients.wrap_client_work if context.canary_clients else None
+      ),
   )
   d = base.count_parameters(context.model_fn)
   kept = int(sparsify.num_kept(d, config.compression))
@@ -114,6 +118,12 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       resolved={
           'noise_multiplier': z, 'mask': config.mask, 'kept_coordinates': kept
       },
+      # C / p: the kept part of a random direction has norm about C / sqrt(p)
+      # >= C whatever the mask, so the clip binds and the canary uploads
+      # exactly C on the kept coordinates, as a worst-case client does.
+      canary_norm=(
+          config.clip / config.compression if context.canary_clients else None
+      ),
       closed_form=reports.mechanism_report(
           'smp',
           delta=config.delta,

@@ -116,6 +116,16 @@ def _check_context(context: base.BuildContext) -> None:
     )
 
 
+def canary_refusal(config: Config) -> Optional[str]:
+  """UDP takes no canary clients: its guarantee is record-level."""
+  del config
+  return (
+      "audit_canaries does not apply to mechanism 'udp': its eps is "
+      'record-level (one example of a client), and a canary client whose '
+      'whole update is chosen is a neighbour that eps does not claim to hide'
+  )
+
+
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   """UDP's process at the sigma of the given noise level."""
   _check_context(context)
