@@ -23,7 +23,6 @@ from tff_priv.program import command
 _VERBOSE_ARGV = command.quiet_environment(sys.argv)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
-from absl import app
 from absl import flags
 
 from tff_priv import cli
@@ -108,4 +107,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=_CLI.parse_flags)
+  _CLI.run(main)

@@ -13,7 +13,6 @@ directory that is not a run directory.
 
 import os
 
-from absl import app
 from absl import flags
 
 from tff_priv import cli
@@ -67,4 +66,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=_parse_flags)
+  _CLI.run(main)

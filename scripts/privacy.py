@@ -16,7 +16,6 @@ Exit status 2 with a one-line message on bad flags.
 import json
 import sys
 
-from absl import app
 from absl import flags
 
 from tff_priv import cli
@@ -114,4 +113,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=_parse_flags)
+  _CLI.run(main)

@@ -229,7 +229,7 @@ def _main_in_process(script, *args):
   script.flags.FLAGS.unparse_flags()
   try:
     with contextlib.redirect_stderr(err):
-      argv = script._parse_flags(['train.py', *args])  # pylint: disable=protected-access
+      argv = script._CLI.parse_flags(['train.py', *args])  # pylint: disable=protected-access
       script.main(argv)
   except SystemExit as e:
     return e.code, err.getvalue()

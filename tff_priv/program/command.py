@@ -72,8 +72,7 @@ def main(
     return body()
   except training.ConfigError as e:
     print(f'{prog}: error: {e}', file=sys.stderr)
-    runtime.stop_workers()
-    cli.exit_now(2)
+    sys.exit(2)
   except BaseException as e:  # pylint: disable=broad-except
     if received:
       name = signal.Signals(received[0]).name
@@ -85,11 +84,9 @@ def main(
       )
       # The interrupted TF/TFF objects fail noisily in interpreter teardown:
       # stop the worker and leave without it (everything is on disk).
-      runtime.stop_workers()
       cli.exit_now(128 + received[0])
     if isinstance(e, OSError) and e.filename is not None:
       print(f'{prog}: error: cannot use {e.filename}: {e.strerror}',
             file=sys.stderr)
-      runtime.stop_workers()
-      cli.exit_now(1)
+      sys.exit(1)
     raise
