@@ -1,42 +1,61 @@
 """Prints the empirical privacy audit of every tff_priv factory.
 
-  .venv/bin/python scripts/audit.py --trials=1000 [--format=json]
+  .venv/bin/python scripts/audit.py --trials=1000 [--format=json] [--plot=audit.png]
 
 One round of each mechanism at settings near the README quickstart, audited
 by `tff_priv.auditing.aggregator_audit.audit_aggregator` (see
-docs/auditing.md); the logic lives in `tff_priv.auditing.catalogue`.
+docs/auditing.md); the logic lives in `tff_priv.auditing.catalogue`. Exit
+status 1 when an audit fails (a lower bound above its claim).
 """
 
-import os
+import sys
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+from tff_priv.program import command
 
-from absl import app  # pylint: disable=g-import-not-at-top
+_VERBOSE_ARGV = command.quiet_environment(sys.argv)
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import flags
 
+from tff_priv import cli
 from tff_priv import runtime
 from tff_priv.auditing import catalogue
+# pylint: enable=g-import-not-at-top,g-bad-import-order
 
-_TRIALS = flags.DEFINE_integer('trials', 1000, 'Runs of each process per client set.')
+_TRIALS = flags.DEFINE_integer(
+    'trials', 1000, 'Runs of each process per client set.'
+)
 _DIMENSION = flags.DEFINE_integer('dimension', 200, 'Values per client.')
-_DELTA = flags.DEFINE_float('delta', catalogue.QUICKSTART_DELTA, 'delta of both eps.')
+_DELTA = flags.DEFINE_float(
+    'delta', catalogue.QUICKSTART_DELTA, 'delta of both eps.'
+)
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the canaries and the split.')
-_FORMAT = flags.DEFINE_enum('format', 'text', ['text', 'json'], 'Output format.')
+_FORMAT = flags.DEFINE_enum(
+    'format', 'text', ['text', 'json'], 'Output format.'
+)
+_PLOT = flags.DEFINE_string(
+    'plot', None, 'Also write the lower bound vs accounted eps plot here.'
+)
+_CLI = cli.Cli('audit.py')
 
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+    _CLI.fail(f'unexpected arguments: {argv[1:]}')
   runtime.set_context('simulation')
-  rows = catalogue.audit_table(
-      catalogue.quickstart_settings(_DIMENSION.value),
-      trials=_TRIALS.value, delta=_DELTA.value, seed=_SEED.value,
-      warn=False)
+  try:
+    rows = catalogue.audit_table(
+        catalogue.quickstart_settings(_DIMENSION.value),
+        trials=_TRIALS.value, delta=_DELTA.value, seed=_SEED.value,
+        warn=False)
+  except ValueError as e:
+    _CLI.fail(str(e))
   print(catalogue.format_table(rows, _FORMAT.value))
+  if _PLOT.value:
+    catalogue.plot(rows, _PLOT.value)
   if not all(result.passed for _, result in rows):
-    return 1
-  return 0
+    sys.exit(1)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  _CLI.run(main)

@@ -222,6 +222,28 @@ class LedgerTest(tf.test.TestCase, parameterized.TestCase):
       ledger.record_gaussian('1.0')
     self.assertTrue(np.all(events.pure_epsilon_rdp([2.0], 0.0) == 0))
 
+  def test_noise_free_gaussian_is_a_non_private_release_under_any_sampling(self):
+    # dp_accounting's RDP accountant divides by z for a sampled-without-
+    # replacement Gaussian; a noise-free one is counted as non-private.
+    zero = dp_accounting.GaussianDpEvent(0.0)
+    for relation, event in (
+        ('replace_one',
+         dp_accounting.SampledWithoutReplacementDpEvent(10, 3, zero)),
+        ('add_or_remove_one', dp_accounting.PoissonSampledDpEvent(0.3, zero)),
+        ('add_or_remove_one', zero),
+    ):
+      with self.subTest(type(event).__name__):
+        ledger = ledger_lib.PrivacyLedger(relation)
+        ledger.record(event)
+        report = ledger.report(1e-5)
+        self.assertEqual(report['rdp_epsilon'], math.inf)
+        self.assertEqual(report['pld_epsilon'], math.inf)
+    # A positive z is counted as before.
+    ledger = ledger_lib.PrivacyLedger('replace_one')
+    ledger.record(dp_accounting.SampledWithoutReplacementDpEvent(
+        10, 3, dp_accounting.GaussianDpEvent(1.0)))
+    self.assertLess(ledger.epsilon(1e-5), 10.0)
+
 
 if __name__ == '__main__':
   tf.test.main()

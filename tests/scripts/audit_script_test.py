@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
@@ -15,11 +16,15 @@ class AuditScriptTest(unittest.TestCase):
   def test_json_has_a_row_per_mechanism(self):
     env = dict(os.environ, PYTHONPATH=os.path.abspath(_ROOT),
                TF_CPP_MIN_LOG_LEVEL='3')
-    result = subprocess.run(
-        [sys.executable, _SCRIPT, '--trials=4', '--dimension=5',
-         '--format=json'],
-        capture_output=True, text=True, timeout=300, check=False, env=env)
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    with tempfile.TemporaryDirectory() as tmp:
+      plot = os.path.join(tmp, 'audit.png')
+      result = subprocess.run(
+          [sys.executable, _SCRIPT, '--trials=4', '--dimension=5',
+           '--format=json', f'--plot={plot}'],
+          capture_output=True, text=True, timeout=300, check=False, env=env)
+      self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+      with open(plot, 'rb') as f:
+        self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
     rows = json.loads(result.stdout)
     self.assertEqual(
         [r['mechanism'].split()[0] for r in rows],

@@ -48,12 +48,33 @@ PLD_MAX_SPAN = 2e6
 PLD_MIN_NOISE_MULTIPLIER = 0.5
 
 
+def _noise_free(event: dp_event.DpEvent) -> bool:
+  """A Gaussian of noise multiplier 0, possibly sampled: a non-private release.
+
+  dp_accounting's RDP accountant divides by z for a sampled-without-
+  replacement Gaussian; counted as `NonPrivateDpEvent` (eps = inf), which
+  is what it is whatever the sampling (a sampled client's data is released
+  exactly).
+  """
+  inner = getattr(event, 'event', None)
+  if isinstance(event, (dp_event.PoissonSampledDpEvent,
+                        dp_event.SampledWithReplacementDpEvent,
+                        dp_event.SampledWithoutReplacementDpEvent)):
+    event = inner
+  return (
+      isinstance(event, dp_event.GaussianDpEvent)
+      and event.noise_multiplier == 0
+  )
+
+
 class RdpAccountant(rdp_privacy_accountant.RdpAccountant):
   """dp_accounting's RDP accountant, plus `PureEpsilonDpEvent`."""
 
   def _maybe_compose(
       self, event: dp_event.DpEvent, count: int, do_compose: bool
   ) -> Optional[privacy_accountant.PrivacyAccountant.CompositionErrorDetails]:
+    if _noise_free(event):
+      event = dp_event.NonPrivateDpEvent()
     if isinstance(event, events.PureEpsilonDpEvent):
       if do_compose:
         self._rdp += count * events.pure_epsilon_rdp(self._orders, event.epsilon)
@@ -67,6 +88,8 @@ class PLDAccountant(pld_privacy_accountant.PLDAccountant):
   def _maybe_compose(
       self, event: dp_event.DpEvent, count: int, do_compose: bool
   ) -> Optional[privacy_accountant.PrivacyAccountant.CompositionErrorDetails]:
+    if _noise_free(event):
+      event = dp_event.NonPrivateDpEvent()
     if isinstance(event, events.PureEpsilonDpEvent):
       if do_compose:
         pld = privacy_loss_distribution.from_privacy_parameters(

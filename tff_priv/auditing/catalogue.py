@@ -172,3 +172,40 @@ def format_table(rows, fmt: str = 'text') -> str:
         f"({d['max_showable']:.2f}) | {d['trials']} x 2 | {d['verdict']} |"
     )
   return '\n'.join(lines)
+
+
+def plot(rows, path: str) -> None:
+  """Empirical lower bound vs accounted eps, one point per mechanism (PNG).
+
+  A point above the diagonal is a failed audit; the dashed line of each point
+  is the largest bound its trial count can show (a claim above it cannot be
+  refuted by this audit).
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use('Agg')
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  dicts = [_row(s, r) for s, r in rows]
+  fig, ax = plt.subplots(figsize=(6, 4.5))
+  claims = [d['accounted_epsilon'] for d in dicts]
+  finite = [c for c in claims if math.isfinite(c)] or [1.0]
+  top = max(max(finite), max(d['max_showable'] for d in dicts)) * 1.5
+  ax.plot([1e-2, top], [1e-2, top], 'k-', lw=0.8, label='bound = claim')
+  for i, d in enumerate(dicts):
+    x = min(d['accounted_epsilon'], top)
+    color = f'C{i % 10}'
+    ax.scatter([x], [max(d['empirical_lower_bound'], 1e-2)], color=color,
+               marker='o' if d['verdict'] == 'pass' else 'x', s=50,
+               label=f"{d['mechanism']} ({d['setting']})")
+    ax.plot([x * 0.8, x * 1.25], [d['max_showable']] * 2, '--', color=color,
+            lw=1)
+  ax.set_xscale('log')
+  ax.set_yscale('log')
+  ax.set_xlabel('accounted eps of one round (the factory\'s DpEvent)')
+  ax.set_ylabel('empirical lower bound (Clopper-Pearson)')
+  ax.set_title('Factory audits: dashes = the most the trials can show')
+  ax.legend(fontsize=6, loc='upper left')
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
