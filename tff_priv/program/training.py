@@ -1047,13 +1047,17 @@ async def _run(
         )
       train = _train_metrics(metrics)
       train_accuracy_key = _accuracy_key(train)
-      bar.update(
-          loss=train.get('loss', train.get(client_metrics_lib.DP_LOSS)),
-          acc=train.get(train_accuracy_key) if train_accuracy_key else None,
-          test_acc=last_accuracy,
-          eps=eps,
-          server_eps=server_eps,
-      )
+      # Noised metrics are shown under their released names.
+      prefix = 'dp_' if dp_metrics is not None else ''
+      bar.update(**{
+          f'{prefix}loss': train.get(f'{prefix}loss'),
+          f'{prefix}acc': (
+              train.get(train_accuracy_key) if train_accuracy_key else None
+          ),
+          'test_acc': last_accuracy,
+          'eps': eps,
+          'server_eps': server_eps,
+      })
       if stop_after_round is not None and round_num >= stop_after_round:
         if not done:
           return None
