@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.learning import client_metrics
 from tff_priv.program import layout
 from tff_priv.program import mechanisms
 from tff_priv.program.mechanisms import base
@@ -93,10 +94,40 @@ class RunConfigTest(tf.test.TestCase, parameterized.TestCase):
       ('test_examples', dict(test_examples=0), ValueError, 'test_examples'),
       ('max_client_examples', dict(max_client_examples=0), ValueError,
        'max_client_examples'),
+      ('client_metrics', dict(client_metrics='exact'), ValueError,
+       'client_metrics'),
+      ('client_metrics_noise', dict(
+          mechanism='dp_fedavg', client_metrics='dp',
+          client_metrics_noise_multiplier=0.0), ValueError,
+       'client_metrics_noise_multiplier'),
+      ('client_metrics_bound', dict(client_metrics_loss_bound=-1.0),
+       ValueError, 'client_metrics_loss_bound'),
   )
   def test_bad_field(self, changes, error, message):
     with self.assertRaisesRegex(error, message):
       _config(**changes).validate()
+
+
+class ClientMetricsRefusalTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ('none', dict(mechanism='none'), 'private mechanisms only'),
+      ('smp', dict(mechanism='smp'), 'private against the server'),
+      ('udp', dict(mechanism='udp'), 'private against the server'),
+      ('ldp', dict(mechanism='ldp'), 'private against the server'),
+      ('distortion', dict(mechanism='distortion',
+                          params=dict(parameter_variance=1e-4)),
+       'private against the server'),
+      ('canaries', dict(mechanism='dp_fedavg', params=dict(clip=1.0),
+                        audit_canaries=2), 'canary'),
+  )
+  def test_refused_in_one_line(self, changes, message):
+    with self.assertRaisesRegex(ValueError, message) as raised:
+      _config(client_metrics='dp', **changes).validate()
+    self.assertNotIn('\n', str(raised.exception))
+
+  def test_dp_fedavg_takes_them(self):
+    _config(mechanism='dp_fedavg', client_metrics='dp').validate()
 
 
 class _TempDirTestCase(tf.test.TestCase):
@@ -323,6 +354,66 @@ class LoopOptionsTest(_TempDirTestCase):
         - full['final_test_metrics']['num_examples'] // 2,
     )
 
+
+
+
+class DpClientMetricsRunTest(_TempDirTestCase):
+
+  def test_noised_metrics_are_released_and_charged(self):
+    root = os.path.join(self._make_tempdir(), 'run')
+    z, z_metrics, rounds = 1.0, 2.0, 2
+    config = _config(
+        mechanism='dp_fedavg', params=dict(noise_multiplier=z, clip=1.0),
+        total_rounds=rounds, sampling_seed=3, client_metrics='dp',
+        client_metrics_noise_multiplier=z_metrics,
+    )
+    summary = training.run(config, root, progress=False)
+    q = sampling_lib.ClientSampling('poisson', 10, 2).ledger_kwargs()[
+        'sampling_probability'
+    ]
+    delta = base.DEFAULT_DELTA
+
+    def eps(noise_multiplier):
+      ledger = ledger_lib.PrivacyLedger()
+      ledger.record_gaussian(
+          noise_multiplier, sampling_probability=q, count=rounds
+      )
+      return ledger.epsilon(delta)
+
+    # By hand: the model's Gaussian(z) and the metrics' Gaussian(z_m) on the
+    # same Poisson-sampled clients are one Gaussian of z_eff^-2 = z^-2 +
+    # z_m^-2 (the RDP accountant composes them so).
+    z_eff = (z**-2 + z_metrics**-2) ** -0.5
+    self.assertAllClose(summary['privacy']['rdp_epsilon'], eps(z_eff),
+                        rtol=1e-9)
+    self.assertGreater(summary['privacy']['rdp_epsilon'], eps(z) * 1.05)
+    ledger = ledger_lib.PrivacyLedger.from_json(
+        json.dumps(summary['privacy']['ledger'])
+    )
+    self.assertEqual(ledger.num_releases, rounds)
+    rows = _rows(layout.path(root, layout.TRAIN_CSV))
+    self.assertLen(rows, rounds)
+    # Every column: public (the round, eps, delta, the configured uplink),
+    # the model's charged DP query metrics, or the charged noised metrics.
+    public = {layout.ROUND, layout.RDP_EPSILON, 'delta', 'uplink_bytes'}
+    charged = tuple(
+        f'client_work/train/{k}'
+        for k in (client_metrics.DP_LOSS, client_metrics.DP_ACCURACY,
+                  client_metrics.DP_CLIENTS)
+    )
+    for row in rows:
+      for column in row:
+        self.assertTrue(
+            column in public or column in charged
+            or column.startswith('aggregator/dp_query_metrics/')
+            or column == 'finalizer/update_non_finite',
+            f'{column} is neither public nor charged',
+        )
+    # A round that ran released all three (round 1 or 2 drew someone).
+    self.assertTrue(any(row.get(charged[0]) for row in rows))
+    self.assertTrue(any(
+        'client_metrics' in c for c in summary['privacy']['caveats']
+    ))
 
 if __name__ == '__main__':
   tf.test.main()

@@ -84,10 +84,13 @@ _PUBLIC_COLUMNS = frozenset({
     'aggregator/radius',
 })
 # TFF's DP factory's query metrics (the adaptive clip) are covered by its
-# effective noise multiplier.
+# effective noise multiplier; the 'dp' client metrics by their own Gaussian.
 _PUBLIC_PREFIXES = (
     'aggregator/noise/', 'aggregator/center/', 'aggregator/radius/',
     'mask/public_train/', 'aggregator/dp_query_metrics/',
+    # --client_metrics=dp: the noised metrics, charged with the round's model
+    # (tests/program/training_test.py DpClientMetricsRunTest).
+    'client_work/train/dp_',
 )
 _PUBLIC_CLIENTS = 2
 _SMP_ROUNDS = 5

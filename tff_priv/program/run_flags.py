@@ -26,6 +26,7 @@ _CHOICES = {
     'mechanism': mechanisms.MECHANISMS,
     'client_optimizer': tuple(training.OPTIMIZERS),
     'server_optimizer': tuple(training.OPTIMIZERS),
+    'client_metrics': training.CLIENT_METRICS,
 }
 
 

@@ -20,7 +20,9 @@
    participating client's server-view ledger, whose optional budget filter
    `server_budget` leaves out of the round any client it would take over the
    budget), and releases the round's metrics with the eps spent so far (the
-   analyst's and the worst client's against the server, at the run's delta)
+   analyst's and the worst client's against the server, at the run's delta;
+   with `client_metrics='dp'`, the round's event is composed with the noised
+   client metrics' Gaussian, `DpClientMetrics.dp_event`)
    to `tff.program.CSVFileReleaseManager`,
    `tff.program.TensorBoardReleaseManager` and the log;
 4. every `eval_every` rounds and at the last round, evaluates the global model
@@ -77,6 +79,7 @@ import time
 from typing import Any, Optional
 
 from absl import logging
+from dp_accounting import dp_event
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -87,6 +90,7 @@ from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.auditing import canaries as canaries_lib
 from tff_priv.learning import canary_clients
+from tff_priv.learning import client_metrics as client_metrics_lib
 from tff_priv.program import layout
 from tff_priv.program import mechanisms
 from tff_priv.program import privacy as privacy_lib
@@ -99,6 +103,7 @@ TASK_OPTION_NAMES = (
     'model', 'num_clients', 'partition', 'samples_per_client', 'max_clients',
     'test_fraction',
 )
+CLIENT_METRICS = ('none', 'dp')
 _NO_ACCURACY = -1.0
 _EVAL_BATCH = 256
 
@@ -151,6 +156,17 @@ class RunConfig:
       are held out, and summary.json's privacy['empirical'] gives the
       one-shot estimates for the final model and for all iterates
       (`tff_priv.auditing.canaries`; client-level mechanisms only).
+    client_metrics: 'none': a private run releases no client training
+      metrics (the 'none' mechanism releases TFF's exact ones); 'dp': each
+      round also releases the clients' mean loss (clipped to
+      client_metrics_loss_bound) and accuracy and their number, summed and
+      noised by the server (`tff_priv.learning.client_metrics.DpClientMetrics`)
+      and charged to the ledger with the round's model (mechanisms whose
+      server adds the noise only: dp_fedavg).
+    client_metrics_noise_multiplier: z of the 'dp' client metrics: noise std
+      z sqrt(3) on the sum of the clients' bounded (loss / bound, accuracy,
+      1) vectors; each round is charged GaussianDpEvent(z) more.
+    client_metrics_loss_bound: a client's mean loss is clipped to [0, this].
   """
 
   task: str = 'mnist5k'
@@ -175,6 +191,9 @@ class RunConfig:
   server_budget: Optional[float] = None
   sampling_seed: Optional[int] = None
   audit_canaries: int = 0
+  client_metrics: str = 'none'
+  client_metrics_noise_multiplier: float = 1.0
+  client_metrics_loss_bound: float = 5.0
 
   def validate(self) -> 'RunConfig':
     """Checks every field (without loading data); params resolved.
@@ -228,6 +247,23 @@ class RunConfig:
       refusal = mechanisms.canary_refusal(self.mechanism, params)
       if refusal:
         raise ValueError(refusal)
+    validation.one_of('client_metrics', self.client_metrics, CLIENT_METRICS)
+    validation.positive(
+        'client_metrics_noise_multiplier',
+        self.client_metrics_noise_multiplier,
+    )
+    validation.positive(
+        'client_metrics_loss_bound', self.client_metrics_loss_bound
+    )
+    if self.client_metrics == 'dp':
+      refusal = mechanisms.client_metrics_refusal(self.mechanism)
+      if refusal:
+        raise ValueError(refusal)
+      if self.audit_canaries:
+        raise ValueError(
+            "client_metrics='dp' does not apply with audit_canaries: a "
+            "canary's metrics come from a real client's data"
+        )
     return dataclasses.replace(self, task_options=options, params=params)
 
   def to_dict(self) -> dict[str, Any]:
@@ -283,10 +319,7 @@ def _num_examples(dataset: tf.data.Dataset) -> int:
 
 
 def _accuracy_key(metrics) -> Optional[str]:
-  if 'sparse_categorical_accuracy' in metrics:
-    return 'sparse_categorical_accuracy'
-  candidates = [k for k in metrics if 'accuracy' in k]
-  return candidates[0] if candidates else None
+  return client_metrics_lib.accuracy_key(metrics)
 
 
 def _train_metrics(metrics) -> dict[str, float]:
@@ -673,6 +706,13 @@ async def _run(
   client_index = {c: i for i, c in enumerate(train_data.client_ids)}
   test_x, test_y = _test_arrays(task, config)
   half = len(test_y) // 2
+  dp_metrics = None
+  if config.client_metrics == 'dp':
+    dp_metrics = client_metrics_lib.dp_client_metrics(
+        config.client_metrics_noise_multiplier,
+        config.clients_per_round,
+        config.client_metrics_loss_bound,
+    )
 
   def min_client_examples():
     return min(
@@ -703,6 +743,7 @@ async def _run(
             _num_examples(train_data.create_tf_dataset_for_client(c))
             for c in client_ids
         ])),
+        metrics_aggregator=dp_metrics,
     )
     mechanism = mechanisms.build(config.mechanism, config.params, context)
     process = mechanism.process
@@ -719,6 +760,13 @@ async def _run(
   test_data = tf.data.Dataset.from_tensor_slices((test_x, test_y)).batch(
       _EVAL_BATCH
   )
+  if dp_metrics is not None:
+    mechanism.caveats.append(
+        "client_metrics='dp': every round also charges the noised client "
+        f'metrics, GaussianDpEvent({dp_metrics.noise_multiplier:g}); a target '
+        "epsilon calibrates the model's noise only, so the reported epsilon "
+        'exceeds it'
+    )
   prepare_output_dir(root_output_dir, config)
   _lock(root_output_dir)
   delta = mechanism.config.delta
@@ -752,13 +800,18 @@ async def _run(
   except ValueError as e:
     raise ConfigError(str(e)) from e
   # The event a round will charge, known before it runs (the budget filter
-  # needs it): the factory's event for its first round, then each round's.
+  # needs it): the factory's event for its first round, then each round's;
+  # with 'dp' client metrics, composed with their Gaussian (the same
+  # sampled clients, the same adjacency: dp_fedavg's add-or-remove-one).
   def next_event(train_state):
     if mechanism.guarantee is None:
       return None
-    return guarantees.extract_dp_event(
+    model_event = guarantees.extract_dp_event(
         mechanism.aggregator_state(train_state), allow_initial_state=True
     )
+    if dp_metrics is None:
+      return model_event
+    return dp_event.ComposedDpEvent([model_event, dp_metrics.dp_event])
 
   num_canaries = config.audit_canaries
   # Each canary's largest cosine with a round's model delta (the all-iterates
@@ -994,13 +1047,17 @@ async def _run(
         )
       train = _train_metrics(metrics)
       train_accuracy_key = _accuracy_key(train)
-      bar.update(
-          loss=train.get('loss'),
-          acc=train.get(train_accuracy_key) if train_accuracy_key else None,
-          test_acc=last_accuracy,
-          eps=eps,
-          server_eps=server_eps,
-      )
+      # Noised metrics are shown under their released names.
+      prefix = 'dp_' if dp_metrics is not None else ''
+      bar.update(**{
+          f'{prefix}loss': train.get(f'{prefix}loss'),
+          f'{prefix}acc': (
+              train.get(train_accuracy_key) if train_accuracy_key else None
+          ),
+          'test_acc': last_accuracy,
+          'eps': eps,
+          'server_eps': server_eps,
+      })
       if stop_after_round is not None and round_num >= stop_after_round:
         if not done:
           return None

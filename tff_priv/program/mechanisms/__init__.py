@@ -15,7 +15,9 @@ defaults, `validate()`) and `build(config, context) -> base.Mechanism`.
 parameter that does not apply to it (so a flag never silently does nothing);
 `build(name, config, context)` builds it. A module whose mechanism cannot host
 the canary clients of `RunConfig.audit_canaries` has `canary_refusal(config)`
-(the reason in one line, or None).
+(the reason in one line, or None). A module whose process may release
+noised client metrics (`RunConfig.client_metrics='dp'`, the metrics noised by
+the server like its model) has `DP_CLIENT_METRICS = True`.
 """
 
 import dataclasses
@@ -93,6 +95,27 @@ def canary_refusal(name: str, params: Any = None) -> Optional[str]:
   return refusal(config(name, params)) if refusal else None
 
 
+def client_metrics_refusal(name: str) -> Optional[str]:
+  """Why mechanism `name` takes no `client_metrics='dp'`; None: it does.
+
+  The metrics' noise is added by the server. A mechanism private against the
+  server (its model noise added by the clients) would lose that guarantee,
+  so only the mechanisms whose server adds the model noise too take them.
+  """
+  if getattr(module(name), 'DP_CLIENT_METRICS', False):
+    return None
+  if name == 'none':
+    return (
+        "client_metrics='dp' applies to private mechanisms only; 'none' "
+        "releases TFF's exact client metrics"
+    )
+  return (
+      f"client_metrics='dp' does not apply to mechanism {name!r}: the server "
+      'would add the metrics\' noise itself, and this mechanism is private '
+      'against the server'
+  )
+
+
 def build(
     name: str, params: Any, context: base.BuildContext
 ) -> base.Mechanism:
@@ -116,6 +139,10 @@ def build(
     raise ValueError("public_data applies only to smp with mask='top_k'")
   if context.canary_clients:
     refusal = canary_refusal(name, mechanism_config)
+    if refusal:
+      raise ValueError(refusal)
+  if context.metrics_aggregator is not None:
+    refusal = client_metrics_refusal(name)
     if refusal:
       raise ValueError(refusal)
   mechanism = mechanism_module.build(mechanism_config, context)

@@ -118,6 +118,9 @@ class BuildContext:
       that cannot host them refuses (`canary_refusal` of its module).
     mean_client_examples: returns the mean |D_i| of the population (called
       only by a weighted process's canaries: it reads every client).
+    metrics_aggregator: the `metrics_aggregator` of `fed_avg` (e.g. a
+      `client_metrics.DpClientMetrics`); None: `no_client_metrics`. Only a
+      mechanism module with `DP_CLIENT_METRICS` is built with one.
   """
 
   model_fn: Callable[[], tff.learning.models.VariableModel]
@@ -135,6 +138,7 @@ class BuildContext:
   validation_data: Optional[Callable[[], tuple[Any, Any]]] = None
   canary_clients: bool = False
   mean_client_examples: Optional[Callable[[], float]] = None
+  metrics_aggregator: Optional[Callable[..., Any]] = None
 
   def __post_init__(self):
     validation.int_at_least('total_rounds', self.total_rounds, 1)
@@ -163,11 +167,14 @@ class BuildContext:
     )
 
   def fed_avg(self, aggregator) -> tff.learning.templates.LearningProcess:
-    """Unweighted FedAvg with `aggregator`, releasing no client metrics.
+    """Unweighted FedAvg with `aggregator` and `metrics_aggregator`.
 
     With `canary_clients`: the same components, composed with the client
     work wrapped (`canary_clients.build_fed_avg`).
     """
+    metrics_aggregator = (
+        self.metrics_aggregator or client_metrics.no_client_metrics
+    )
     if self.canary_clients:
       return canary_clients.build_fed_avg(
           self.model_fn,
@@ -175,14 +182,14 @@ class BuildContext:
           server_optimizer_fn=self.server_optimizer_fn(),
           model_aggregator=tff.aggregators.as_weighted_aggregator(aggregator),
           client_weighting=tff.learning.ClientWeighting.UNIFORM,
-          metrics_aggregator=client_metrics.no_client_metrics,
+          metrics_aggregator=metrics_aggregator,
       )
     return tff.learning.algorithms.build_unweighted_fed_avg(
         self.model_fn,
         client_optimizer_fn=self.client_optimizer_fn(),
         server_optimizer_fn=self.server_optimizer_fn(),
         model_aggregator=aggregator,
-        metrics_aggregator=client_metrics.no_client_metrics,
+        metrics_aggregator=metrics_aggregator,
     )
 
   def noise_multiplier(self, config: Any, local_noise: bool = False) -> float:

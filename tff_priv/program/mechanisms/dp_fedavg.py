@@ -18,6 +18,8 @@ from tff_priv.program.mechanisms import base
 
 NAME = 'dp_fedavg'
 SAMPLING = 'poisson'
+# The server adds the model's noise: it may add the client metrics' too.
+DP_CLIENT_METRICS = True
 
 
 @dataclasses.dataclass(frozen=True)
