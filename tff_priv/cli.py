@@ -20,7 +20,7 @@ def exit_now(code: int) -> None:
   """Stops tff_priv's TFF workers, flushes, and exits without teardown."""
   runtime = sys.modules.get('tff_priv.runtime')
   if runtime is not None:
-    runtime.stop_workers()
+    runtime.stop_workers()  # Idempotent.
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)  # pylint: disable=protected-access

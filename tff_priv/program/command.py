@@ -20,10 +20,12 @@ T = TypeVar('T')
 
 
 def quiet_environment(argv: list[str]) -> bool:
-  """Silences TF's C++ logs unless `--verbose` is in argv; returns verbose."""
+  """Silences TF's and gRPC's C++ logs unless `--verbose` is in argv; returns verbose."""
   verbose = '--verbose' in argv
   if not verbose:
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+    # gRPC (TFF's worker channel) logs INFO lines such as its fork notice.
+    os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
   return verbose
 
 
@@ -76,6 +78,9 @@ def main(
   except BaseException as e:  # pylint: disable=broad-except
     if received:
       name = signal.Signals(received[0]).name
+      # The worker first: its shutdown may log (gRPC's fork notice); the
+      # resume hint is the last line.
+      runtime.stop_workers()
       print(
           f'{prog}: stopped by {name}; the checkpoints and the privacy '
           f'ledger in {root_output_dir} are kept: run the same command to '
@@ -83,7 +88,7 @@ def main(
           file=sys.stderr,
       )
       # The interrupted TF/TFF objects fail noisily in interpreter teardown:
-      # stop the worker and leave without it (everything is on disk).
+      # leave without it (everything is on disk).
       cli.exit_now(128 + received[0])
     if isinstance(e, OSError) and e.filename is not None:
       print(f'{prog}: error: cannot use {e.filename}: {e.strerror}',
