@@ -323,14 +323,22 @@ class LoopOptionsTest(_TempDirTestCase):
 
   def test_learning_rate_schedule_and_test_subset(self):
     one, one_weights, _ = self._run(total_rounds=1)
-    # Round 2 at rate 0.1 x 1e-7: the model of round 1, to float precision.
+    # Round 2 at rate 0.1 x 1e-7 hardly moves the model of round 1; at 0.1 it
+    # does. (Runs are not bit-identical: TFF's preprocessing shuffles each
+    # client's examples in a nondeterministic order, ~1e-3 apart here, so the
+    # comparison is relative: the decayed round moves < 10% of a full one.)
     decayed, decayed_weights, _ = self._run(
         total_rounds=2, client_lr_decay=1e-7, test_examples=50
     )
     _, plain_weights, _ = self._run(total_rounds=2)
-    for a, b in zip(one_weights, decayed_weights):
-      self.assertAllClose(a, b, atol=1e-6)
-    self.assertNotAllClose(one_weights[0], plain_weights[0], atol=1e-4)
+
+    def distance(a, b):
+      return np.sqrt(sum(np.sum((x - y) ** 2) for x, y in zip(a, b)))
+
+    self.assertLess(
+        distance(decayed_weights, one_weights),
+        0.1 * distance(plain_weights, one_weights),
+    )
     self.assertEqual(decayed['final_test_metrics']['num_examples'], 50)
     self.assertGreater(one['final_test_metrics']['num_examples'], 50)
 
