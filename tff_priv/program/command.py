@@ -41,10 +41,6 @@ def _quiet_python_logs() -> None:
   )
 
 
-class _Stopped(Exception):
-  """Raised in the main thread by SIGINT / SIGTERM."""
-
-
 def main(
     prog: str, body: Callable[[], T], root_output_dir: str, verbose: bool
 ) -> T:
@@ -59,11 +55,30 @@ def main(
     _quiet_python_logs()
   received = []
 
+  def stop(signum):
+    # The worker first: its shutdown may log (gRPC's fork notice); the
+    # resume hint is the last line.
+    runtime.stop_workers()
+    print(
+        f'{prog}: stopped by {signal.Signals(signum).name}; the checkpoints '
+        f'and the privacy ledger in {root_output_dir} are kept: run the same '
+        'command to resume',
+        file=sys.stderr,
+    )
+    # The interrupted TF/TFF objects fail noisily in interpreter teardown:
+    # leave without it (everything is on disk).
+    cli.exit_now(128 + signum)
+
   def on_signal(signum, frame):
+    # Stops here rather than by raising: an exception raised in a signal
+    # handler that runs inside a gc callback (jax's) is swallowed, and the
+    # run went on. Stopping anywhere is safe: the ledger is written ahead of
+    # every release and atomically, and a checkpoint cut short is set aside
+    # for an older one at the next start.
     del frame
     if not received:
       received.append(signum)
-      raise _Stopped(signum)
+      stop(signum)
 
   # Before the runtime's own handlers, which stop the TFF worker and then
   # call these.
@@ -77,19 +92,7 @@ def main(
     sys.exit(2)
   except BaseException as e:  # pylint: disable=broad-except
     if received:
-      name = signal.Signals(received[0]).name
-      # The worker first: its shutdown may log (gRPC's fork notice); the
-      # resume hint is the last line.
-      runtime.stop_workers()
-      print(
-          f'{prog}: stopped by {name}; the checkpoints and the privacy '
-          f'ledger in {root_output_dir} are kept: run the same command to '
-          'resume',
-          file=sys.stderr,
-      )
-      # The interrupted TF/TFF objects fail noisily in interpreter teardown:
-      # leave without it (everything is on disk).
-      cli.exit_now(128 + received[0])
+      stop(received[0])
     if isinstance(e, OSError) and e.filename is not None:
       print(f'{prog}: error: cannot use {e.filename}: {e.strerror}',
             file=sys.stderr)
