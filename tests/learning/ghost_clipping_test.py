@@ -99,6 +99,51 @@ class GhostClippingTest(tf.test.TestCase):
     self.assertEqual(losses[1], 0.0)
     self.assertAllClose(losses.numpy()[keep], want_losses, rtol=1e-6)
 
+  def test_embedding_and_sequence_dense_sums_equal_sum_of_clipped_grads(self):
+    # Embedding (table gradient by segment sum, repeated ids) and a Dense
+    # applied to every position of a sequence (rank-3 input).
+    model = tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=(5,), dtype=tf.int32),
+        tf.keras.layers.Embedding(7, 4),
+        tf.keras.layers.Dense(6, activation='tanh'),
+        tf.keras.layers.Flatten(),
+        tf.keras.layers.Dense(3, activation='softmax'),
+    ])
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 7, size=(6, 5)).astype(np.int32)
+    x[0] = 2  # One id five times in one example.
+    y = rng.integers(0, 3, size=6).astype(np.int32)
+    per_example = _per_example_grads(model, x, y)
+    norms = np.array(
+        [tf.linalg.global_norm(
+            [tf.convert_to_tensor(t) for t in g]).numpy() for g in per_example]
+    )
+    clip = float(np.median(norms))
+    self.assertTrue(np.any(norms > clip * 1.01) and np.any(norms < clip * 0.99))
+    grads, _ = ghost_clipping.clipped_grad_sum(model, x, y, _LOSS, clip)
+    for j, got in enumerate(grads):
+      want = sum(
+          min(1.0, clip / n) * tf.convert_to_tensor(g[j]).numpy()
+          for n, g in zip(norms, per_example)
+      )
+      self.assertAllClose(got, want, rtol=1e-5, atol=1e-6)
+
+  def test_non_finite_gradient_of_a_finite_input_adds_nothing(self):
+    # A huge (finite) input overflows the forward pass to inf/NaN.
+    clip = 1.0
+    x_big = self.x.copy()
+    x_big[2] = 3e38
+    grads, losses = ghost_clipping.clipped_grad_sum(
+        self.model, x_big, self.y, _LOSS, clip
+    )
+    keep = np.arange(6) != 2
+    want, _ = ghost_clipping.clipped_grad_sum(
+        self.model, self.x[keep], self.y[keep], _LOSS, clip
+    )
+    for g, w in zip(grads, want):
+      self.assertAllClose(g, w, rtol=1e-5, atol=1e-6)
+    self.assertEqual(losses[2], 0.0)
+
   def test_unsupported_layers(self):
     self.assertEmpty(ghost_clipping.unsupported_layers(self.model))
     model = tf.keras.Sequential([

@@ -1,9 +1,10 @@
 """Per-example gradient clipping without per-example gradients ("ghost norms").
 
 `clipped_grad_sum` returns the sum over a batch of per-example gradients, each
-clipped to L2 norm C, from the per-example gradient norms of tensorflow_privacy's
-fast gradient clipping (`clip_grads.compute_gradient_norms`) and one backward
-pass of the loss weighted by min(1, C / norm). `layer_registry` extends
+clipped to L2 norm C, in one forward and one backward pass: the per-example
+norms by tensorflow_privacy's fast gradient clipping registry functions, the
+clipped sum by each layer's weight gradient from its recorded input and
+row-scaled output gradient ("book-keeping"). `layer_registry` extends
 tensorflow_privacy's registry (Dense, Embedding) with Conv2D;
 `unsupported_layers` names the layers of a Keras model it cannot handle.
 """
@@ -11,13 +12,13 @@ tensorflow_privacy's registry (Dense, Embedding) with Conv2D;
 from typing import Callable, Optional
 
 import tensorflow as tf
-from tensorflow_privacy.privacy.fast_gradient_clipping import clip_grads
 from tensorflow_privacy.privacy.fast_gradient_clipping import gradient_clipping_utils
 from tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry as lr
 
-# Layers whose training-mode output is random: the norm pass and the weighted
-# pass would each draw their own noise, and the norms would not be those of
-# the gradients that are summed.
+# Layers whose training-mode output is random: the norms and the clipped sum
+# must come from the gradients of the training-mode pass, and the registry's
+# forward pass (`gradient_clipping_utils.model_forward_pass`) does not promise
+# to run these layers in training mode.
 _RANDOM_LAYERS = (
     tf.keras.layers.Dropout,  # Also SpatialDropout1D/2D/3D.
     tf.keras.layers.GaussianNoise,
@@ -124,6 +125,80 @@ def _conv2d_supported(layer: tf.keras.layers.Conv2D) -> bool:
   return layer.data_format == 'channels_last' and layer.groups == 1
 
 
+def _scaled_rows(weights, t):
+  """Each row m of `t` times weights[m]; rows of weight 0 are exactly 0.
+
+  tf.where, not a product alone: a row of weight 0 may hold NaN or inf.
+  """
+  shape = tf.concat(
+      [tf.shape(weights), tf.ones([tf.rank(t) - 1], tf.int32)], axis=0
+  )
+  w = tf.reshape(weights, shape)
+  return tf.where(w > 0, t * w, tf.zeros_like(t))
+
+
+def _dense_grads(layer: tf.keras.layers.Dense, input_args):
+  """dL/dZ -> weighted kernel and bias gradients of `Z = X W + b`."""
+  inputs = input_args[0]
+
+  def grads(base_grads, weights):
+    x = tf.reshape(_scaled_rows(tf.cast(weights > 0, inputs.dtype), inputs),
+                   [-1, inputs.shape[-1]])
+    g = tf.reshape(_scaled_rows(weights, base_grads), [-1, base_grads.shape[-1]])
+    out = [(layer.kernel, tf.matmul(x, g, transpose_a=True))]
+    if layer.use_bias:
+      out.append((layer.bias, tf.reduce_sum(g, axis=0)))
+    return out
+
+  return grads
+
+
+def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
+  """dL/dZ -> weighted kernel and bias gradients of `Z = conv(X, K) + b`."""
+  inputs = input_args[0]
+
+  def grads(base_grads, weights):
+    x = _scaled_rows(tf.cast(weights > 0, inputs.dtype), inputs)
+    g = _scaled_rows(weights, base_grads)
+    kernel = tf.compat.v1.nn.conv2d_backprop_filter(
+        x,
+        tf.shape(layer.kernel),
+        g,
+        strides=[1, *layer.strides, 1],
+        padding=layer.padding.upper(),
+        dilations=[1, *layer.dilation_rate, 1],
+    )
+    out = [(layer.kernel, kernel)]
+    if layer.use_bias:
+      out.append((layer.bias, tf.reduce_sum(g, axis=[0, 1, 2])))
+    return out
+
+  return grads
+
+
+def _embedding_grads(layer: tf.keras.layers.Embedding, input_args):
+  """dL/dtable (IndexedSlices, one row per lookup) -> weighted table gradient."""
+  ids = input_args[0]
+
+  def grads(base_grads, weights):
+    lookups = tf.size(ids) // tf.shape(ids)[0]
+    row_weights = tf.repeat(weights, lookups)
+    values = _scaled_rows(row_weights, base_grads.values)
+    table = tf.math.unsorted_segment_sum(
+        values, base_grads.indices, tf.shape(layer.embeddings)[0]
+    )
+    return [(layer.embeddings, table)]
+
+  return grads
+
+
+# Per-layer weighted gradients from dL/dZ (book-keeping), by layer class.
+_WEIGHTED_GRADS = {
+    tf.keras.layers.Dense: _dense_grads,
+    tf.keras.layers.Conv2D: _conv2d_grads,
+    tf.keras.layers.Embedding: _embedding_grads,
+}
+
 # Layer class -> (registry function, which instances it supports).
 _EXTRA_LAYERS = {
     tf.keras.layers.Conv2D: (conv2d_layer_computation, _conv2d_supported),
@@ -169,7 +244,8 @@ def unsupported_layers(
     if isinstance(layer, _RANDOM_LAYERS):
       supported = False
     elif layer.trainable_weights:
-      supported = registry.is_elem(layer)
+      supported = (registry.is_elem(layer)
+                   and layer.__class__ in _WEIGHTED_GRADS)
       extra = _EXTRA_LAYERS.get(type(layer))
       if supported and extra is not None:
         supported = extra[1](layer)
@@ -184,14 +260,6 @@ def batch_losses(per_example_loss, y_true, y_pred) -> tf.Tensor:
   return tf.reduce_sum(tf.reshape(losses, [tf.shape(losses)[0], -1]), axis=1)
 
 
-def _rows_where(condition, x, y):
-  """tf.where of a [batch] condition over tensors of any rank."""
-  shape = tf.concat(
-      [tf.shape(condition), tf.ones([tf.rank(x) - 1], tf.int32)], axis=0
-  )
-  return tf.where(tf.reshape(condition, shape), x, y)
-
-
 def clipped_grad_sum(
     keras_model: tf.keras.Model,
     x,
@@ -202,17 +270,32 @@ def clipped_grad_sum(
 ):
   """Sum of the batch's per-example gradients, each clipped to L2 norm C.
 
-  With n_m the L2 norm of example m's gradient g_m (over all trainable
-  variables), computed by `clip_grads.compute_gradient_norms` without
-  materialising g_m, the sum is the gradient of ONE weighted loss,
+  One forward pass records, for every trainable layer, its input X and its
+  pre-activation output Z (tensorflow_privacy's registry functions); one
+  backward pass gives G = dL/dZ, the per-example rows of the summed loss's
+  gradient. From them, without materialising any per-example gradient:
 
-    sum_m min(1, C / n_m) g_m = grad_w sum_m min(1, C / n_m) loss_m(w),
+    n_m = ||g_m||             by the registry's squared-norm functions
+                              (tensorflow_privacy's fast gradient clipping),
+    sum_m min(1, C / n_m) g_m by each layer's weight gradient computed from
+                              X and the rows of G scaled by min(1, C / n_m)
+                              (Dense: X^T G, Conv2D: the filter gradient,
+                              Embedding: a segment sum; bias: sum of G).
 
-  the weights held constant. An example whose norm is not finite (NaN or inf
-  in its input or gradient) gets weight 0 and its input is replaced by zeros
-  in the weighted pass (0 * NaN would still be NaN there), so, as in the
-  per-example path, it contributes a zero gradient and a zero loss. Every
-  trainable layer must be registered (`unsupported_layers` is empty).
+  This is the "book-keeping" form of ghost clipping (Bu, Wang, Zha,
+  Karypis, "Differentially Private Optimization on Large Model at Small
+  Cost", ICML 2023): the clipped sum costs one forward and one backward
+  pass, where tensorflow_privacy's `compute_clipped_gradients_and_outputs`
+  runs a second forward and backward pass of the weighted loss. It is
+  written here because tensorflow_privacy returns the norms only, not the
+  intermediates the weighted gradients are computed from; the forward pass
+  is its `model_forward_pass`, the norms its registry functions.
+
+  An example whose norm or loss is not finite (NaN or inf in its input or
+  gradient) gets weight 0 and its rows of X and G are replaced by zeros, so,
+  as in the per-example path, it contributes a zero gradient and a zero
+  loss. Every trainable layer must be registered (`unsupported_layers` is
+  empty).
 
   Args:
     keras_model: a functional/Sequential Keras model.
@@ -228,27 +311,42 @@ def clipped_grad_sum(
     `keras_model`, [batch] losses, each finite).
   """
   registry = registry or layer_registry()
-  variables = keras_model.trainable_variables
+  tape = tf.GradientTape(persistent=True, watch_accessed_variables=False)
 
-  def loss_fn(y_true, y_pred, unused_weights=None):
-    return batch_losses(per_example_loss, y_true, y_pred)
+  def record(layer, args, kwargs):
+    if not layer.trainable_variables:
+      return layer(*args, **kwargs), None
+    if not registry.is_elem(layer) or layer.__class__ not in _WEIGHTED_GRADS:
+      raise NotImplementedError(
+          f'{layer.name} ({type(layer).__name__}) has no ghost-norm clipping'
+      )
+    z, outputs, sqr_norm_fn = registry.lookup(layer)(
+        layer, args, kwargs, tape, None
+    )
+    return outputs, (z, sqr_norm_fn, _WEIGHTED_GRADS[layer.__class__](layer, args))
 
-  norms = clip_grads.compute_gradient_norms(
-      keras_model,
-      registry,
-      x,
-      y,
-      per_example_loss_fn=loss_fn,
-      trainable_vars=variables,
+  with tape:
+    outputs, records = gradient_clipping_utils.model_forward_pass(
+        keras_model, x, generator_fn=record
+    )
+    losses = batch_losses(per_example_loss, y, outputs)
+    summed = tf.reduce_sum(losses)
+  records = [r for r in records if r is not None]
+  base_grads = tape.gradient(
+      summed,
+      [z for z, _, _ in records],
+      unconnected_gradients=tf.UnconnectedGradients.ZERO,
   )
-  finite = tf.math.is_finite(norms)
+  sqr_norms = [f(g) for g, (_, f, _) in zip(base_grads, records)]
+  norms = tf.sqrt(tf.add_n(sqr_norms))
+  finite = tf.math.is_finite(norms) & tf.math.is_finite(losses)
   weights = tf.where(finite, clip_scale(norms, clip_norm), 0.0)
-  x = tf.nest.map_structure(lambda t: _rows_where(finite, t, tf.zeros_like(t)), x)
-  with tf.GradientTape() as tape:
-    losses = loss_fn(y, keras_model(x, training=True))
-    weighted = tf.reduce_sum(weights * losses)
-  grads = tape.gradient(
-      weighted, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO
-  )
-  losses = tf.where(finite & tf.math.is_finite(losses), losses, 0.0)
-  return [tf.convert_to_tensor(g) for g in grads], losses
+  sums = {}
+  for g, (_, _, weighted_grads) in zip(base_grads, records):
+    for variable, grad in weighted_grads(g, weights):
+      key = variable.ref()  # A layer called twice adds both calls' terms.
+      sums[key] = sums[key] + grad if key in sums else grad
+  grads = [
+      sums.get(v.ref(), tf.zeros_like(v)) for v in keras_model.trainable_variables
+  ]
+  return grads, tf.where(finite, losses, 0.0)

@@ -145,17 +145,17 @@ def build_udp_client_work(
   * 'per_example', the reference: per-example gradients vectorised with
     `tf.vectorized_map` (as tensorflow_privacy's vectorized optimizers), each
     clipped, then summed; memory and time grow with batch x d.
-  * 'ghost': per-example gradient norms from layer inputs and output
-    gradients (tensorflow_privacy's fast gradient clipping, with
-    `ghost_clipping.layer_registry`: Dense, Embedding, Conv2D), then one
-    backward pass of the loss weighted by min(1, C / norm)
+  * 'ghost': one forward and one backward pass; per-example gradient
+    norms from layer inputs and output gradients (tensorflow_privacy's fast
+    gradient clipping, with `ghost_clipping.layer_registry`: Dense,
+    Embedding, Conv2D), and the clipped sum from the same inputs and the
+    output gradients scaled by min(1, C / norm)
     (`ghost_clipping.clipped_grad_sum`). Needs a model from
     `tff.learning.models.from_keras_model` whose trainable layers are all
     registered; otherwise a ValueError names the layers that are not.
   * 'auto' (default): 'ghost' where it applies, else 'per_example' with one
     logged warning naming the layers that forced it (e.g. LSTM, which has no
-    registry function, or Dropout, whose two passes would draw different
-    masks).
+    registry function, or Dropout, whose training-mode output is random).
 
   The full-batch gradient is accumulated over the client's batches at the
   fixed weights w^t, so batching does not change the step.
