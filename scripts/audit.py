@@ -1,14 +1,17 @@
 """Prints the empirical privacy audit of every tff_priv factory.
 
-  .venv/bin/python scripts/audit.py --trials=1000 [--format=json] [--plot=audit.png]
+  .venv/bin/python scripts/audit.py --trials=1000 [--format=json] [--plot=audit.png] [--one_run]
 
 One round of each mechanism at settings near the README quickstart, audited
 by `tff_priv.auditing.aggregator_audit.audit_aggregator` (see
-docs/auditing.md); the logic lives in `tff_priv.auditing.catalogue`. Exit
+docs/auditing.md); the logic lives in `tff_priv.auditing.catalogue`.
+`--one_run` adds a row for a tiny udp training run audited by Steinke et al.'s
+one-run bound (`tff_priv.experiments.one_run_audit`). Exit
 status 1 when an audit fails (a lower bound above its claim).
 """
 
 import sys
+import tempfile
 
 from tff_priv.program import command
 
@@ -20,6 +23,8 @@ from absl import flags
 from tff_priv import cli
 from tff_priv import runtime
 from tff_priv.auditing import catalogue
+from tff_priv.experiments import one_run_audit
+from tff_priv.program import training
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _TRIALS = flags.DEFINE_integer(
@@ -36,6 +41,16 @@ _FORMAT = flags.DEFINE_enum(
 _PLOT = flags.DEFINE_string(
     'plot', None, 'Also write the lower bound vs accounted eps plot here.'
 )
+_ONE_RUN = flags.DEFINE_bool(
+    'one_run', False,
+    'Also audit a udp training run with canary examples (about 20 s).',
+)
+_ONE_RUN_CANARIES = flags.DEFINE_integer(
+    'one_run_canaries', 200, 'Canary examples of the --one_run run.'
+)
+_ONE_RUN_ROUNDS = flags.DEFINE_integer(
+    'one_run_rounds', 10, 'Rounds of the --one_run run.'
+)
 _CLI = cli.Cli('audit.py')
 
 
@@ -48,12 +63,22 @@ def main(argv):
         catalogue.quickstart_settings(_DIMENSION.value),
         trials=_TRIALS.value, delta=_DELTA.value, seed=_SEED.value,
         warn=False)
+    extra = []
+    if _ONE_RUN.value:
+      config = one_run_audit.config(
+          _ONE_RUN_CANARIES.value, _ONE_RUN_ROUNDS.value
+      )
+      with tempfile.TemporaryDirectory() as tmp:
+        summary = training.run(config, f'{tmp}/run', progress=False)
+      extra.append(one_run_audit.row(config, summary))
   except ValueError as e:
     _CLI.fail(str(e))
-  print(catalogue.format_table(rows, _FORMAT.value))
+  print(catalogue.format_table(rows, _FORMAT.value, extra))
   if _PLOT.value:
     catalogue.plot(rows, _PLOT.value)
-  if not all(result.passed for _, result in rows):
+  if not all(result.passed for _, result in rows) or any(
+      r['verdict'] != 'pass' for r in extra
+  ):
     sys.exit(1)
 
 

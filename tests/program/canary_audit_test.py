@@ -105,7 +105,6 @@ class CanaryAuditTest(tf.test.TestCase):
 
   def test_refused_mechanisms_in_one_line(self):
     for mechanism, params, reason in (
-        ('udp', {}, 'record-level'),
         ('ldp', {}, 'no clip'),
         ('dp_fedavg', {'epsilon': 4.0}, 'needs a fixed clip'),
         ('dp_fedavg', {'clip': 1.0}, 'audit_canaries must be 0 or >= 2'),
@@ -123,6 +122,61 @@ class CanaryAuditTest(tf.test.TestCase):
       self.assertIn(reason, message)
       self.assertNotIn('\n', message)
       self.assertFalse(os.path.exists(root))  # Refused before any round.
+
+
+class CanaryExamplesRunTest(tf.test.TestCase):
+  """udp (record-level): canary examples and Steinke et al.'s one-run bound.
+
+  Tiny runs on 'digits' with 10 real examples per client and 20 canary slots
+  each (200 canaries), one full-batch step of rate 5 per round, 10 rounds.
+  Measured: noise-free, 38 of 40 guesses right, bound 1.46; at accounted
+  eps 4, 66 of 100, bound 0.18 (30 noise-free rounds: 98 of 100, bound 2.45).
+  """
+
+  def _run(self, **changes):
+    config = dataclasses.replace(
+        _config(
+            mechanism='udp', params={'clip': 1.0, 'epsilon': 4.0},
+            clients_per_round=10, total_rounds=10, eval_every=10,
+            client_learning_rate=5.0, max_client_examples=10,
+            audit_canaries=200,
+        ),
+        **changes,
+    )
+    root = os.path.join(tempfile.mkdtemp(), 'run')
+    self.addCleanup(shutil.rmtree, os.path.dirname(root), ignore_errors=True)
+    return training.run(config, root, progress=False), root
+
+  def test_noise_free_canaries_are_found_and_private_ones_are_not(self):
+    free, _ = self._run(params={'clip': 1.0, 'noise_stddev': 0.0})
+    private, private_root = self._run()
+    plain, plain_root = self._run(audit_canaries=0)
+    free_bound = free['privacy']['empirical']['epsilon_lower_bound']
+    private_entry = private['privacy']['empirical']
+    self.assertGreater(free_bound, 1.0)
+    self.assertLess(private_entry['epsilon_lower_bound'], 0.5 * free_bound)
+    self.assertLess(
+        private_entry['epsilon_lower_bound'],
+        private_entry['accounted_epsilon'],
+    )
+    self.assertEqual(private_entry['unit'], 'example')
+    self.assertEqual(private_entry['num_canaries'], 200)
+    # The charge counts real examples only: the same guarantees (and eps)
+    # with and without canaries.
+    self.assertEqual(
+        private['privacy'].get('guarantees'), plain['privacy'].get('guarantees')
+    )
+    # Evaluation is on the test set only; nothing else names the canaries.
+    self.assertEqual(
+        private['final_test_metrics']['num_examples'],
+        plain['final_test_metrics']['num_examples'],
+    )
+    for name in (layout.TRAIN_CSV, layout.EVAL_CSV):
+      with open(layout.path(private_root, name)) as f:
+        audited_rows = list(csv.DictReader(f))
+      with open(layout.path(plain_root, name)) as f:
+        plain_rows = list(csv.DictReader(f))
+      self.assertEqual(audited_rows[0].keys(), plain_rows[0].keys())
 
 
 if __name__ == '__main__':

@@ -35,6 +35,24 @@ class AuditScriptTest(unittest.TestCase):
       self.assertEqual(row['empirical_lower_bound'], 0.0)
       self.assertGreater(row['accounted_epsilon'], 0.0)
 
+  def test_one_run_adds_a_training_run_row(self):
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(_ROOT),
+               TF_CPP_MIN_LOG_LEVEL='3')
+    result = subprocess.run(
+        [sys.executable, _SCRIPT, '--trials=4', '--dimension=5',
+         '--format=json', '--one_run', '--one_run_canaries=20',
+         '--one_run_rounds=1'],
+        capture_output=True, text=True, timeout=300, check=False, env=env)
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    rows = json.loads(result.stdout)
+    self.assertEqual(len(rows), 7)
+    last = rows[-1]
+    self.assertEqual(last['mechanism'], 'udp training run (one-run audit)')
+    self.assertEqual(last['unit'], 'example')
+    self.assertEqual(last['verdict'], 'pass')
+    self.assertAlmostEqual(last['accounted_epsilon'], 4.0, places=3)
+    self.assertLessEqual(last['empirical_lower_bound'], last['max_showable'])
+
 
 if __name__ == '__main__':
   unittest.main()

@@ -154,10 +154,14 @@ def _row(setting, result):
   }
 
 
-def format_table(rows, fmt: str = 'text') -> str:
-  """The rows as a Markdown table ('text') or a JSON list ('json')."""
+def format_table(rows, fmt: str = 'text', extra_rows=()) -> str:
+  """The rows as a Markdown table ('text') or a JSON list ('json').
+
+  `extra_rows`: rows already in `_row`'s form (e.g. a training run's one-run
+  audit, `tff_priv.experiments.one_run_audit.row`), printed after.
+  """
   validation.one_of('format', fmt, ('text', 'json'))
-  dicts = [_row(s, r) for s, r in rows]
+  dicts = [_row(s, r) for s, r in rows] + list(extra_rows)
   if fmt == 'json':
     return json.dumps(dicts, indent=2)
   lines = [
@@ -169,7 +173,9 @@ def format_table(rows, fmt: str = 'text') -> str:
     lines.append(
         f"| {d['mechanism']} | {d['setting']} | "
         f"{d['accounted_epsilon']:.3f} | {d['empirical_lower_bound']:.3f} "
-        f"({d['max_showable']:.2f}) | {d['trials']} x 2 | {d['verdict']} |"
+        f"({d['max_showable']:.2f}) | "
+        f"{d['trials'] if d['trials'] == 1 else str(d['trials']) + ' x 2'} | "
+        f"{d['verdict']} |"
     )
   return '\n'.join(lines)
 

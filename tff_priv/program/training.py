@@ -39,7 +39,12 @@ evaluation is on the test set only. After each round the cosines of its model
 delta with the 2N canaries update each canary's maximum (kept in the program
 state with the canary seed); at the end summary.json's privacy['empirical']
 holds the one-shot estimates (final model, all iterates) beside the
-accounted eps.
+accounted eps. For a record-level mechanism (udp) N means N canary examples
+instead (`tff_priv.auditing.canary_examples`, Steinke et al. 2023): each in
+a fixed slot of one client's data, holding the canary with probability 1/2
+(secret) and a blank record otherwise; at the end the canaries' loss drops
+from the initial to the final model give privacy['empirical']'s lower bound
+on the record-level eps.
 
 The program state is (learning process state, round number, the ledgers as
 JSON, best test accuracy and its round, uplink bytes, wall time, the start
@@ -89,6 +94,7 @@ import tasks
 from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.auditing import canaries as canaries_lib
+from tff_priv.auditing import canary_examples as canary_examples_lib
 from tff_priv.learning import canary_clients
 from tff_priv.learning import client_metrics as client_metrics_lib
 from tff_priv.program import layout
@@ -155,7 +161,9 @@ class RunConfig:
       direction at the clip join the rounds at the real clients' rate, N more
       are held out, and summary.json's privacy['empirical'] gives the
       one-shot estimates for the final model and for all iterates
-      (`tff_priv.auditing.canaries`; client-level mechanisms only).
+      (`tff_priv.auditing.canaries`). For udp (record-level): N canary
+      examples and the one-run lower bound of Steinke et al.
+      (`tff_priv.auditing.canary_examples`).
     client_metrics: 'none': a private run releases no client training
       metrics (the 'none' mechanism releases TFF's exact ones); 'dp': each
       round also releases the clients' mean loss (clipped to
@@ -496,6 +504,17 @@ def _read_flat(path: str) -> np.ndarray:
     ])
 
 
+def _read_model(path: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """(trainable, non_trainable) arrays of a model written by `_write_model`."""
+  with np.load(path) as arrays:
+    return tuple(
+        [arrays[f'{part}_{i}'] for i in range(
+            sum(1 for k in arrays.files if k.startswith(f'{part}_'))
+        )]
+        for part in ('trainable', 'non_trainable')
+    )
+
+
 _LOCK = '.lock'
 _held_locks = []  # Open lock files of the runs in progress.
 
@@ -738,7 +757,10 @@ async def _run(
             (lambda: (test_x[:half], test_y[:half]))
             if config.holdout_validation else None
         ),
-        canary_clients=config.audit_canaries > 0,
+        canary_clients=(
+            config.audit_canaries > 0
+            and mechanisms.canary_kind(config.mechanism) == 'clients'
+        ),
         mean_client_examples=lambda: float(np.mean([
             _num_examples(train_data.create_tf_dataset_for_client(c))
             for c in client_ids
@@ -884,7 +906,14 @@ async def _run(
     )
   planned_event = next_event(train_state)
   canaries = None
-  if num_canaries:
+  canary_examples = None
+  if num_canaries and mechanisms.canary_kind(config.mechanism) == 'examples':
+    # Record-level: canary examples in the clients' data (Steinke et al.).
+    shape, num_classes, dtype = canary_examples_lib.model_shape(task.model_fn)
+    canary_examples = canary_examples_lib.CanaryExamples(
+        canary_seed, num_canaries, len(client_ids), shape, num_classes, dtype
+    )
+  elif num_canaries:
     # Inserted canaries join each round at the real clients' rate q = K / N
     # (Andrew et al.'s code samples them with the real clients).
     canaries = canaries_lib.Canaries(
@@ -929,16 +958,17 @@ async def _run(
           planned_event,
       )
       if chosen:
-        data = [
-            mechanism.preprocess(
-                task.datasets.train_preprocess_fn(
-                    train_data.create_tf_dataset_for_client(c)
-                ),
-                round_num,
-                client_index[c],
-            )
-            for c in chosen
-        ]
+        data = []
+        for c in chosen:
+          x = task.datasets.train_preprocess_fn(
+              train_data.create_tf_dataset_for_client(c)
+          )
+          if canary_examples is not None:
+            # The client's canary slots (a canary or a blank: the same
+            # |D_i| either way). The charge's sensitivity 2 eta C / min |D_i|
+            # counts real examples only, an upper bound on the true one.
+            x = canary_examples.add_to(x, client_index[c], config.batch_size)
+          data.append(mechanism.preprocess(x, round_num, client_index[c]))
         if canaries is not None:
           # Drawn on top of the real clients (never instead of one), and
           # only in a round that runs: nothing here touches the sampling or
@@ -1071,6 +1101,18 @@ async def _run(
   final_accuracy = final[key] if key else None
   wall_seconds = wall_before + time.monotonic() - session_start
   empirical = None
+  if canary_examples is not None:
+    final_weights = process.get_model_weights(train_state)
+    empirical = canary_examples_lib.audit(
+        canary_examples.scores(
+            canary_examples_lib.model_loss_fn(task.model_fn),
+            _read_model(layout.path(root_output_dir, layout.INITIAL_MODEL)),
+            (list(final_weights.trainable), list(final_weights.non_trainable)),
+        ),
+        canary_examples.included,
+        delta,
+        privacy.analyst_epsilon(),
+    )
   if canaries is not None:
     final_delta = _flat(process.get_model_weights(train_state)) - _read_flat(
         layout.path(root_output_dir, layout.INITIAL_MODEL)

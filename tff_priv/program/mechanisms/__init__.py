@@ -89,8 +89,19 @@ def to_dict(mechanism_config: Any) -> dict[str, Any]:
   }
 
 
+def canary_kind(name: str) -> str:
+  """What `audit_canaries` inserts for mechanism `name`: 'clients' or 'examples'.
+
+  'examples' for a mechanism whose guarantee is record-level (its module
+  sets CANARY_EXAMPLES): canary examples in the clients' data
+  (`tff_priv.auditing.canary_examples`); else canary clients
+  (`tff_priv.auditing.canaries`).
+  """
+  return 'examples' if getattr(module(name), 'CANARY_EXAMPLES', False) else 'clients'
+
+
 def canary_refusal(name: str, params: Any = None) -> Optional[str]:
-  """Why mechanism `name` with `params` takes no canary clients; None: it does."""
+  """Why mechanism `name` with `params` takes no canaries; None: it does."""
   refusal = getattr(module(name), 'canary_refusal', None)
   return refusal(config(name, params)) if refusal else None
 

@@ -28,6 +28,8 @@ from tff_priv.program.mechanisms import base
 
 NAME = 'udp'
 SAMPLING = 'fixed'
+# audit_canaries inserts canary examples: the guarantee is record-level.
+CANARY_EXAMPLES = True
 DEFAULT_CRD_ZETA = 0.001
 
 
@@ -114,16 +116,6 @@ def _check_context(context: base.BuildContext) -> None:
         'example (its per-example loss is the sparse categorical '
         f'cross-entropy); this task\'s labels have shape {label_spec.shape}'
     )
-
-
-def canary_refusal(config: Config) -> Optional[str]:
-  """UDP takes no canary clients: its guarantee is record-level."""
-  del config
-  return (
-      "audit_canaries does not apply to mechanism 'udp': its eps is "
-      'record-level (one example of a client), and a canary client whose '
-      'whole update is chosen is a neighbour that eps does not claim to hide'
-  )
 
 
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:

@@ -1,0 +1,48 @@
+"""Tests for tff_priv.experiments.one_run_audit: the run and its table row."""
+
+import tensorflow as tf
+
+from tff_priv.auditing import canary_examples
+from tff_priv.auditing import one_run
+from tff_priv.experiments import one_run_audit
+
+
+class OneRunAuditTest(tf.test.TestCase):
+
+  def test_config_is_a_udp_run_with_canary_examples(self):
+    config = one_run_audit.config(canaries=50, rounds=3, epsilon=2.0)
+    self.assertEqual(config.mechanism, 'udp')
+    self.assertEqual(config.audit_canaries, 50)
+    self.assertEqual(config.total_rounds, 3)
+    self.assertEqual(config.params['epsilon'], 2.0)
+    with self.assertRaises(ValueError):
+      one_run_audit.config(canaries=1)
+
+  def test_max_showable_is_the_all_right_bound_of_the_best_row(self):
+    m, delta = 200, 1e-5
+    alpha = canary_examples.ALPHA / len(canary_examples.GUESS_FRACTIONS)
+    # Grid fraction 1.0 guesses all 200 (k = 100 each way).
+    self.assertGreaterEqual(
+        one_run_audit.max_showable(m, delta),
+        one_run.epsilon_lower_bound(m, 200, 200, delta, alpha),
+    )
+    self.assertGreater(one_run_audit.max_showable(2000, delta),
+                       one_run_audit.max_showable(200, delta))
+
+  def test_row_reads_the_summary(self):
+    config = one_run_audit.config(canaries=200, rounds=10)
+    summary = {'privacy': {'empirical': {
+        'accounted_epsilon': 4.0, 'epsilon_lower_bound': 0.2,
+        'num_canaries': 200, 'delta': 1e-5, 'guesses': 100, 'correct': 66,
+    }}}
+    row = one_run_audit.row(config, summary)
+    self.assertEqual(row['verdict'], 'pass')
+    self.assertEqual(row['empirical_lower_bound'], 0.2)
+    self.assertEqual(row['accounted_epsilon'], 4.0)
+    self.assertIn('200 canary examples', row['setting'])
+    summary['privacy']['empirical']['epsilon_lower_bound'] = 4.5
+    self.assertEqual(one_run_audit.row(config, summary)['verdict'], 'FAIL')
+
+
+if __name__ == '__main__':
+  tf.test.main()
