@@ -33,6 +33,11 @@ def _resolve(name, params):
 
 
 _model_fn = tiny_models.softmax_model_fn
+# The parameters a mechanism cannot do without.
+_REQUIRED = {
+    'distortion': P(parameter_variance=0.1),
+    'dp_ftrl': P(noise_multiplier=1.0),
+}
 
 
 def _build(name, params, kind=None, **kwargs):
@@ -105,7 +110,7 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_resolve_is_idempotent(self):
     for name in mechanisms.MECHANISMS:
-      params = P(parameter_variance=0.1) if name == 'distortion' else P()
+      params = _REQUIRED.get(name, P())
       once = _resolve(name, params)
       self.assertEqual(_resolve(name, once), once)
       config = mechanisms.config(name, params)
@@ -114,16 +119,14 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
   def test_registry(self):
     self.assertEqual(
         set(mechanisms.MECHANISMS),
-        {'none', 'dp_fedavg', 'smp', 'distortion', 'udp', 'ldp'},
+        {'none', 'dp_fedavg', 'dp_ftrl', 'smp', 'distortion', 'udp', 'ldp'},
     )
     for name in mechanisms.MECHANISMS:
       module = mechanisms.module(name)
       self.assertEqual(module.NAME, name)
       self.assertIn(module.SAMPLING, sampling.KINDS)
       with self.assertRaises(dataclasses.FrozenInstanceError):
-        config = mechanisms.config(
-            name, P(parameter_variance=0.1) if name == 'distortion' else P()
-        )
+        config = mechanisms.config(name, _REQUIRED.get(name, P()))
         setattr(config, 'delta', 0.5)
 
   @parameterized.named_parameters(
@@ -325,6 +328,7 @@ class BuildTest(tf.test.TestCase):
         'udp': dict(min_client_examples=lambda: 5),
         'distortion': dict(params=P(parameter_variance=0.1)),
         'dp_fedavg': dict(params=P(clip=1.0)),
+        'dp_ftrl': dict(params=_REQUIRED['dp_ftrl']),
     }
     for name, want in expected.items():
       with self.subTest(name):
@@ -340,6 +344,7 @@ class BuildTest(tf.test.TestCase):
         'udp': dict(min_client_examples=lambda: 5),
         'distortion': dict(params=P(parameter_variance=0.1)),
         'dp_fedavg': dict(params=P(clip=1.0)),
+        'dp_ftrl': dict(params=_REQUIRED['dp_ftrl']),
     }
 
     def train_metrics_type(mech):

@@ -54,7 +54,22 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
         counts, np.full(n, rounds * p), atol=5 * np.sqrt(rounds * p * (1 - p))
     )
 
-  @parameterized.parameters('poisson', 'fixed')
+  def test_epoch_draws_each_client_at_most_once_per_epoch(self):
+    s = sampling.ClientSampling('epoch', 23, 5)
+    self.assertEqual(s.rounds_per_epoch, 4)
+    self.assertEqual(s.ledger_kwargs(), {})
+    epochs = []
+    for epoch in range(3):
+      drawn = [s.sample_indices(7, 4 * epoch + r) for r in range(1, 5)]
+      for d in drawn:
+        self.assertLen(d, 5)
+      joined = np.concatenate(drawn)
+      self.assertLen(np.unique(joined), 20)  # Nobody twice in an epoch.
+      epochs.append(joined)
+    # A fresh permutation per epoch: another order and other left-overs.
+    self.assertNotAllEqual(epochs[0], epochs[1])
+
+  @parameterized.parameters('poisson', 'fixed', 'epoch')
   def test_draw_depends_only_on_seed_and_round(self, kind):
     s = sampling.ClientSampling(kind, 50, 10)
     again = sampling.ClientSampling(kind, 50, 10)

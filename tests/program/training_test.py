@@ -14,6 +14,7 @@ import shutil
 import tempfile
 
 from absl.testing import parameterized
+import dp_accounting
 import numpy as np
 import tensorflow as tf
 
@@ -363,6 +364,53 @@ class LoopOptionsTest(_TempDirTestCase):
     )
 
 
+
+
+class DpFtrlRunTest(_TempDirTestCase):
+
+  def test_one_tree_per_epoch_and_one_more_on_resume(self):
+    # 10 clients, K = 3: epochs of 3 rounds; 7 rounds are trees at rounds
+    # 1, 4 and 7, each SingleEpochTreeAggregationDpEvent(z, 3).
+    config = _config(
+        mechanism='dp_ftrl', params=dict(noise_multiplier=1.0, clip=1.0),
+        clients_per_round=3, total_rounds=7, eval_every=7, sampling_seed=1,
+    )
+    tree = dp_accounting.SingleEpochTreeAggregationDpEvent(1.0, 3)
+
+    def rdp_epsilon(trees):
+      accountant = dp_accounting.rdp.RdpAccountant(
+          neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+      )
+      return accountant.compose(tree, trees).get_epsilon(1e-5)
+
+    root = os.path.join(self._make_tempdir(), 'run')
+    summary = training.run(config, root, progress=False)
+    analyst = summary['privacy']['guarantees'][0]
+    self.assertEqual(analyst['neighboring_relation'], 'replace_special')
+    self.assertAllClose(analyst['epsilon'], rdp_epsilon(3), rtol=1e-9)
+    self.assertEqual(summary['sampling']['model'], 'epoch')
+    # Stopped after round 5 (mid-epoch) and resumed: the tree restarts at
+    # round 6 with fresh noise and is charged again (4 trees).
+    root = os.path.join(self._make_tempdir(), 'run')
+    self.assertIsNone(
+        training.run(config, root, progress=False, stop_after_round=5)
+    )
+    resumed = training.run(config, root, progress=False)
+    self.assertAllClose(
+        resumed['privacy']['guarantees'][0]['epsilon'], rdp_epsilon(4),
+        rtol=1e-9,
+    )
+
+  def test_needs_a_noise_multiplier(self):
+    root = os.path.join(self._make_tempdir(), 'run')
+    with self.assertRaises(training.ConfigError) as raised:
+      training.run(_config(mechanism='dp_ftrl', params={'epsilon': 2.0}),
+                   root, progress=False)
+    self.assertIn('epsilon does not apply', str(raised.exception))
+    with self.assertRaises(training.ConfigError) as raised:
+      training.run(_config(mechanism='dp_ftrl', params={}), root,
+                   progress=False)
+    self.assertIn('needs noise_multiplier', str(raised.exception))
 
 
 class DpClientMetricsRunTest(_TempDirTestCase):

@@ -32,6 +32,9 @@ ACCOUNTANTS = ('rdp', 'pld')
 RELATIONS = {
     'add_or_remove_one': NeighboringRelation.ADD_OR_REMOVE_ONE,
     'replace_one': NeighboringRelation.REPLACE_ONE,
+    # A unit replaced by a special element (a client's update by zero):
+    # dp_accounting counts tree aggregation (DP-FTRL) only under it.
+    'replace_special': NeighboringRelation.REPLACE_SPECIAL,
 }
 PLD_DISCRETIZATION = 1e-4  # dp_accounting's default value_discretization_interval.
 # The privacy loss of k compositions of a pure eps release spans k * eps; on a

@@ -56,6 +56,7 @@ EVENT_CLASSES = {
         dp_event.PoissonSampledDpEvent,
         dp_event.SampledWithReplacementDpEvent,
         dp_event.SampledWithoutReplacementDpEvent,
+        dp_event.SingleEpochTreeAggregationDpEvent,
         PureEpsilonDpEvent,
     )
 }

@@ -4,9 +4,11 @@
   GaussianUDPFactory          UDP client noise, fixed or CRD-scheduled (gaussian_udp.py)
   SparsifiedSecureSumFactory  Fed-SMP sparsify-clip-noise secure sum (sparsified_secure_sum.py)
   DistortionFactory           TV-calibrated parameter distortion (distortion.py)
+  TreeRestartFactory          TFF's DP-FTRL tree aggregation, restarted, with its DpEvent (dp_ftrl.py)
 """
 
 from tff_priv.aggregators.distortion import DistortionFactory
+from tff_priv.aggregators.dp_ftrl import TreeRestartFactory
 from tff_priv.aggregators.gaussian_udp import GaussianUDPFactory
 from tff_priv.aggregators.ldp_encode import LDPEncodeFactory
 from tff_priv.aggregators.sparsified_secure_sum import SparsifiedSecureSumFactory

@@ -88,10 +88,13 @@ class RunPrivacy:
           'a server budget needs a mechanism private against the server (its '
           'noise added by the clients); this one has none'
       )
-    relation = (
-        'replace_one' if 'population' in sampling_kwargs
-        else 'add_or_remove_one'
-    )
+    if not sampling_kwargs and guarantee is not None:
+      # No amplification ('epoch' sampling): the event's own relation.
+      relation = guarantee.neighboring_relation
+    elif 'population' in sampling_kwargs:
+      relation = 'replace_one'
+    else:
+      relation = 'add_or_remove_one'
     return cls(guarantee, dict(sampling_kwargs), delta,
                ledger_lib.PrivacyLedger(relation), server)
 
@@ -164,10 +167,14 @@ class RunPrivacy:
           'meaning': 'no privacy mechanism: the models are released as trained',
       }]
     unit = _UNIT_WORDS[self.guarantee.unit]
-    amplified = (
-        'client sampling amplified' if not self.unamplified_rounds
-        else 'without sampling amplification (none known for these events)'
-    )
+    if not self.sampling_kwargs:
+      amplified = (
+          'no amplification by sampling (each client at most once per epoch)'
+      )
+    elif not self.unamplified_rounds:
+      amplified = 'client sampling amplified'
+    else:
+      amplified = 'without sampling amplification (none known for these events)'
     analyst = {
         'adversary': 'analyst',
         'unit': self.guarantee.unit,

@@ -14,6 +14,12 @@ charged with the same description (`ledger_kwargs`):
   adjacency (the local-noise mechanisms: UDP, whose paper samples K of U
   clients; distortion; LDP-FL, whose shuffle bound needs the number n = K of
   clients whose reports are shuffled together).
+* 'epoch': a fresh seeded permutation of the N clients per epoch of
+  R = N // K rounds, K consecutive clients of it per round (the N - R K left
+  over sit that epoch out), so each client takes part at most once per
+  epoch. No amplification: the mechanism's event already covers an epoch
+  (DP-FTRL's tree, Kairouz et al. 2021), under its own relation
+  (`ledger_kwargs` is empty).
 
 Round t's draw depends only on (seed, t): numpy's generator seeded with the
 sequence [seed, t]. A run resumed from a checkpoint therefore samples exactly
@@ -30,7 +36,7 @@ import numpy as np
 
 from tff_priv import validation
 
-KINDS = ('poisson', 'fixed')
+KINDS = ('poisson', 'fixed', 'epoch')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +44,7 @@ class ClientSampling:
   """How each round's clients are drawn from a population of N.
 
   Attributes:
-    kind: 'poisson' or 'fixed' (see the module docstring).
+    kind: 'poisson', 'fixed' or 'epoch' (see the module docstring).
     num_clients: N >= 1.
     clients_per_round: K in [1, N]: the expected number per round for
       'poisson', the exact number for 'fixed'.
@@ -63,8 +69,15 @@ class ClientSampling:
     """q = K / N: the Poisson rate, or the fraction sampled per round."""
     return self.clients_per_round / self.num_clients
 
+  @property
+  def rounds_per_epoch(self) -> int:
+    """R = N // K: the rounds of an 'epoch' sampling's epoch."""
+    return self.num_clients // self.clients_per_round
+
   def ledger_kwargs(self) -> dict:
     """The sampling arguments of `PrivacyLedger.record_gaussian` for this draw."""
+    if self.kind == 'epoch':
+      return {}
     if self.kind == 'poisson':
       return {'sampling_probability': self.rate}
     return {
@@ -79,11 +92,14 @@ class ClientSampling:
         'num_clients': self.num_clients,
         'clients_per_round': self.clients_per_round,
         'rate': self.rate,
-        'accounted_as': (
-            'PoissonSampledDpEvent (add_or_remove_one)'
-            if self.kind == 'poisson'
-            else 'SampledWithoutReplacementDpEvent (replace_one)'
-        ),
+        'accounted_as': {
+            'poisson': 'PoissonSampledDpEvent (add_or_remove_one)',
+            'fixed': 'SampledWithoutReplacementDpEvent (replace_one)',
+            'epoch': (
+                "the mechanism's event, each client at most once per epoch "
+                'of N // K rounds (no amplification)'
+            ),
+        }[self.kind],
     }
 
   def sample_indices(self, seed: int, round_num: int) -> np.ndarray:
@@ -98,6 +114,13 @@ class ClientSampling:
     """
     seed = validation.int_at_least('seed', seed, 0)
     round_num = validation.int_at_least('round_num', round_num, 1)
+    if self.kind == 'epoch':
+      epoch, position = divmod(round_num - 1, self.rounds_per_epoch)
+      order = np.random.default_rng([seed, epoch, 0x45504F43]).permutation(
+          self.num_clients
+      )
+      k = self.clients_per_round
+      return np.sort(order[position * k:(position + 1) * k]).astype(np.int64)
     rng = np.random.default_rng([seed, round_num])
     if self.kind == 'poisson':
       joined = rng.random(self.num_clients) < self.rate

@@ -875,6 +875,8 @@ async def _run(
     )
   else:
     train_state = loaded['train_state']
+    if mechanism.on_resume is not None:
+      train_state = mechanism.on_resume(train_state)
     start_round = int(loaded['round_num'])
     sampling_seed = int(loaded['sampling_seed'])
     if num_canaries:
@@ -1221,6 +1223,7 @@ def _summary(
                'recompute who was sampled in every round, and the amplified '
                'analyst figure assumes that unknown']
               if config.sampling_seed is not None and mechanism.guarantee
+              and mechanism.sampling.ledger_kwargs()  # Amplified at all.
               else []
           ),
           'ledger': json.loads(ledger.to_json()),

@@ -27,6 +27,7 @@ from tff_priv import validation
 from tff_priv.program.mechanisms import base
 from tff_priv.program.mechanisms import distortion
 from tff_priv.program.mechanisms import dp_fedavg
+from tff_priv.program.mechanisms import dp_ftrl
 from tff_priv.program.mechanisms import ldp
 from tff_priv.program.mechanisms import none
 from tff_priv.program.mechanisms import smp
@@ -38,7 +39,7 @@ count_parameters = base.count_parameters
 
 REGISTRY = {
     module.NAME: module
-    for module in (none, dp_fedavg, ldp, udp, smp, distortion)
+    for module in (none, dp_fedavg, dp_ftrl, ldp, udp, smp, distortion)
 }
 MECHANISMS = tuple(REGISTRY)
 

@@ -250,6 +250,9 @@ class Mechanism:
       client); None: built without canaries.
     canary_weight: a canary client's update weight (weighted processes only;
       unweighted ones ignore weights).
+    on_resume: the process state to continue from when a run resumes from a
+      checkpoint (DP-FTRL: its tree restarted, so that rounds run again are
+      released with fresh noise); None: the loaded state as it is.
   """
 
   name: str
@@ -269,6 +272,7 @@ class Mechanism:
   is_done: Optional[Callable[[Any], bool]] = None
   canary_norm: Optional[float] = None
   canary_weight: float = 1.0
+  on_resume: Optional[Callable[[Any], Any]] = None
 
   def __post_init__(self):
     if not self.upload_bytes_per_client:

@@ -1,0 +1,84 @@
+"""Tests for tff_priv.aggregators.dp_ftrl: restarts, events, fresh noise."""
+
+import dp_accounting
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_priv import runtime
+from tff_priv.accounting import guarantees
+from tff_priv.aggregators import dp_ftrl
+
+_TYPE = tff.TensorType(np.float32, [3])
+
+
+def _tree(count, z=1.0, rounds=3):
+  return dp_accounting.SelfComposedDpEvent(dp_ftrl.tree_event(z, rounds), count)
+
+
+class TreeRestartFactoryTest(tf.test.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    runtime.set_context('simulation')
+
+  def test_a_tree_is_charged_whole_at_its_first_round(self):
+    process = dp_ftrl.TreeRestartFactory(1.0, 2, 1.0, 3).create(_TYPE)
+    state = process.initialize()
+    self.assertEqual(
+        guarantees.extract_dp_event(state, allow_initial_state=True), _tree(1)
+    )
+    values = [np.ones(3, np.float32), np.zeros(3, np.float32)]
+    counts = []
+    for _ in range(7):
+      state = process.next(state, values).state
+      counts.append(guarantees.extract_dp_event(state).count)
+    self.assertEqual(counts, [1, 0, 0, 1, 0, 0, 1])
+    # A forced restart (the program's resume) charges a tree mid-epoch.
+    state = process.next(dp_ftrl.with_restart_forced(state), values).state
+    self.assertEqual(guarantees.extract_dp_event(state), _tree(1))
+    state = process.next(state, values).state
+    self.assertEqual(guarantees.extract_dp_event(state), _tree(0))
+
+  def test_each_tree_draws_fresh_noise(self):
+    # All-zero updates: a round's result is the tree's noise residual; the
+    # first round of every tree is one fresh node of std z C / K.
+    process = dp_ftrl.TreeRestartFactory(1.0, 1, 1.0, 2).create(_TYPE)
+    state = process.initialize()
+    firsts = []
+    for r in range(6):
+      output = process.next(state, [np.zeros(3, np.float32)])
+      state = output.state
+      if r % 2 == 0:
+        firsts.append(np.asarray(output.result))
+    self.assertFalse(np.allclose(firsts[0], firsts[1]))
+    self.assertFalse(np.allclose(firsts[1], firsts[2]))
+
+  def test_near_zero_noise_gives_the_clipped_mean(self):
+    process = dp_ftrl.TreeRestartFactory(1e-9, 2, 1.0, 2).create(_TYPE)
+    state = process.initialize()
+    values = [np.array([3.0, 4.0, 0.0], np.float32),  # Norm 5: clipped to 1.
+              np.array([0.1, 0.0, 0.2], np.float32)]
+    expected = (values[0] / 5.0 + values[1]) / 2.0
+    for _ in range(3):
+      output = process.next(state, values)
+      state = output.state
+      self.assertAllClose(output.result, expected, rtol=1e-5, atol=1e-7)
+
+  def test_guarantee_and_bad_arguments(self):
+    factory = dp_ftrl.TreeRestartFactory(1.0, 2, 1.0, 3)
+    self.assertEqual(factory.guarantee.neighboring_relation, 'replace_special')
+    self.assertEqual(factory.guarantee.noise, 'central')
+    self.assertEqual(guarantees.guarantee_of(factory), dp_ftrl.GUARANTEE)
+    for kwargs in (dict(noise_multiplier=0.0), dict(clip=-1.0),
+                   dict(rounds_per_tree=0)):
+      args = dict(noise_multiplier=1.0, clients_per_round=2, clip=1.0,
+                  rounds_per_tree=3)
+      args.update(kwargs)
+      with self.assertRaises(ValueError):
+        dp_ftrl.TreeRestartFactory(**args)
+
+
+if __name__ == '__main__':
+  tf.test.main()

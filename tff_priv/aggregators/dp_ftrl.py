@@ -1,0 +1,173 @@
+"""DP-FTRL: TFF's tree-aggregation DP factory, restarted, with its DpEvent.
+
+Kairouz, McMahan, Song, Thakkar, Thakurta, Xu, "Practical and Private (Deep)
+Learning without Sampling or Shuffling" (ICML 2021). TFF's
+`DifferentiallyPrivateFactory.tree_aggregation` clips each client's update
+to C, sums, and adds the noise of a binary tree over the rounds (each node
+N(0, (z C)^2)), released as the residual of the cumulative noise, so that the
+model after round t holds the sum of the true updates plus one tree prefix
+sum of noise. TFF's factory never restarts its tree and its state reports
+`UnsupportedDpEvent`: it does not say what it guarantees.
+
+`TreeRestartFactory` wraps it and owns the guarantee:
+
+* The tree restarts (the inner state is replaced by a fresh `initialize()`,
+  which draws a fresh noise seed) every `rounds_per_tree` rounds, and at the
+  first round after `force_restart` (the training program sets it when it
+  resumes from a checkpoint, so that rounds run again are never released
+  with the noise they were released with before: the difference of two such
+  releases would be noise-free).
+* If every client takes part at most once per tree (the training program's
+  'epoch' sampling: a fresh permutation of the clients per epoch, K per
+  round, `rounds_per_tree` = N // K rounds per epoch), one tree is
+  `SingleEpochTreeAggregationDpEvent(z, rounds_per_tree)` (Kairouz et al.,
+  appendix D; dp_accounting's RDP accountant) under the "replace with a
+  special element" relation (dp_accounting's REPLACE_SPECIAL: a client's
+  update replaced by zero). The state's `dp_event` of a round is
+  `SelfComposedDpEvent(that, 1)` at a restart and `SelfComposedDpEvent(that,
+  0)` (nothing) otherwise, so a tree is charged whole at its first round,
+  before anything of it is released; a crash can only over-count.
+
+Adversary: the server adds the noise and sees the clipped updates, so the
+guarantee is against an analyst who sees the released models only.
+"""
+
+import collections
+from typing import Optional
+
+import dp_accounting
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_priv import validation
+from tff_priv.accounting import guarantees
+
+GUARANTEE = guarantees.Guarantee(
+    unit='client',
+    noise='central',
+    neighboring_relation='replace_special',
+    description=(
+        'client-level DP of each tree (each client at most once per tree), '
+        'its update replaced by zero; the server sees the clipped updates'
+    ),
+)
+
+
+def tree_event(noise_multiplier: float, rounds_per_tree: int):
+  """The DpEvent of one tree of `rounds_per_tree` rounds."""
+  return dp_accounting.SingleEpochTreeAggregationDpEvent(
+      noise_multiplier, rounds_per_tree
+  )
+
+
+class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
+  """TFF's tree-aggregation DP factory restarted every `rounds_per_tree` rounds.
+
+  Args:
+    noise_multiplier: z > 0: each tree node's noise std is z C.
+    clients_per_round: K, the sum's divisor.
+    clip: C > 0, the L2 clip of each client's update.
+    rounds_per_tree: R >= 1: the tree restarts every R rounds.
+    noise_seed: None (a fresh seed per tree); an int makes every tree draw
+      the same noise (tests only: then the guarantee does not hold).
+  """
+
+  def __init__(
+      self,
+      noise_multiplier: float,
+      clients_per_round: int,
+      clip: float,
+      rounds_per_tree: int,
+      noise_seed: Optional[int] = None,
+  ):
+    self._z = validation.positive('noise_multiplier', noise_multiplier)
+    self._k = validation.int_at_least('clients_per_round', clients_per_round, 1)
+    self._clip = validation.positive('clip', clip)
+    self._rounds = validation.int_at_least('rounds_per_tree', rounds_per_tree, 1)
+    self._noise_seed = noise_seed
+
+  @property
+  def guarantee(self) -> guarantees.Guarantee:
+    return GUARANTEE
+
+  @property
+  def rounds_per_tree(self) -> int:
+    return self._rounds
+
+  def create(self, value_type):
+    specs = tf.nest.map_structure(
+        lambda t: tf.TensorSpec(t.shape, t.dtype),
+        tff.types.type_to_tf_tensor_specs(value_type),
+    )
+    inner = tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
+        self._z, float(self._k), self._clip, specs, noise_seed=self._noise_seed
+    ).create(value_type)
+    rounds = self._rounds
+    event = tree_event(self._z, rounds)
+
+    def charged(count):
+      return dp_accounting.SelfComposedDpEvent(event, count).to_named_tuple()
+
+    @tff.tensorflow.computation
+    def placeholder_dp_event():
+      return charged(tf.constant(1, tf.int32))
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_zip(collections.OrderedDict(
+          tree=inner.initialize(),
+          rounds_done=tff.federated_value(np.int64(0), tff.SERVER),
+          force_restart=tff.federated_value(False, tff.SERVER),
+          dp_event=tff.federated_eval(placeholder_dp_event, tff.SERVER),
+          is_init_state=tff.federated_value(True, tff.SERVER),
+      ))
+
+    state_type = init_fn.type_signature.result
+    tree_type = state_type.member.tree
+
+    @tff.tensorflow.computation(np.int64, np.bool_)
+    def restarts(rounds_done, force_restart):
+      return tf.logical_or(force_restart, tf.equal(rounds_done % rounds, 0))
+
+    @tff.tensorflow.computation(np.bool_, tree_type, tree_type)
+    def pick(restart, fresh, carried):
+      return tf.nest.map_structure(
+          lambda a, b: tf.where(restart, a, b), fresh, carried
+      )
+
+    @tff.tensorflow.computation(np.bool_, np.int64, tree_type)
+    def new_state(restart, rounds_done, tree):
+      return collections.OrderedDict(
+          tree=tree,
+          rounds_done=rounds_done + 1,
+          force_restart=tf.constant(False),
+          dp_event=charged(tf.cast(restart, tf.int32)),
+          is_init_state=tf.constant(False),
+      )
+
+    @tff.federated_computation(
+        state_type, tff.FederatedType(value_type, tff.CLIENTS)
+    )
+    def next_fn(state, value):
+      restart = tff.federated_map(
+          restarts, (state.rounds_done, state.force_restart)
+      )
+      tree = tff.federated_map(pick, (restart, inner.initialize(), state.tree))
+      output = inner.next(tree, value)
+      return tff.templates.MeasuredProcessOutput(
+          state=tff.federated_map(
+              new_state, (restart, state.rounds_done, output.state)
+          ),
+          result=output.result,
+          measurements=output.measurements,
+      )
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def with_restart_forced(aggregator_state):
+  """`aggregator_state` set to restart its tree at the next round."""
+  state = collections.OrderedDict(aggregator_state)
+  state['force_restart'] = True
+  return state
