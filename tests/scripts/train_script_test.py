@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 
+import dp_accounting
 import tensorflow as tf
 
 from tests import procfs
@@ -97,6 +98,7 @@ _SMP_ROUNDS = 5
 _MECHANISM_FLAGS = {
     'none': (),
     'dp_fedavg': ('--noise_multiplier=0.5', '--clip=1.0'),
+    'dp_ftrl': ('--noise_multiplier=1.0', '--clip=1.0'),
     'distortion': ('--noise_multiplier=0.5', '--parameter_variance=1e-4',
                    '--rho=0.3'),
     'udp': ('--epsilon=8', '--clip=1.0'),
@@ -372,6 +374,21 @@ class TrainScriptTest(tf.test.TestCase):
     self.assertEqual(summary['sampling']['model'], 'poisson')
     self.assertGreater(summary['privacy']['analyst_ledger']['pld_epsilon'], 0)
     # The server adds the noise: nothing holds against it.
+    self.assertEqual(summary['privacy']['guarantees'][1]['epsilon'], 'inf')
+    self._check_dense_uplink(summary, rows)
+
+  def test_dp_ftrl_charges_one_tree_per_epoch(self):
+    self._check_ok(self.runs['dp_ftrl'])
+    summary, rows, ledger = self._summary_and_rows('dp_ftrl')
+    # 10 clients, K = 3: epochs of 3 rounds; 2 rounds are one tree, charged
+    # whole at round 1 (and nothing at round 2).
+    tree = dp_accounting.SingleEpochTreeAggregationDpEvent(1.0, 3)
+    self.assertEqual(ledger.neighboring_relation, 'replace_special')
+    self.assertEqual(ledger.entries, (
+        (dp_accounting.SelfComposedDpEvent(tree, 1), 1),
+        (dp_accounting.SelfComposedDpEvent(tree, 0), 1),
+    ))
+    self.assertEqual(summary['sampling']['model'], 'epoch')
     self.assertEqual(summary['privacy']['guarantees'][1]['epsilon'], 'inf')
     self._check_dense_uplink(summary, rows)
 
