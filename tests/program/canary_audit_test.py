@@ -36,6 +36,17 @@ def _config(**changes):
   return dataclasses.replace(config, **changes)
 
 
+def _assert_same_columns(test, audited_root, plain_root):
+  """The CSVs of a run with canaries have the columns of one without."""
+  for name in (layout.TRAIN_CSV, layout.EVAL_CSV):
+    with open(layout.path(audited_root, name)) as f:
+      audited_rows = list(csv.DictReader(f))
+    with open(layout.path(plain_root, name)) as f:
+      plain_rows = list(csv.DictReader(f))
+    test.assertEqual(audited_rows[0].keys(), plain_rows[0].keys())
+    test.assertFalse([k for k in audited_rows[0] if 'canar' in k])
+
+
 class CanaryAuditTest(tf.test.TestCase):
 
   def _run(self, config):
@@ -95,13 +106,7 @@ class CanaryAuditTest(tf.test.TestCase):
     self.assertEqual(audited['sampling'], plain['sampling'])
     self.assertEqual(audited['sampling']['num_clients'], 10)
     self.assertEqual(audited['uplink_bytes'], plain['uplink_bytes'])
-    for name in (layout.TRAIN_CSV, layout.EVAL_CSV):
-      with open(layout.path(audited_root, name)) as f:
-        audited_rows = list(csv.DictReader(f))
-      with open(layout.path(plain_root, name)) as f:
-        plain_rows = list(csv.DictReader(f))
-      self.assertEqual(audited_rows[0].keys(), plain_rows[0].keys())
-      self.assertFalse([k for k in audited_rows[0] if 'canar' in k])
+    _assert_same_columns(self, audited_root, plain_root)
 
   def test_refused_mechanisms_in_one_line(self):
     for mechanism, params, reason in (
@@ -171,12 +176,7 @@ class CanaryExamplesRunTest(tf.test.TestCase):
         private['final_test_metrics']['num_examples'],
         plain['final_test_metrics']['num_examples'],
     )
-    for name in (layout.TRAIN_CSV, layout.EVAL_CSV):
-      with open(layout.path(private_root, name)) as f:
-        audited_rows = list(csv.DictReader(f))
-      with open(layout.path(plain_root, name)) as f:
-        plain_rows = list(csv.DictReader(f))
-      self.assertEqual(audited_rows[0].keys(), plain_rows[0].keys())
+    _assert_same_columns(self, private_root, plain_root)
 
 
 if __name__ == '__main__':
