@@ -21,7 +21,6 @@ _VERBOSE_ARGV = command.quiet_environment(sys.argv)
 from absl import flags
 
 from tff_priv import cli
-from tff_priv import runtime
 from tff_priv.auditing import catalogue
 from tff_priv.experiments import one_run_audit
 from tff_priv.program import training
@@ -57,8 +56,8 @@ _CLI = cli.Cli('audit.py')
 def main(argv):
   if len(argv) > 1:
     _CLI.fail(f'unexpected arguments: {argv[1:]}')
-  runtime.set_context('simulation')
   try:
+    command.set_context()
     rows = catalogue.audit_table(
         catalogue.quickstart_settings(_DIMENSION.value),
         trials=_TRIALS.value, delta=_DELTA.value, seed=_SEED.value,
@@ -73,6 +72,9 @@ def main(argv):
       extra.append(one_run_audit.row(config, summary))
   except ValueError as e:
     _CLI.fail(str(e))
+  except ConnectionError as e:  # A --workers worker lost.
+    print(f'audit.py: error: {e}', file=sys.stderr)
+    cli.exit_now(1)
   print(catalogue.format_table(rows, _FORMAT.value, extra))
   if _PLOT.value:
     catalogue.plot(rows, _PLOT.value)

@@ -7,6 +7,11 @@ floor that K x d normal draws alone give.
 
     .venv/bin/python scripts/benchmark_rounds.py --task=mnist5k \
         --clients_per_round=20,100 --rounds=4
+
+With --loopback_workers=1,2,3 each process is also timed over 1, 2 and 3 TFF
+workers started on this machine (`python -m tff_priv.worker`, through
+`runtime.set_context('remote')`), the ratios to the local run: the cost of
+the remote path.
 """
 
 import json
@@ -18,7 +23,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tasks
+from tff_priv import remote
 from tff_priv import runtime
+from tff_priv import worker
 from tff_priv.benchmarks import rounds
 from tff_priv.program import mechanisms
 
@@ -45,14 +52,42 @@ _PROCESSES = flags.DEFINE_list(
 _LEARNING_RATE = flags.DEFINE_float('learning_rate', 0.1, 'Client SGD rate.')
 _ROUNDS = flags.DEFINE_integer('rounds', 4, 'Timed rounds per process.')
 _WARMUP = flags.DEFINE_integer('warmup', 1, 'Untimed rounds first.')
+_LOOPBACK = flags.DEFINE_list(
+    'loopback_workers', [],
+    'Also time each process over this many TFF workers on this machine '
+    '(e.g. 1,2,3); ratios to the local run.',
+)
 
 # Output.
 _FORMAT = flags.DEFINE_enum('format', 'table', ['table', 'json'], 'Output.')
 
 
+def _contexts(local, launched):
+  """'local' and 'N workers' -> context, over the first N of `launched`."""
+  contexts = {'local': local}
+  for n in (int(n) for n in _LOOPBACK.value):
+    contexts[f'{n} worker' + ('s' if n > 1 else '')] = remote.create_context(
+        [w.address for w in launched[:n]]
+    )
+  return contexts
+
+
 def main(argv):
   del argv
-  runtime.set_context()
+  local = runtime.set_context()
+  launched = [
+      worker.Launched() for _ in range(max(map(int, _LOOPBACK.value), default=0))
+  ]
+  try:
+    _benchmark(_contexts(local, launched) if launched else {})
+  finally:
+    tff.framework.set_default_context(local)
+    for w in launched:
+      w.stop()
+
+
+def _benchmark(contexts):
+  """Times every K; with `contexts`, each process in each of them."""
   options = {} if _MODEL.value is None else {'model': _MODEL.value}
   task = tasks.get_task(
       _TASK.value,
@@ -88,11 +123,21 @@ def main(argv):
         learning_rate=_LEARNING_RATE.value,
         min_client_examples=min_examples,
     )
+    baseline, where = rounds.FEDAVG, {}
+    if contexts:
+      placed = {}
+      for name, entry in entries.items():
+        for place, context in contexts.items():
+          placed[f'{name} ({place})'] = entry
+          where[f'{name} ({place})'] = context
+      entries = placed
+      baseline = f'{rounds.FEDAVG} (local)'
     times = rounds.time_rounds(
-        entries, datasets, rounds=_ROUNDS.value, warmup=_WARMUP.value
+        entries, datasets, rounds=_ROUNDS.value, warmup=_WARMUP.value,
+        contexts=where,
     )
     noise = rounds.noise_draw_seconds(task.model_fn, k)
-    rows = rounds.summarize(times, noise)
+    rows = rounds.summarize(times, noise, baseline)
     results.append(dict(
         task=_TASK.value, model=options.get('model'), d=d, clients_per_round=k,
         rounds=_ROUNDS.value, noise_draw_seconds=noise, rows=rows,
@@ -102,7 +147,7 @@ def main(argv):
       print(f'\n{_TASK.value}, d = {d:,}, K = {k}, medians of {_ROUNDS.value} '
             f'rounds after {_WARMUP.value} warm-up; K x d normal draws: '
             f'{noise:.3f} s')
-      print(rounds.format_table(rows))
+      print(rounds.format_table(rows, baseline))
   if _FORMAT.value == 'json':
     print(json.dumps(results, indent=1))
 

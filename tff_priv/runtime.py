@@ -33,6 +33,13 @@ Contexts:
 * ``'native'``: TFF's default local C++ context (no secure intrinsics:
   `check_secure_intrinsics` refuses factories that need them, in one line).
 
+* ``'remote'``: TFF workers already running at `workers` ('host:port', one
+  each, e.g. started with ``python -m tff_priv.worker --port=P``), merged by
+  TFF's mergeable-computation context, which splits each computation's
+  clients across the workers and merges their aggregates (`tff_priv.remote`).
+  Secure sums are simulated as in 'simulation'. tff_priv starts no process
+  for it: the workers are the caller's.
+
 `set_context(..., program=True)` installs the same context wrapped in a
 `tff.program.NativeFederatedContext`, what `tff.program` and
 `tff.learning.programs.train_model` need.
@@ -52,7 +59,7 @@ import types
 
 from absl import logging
 
-_CONTEXTS = ('simulation', 'native')
+_CONTEXTS = ('simulation', 'native', 'remote')
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 _STOP_TIMEOUT_SECONDS = 5.0
@@ -225,6 +232,8 @@ def set_context(
     *,
     default_num_clients: int = 0,
     program: bool = False,
+    workers=None,
+    timeout: float = 30.0,
 ):
   """Sets TFF's default execution context, with worker cleanup guaranteed.
 
@@ -238,12 +247,18 @@ def set_context(
       asynchronous one, for `tff.program` and
       `tff.learning.programs.train_model`.
 
+    workers: kind 'remote': the workers' 'host:port' addresses.
+    timeout: kind 'remote': seconds to wait for each worker at start, and for
+      a worker that stops answering mid-computation before it fails.
+
   Returns:
     The installed context.
 
   Raises:
     ValueError: `kind` is not one of the contexts above, or
-      `default_num_clients` is negative.
+      `default_num_clients` is negative, or 'remote' without workers.
+    tff_priv.remote.WorkerLostError (a ConnectionError): kind 'remote' and a
+      worker does not answer (one line naming its address).
   """
   global _current_kind
   if kind not in _CONTEXTS:
@@ -254,11 +269,20 @@ def set_context(
     )
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
+  if (kind == 'remote') != (workers is not None):
+    raise ValueError("workers are given with kind='remote', and only then")
   _install_worker_tracking()
   _install_signal_handlers()
   # Workers of a context we replace would otherwise live until exit.
   stop_workers()
-  if program:
+  if kind == 'remote':
+    from tff_priv import remote  # pylint: disable=g-import-not-at-top
+
+    context = remote.create_context(
+        workers, default_num_clients=default_num_clients,
+        timeout=timeout, program=program,
+    )
+  elif program:
     if kind == 'simulation':
       inner = tff.backends.test.create_async_test_cpp_execution_context(
           default_num_clients=default_num_clients

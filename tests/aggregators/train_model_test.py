@@ -6,80 +6,16 @@ TFF's program logic in the `tff.program.NativeFederatedContext` that
 from the aggregator state of each round with one call.
 """
 
-import asyncio
-import pickle
-import tempfile
-
 from dp_accounting import dp_event
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tests import array_clients
 from tests import tiny_models
 from tff_priv import runtime
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.aggregators import sparsified_secure_sum as sss
-
-
-def _client_arrays(seed):
-  rng = np.random.default_rng(seed)
-  return (
-      rng.normal(size=[6, 4]).astype(np.float32),
-      rng.integers(0, 3, size=[6]).astype(np.int32),
-  )
-
-
-def _dataset(arrays):
-  return tf.data.Dataset.from_tensor_slices(arrays).batch(3)
-
-
-class _ArraysIterator(tff.program.FederatedDataSourceIterator):
-  """Clients' data as numpy arrays, K drawn uniformly per round.
-
-  `train_model` deep-copies the iterator into its program state, which
-  `tff.program.DatasetDataSource` cannot survive in TFF 0.87 (a
-  `tf.data.Dataset` holds a graph that cannot be copied); numpy arrays can.
-  """
-
-  def __init__(self, clients, seed=0):
-    self._clients = clients
-    self._rng = np.random.default_rng(seed)
-
-  @property
-  def federated_type(self):
-    return tff.FederatedType(
-        tff.SequenceType(_dataset(self._clients[0]).element_spec), tff.CLIENTS
-    )
-
-  def select(self, k):
-    chosen = self._rng.choice(len(self._clients), size=k, replace=False)
-    return [_dataset(self._clients[i]) for i in chosen]
-
-  def to_bytes(self):
-    return pickle.dumps((self._clients, self._rng.bit_generator.state))
-
-  @classmethod
-  def from_bytes(cls, buffer):
-    clients, rng_state = pickle.loads(buffer)
-    iterator = cls(clients)
-    iterator._rng.bit_generator.state = rng_state
-    return iterator
-
-  def __eq__(self, other):
-    return self is other
-
-
-class _ArraysSource(tff.program.FederatedDataSource):
-
-  def __init__(self, clients):
-    self._clients = clients
-
-  @property
-  def federated_type(self):
-    return self.iterator().federated_type
-
-  def iterator(self):
-    return _ArraysIterator(self._clients)
 
 
 class TrainModelTest(tf.test.TestCase):
@@ -108,24 +44,9 @@ class TrainModelTest(tf.test.TestCase):
       )
       return False  # Keep every round.
 
-    release = tff.program.MemoryReleaseManager()
-    asyncio.run(
-        tff.learning.programs.train_model(
-            train_process=process,
-            train_data_source=_ArraysSource(
-                [_client_arrays(s) for s in range(population)]
-            ),
-            train_per_round_clients=clients_per_round,
-            train_total_rounds=3,
-            should_discard_round=charge,
-            program_state_manager=tff.program.FileProgramStateManager(
-                tempfile.mkdtemp()
-            ),
-            model_output_manager=tff.program.MemoryReleaseManager(),
-            train_metrics_manager=release,
-            evaluation_manager=None,
-            evaluation_periodicity=1,
-        )
+    release = array_clients.train_model(
+        process, population=population, clients_per_round=clients_per_round,
+        rounds=3, should_discard_round=charge,
     )
     self.assertLen(release.values(), 3)
     self.assertEqual(ledger.num_releases, 3)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tests import tiny_models
 from tff_priv.benchmarks import rounds
@@ -63,6 +64,45 @@ class RoundsTest(tf.test.TestCase):
     self.assertAllClose(rows['udp']['floor'], 1.25)  # (2 + 0.5) / 2.
     self.assertIsNone(rows['smp']['floor'])
     self.assertEqual(rows['smp']['spread'], 0.0)
+
+  def test_summarize_against_another_baseline(self):
+    times = {'fedavg (local)': [2.0], 'fedavg (1 worker)': [3.0]}
+    rows = rounds.summarize(times, baseline='fedavg (local)')
+    self.assertEqual([r['ratio'] for r in rows], [1.0, 1.5])
+    self.assertIn('ratio to fedavg (local)',
+                  rounds.format_table(rows, 'fedavg (local)'))
+
+  def test_each_entry_runs_in_its_context(self):
+    entries = rounds.build_processes(
+        [rounds.FEDAVG],
+        model_fn=tiny_models.softmax_model_fn,
+        num_clients=6,
+        clients_per_round=3,
+        learning_rate=0.1,
+        min_client_examples=4,
+    )
+    seen = []
+
+    class Recording(tff.framework.SyncContext):
+      """Records which context ran each round."""
+
+      def __init__(self, name, inner):
+        self.name, self.inner = name, inner
+
+      def invoke(self, comp, arg):
+        seen.append(self.name)
+        return self.inner.invoke(comp, arg)
+
+    inner = tff.framework.get_context_stack().current
+    entries = {'a': entries[rounds.FEDAVG], 'b': entries[rounds.FEDAVG]}
+    contexts = {name: Recording(name, inner) for name in entries}
+    try:
+      rounds.time_rounds(entries, _clients(3), rounds=1, warmup=0,
+                         contexts=contexts)
+    finally:
+      tff.framework.set_default_context(inner)
+    # initialize and one round each, in its own context.
+    self.assertEqual(seen, ['a', 'b', 'a', 'b'])
 
   def test_unknown_process(self):
     with self.assertRaisesRegex(ValueError, 'process'):

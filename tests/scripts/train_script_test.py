@@ -43,6 +43,7 @@ import dp_accounting
 import tensorflow as tf
 
 from tests import procfs
+from tests.scripts import train_runs
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
 from tff_priv.program import sampling
@@ -52,29 +53,15 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 _SCRIPT = os.path.join(_ROOT, 'scripts', 'train.py')
 _TIMEOUT = 900
 _PARALLEL = 4
-_NUM_CLIENTS = 10  # The 'digits' task.
-_K = 3
+_NUM_CLIENTS = train_runs.NUM_CLIENTS
+_K = train_runs.K
+_COMMON = train_runs.COMMON
+_SMP_SEED = train_runs.SMP_SEED
+_PUBLIC_CLIENTS = train_runs.PUBLIC_CLIENTS
+_SMP_ROUNDS = train_runs.SMP_ROUNDS
+_MECHANISM_FLAGS = train_runs.MECHANISM_FLAGS
+_RUN_MECHANISM = train_runs.RUN_MECHANISM
 _DIGITS_PARAMETERS = 8 * 8 * 256 + 256 + 256 * 10 + 10  # tasks.models.mlp
-_COMMON = (
-    '--task=digits', f'--clients_per_round={_K}', '--batch_size=20',
-    '--client_learning_rate=0.1', '--eval_every=1', '--noprogress',
-    # Reproducible draws for the checks below (by default the sampling seed
-    # is secret).
-    '--sampling_seed=0',
-)
-
-
-def _smp_seed():
-  """A seed whose Poisson draws give clients in rounds 1, 3, 4, 5, none in 2."""
-  draw = sampling.ClientSampling('poisson', _NUM_CLIENTS, _K)
-  for seed in range(100_000):
-    sizes = [len(draw.sample_indices(seed, r)) for r in range(1, 6)]
-    if sizes[1] == 0 and all(sizes[r] for r in (0, 2, 3, 4)):
-      return seed
-  raise AssertionError('no such seed')
-
-
-_SMP_SEED = _smp_seed()
 # What a private run may write per round: eps, delta, public uplink, and the
 # factories' public measurements (noise std, TV bounds, range, uploaded bits,
 # the public mask), the finalizer's check of the released aggregate.
@@ -93,27 +80,6 @@ _PUBLIC_PREFIXES = (
     # (tests/program/training_test.py DpClientMetricsRunTest).
     'client_work/train/dp_',
 )
-_PUBLIC_CLIENTS = 2
-_SMP_ROUNDS = 5
-_MECHANISM_FLAGS = {
-    'none': (),
-    'dp_fedavg': ('--noise_multiplier=0.5', '--clip=1.0'),
-    'dp_ftrl': ('--noise_multiplier=1.0', '--clip=1.0'),
-    'distortion': ('--noise_multiplier=0.5', '--parameter_variance=1e-4',
-                   '--rho=0.3'),
-    'udp': ('--epsilon=8', '--clip=1.0'),
-    'ldp': ('--ldp_epsilon=2', '--ldp_radius=0.05'),
-    # Also the kill test's configuration and uninterrupted reference. The
-    # later --eval_every and --total_rounds win over _COMMON's and the 2.
-    'smp': ('--noise_multiplier=0.8', '--compression=0.2',
-            f'--sampling_seed={_SMP_SEED}', f'--total_rounds={_SMP_ROUNDS}',
-            f'--eval_every={_SMP_ROUNDS}'),
-    # Fed-SMP's top_k mask: 2 public clients held out, K of the other 8.
-    'smp_top_k': ('--noise_multiplier=0.8', '--compression=0.01',
-                  '--mask=top_k', f'--public_clients={_PUBLIC_CLIENTS}'),
-}
-# Runs of another name than their mechanism.
-_RUN_MECHANISM = {'smp_top_k': 'smp'}
 
 
 def _wait_gone(procs, seconds=15.0):

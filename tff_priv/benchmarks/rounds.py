@@ -12,7 +12,7 @@ beside the floor of client-side noise (`noise_draw_seconds`).
 import collections
 import statistics
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -166,18 +166,32 @@ def time_rounds(
     *,
     rounds: int,
     warmup: int = 1,
+    contexts: Optional[Mapping[str, Any]] = None,
 ) -> dict[str, list[float]]:
   """Seconds of `rounds` calls of `process.next` per entry, after `warmup`.
 
   The entries are run round-robin (one round of each, then again), so that
   a change of the machine's load hits all of them alike.
 
+  Args:
+    entries: name -> what to time.
+    client_datasets: the clients of every round.
+    rounds: timed rounds per entry.
+    warmup: untimed rounds first.
+    contexts: name -> the TFF execution context its rounds run in (installed
+      before each of them); None: all in the current one.
+
   Returns:
     name -> the `rounds` timed durations, in order.
   """
   rounds = validation.int_at_least('rounds', rounds, 1)
   warmup = validation.int_at_least('warmup', warmup, 0)
-  states = {name: e.process.initialize() for name, e in entries.items()}
+  contexts = contexts or {}
+  states = {}
+  for name, entry in entries.items():
+    if name in contexts:
+      tff.framework.set_default_context(contexts[name])
+    states[name] = entry.process.initialize()
   data = {
       name: [e.preprocess(d, 1, i) for i, d in enumerate(client_datasets)]
       for name, e in entries.items()
@@ -185,6 +199,8 @@ def time_rounds(
   times = collections.defaultdict(list)
   for i in range(warmup + rounds):
     for name, entry in entries.items():
+      if name in contexts:
+        tff.framework.set_default_context(contexts[name])
       start = time.perf_counter()
       states[name] = entry.process.next(states[name], data[name]).state
       if i >= warmup:
@@ -218,15 +234,17 @@ def noise_draw_seconds(
 
 
 def summarize(
-    times: dict[str, list[float]], noise_seconds: Optional[float] = None
+    times: dict[str, list[float]],
+    noise_seconds: Optional[float] = None,
+    baseline: str = FEDAVG,
 ) -> list[dict[str, Any]]:
-  """Rows name, median, spread, ratio to FEDAVG's median and the noise floor.
+  """Rows name, median, spread, ratio to `baseline`'s median and the noise floor.
 
   spread is (max - min) / median of a process's rounds. For the mechanisms
-  of `CLIENT_NOISE`, floor = (median of FEDAVG + `noise_seconds`) / median
-  of FEDAVG, the ratio the K x d draws alone would give.
+  of `CLIENT_NOISE`, floor = (median of the baseline + `noise_seconds`) /
+  median of the baseline, the ratio the K x d draws alone would give.
   """
-  base = statistics.median(times[FEDAVG])
+  base = statistics.median(times[baseline])
   rows = []
   for name, seconds in times.items():
     median = statistics.median(seconds)
@@ -243,10 +261,13 @@ def summarize(
   return rows
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
+def format_table(
+    rows: Sequence[dict[str, Any]], baseline: str = FEDAVG
+) -> str:
   """A Markdown table of `summarize`'s rows."""
   lines = [
-      '| process | median s | spread | ratio to fedavg | client-noise floor |',
+      f'| process | median s | spread | ratio to {baseline} | client-noise '
+      'floor |',
       '|---|---|---|---|---|',
   ]
   for r in rows:

@@ -7,6 +7,16 @@ refused directories one line and exit 2 (`training.ConfigError`), an
 unwritable directory one line and exit 1, SIGINT / SIGTERM one line saying
 how to resume and exit 128 + the signal (the TFF worker stopped first).
 `quiet_environment()` must run before TensorFlow is imported.
+
+Every script that imports this module has `--workers=host:port,...`: the
+clients of each computation run on those TFF workers (started there with
+`python -m tff_priv.worker --port=PORT`) through
+`runtime.set_context('remote')`, the rest of the run (checkpoints, ledger,
+outputs) unchanged. A worker that does not answer at start, or stops
+answering for `--worker_timeout` seconds mid-run, ends the run with one line
+and exit 1; the same command resumes from the last checkpoint once it is
+back (the round in flight was charged before it ran: the ledger can only
+over-count).
 """
 
 import os
@@ -14,9 +24,21 @@ import signal
 import sys
 from typing import Callable, TypeVar
 
+from absl import flags
 from absl import logging
 
 T = TypeVar('T')
+
+WORKERS = flags.DEFINE_list(
+    'workers', [],
+    "TFF workers 'host:port,...' (each started with python -m tff_priv.worker "
+    '--port=PORT) that run the clients of every round; empty: this machine.',
+)
+WORKER_TIMEOUT = flags.DEFINE_float(
+    'worker_timeout', 60.0,
+    'Seconds a --workers worker may not answer (at start or mid-run) before '
+    'the run stops.', lower_bound=0.1,
+)
 
 
 def quiet_environment(argv: list[str]) -> bool:
@@ -41,10 +63,22 @@ def _quiet_python_logs() -> None:
   )
 
 
+def set_context():
+  """The remote context over `--workers` when given, else TFF's local simulation."""
+  from tff_priv import runtime  # pylint: disable=g-import-not-at-top
+
+  workers = WORKERS.value if flags.FLAGS.is_parsed() else []
+  if workers:
+    return runtime.set_context(
+        'remote', workers=workers, timeout=WORKER_TIMEOUT.value
+    )
+  return runtime.set_context('simulation')
+
+
 def main(
     prog: str, body: Callable[[], T], root_output_dir: str, verbose: bool
 ) -> T:
-  """Runs `body()` under the conventions of the module docstring."""
+  """Runs `body()` under the conventions of the module docstring, in `set_context()`."""
   # pylint: disable=g-import-not-at-top
   from tff_priv import cli
   from tff_priv import runtime
@@ -84,12 +118,22 @@ def main(
   # call these.
   for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, on_signal)
-  runtime.set_context()
   try:
+    set_context()
     return body()
   except training.ConfigError as e:
     print(f'{prog}: error: {e}', file=sys.stderr)
     sys.exit(2)
+  except ConnectionError as e:
+    # A lost worker (tff_priv.remote.WorkerLostError); the merged context's
+    # threads may still wait on the others: leave without teardown.
+    print(
+        f'{prog}: error: {e}; the checkpoints and the privacy ledger in '
+        f'{root_output_dir} are kept: run the same command to resume once the '
+        'worker answers',
+        file=sys.stderr,
+    )
+    cli.exit_now(1)
   except BaseException as e:  # pylint: disable=broad-except
     if received:
       stop(received[0])
