@@ -21,6 +21,7 @@ _VERBOSE_ARGV = command.quiet_environment(sys.argv)
 from absl import flags
 
 from tff_priv import cli
+from tff_priv import remote
 from tff_priv.auditing import catalogue
 from tff_priv.experiments import one_run_audit
 from tff_priv.program import training
@@ -72,7 +73,7 @@ def main(argv):
       extra.append(one_run_audit.row(config, summary))
   except ValueError as e:
     _CLI.fail(str(e))
-  except ConnectionError as e:  # A --workers worker lost.
+  except remote.WorkerLostError as e:  # A --workers worker lost.
     print(f'audit.py: error: {e}', file=sys.stderr)
     cli.exit_now(1)
   print(catalogue.format_table(rows, _FORMAT.value, extra))

@@ -81,6 +81,7 @@ def main(
   """Runs `body()` under the conventions of the module docstring, in `set_context()`."""
   # pylint: disable=g-import-not-at-top
   from tff_priv import cli
+  from tff_priv import remote
   from tff_priv import runtime
   from tff_priv.program import training
   # pylint: enable=g-import-not-at-top
@@ -124,9 +125,9 @@ def main(
   except training.ConfigError as e:
     print(f'{prog}: error: {e}', file=sys.stderr)
     sys.exit(2)
-  except ConnectionError as e:
-    # A lost worker (tff_priv.remote.WorkerLostError); the merged context's
-    # threads may still wait on the others: leave without teardown.
+  except remote.WorkerLostError as e:
+    # The merged context's threads may still wait on the other workers:
+    # leave without teardown.
     print(
         f'{prog}: error: {e}; the checkpoints and the privacy ledger in '
         f'{root_output_dir} are kept: run the same command to resume once the '
