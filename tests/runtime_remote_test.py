@@ -9,6 +9,8 @@ worker), and TFF's `train_model` program over `program=True`.
 """
 
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from tests import remote_workers
 from tests import tiny_models
 from tff_priv import remote
 from tff_priv import runtime
+from tff_priv import worker
 from tff_priv.aggregators import sparsified_secure_sum as sss
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,6 +73,25 @@ class RemoteContextTest(tf.test.TestCase):
   def setUp(self):
     super().setUp()
     runtime.set_context('remote', workers=self.addresses, timeout=20)
+
+  def test_the_workers_run_their_clients_at_the_same_time(self):
+    # TFF's RemoteExecutor calls gRPC synchronously: on one shared event loop
+    # the second worker would start when the first is done.
+    @tff.tensorflow.computation(np.float64)
+    def busy(seconds):
+      start = tf.timestamp()
+      end = tf.while_loop(
+          lambda now: now - start < seconds, lambda now: [tf.timestamp()],
+          [start],
+      )
+      return tf.stack([start, tf.reshape(end, [])])
+
+    @tff.federated_computation(tff.FederatedType(np.float64, tff.CLIENTS))
+    def spans(seconds):
+      return tff.federated_map(busy, seconds)
+
+    (start_a, end_a), (start_b, end_b) = spans([1.0, 1.0])
+    self.assertLess(max(start_a, start_b), min(end_a, end_b))
 
   def test_federated_mean_and_secure_sum_over_two_workers(self):
     @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
@@ -161,7 +183,9 @@ class WorkerFaultsTest(tf.test.TestCase):
       start = time.monotonic()
       with self.assertRaises(remote.WorkerLostError) as raised:
         process.next(state, data)
-      self.assertLess(time.monotonic() - start, 60)
+      # Raised at TFF's first retry after the timeout; its back-off is at
+      # most 30 s.
+      self.assertLess(time.monotonic() - start, 3 + 30)
       self.assertIn(workers[1].address, str(raised.exception))
       self.assertNotIn('\n', str(raised.exception))
     finally:
@@ -179,6 +203,18 @@ class WorkerFaultsTest(tf.test.TestCase):
     worker.proc.wait()
     worker.proc.stdout.close()
     self.assertEqual(procfs.wait_gone(worker.processes, 10), [])
+
+  def test_a_port_in_use_and_a_worker_that_ends_by_itself(self):
+    with socket.socket() as other:
+      other.bind(('127.0.0.1', 0))
+      other.listen()
+      # TFF's worker would exit 0 there, and the port would look ready.
+      with self.assertRaisesRegex(RuntimeError, 'is in use'):
+        worker.Launched(other.getsockname()[1])
+    launched = remote_workers.Worker()
+    launched.kill_worker_binary()
+    self.assertEqual(launched.proc.wait(timeout=30), 128 + signal.SIGKILL)
+    self.assertEqual(launched.stop(), [])
 
   def test_the_launcher_refuses_bad_usage_in_one_line(self):
     for args in ([], ['--port=8000', 'extra']):

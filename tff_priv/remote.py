@@ -27,6 +27,7 @@ not do:
 """
 
 import asyncio
+import collections
 import functools
 import threading
 import time
@@ -53,6 +54,7 @@ _GRPC_OPTIONS = [
     ('grpc.max_receive_message_length', 2 * 1000 * 1000 * 1000),
     ('grpc.max_send_message_length', 2 * 1000 * 1000 * 1000),
 ]
+_CACHED = 128
 _STUB_METHODS = (
     'get_executor', 'create_value', 'create_struct', 'create_call',
     'create_selection', 'compute', 'dispose', 'dispose_executor',
@@ -67,8 +69,10 @@ class _BoundedStub(tff.framework.RemoteExecutorGrpcStub):
   """TFF's gRPC stub, giving up on a worker unavailable for `timeout` s.
 
   TFF marks an unavailable worker's error retryable and its context retries
-  it forever; once the worker has failed every call for `timeout` seconds,
-  this raises `WorkerLostError` instead, which the context does not retry.
+  the whole call forever; once the worker has not completed a `compute` for
+  `timeout` seconds since a call to it failed, this raises `WorkerLostError`
+  instead, which the context does not retry. It is raised at TFF's next
+  retry, which comes at most 30 s later (TFF's longest back-off).
   """
 
   def __init__(self, channel, address: str, timeout: float):
@@ -94,8 +98,9 @@ class _BoundedStub(tff.framework.RemoteExecutorGrpcStub):
             f'(unavailable for {failing:.0f} s)'
         ) from None
       raise
-    with self._lock:
-      self._failing_since = None
+    if name == 'compute':  # Progress: a result came back.
+      with self._lock:
+        self._failing_since = None
     return response
 
 
@@ -151,8 +156,9 @@ class _MergedContext(mergeable.MergeableCompExecutionContext):
   def __init__(self, async_contexts):
     super().__init__(async_contexts)
     self._first = async_contexts[0]
-    # id(comp) -> (comp, its mergeable form or its whole simulated form).
-    self._compiled = {}
+    # id(comp) -> (comp, its mergeable form or its whole simulated form), the
+    # latest _CACHED computations (as TFF's own compiler cache keeps).
+    self._compiled = collections.OrderedDict()
 
   def invoke(self, comp, arg=None):
     if not isinstance(comp, computation_base.Computation):
@@ -162,6 +168,9 @@ class _MergedContext(mergeable.MergeableCompExecutionContext):
       self._compiled[id(comp)] = (
           comp, form, _simulated_secure(comp) if form is None else None
       )
+      if len(self._compiled) > _CACHED:
+        self._compiled.popitem(last=False)
+    self._compiled.move_to_end(id(comp))
     _, form, whole = self._compiled[id(comp)]
     if form is not None:
       result = super().invoke(form, arg)
@@ -170,6 +179,26 @@ class _MergedContext(mergeable.MergeableCompExecutionContext):
           self._first.invoke(whole, arg)
       )
     return _restore_containers(result, comp.type_signature.result)
+
+
+class _OwnLoop(tff.framework.AsyncContext):
+  """A worker's asynchronous context, run on an event loop of its own.
+
+  TFF's `RemoteExecutor` calls its gRPC stub synchronously inside its
+  coroutines, so contexts sharing one event loop (the mergeable context's)
+  would run the workers one after another; each on its own loop thread, they
+  run at the same time.
+  """
+
+  def __init__(self, context):
+    self._context = context
+    self._loop = asyncio.new_event_loop()
+    threading.Thread(target=self._loop.run_forever, daemon=True).start()
+
+  async def invoke(self, comp, arg):
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
+        self._context.invoke(comp, arg), self._loop
+    ))
 
 
 class _AsyncFace(tff.framework.AsyncContext):
@@ -242,14 +271,14 @@ def create_context(
       executor.set_cardinalities(cardinalities)
       return executor
 
-    contexts.append(tff.framework.AsyncExecutionContext(
+    contexts.append(_OwnLoop(tff.framework.AsyncExecutionContext(
         executor_fn=tff.framework.ResourceManagingExecutorFactory(
             executor_stack_fn=stack_fn
         ),
         compiler_fn=native_compiler.desugar_and_transform_to_native,
         transform_args=tensorflow_computation.transform_args,
         transform_result=tensorflow_computation.transform_result,
-    ))
+    )))
   context = _MergedContext(contexts)
   if program:
     return tff.program.NativeFederatedContext(_AsyncFace(context))

@@ -239,7 +239,8 @@ def set_context(
 
   Args:
     kind: 'simulation' (TFF's test C++ context: secure-aggregation intrinsics
-      simulated by their plain bodies) or 'native' (TFF's local C++ context).
+      simulated by their plain bodies), 'native' (TFF's local C++ context) or
+      'remote' (TFF workers at `workers`, see `tff_priv.remote`).
     default_num_clients: the client cardinality used when a computation's
       arguments do not determine it.
     program: False installs TFF's synchronous context (computations return

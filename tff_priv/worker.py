@@ -6,7 +6,9 @@ Starts TFF's C++ `worker_binary` (the wheel's own) on `--port`, prints one
 line when it accepts connections, and stops it when this launcher is asked
 to stop (SIGTERM, SIGINT) or dies in any other way (the worker is started
 with the parent-death signal, as `tff_priv.runtime` starts the local one).
-The exit status is the worker's if it ends by itself, 0 after a stop.
+Exit status: 0 after a stop; when the worker ends by itself, its status,
+128 + its signal, or 1 (TFF's worker exits 0 even when it cannot bind its
+port); 1 when the port is already in use on this machine.
 """
 
 import importlib.util
@@ -53,6 +55,30 @@ def worker_binary_path() -> str:
   return path
 
 
+def _port_in_use(port: int) -> bool:
+  """Whether a socket already listens on `port` (TIME_WAIT ones do not count)."""
+  for family, host in ((socket.AF_INET6, '::'), (socket.AF_INET, '')):
+    try:
+      probe = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:
+      continue  # No IPv6 on this host: IPv4 alone.
+    with probe:
+      probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      try:
+        probe.bind((host, port))
+      except OSError:
+        return True
+    return False
+  return False
+
+
+def _exit_status(returncode: int) -> int:
+  """The launcher's status for a worker that ended by itself."""
+  if returncode < 0:
+    return 128 - returncode
+  return returncode or 1
+
+
 def _listening(port: int) -> bool:
   with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
     s.settimeout(0.2)
@@ -62,6 +88,12 @@ def _listening(port: int) -> bool:
 def serve(port: int, max_concurrent_computation_calls: int = -1,
           ready_timeout: float = 60.0) -> int:
   """Runs the worker until it ends or this process is told to stop."""
+  if _port_in_use(port):
+    # TFF's worker would fail to bind, exit 0, and our readiness check would
+    # find the other program's socket.
+    print(f'tff_priv.worker: port {port} is in use on this machine',
+          flush=True)
+    return 1
   proc = subprocess.Popen(  # pylint: disable=subprocess-popen-preexec-fn
       [worker_binary_path(), f'--port={port}',
        f'--max_concurrent_computation_calls={max_concurrent_computation_calls}'],
@@ -89,7 +121,7 @@ def serve(port: int, max_concurrent_computation_calls: int = -1,
     if proc.poll() is not None:
       print(f'tff_priv.worker: the worker exited with status '
             f'{proc.returncode} before listening on port {port}', flush=True)
-      return proc.returncode or 1
+      return _exit_status(proc.returncode)
     if time.monotonic() > deadline:
       proc.kill()
       proc.wait()
@@ -104,7 +136,9 @@ def serve(port: int, max_concurrent_computation_calls: int = -1,
   # only when the main thread runs again.
   while proc.poll() is None:
     time.sleep(0.1)
-  return proc.returncode
+  print(f'tff_priv.worker: the worker ended by itself (status '
+        f'{proc.returncode})', flush=True)
+  return _exit_status(proc.returncode)
 
 
 def free_port() -> int:

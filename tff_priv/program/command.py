@@ -12,11 +12,11 @@ Every script that imports this module has `--workers=host:port,...`: the
 clients of each computation run on those TFF workers (started there with
 `python -m tff_priv.worker --port=PORT`) through
 `runtime.set_context('remote')`, the rest of the run (checkpoints, ledger,
-outputs) unchanged. A worker that does not answer at start, or stops
-answering for `--worker_timeout` seconds mid-run, ends the run with one line
-and exit 1; the same command resumes from the last checkpoint once it is
-back (the round in flight was charged before it ran: the ledger can only
-over-count).
+outputs) unchanged. A worker that does not answer at start, or fails
+mid-run and stays unavailable for `--worker_timeout` seconds (noticed at
+TFF's next retry, at most 30 s later), ends the run with one line and exit 1;
+the same command resumes from the last checkpoint once it is back (the round
+in flight was charged before it ran: the ledger can only over-count).
 """
 
 import os
