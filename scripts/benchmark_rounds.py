@@ -125,13 +125,7 @@ def _benchmark(contexts):
     )
     baseline, where = rounds.FEDAVG, {}
     if contexts:
-      placed = {}
-      for name, entry in entries.items():
-        for place, context in contexts.items():
-          placed[f'{name} ({place})'] = entry
-          where[f'{name} ({place})'] = context
-      entries = placed
-      baseline = f'{rounds.FEDAVG} (local)'
+      entries, where, baseline = rounds.placed(entries, contexts)
     times = rounds.time_rounds(
         entries, datasets, rounds=_ROUNDS.value, warmup=_WARMUP.value,
         contexts=where,

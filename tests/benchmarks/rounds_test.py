@@ -94,8 +94,11 @@ class RoundsTest(tf.test.TestCase):
         return self.inner.invoke(comp, arg)
 
     inner = tff.framework.get_context_stack().current
-    entries = {'a': entries[rounds.FEDAVG], 'b': entries[rounds.FEDAVG]}
-    contexts = {name: Recording(name, inner) for name in entries}
+    entries, contexts, baseline = rounds.placed(
+        entries, {place: Recording(place, inner) for place in ('a', 'b')}
+    )
+    self.assertEqual(list(entries), ['fedavg (a)', 'fedavg (b)'])
+    self.assertEqual(baseline, 'fedavg (a)')
     try:
       rounds.time_rounds(entries, _clients(3), rounds=1, warmup=0,
                          contexts=contexts)

@@ -208,6 +208,21 @@ def time_rounds(
   return dict(times)
 
 
+def placed(
+    entries: dict[str, Entry], contexts: Mapping[str, Any]
+) -> tuple[dict[str, Entry], dict[str, Any], str]:
+  """Every entry in every context: 'name (place)' -> entry, -> context, and the baseline.
+
+  The baseline of the ratios is FEDAVG in the first context.
+  """
+  placed_entries, where = {}, {}
+  for name, entry in entries.items():
+    for place, context in contexts.items():
+      placed_entries[f'{name} ({place})'] = entry
+      where[f'{name} ({place})'] = context
+  return placed_entries, where, f'{FEDAVG} ({next(iter(contexts))})'
+
+
 def noise_draw_seconds(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     clients: int,
