@@ -49,7 +49,12 @@ _ONE_RUN_CANARIES = flags.DEFINE_integer(
     'one_run_canaries', 200, 'Canary examples of the --one_run run.'
 )
 _ONE_RUN_ROUNDS = flags.DEFINE_integer(
-    'one_run_rounds', 10, 'Rounds of the --one_run run.'
+    'one_run_rounds', 30, 'Rounds of the --one_run run.'
+)
+_ONE_RUN_EPSILON = flags.DEFINE_float(
+    'one_run_epsilon', 1.0,
+    'Accounted eps of the --one_run run (whole run, delta 1e-5); keep it '
+    'below what its canaries can show (3.80 for 200), or the row cannot fail.',
 )
 _CLI = cli.Cli('audit.py')
 
@@ -66,7 +71,8 @@ def main(argv):
     extra = []
     if _ONE_RUN.value:
       config = one_run_audit.config(
-          _ONE_RUN_CANARIES.value, _ONE_RUN_ROUNDS.value
+          _ONE_RUN_CANARIES.value, _ONE_RUN_ROUNDS.value,
+          _ONE_RUN_EPSILON.value,
       )
       with tempfile.TemporaryDirectory() as tmp:
         summary = training.run(config, f'{tmp}/run', progress=False)

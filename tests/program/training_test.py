@@ -308,6 +308,28 @@ class RunTest(_TempDirTestCase):
 
 
 
+class UdpSensitivityTest(_TempDirTestCase):
+
+  def test_counts_the_examples_the_clients_train_on(self):
+    # udp's sensitivity is 2 eta C / min_i |D_i|. max_client_examples caps
+    # each |D_i| (TFF's ClientSpec.max_elements); counting the uncapped
+    # client data would give noise too small for the data trained on.
+    def resolved(**changes):
+      config = _config(
+          mechanism='udp', params=dict(clip=1.0, epsilon=4.0),
+          clients_per_round=10, total_rounds=1, eval_every=1, **changes,
+      )
+      root = os.path.join(self._make_tempdir(), 'run')
+      return training.run(config, root, progress=False)['parameters'][
+          'resolved']
+
+    uncapped = resolved()
+    self.assertGreater(uncapped['min_client_examples'], 7)
+    capped = resolved(max_client_examples=7)
+    self.assertEqual(capped['min_client_examples'], 7)
+    self.assertAlmostEqual(capped['sensitivity'], 2 * 0.1 * 1.0 / 7)
+
+
 class LoopOptionsTest(_TempDirTestCase):
   """The options the experiments need, run end to end on 'digits'."""
 

@@ -41,7 +41,7 @@ class AuditScriptTest(unittest.TestCase):
     result = subprocess.run(
         [sys.executable, _SCRIPT, '--trials=4', '--dimension=5',
          '--format=json', '--one_run', '--one_run_canaries=20',
-         '--one_run_rounds=1'],
+         '--one_run_rounds=1', '--one_run_epsilon=2'],
         capture_output=True, text=True, timeout=300, check=False, env=env)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     rows = json.loads(result.stdout)
@@ -50,7 +50,7 @@ class AuditScriptTest(unittest.TestCase):
     self.assertEqual(last['mechanism'], 'udp training run (one-run audit)')
     self.assertEqual(last['unit'], 'example')
     self.assertEqual(last['verdict'], 'pass')
-    self.assertAlmostEqual(last['accounted_epsilon'], 4.0, places=3)
+    self.assertAlmostEqual(last['accounted_epsilon'], 2.0, places=3)
     self.assertLessEqual(last['empirical_lower_bound'], last['max_showable'])
 
 

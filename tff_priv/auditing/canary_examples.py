@@ -13,7 +13,11 @@ blank record (an all-zero input with label 0). Toggling one canary replaces
 one record of one client's data, so the datasets of any two inclusion
 vectors that differ in one canary are replace-one neighbours, and every
 client's |D_i| is the same whichever canaries are in (its weight and the
-sensitivity 2 eta C / |D_i| reveal nothing about them).
+sensitivity 2 eta C / |D_i| reveal nothing about them). The slots are part of
+the audited run's data: its sensitivity counts them (`num_slots`), so its
+noise is what the claimed eps needs for that data. Counting only the real
+examples would add noise the claim does not need (3x with 10 real examples
+and 20 slots) and the audit would test a more private run than claimed.
 
 Canaries are out-of-distribution so that their memorisation shows: each is an
 input of independent random signs (+-1 per value) with a uniform random label;
@@ -51,6 +55,16 @@ MEANING = (
 _SEED_TAG = 0x4341_4E58  # Separates these draws from the seed's other uses.
 
 
+def num_slots(num_canaries: int, num_clients: int, client_index: int) -> int:
+  """How many canary slots client `client_index` holds."""
+  return len(_slot_indices(num_canaries, num_clients, client_index))
+
+
+def _slot_indices(num_canaries, num_clients, client_index) -> np.ndarray:
+  """The canaries j with a slot in client i's data: j mod N = i."""
+  return np.arange(client_index, num_canaries, num_clients)
+
+
 class CanaryExamples:
   """m canary examples, their inclusion bits and their slots, from a seed.
 
@@ -85,7 +99,7 @@ class CanaryExamples:
 
   def slots(self, client_index: int) -> tuple[np.ndarray, np.ndarray]:
     """(x, y) of the client's canary slots: the canary if in, else a blank."""
-    own = np.arange(client_index, self.num_canaries, self._num_clients)
+    own = _slot_indices(self.num_canaries, self._num_clients, client_index)
     x = self.x[own].copy()
     y = self.y[own].copy()
     out = ~self.included[own]

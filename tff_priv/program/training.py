@@ -733,11 +733,28 @@ async def _run(
         config.client_metrics_loss_bound,
     )
 
-  def min_client_examples():
-    return min(
-        _num_examples(train_data.create_tf_dataset_for_client(c))
-        for c in client_ids
+  canary_slots = 0
+  if mechanisms.canary_kind(config.mechanism) == 'examples':
+    canary_slots = config.audit_canaries
+
+  def client_examples(c):
+    """|D_i| of one round: the examples client c trains on.
+
+    TFF's preprocessing repeats the client's examples num_epochs times and
+    then takes at most max_client_examples (`ClientSpec.max_elements`); the
+    canary examples' slots come after that and are part of the audited run's
+    data.
+    """
+    n = _num_examples(train_data.create_tf_dataset_for_client(c))
+    n *= config.num_epochs
+    if config.max_client_examples is not None:
+      n = min(n, config.max_client_examples)
+    return n + canary_examples_lib.num_slots(
+        canary_slots, len(client_ids), client_index[c]
     )
+
+  def min_client_examples():
+    return min(client_examples(c) for c in client_ids)
 
   try:
     context = mechanisms.BuildContext(
@@ -762,8 +779,7 @@ async def _run(
             and mechanisms.canary_kind(config.mechanism) == 'clients'
         ),
         mean_client_examples=lambda: float(np.mean([
-            _num_examples(train_data.create_tf_dataset_for_client(c))
-            for c in client_ids
+            client_examples(c) for c in client_ids
         ])),
         metrics_aggregator=dp_metrics,
     )

@@ -107,8 +107,10 @@ class BuildContext:
       the same).
     seed: seeds smp's rand_k mask sequence and distortion's mini-batches.
     public_data: smp with mask 'top_k': D_pub (see `smp.build`).
-    min_client_examples: udp: returns the smallest |D_i| of the population
-      (called only by the mechanisms that need it: it reads every client).
+    min_client_examples: udp: returns the smallest |D_i| of the population,
+      counted as the clients train on it (after `max_client_examples`; with
+      canary examples, their slots included); called only by the mechanisms
+      that need it: it reads every client.
     validation_data: returns server-side (x, y) arrays held out from the
       test set (`RunConfig.holdout_validation`), for a mechanism whose
       schedule is steered by a validation loss (CRD); None: there are none.
