@@ -31,6 +31,8 @@ class CanaryExamplesTest(tf.test.TestCase):
       x, y = canaries.slots(client)
       own = np.arange(client, 40, 7)
       self.assertLen(y, len(own))  # The same |D_i| whichever are in.
+      # What the program adds to |D_i| for the sensitivity.
+      self.assertEqual(canary_examples.num_slots(40, 7, client), len(own))
       seen += len(own)
       for row, j in enumerate(own):
         if canaries.included[j]:
