@@ -52,8 +52,8 @@ def _start(mode, *extra, stderr=subprocess.DEVNULL):
 
 class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
 
-  def _run_and_end(self, mode, how, stderr=subprocess.DEVNULL):
-    proc, line = _start(mode, stderr=stderr)
+  def _run_and_end(self, mode, how, stderr=subprocess.DEVNULL, *extra):
+    proc, line = _start(mode, *extra, stderr=stderr)
     self.assertEqual(line.split()[1], '3.0')
     workers = procfs.children(proc.pid)
     self.assertNotEmpty(workers, 'the child started no worker process')
@@ -77,6 +77,15 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
       stderr = err.read()
     self.assertEqual(returncode, 0)
     # TFF's ServiceManager.__del__ must not run during interpreter teardown.
+    self.assertNotIn('Exception ignored', stderr)
+
+  def test_tracking_alone_stops_the_default_contexts_worker(self):
+    # What training.run does: TFF's own context, only the worker tracked.
+    with tempfile.TemporaryFile('w+') as err:
+      returncode, _ = self._run_and_end('exit', 'stdin', err, 'tracked')
+      err.seek(0)
+      stderr = err.read()
+    self.assertEqual(returncode, 0)
     self.assertNotIn('Exception ignored', stderr)
 
   def test_uncaught_exception_stops_worker(self):

@@ -17,6 +17,10 @@ worker binary started in this process is stopped when the process ends:
   is started with `PR_SET_PDEATHSIG` so the kernel kills it when its parent
   dies.
 
+`track_workers()` gives the exit and parent-death guarantees alone, in
+whatever context is current (`tff_priv.program.training.run` calls it, so a
+run in TFF's default context leaves no worker behind either).
+
 How: TFF's `local_cpp_executor_factory` starts the worker with
 `subprocess.Popen` through the `subprocess` name of its own module. We give that
 module (and only that module) a proxy of `subprocess` whose `Popen` records
@@ -178,6 +182,18 @@ def _install_signal_handlers() -> None:
       continue
     _previous_handlers[signum] = current
     signal.signal(signum, _on_signal)
+
+
+def track_workers() -> None:
+  """Stops at exit every TFF worker started from now on, whatever the context.
+
+  `set_context()` does this and more (signal handlers, a context); this alone
+  leaves the execution context as it is, for code that runs computations in
+  TFF's default context (`tff_priv.program.training.run` calls it). Covers
+  normal exit, uncaught exceptions and (on Linux) the death of this process;
+  a worker started before the call is not tracked. Idempotent.
+  """
+  _install_worker_tracking()
 
 
 def _install_worker_tracking() -> None:

@@ -4,7 +4,8 @@ Evaluates a federated mean through tff_priv.runtime, prints READY with its
 result, waits for one line on stdin, then ends as argv[1] says:
 'exit' (normal exit), 'raise' (uncaught exception), 'wait' (blocks until a
 signal arrives). With argv[2] == 'plain' it skips tff_priv.runtime and uses the
-context TFF sets on import (the control case).
+context TFF sets on import (the control case); with argv[2] == 'tracked' it
+keeps that context and only calls `runtime.track_workers()`.
 """
 
 import os
@@ -16,11 +17,14 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 import numpy as np  # pylint: disable=g-import-not-at-top
 
 mode = sys.argv[1]
-plain = len(sys.argv) > 2 and sys.argv[2] == 'plain'
-if not plain:
+variant = sys.argv[2] if len(sys.argv) > 2 else 'set_context'
+if variant != 'plain':
   from tff_priv import runtime  # pylint: disable=g-import-not-at-top
 
-  runtime.set_context()
+  if variant == 'tracked':
+    runtime.track_workers()
+  else:
+    runtime.set_context()
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
 

@@ -91,6 +91,7 @@ import tensorflow_federated as tff
 import tqdm
 
 import tasks
+from tff_priv import runtime
 from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.auditing import canaries as canaries_lib
@@ -648,7 +649,10 @@ def run(
       checkpoint, if one is due), without a summary; None: run to the end.
 
   Sets the global Python, NumPy and TensorFlow seeds to `config.seed`
-  (`tf.keras.utils.set_random_seed`) before building the model.
+  (`tf.keras.utils.set_random_seed`) before building the model. Runs in the
+  current TFF context (`tff_priv.runtime.set_context` installs one); a TFF
+  worker it starts is stopped when the process ends, even in TFF's default
+  context (`runtime.track_workers`).
 
   Returns:
     The summary (also written to summary.json), or None when stopped early.
@@ -670,6 +674,7 @@ def run(
   )
   if stop_after_round is not None:
     validation.int_at_least('stop_after_round', stop_after_round, 1)
+  runtime.track_workers()
   try:
     return asyncio.run(
         _run(
