@@ -738,9 +738,11 @@ async def _run(
         config.client_metrics_loss_bound,
     )
 
-  canary_slots = 0
-  if mechanisms.canary_kind(config.mechanism) == 'examples':
-    canary_slots = config.audit_canaries
+  # What audit_canaries inserts: None, 'clients' or 'examples'.
+  canary_kind = (
+      mechanisms.canary_kind(config.mechanism) if config.audit_canaries else None
+  )
+  canary_slots = config.audit_canaries if canary_kind == 'examples' else 0
 
   def client_examples(c):
     """|D_i| of one round: the examples client c trains on.
@@ -779,10 +781,7 @@ async def _run(
             (lambda: (test_x[:half], test_y[:half]))
             if config.holdout_validation else None
         ),
-        canary_clients=(
-            config.audit_canaries > 0
-            and mechanisms.canary_kind(config.mechanism) == 'clients'
-        ),
+        canary_clients=canary_kind == 'clients',
         mean_client_examples=lambda: float(np.mean([
             client_examples(c) for c in client_ids
         ])),
@@ -930,13 +929,13 @@ async def _run(
   planned_event = next_event(train_state)
   canaries = None
   canary_examples = None
-  if num_canaries and mechanisms.canary_kind(config.mechanism) == 'examples':
+  if canary_kind == 'examples':
     # Record-level: canary examples in the clients' data (Steinke et al.).
     shape, num_classes, dtype = canary_examples_lib.model_shape(task.model_fn)
     canary_examples = canary_examples_lib.CanaryExamples(
         canary_seed, num_canaries, len(client_ids), shape, num_classes, dtype
     )
-  elif num_canaries:
+  elif canary_kind == 'clients':
     # Inserted canaries join each round at the real clients' rate q = K / N
     # (Andrew et al.'s code samples them with the real clients).
     canaries = canaries_lib.Canaries(
