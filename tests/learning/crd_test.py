@@ -96,6 +96,72 @@ class CalibrationTest(tf.test.TestCase, parameterized.TestCase):
       udp.udp_ledger([1.0, -1.0], 0.1)
 
 
+class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
+  """What CRD reports: the filter's guarantee, never the realised composition."""
+
+  @parameterized.parameters(1.0, 4.0, 8.0)
+  def test_two_rounds_every_client_report_the_target_whether_or_not_it_stalls(
+      self, target
+  ):
+    # K = N (q = 1), 2 planned rounds: a stall after round 1 drops the plan
+    # to that one round (beta 0.5). The realised composition of that path is
+    # far below the target (2.706 at target 4), but the round's sigma was
+    # chosen from a release, so only the filter's figure is a guarantee.
+    delta, sens = 1e-5, 1.0
+    sampling = dict(population=10, sample_size=10)
+    schedule = udp.crd_schedule(target, delta, sens, 2, **sampling)
+    analyst, server = udp.crd_bounds(schedule, sens)
+    # Calibration returns z within 1e-4 of the least z meeting the target.
+    self.assertAllClose(analyst.epsilon(delta), target, atol=2e-3)
+    self.assertEqual(server, analyst)  # Every client is in every round.
+    realised = {}
+    for stalls in ((), (1,)):
+      sigmas = _simulate(schedule, stalls, beta=0.5)
+      self.assertLen(sigmas, 2 - len(stalls))
+      realised[stalls] = udp.udp_ledger(sigmas, sens, **sampling).epsilon(
+          delta
+      )
+      self.assertGreaterEqual(analyst.epsilon(delta), realised[stalls] - 1e-9)
+    self.assertLess(realised[(1,)], 0.7 * target)
+    if target == 4.0:
+      self.assertAllClose(realised[(1,)], 2.706, atol=2e-3)
+
+  @parameterized.named_parameters(
+      ('fixed_size', dict(population=10, sample_size=3)),
+      ('poisson', dict(sampling_probability=0.1)),
+      ('every_client', dict(population=10, sample_size=10)),
+  )
+  def test_random_paths_stay_within_both_bounds(self, sampling):
+    delta, sens, rounds = 1e-5, 0.05, 12
+    schedule = udp.crd_schedule(4.0, delta, sens, rounds, **sampling)
+    analyst, server = udp.crd_bounds(schedule, sens)
+    if schedule.cost_model == 'table':
+      # The filter's order is fixed before training (the plan's best order).
+      self.assertLen(analyst.orders, 1)
+      self.assertEqual(analyst.orders[0], schedule.order)
+    self.assertAllClose(analyst.epsilon(delta), 4.0, atol=2e-3)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+      stalls = set(np.flatnonzero(rng.random(rounds) < 0.4).tolist())
+      sigmas = _simulate(schedule, stalls, beta=float(rng.uniform(0.3, 0.9)))
+      spent = udp.udp_ledger(sigmas, sens, **sampling).epsilon(delta)
+      self.assertLessEqual(spent, analyst.epsilon(delta) + 1e-9)
+      # A client in every round of the path, seen by the server.
+      every_round = udp.udp_ledger(sigmas, sens).epsilon(delta)
+      self.assertLessEqual(every_round, server.epsilon(delta) + 1e-9)
+
+  def test_paper_budget_reports_what_it_spends(self):
+    # Theorem 4's budget overspends its claim; the filter says by how much.
+    delta, sens, q = 1e-3, 0.05, 1.0
+    schedule = udp.crd_schedule(
+        8.0, delta, sens, 40, sampling_probability=q, calibration='paper'
+    )
+    analyst, _ = udp.crd_bounds(schedule, sens)
+    plan = udp.udp_ledger(_simulate(schedule, ()), sens).epsilon(delta)
+    self.assertAllClose(analyst.epsilon(delta), plan, rtol=1e-6)
+    self.assertGreater(analyst.epsilon(delta), 8.0)
+
+
 class CrdProcessTest(tf.test.TestCase):
 
   def test_runs_discounts_and_stops_within_budget(self):

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
+from tff_priv.learning import udp
 from tff_priv.program import privacy
 from tff_priv.program import sampling as sampling_lib
 
@@ -155,6 +156,54 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
     wrong = privacy.RunPrivacy.create(_CENTRAL, sampling.ledger_kwargs(), 1e-5)
     with self.assertRaisesRegex(ValueError, 'another mechanism'):
       wrong.restore(run.to_json())
+
+
+class AdaptiveRunPrivacyTest(tf.test.TestCase):
+  """A CRD run reports its schedule's bounds from round 1 on."""
+
+  def test_reports_the_filter_on_every_round_and_path(self):
+    delta, sens = 1e-5, 0.05
+    sampling = sampling_lib.ClientSampling('fixed', 10, 3)
+    schedule = udp.crd_schedule(
+        4.0, delta, sens, 8, **sampling.ledger_kwargs()
+    )
+    bounds = udp.crd_bounds(schedule, sens)
+    expected = min(b.epsilon(delta) for b in bounds)
+    ids = [f'c{i}' for i in range(10)]
+    for stalls in ((), (1, 2, 3), (5,)):
+      run = privacy.RunPrivacy.create(
+          _LOCAL, sampling.ledger_kwargs(), delta, adaptive=bounds
+      )
+      state = schedule.initial_state()
+      round_num = 0
+      while not bool(schedule.is_done(state)):
+        round_num += 1
+        sigma, cost = schedule.round_noise(state)
+        event = dp_event.GaussianDpEvent(float(sigma) / sens)
+        chosen = run.admit(sampling.sample(ids, 0, round_num), event)
+        run.charge(event, chosen)
+        state = schedule.after_round(state, cost)
+        if round_num in stalls:
+          state = schedule.discount(state, 0.5)
+        self.assertEqual(run.analyst_epsilon(), expected)
+        self.assertEqual(run.server_epsilon(), bounds[1].epsilon(delta))
+        self.assertLessEqual(run.analyst.epsilon(delta), expected + 1e-9)
+        self.assertLessEqual(
+            run.server.max_epsilon(), run.server_epsilon() + 1e-9
+        )
+      analyst, server = run.report()
+      self.assertIn('adaptively', analyst['accountant'])
+      self.assertIn('Renyi filter', analyst['accountant'])
+      self.assertEqual(analyst['epsilon'], expected)
+      self.assertEqual(server['epsilon'], bounds[1].epsilon(delta))
+      self.assertIn('adaptively', server['accountant'])
+    fixed = privacy.RunPrivacy.create(_LOCAL, sampling.ledger_kwargs(), delta)
+    self.assertIn('fixed before the run', fixed.report()[0]['accountant'])
+
+  def test_a_server_budget_is_refused_with_adaptive_noise(self):
+    bounds = udp.crd_bounds(udp.crd_schedule(4.0, 1e-5, 0.05, 8), 0.05)
+    with self.assertRaisesRegex(ValueError, 'server_budget or crd_beta'):
+      privacy.RunPrivacy.create(_LOCAL, {}, 1e-5, 1.0, adaptive=bounds)
 
 
 if __name__ == '__main__':

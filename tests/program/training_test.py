@@ -103,6 +103,10 @@ class RunConfigTest(tf.test.TestCase, parameterized.TestCase):
        'client_metrics_noise_multiplier'),
       ('client_metrics_bound', dict(client_metrics_loss_bound=-1.0),
        ValueError, 'client_metrics_loss_bound'),
+      ('server_budget_with_crd', dict(
+          mechanism='udp', server_budget=8.0, holdout_validation=True,
+          params=dict(epsilon=8.0, crd_beta=0.5)), ValueError,
+       'server_budget does not apply with an adaptive noise schedule'),
   )
   def test_bad_field(self, changes, error, message):
     with self.assertRaisesRegex(error, message):
@@ -379,6 +383,17 @@ class LoopOptionsTest(_TempDirTestCase):
     self.assertEqual(summary['rounds_run'], 2)
     rows = _rows(layout.path(root, layout.TRAIN_CSV))
     self.assertEqual([r[layout.ROUND] for r in rows], ['1', '2'])
+    # The sigma of round 2 followed round 1's release: the run reports what
+    # its schedule guarantees on every path (the target, up to calibration's
+    # tolerance), from round 1 on, not the realised composition.
+    eps = summary['privacy']['rdp_epsilon']
+    self.assertAllClose(eps, 8.0, atol=5e-3)
+    self.assertEqual(
+        [float(r[layout.RDP_EPSILON]) for r in rows], [eps, eps]
+    )
+    realised = summary['privacy']['analyst_ledger']['rdp_epsilon']
+    self.assertLess(realised, eps)
+    self.assertIn('diagnostic', summary['privacy']['analyst_ledger']['meaning'])
     self.assertEqual(
         summary['final_test_metrics']['num_examples'],
         full['final_test_metrics']['num_examples']

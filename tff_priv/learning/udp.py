@@ -24,7 +24,10 @@ rounds with client sampling rate q and update sensitivity Delta:
   eps of any run is at most its conversion at alpha*, a run that spends at most
   B at alpha* has eps <= the target.
 
-`udp_ledger` charges the sigma sequence a run actually used to a ledger.
+`crd_bounds` gives the guarantees every path of a CRD schedule keeps (a Renyi
+filter: its sigma are chosen from earlier releases, so the composition of the
+sigma a run used is not a guarantee). `udp_ledger` charges the sigma sequence a
+run actually used to a ledger (valid for a sequence fixed in advance).
 """
 
 import math
@@ -37,6 +40,7 @@ from tff_priv.accounting import accountants
 from tff_priv.accounting import calibration as calibration_lib
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import events
+from tff_priv.accounting import filters
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.mechanisms import noise_schedule
 
@@ -183,8 +187,63 @@ def _rdp_table_schedule(
   costs = np.array([cost(s) for s in sigmas])
   costs[-1] = budget / initial_rounds  # Exactly sigma0's share.
   return noise_schedule.BudgetSchedule(
-      budget, initial_rounds, sigma_table=sigmas, cost_table=costs
+      budget, initial_rounds, sigma_table=sigmas, cost_table=costs,
+      order=alpha,
   )
+
+
+def crd_bounds(
+    schedule: noise_schedule.BudgetSchedule, sensitivity: float
+) -> tuple[filters.RdpBound, filters.RdpBound]:
+  """What every path of a CRD schedule guarantees: (analyst, server).
+
+  CRD picks each round's sigma from earlier releases (the validation loss),
+  so the realised composition of its rounds is not a guarantee
+  (`tff_priv.accounting.filters`). The schedule is a Renyi filter, which is:
+
+  * analyst: with the tabulated cost (q < 1), the RDP at the order alpha*
+    fixed before training is at most B on every path; with the cost
+    1 / sigma^2 ('tight' at q = 1, or 'paper'), sum_t Delta^2 / sigma_t^2 <=
+    Delta^2 B bounds the RDP of the unsampled Gaussians at every order (and a
+    sampled release is no less private than an unsampled one).
+  * server (each client over the rounds it took part in, no amplification):
+    with the cost 1 / sigma^2 the same sum bounds it; with the table, a client
+    in every round gets at most min(T_0 / sigma_min^2, max_k (1 / sigma_k^2) /
+    cost_k * B) of 1 / sigma^2: the worst case the plan allows.
+
+  Args:
+    schedule: the run's `BudgetSchedule` (`crd_schedule`).
+    sensitivity: Delta of a client's update, in the units of sigma.
+
+  Returns:
+    (analyst bound, server-view bound), `filters.RdpBound`s.
+  """
+  sensitivity = validation.positive('sensitivity', sensitivity)
+  spent = schedule.max_spent
+  if schedule.sigma_table is None:
+    bound = filters.gaussian(
+        sensitivity**2 * spent,
+        'Renyi filter: on every path the rounds\' sum of Delta^2 / sigma_t^2 '
+        'is at most the budget, which bounds the RDP at every order',
+    )
+    return bound, bound
+  analyst = filters.at_order(
+      schedule.order,
+      spent,
+      f'Renyi filter at order {schedule.order:g} (fixed before training): on '
+      'every path the rounds\' RDP at that order sums to at most the budget',
+  )
+  sigmas, costs = schedule.sigma_table, schedule.cost_table
+  inverse_variance = min(
+      schedule.initial_rounds / sigmas[0] ** 2,
+      float(np.max(1.0 / (sigmas**2 * costs))) * spent,
+  )
+  server = filters.gaussian(
+      sensitivity**2 * inverse_variance,
+      'the worst case the schedule allows for a client in every round: at '
+      'most the planned rounds, each at a tabulated sigma within the budget',
+  )
+  return analyst, server
 
 
 def udp_ledger(

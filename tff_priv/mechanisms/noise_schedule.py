@@ -46,7 +46,7 @@ ScheduleState = collections.namedtuple(
 
 # Relative slack when comparing a cost against the remaining budget share, so
 # that a plan kept unchanged does not fail on float64 rounding. The overspend
-# it allows is at most this fraction of the budget.
+# it allows is at most this fraction of the budget (`max_spent`).
 _RELATIVE_SLACK = 1e-9
 
 
@@ -59,6 +59,7 @@ class BudgetSchedule:
       initial_rounds: int,
       sigma_table: Optional[np.ndarray] = None,
       cost_table: Optional[np.ndarray] = None,
+      order: Optional[float] = None,
   ):
     """Creates the schedule.
 
@@ -69,6 +70,8 @@ class BudgetSchedule:
         tabulated noise levels, strictly increasing.
       cost_table: with sigma_table: the cost of one round at each sigma,
         strictly decreasing, > 0.
+      order: with the tables: the RDP order at which `cost_table` is the
+        cost of a round (for reports; the schedule does not read it).
     """
     self.total_budget = validation.positive('total_budget', total_budget)
     self.initial_rounds = validation.int_at_least(
@@ -85,8 +88,16 @@ class BudgetSchedule:
         raise ValueError('sigma_table must be positive and strictly increasing')
       if not (np.all(np.diff(cost_table) < 0) and np.all(cost_table > 0)):
         raise ValueError('cost_table must be positive and strictly decreasing')
+    if order is not None and sigma_table is None:
+      raise ValueError('order applies only with sigma_table and cost_table')
     self.sigma_table = sigma_table
     self.cost_table = cost_table
+    self.order = order
+
+  @property
+  def max_spent(self) -> float:
+    """The most any path of the schedule spends (B and float64 slack)."""
+    return self.total_budget * (1.0 + _RELATIVE_SLACK)
 
   @property
   def cost_model(self) -> str:

@@ -20,6 +20,13 @@ the sampling the amplification assumes) and the worst client's server-view
 eps. (For a Gaussian sum under add-or-remove-one the server view's replace-one
 reading at z / 2 dominates: removing a client is replacing its update by 0.)
 
+When a mechanism chooses its rounds' noise from earlier releases (CRD), the
+composition of the events that happened is an odometer reading, not a
+guarantee: such a run is built with `adaptive` bounds (`filters.RdpBound`, a
+Renyi filter that holds on every path), and those are its reported eps for
+both adversaries from round 1 on; the realised composition stays in the
+ledgers as a labelled diagnostic.
+
 Nothing here reads a measurement or a realised count: the charge is the
 factory's event, a function of the configuration and the round.
 """
@@ -32,6 +39,7 @@ from typing import Any, Iterable, Optional
 from dp_accounting import dp_event
 
 from tff_priv.accounting import accountants
+from tff_priv.accounting import filters
 from tff_priv.accounting import guarantees as guarantees_lib
 from tff_priv.accounting import individual
 from tff_priv.accounting import ledger as ledger_lib
@@ -62,6 +70,9 @@ class RunPrivacy:
     analyst: the analyst-view `PrivacyLedger`.
     server: the server-view `IndividualLedger` (None when the server adds
       the noise itself, or the run is not private).
+    adaptive: (analyst, server) `filters.RdpBound`s of a run whose events
+      are chosen adaptively; None: the events are fixed before the run and
+      the ledgers' compositions are the guarantees.
   """
 
   guarantee: Optional[guarantees_lib.Guarantee]
@@ -69,6 +80,7 @@ class RunPrivacy:
   delta: float
   analyst: ledger_lib.PrivacyLedger
   server: Optional[individual.IndividualLedger]
+  adaptive: Optional[tuple[filters.RdpBound, filters.RdpBound]] = None
   unamplified_rounds: int = 0
   admitted_event: Any = dataclasses.field(default=_UNSET, repr=False)
 
@@ -79,7 +91,14 @@ class RunPrivacy:
       sampling_kwargs: dict,
       delta: float,
       budget_epsilon: Optional[float] = None,
+      adaptive: Optional[tuple[filters.RdpBound, filters.RdpBound]] = None,
   ) -> 'RunPrivacy':
+    if adaptive is not None and budget_epsilon is not None:
+      raise ValueError(
+          'a server budget filters clients by their realised composition, '
+          'which is not a guarantee when the noise is chosen adaptively '
+          '(CRD): drop server_budget or crd_beta'
+      )
     server = None
     if guarantee is not None and guarantee.noise != 'central':
       server = individual.IndividualLedger(delta, budget_epsilon)
@@ -96,7 +115,7 @@ class RunPrivacy:
     else:
       relation = 'add_or_remove_one'
     return cls(guarantee, dict(sampling_kwargs), delta,
-               ledger_lib.PrivacyLedger(relation), server)
+               ledger_lib.PrivacyLedger(relation), server, adaptive)
 
   def admit(self, clients: Iterable[Any], event: Optional[dp_event.DpEvent]):
     """The sampled clients the budget filter lets take part in a round of `event`.
@@ -143,6 +162,8 @@ class RunPrivacy:
 
   def analyst_epsilon(self) -> float:
     """eps against the analyst at `delta` (see the module docstring)."""
+    if self.adaptive is not None:
+      return min(bound.epsilon(self.delta) for bound in self.adaptive)
     eps = self.analyst.epsilon(self.delta)
     if self.server is not None:
       if self.server.num_excluded:
@@ -152,7 +173,11 @@ class RunPrivacy:
 
   def server_epsilon(self) -> Optional[float]:
     """The worst client's eps against the server (None: no guarantee)."""
-    return None if self.server is None else self.server.max_epsilon()
+    if self.server is None:
+      return None
+    if self.adaptive is not None:
+      return self.adaptive[1].epsilon(self.delta)
+    return self.server.max_epsilon()
 
   def report(self) -> list[dict]:
     """The `guarantees` list of a summary: one entry per adversary."""
@@ -187,6 +212,16 @@ class RunPrivacy:
             'at most what (epsilon, delta)-DP allows'
         ),
     }
+    if self.adaptive is not None:
+      analyst['accountant'] = (
+          'events chosen adaptively (each round\'s noise depends on earlier '
+          f'releases): {self.adaptive[0].description} (Feldman and Zrnic '
+          '2021), converted by dp_accounting at the best order fixed before '
+          'the run; the composition of the events this run released '
+          '(analyst_ledger) is an ex-post diagnostic, not a guarantee'
+      )
+    else:
+      analyst['accountant'] += '; events fixed before the run'
     if self.server is not None:
       analyst['accountant'] += (
           '; the smaller of that and the worst client\'s server-view epsilon'
@@ -215,9 +250,12 @@ class RunPrivacy:
           'neighboring_relation': individual.RELATION,
           'accountant': (
               'dp_accounting RdpAccountant per client over the rounds it took '
-              'part in, no amplification'
+              'part in, no amplification' if self.adaptive is None else
+              f'{self.adaptive[1].description}, no amplification (events '
+              'chosen adaptively: the realised per-client composition is not '
+              'a guarantee)'
           ),
-          'epsilon': report['max_epsilon'],
+          'epsilon': _finite(self.server_epsilon()),
           'delta': self.delta,
           'clients_charged': report['clients_charged'],
           'max_participations': report['max_participations'],

@@ -246,6 +246,15 @@ class RunConfig:
     if self.server_budget is not None:
       validation.positive('server_budget', self.server_budget)
     params = mechanisms.config(self.mechanism, self.params)
+    if self.server_budget is not None and getattr(
+        params, 'adaptive_noise', False
+    ):
+      raise ValueError(
+          'server_budget does not apply with an adaptive noise schedule '
+          '(crd_beta): the budget filter reads realised compositions, which '
+          'are not guarantees when the noise follows earlier releases; drop '
+          'one of them'
+      )
     validation.int_at_least('audit_canaries', self.audit_canaries, 0)
     if self.audit_canaries:
       if self.audit_canaries < 2:
@@ -838,6 +847,7 @@ async def _run(
         client_sampling.ledger_kwargs(),
         delta,
         config.server_budget,
+        mechanism.adaptive_bounds,
     )
   except ValueError as e:
     raise ConfigError(str(e)) from e
@@ -1227,6 +1237,14 @@ def _summary(
           # The analyst's figure (the first guarantee's epsilon).
           'rdp_epsilon': analyst_eps,
           'analyst_ledger': {
+              'meaning': (
+                  'the composition of the events this run released; '
+                  + ('its events were chosen adaptively, so this is an '
+                     'ex-post diagnostic, not a guarantee (the guarantee is '
+                     'rdp_epsilon above)' if privacy.adaptive is not None
+                     else 'its events were fixed before the run, so this is '
+                     'the guarantee (before the server-view minimum)')
+              ),
               'rdp_epsilon': accounted['rdp_epsilon'],
               'pld_epsilon': accounted['pld_epsilon'],
               'accountants': {

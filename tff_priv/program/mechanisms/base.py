@@ -18,6 +18,7 @@ import tensorflow_federated as tff
 
 from tff_priv import validation
 from tff_priv.accounting import calibration
+from tff_priv.accounting import filters
 from tff_priv.accounting import guarantees
 from tff_priv.learning import canary_clients
 from tff_priv.learning import client_metrics
@@ -255,6 +256,10 @@ class Mechanism:
     on_resume: the process state to continue from when a run resumes from a
       checkpoint (DP-FTRL: its tree restarted, so that rounds run again are
       released with fresh noise); None: the loaded state as it is.
+    adaptive_bounds: for a mechanism whose rounds' noise is chosen from
+      earlier releases (CRD): the (analyst, server) `filters.RdpBound`s every
+      path keeps, reported instead of the realised composition; None: the
+      rounds' events are fixed before the run.
   """
 
   name: str
@@ -275,6 +280,9 @@ class Mechanism:
   canary_norm: Optional[float] = None
   canary_weight: float = 1.0
   on_resume: Optional[Callable[[Any], Any]] = None
+  adaptive_bounds: Optional[
+      tuple[filters.RdpBound, filters.RdpBound]
+  ] = None
 
   def __post_init__(self):
     if not self.upload_bytes_per_client:

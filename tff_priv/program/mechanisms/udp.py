@@ -87,6 +87,11 @@ class Config:
       if self.crd_zeta is None:
         object.__setattr__(self, 'crd_zeta', DEFAULT_CRD_ZETA)
 
+  @property
+  def adaptive_noise(self) -> bool:
+    """Whether a round's noise depends on earlier releases (CRD)."""
+    return self.crd_beta is not None
+
 
 def _check_context(context: base.BuildContext) -> None:
   if context.client_optimizer != 'sgd' or context.client_momentum:
@@ -219,10 +224,14 @@ def _build_crd(config, context, sensitivity, min_examples):
       caveats=[
           "record-level DP of each client's data (replace one example); "
           'sensitivity 2 eta C / min_i |D_i| of one clipped full-batch step',
-          'CRD: sigma changes when the validation loss stalls; every round is '
-          'charged the sigma it used; the schedule is calibrated for the '
-          'analyst, so the eps against the server is larger',
+          'CRD: sigma changes when the validation loss stalls, so the rounds '
+          'are chosen adaptively: the reported eps are what the schedule '
+          'guarantees on every path (a Renyi filter), not the composition of '
+          'the sigma this run used (analyst_ledger, an ex-post diagnostic); '
+          'the schedule is calibrated for the analyst, so the eps against '
+          'the server is larger',
       ],
       aggregator_state=lambda state: state.learning.aggregator,
       is_done=crd.is_done,
+      adaptive_bounds=udp.crd_bounds(schedule, sensitivity),
   )
