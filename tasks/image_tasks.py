@@ -104,11 +104,18 @@ def grey_task(
   datasets = tff.simulation.baselines.BaselineTaskDatasets(
       train_data=train_data,
       test_data=test_data,
+      # num_parallel_calls=None: TFF's EMNIST pipeline maps its batches in
+      # parallel with deterministic=False (unless given a debug seed), so
+      # under load a client's batches arrived in another order from one
+      # round to the next; a sequential map keeps them in order (the map
+      # only reshapes).
       train_preprocess_fn=emnist_preprocessing.create_preprocess_fn(
-          train_client_spec, emnist_task='character_recognition'
+          train_client_spec, emnist_task='character_recognition',
+          num_parallel_calls=None,
       ),
       eval_preprocess_fn=emnist_preprocessing.create_preprocess_fn(
-          eval_client_spec, emnist_task='character_recognition'
+          eval_client_spec, emnist_task='character_recognition',
+          num_parallel_calls=None,
       ),
   )
   return _classification_task(

@@ -91,6 +91,40 @@ class TaskTest(tf.test.TestCase, parameterized.TestCase):
                         atol=1e-3)
     self.assertIsInstance(task.model_fn(), tff.learning.models.VariableModel)
 
+  def test_batches_keep_their_order(self):
+    # TFF's EMNIST pipeline maps batches in parallel with deterministic=False
+    # unless given a debug seed: under load a client's batches changed order
+    # between two runs of one round (the cause of a flaky canary-clients
+    # test). Checked on the pipeline's graph, which does not depend on load.
+    unshuffled = tff.simulation.baselines.ClientSpec(
+        num_epochs=1, batch_size=4, shuffle_buffer_size=1
+    )
+    train = image_tasks.split_arrays(_grey(), num_clients=2, seed=0)
+    task = image_tasks.grey_task(
+        train, image_tasks.centralized(_grey(10)),
+        train_client_spec=unshuffled, eval_client_spec=None, num_classes=10,
+        model='mlp',
+    )
+    for preprocess in (task.datasets.train_preprocess_fn,
+                       task.datasets.eval_preprocess_fn):
+      dataset = preprocess(train.create_tf_dataset_for_client(
+          train.client_ids[0]))
+      graph = tf.compat.v1.GraphDef.FromString(
+          dataset._as_serialized_graph().numpy()  # pylint: disable=protected-access
+      )
+      unordered = [
+          n.op for n in graph.node
+          if n.attr['deterministic'].s == b'false'
+          or n.attr['sloppy'].b
+      ]
+      self.assertEqual(unordered, [])
+    client = train.create_tf_dataset_for_client(train.client_ids[0])
+    batches = task.datasets.train_preprocess_fn(client)
+    self.assertAllEqual(
+        np.concatenate([y.numpy() for _, y in batches]),
+        [e['label'] for e in client.as_numpy_iterator()],
+    )
+
   def test_unknown_models(self):
     train = image_tasks.split_arrays(_grey(), num_clients=2, seed=0)
     with self.assertRaisesRegex(ValueError, 'model must be one of'):
