@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
-# Runs the whole tff_priv test suite in the .venv made by scripts/setup.sh.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k runtime -x`.
+# Runs the tff_priv test suite in the .venv made by scripts/setup.sh.
+#
+#   bash scripts/test.sh           # the default lane: everything not marked slow or statistical
+#   bash scripts/test.sh --slow    # the slow lane: only the tests marked slow or statistical
+#   bash scripts/test.sh --all     # both lanes
+#
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k runtime -x`. Tests run on two
+# processes (pytest-xdist, a test class on one process: its setUpClass runs once; `-n 0` runs
+# everything in this one); the 15 slowest are listed at the end.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,6 +16,11 @@ if [ ! -x .venv/bin/python ] || [ ! -f .venv/.tff_priv_setup_stamp ]; then
   echo "test: no working .venv here; run setup first: bash scripts/setup.sh" >&2
   exit 2
 fi
+lane=(-m "not slow and not statistical")
+case "${1:-}" in
+  --slow) shift; lane=(-m "slow or statistical") ;;
+  --all) shift; lane=() ;;
+esac
 # TF's C++ logs (oneDNN notices, grappler) drown the test output.
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest -n "${TEST_PROCESSES:-2}" --dist loadscope --durations=15 "${lane[@]}" "$@"

@@ -23,6 +23,7 @@ EMNIST / CIFAR-100) keep TFF's train and test ClientData.
 import collections
 from collections.abc import Callable, Mapping
 from typing import Optional, Union
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -76,6 +77,29 @@ def _classification_task(
   return tff.simulation.baselines.BaselineTask(datasets, model_fn)
 
 
+def _in_order(spec: ClientSpec) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
+  """TFF's EMNIST preprocessing with its batches kept in order.
+
+  TFF's pipeline maps its batches in parallel with deterministic=False
+  (unless given a debug seed), so under load a client's batches arrived in
+  another order from one round to the next. A sequential map (the map only
+  reshapes) keeps them in order; TF then warns that the `deterministic`
+  argument has no effect, which is the point.
+  """
+  preprocess = emnist_preprocessing.create_preprocess_fn(
+      spec, emnist_task='character_recognition', num_parallel_calls=None
+  )
+
+  def in_order(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    with warnings.catch_warnings():
+      warnings.filterwarnings(
+          'ignore', message='The `deterministic` argument has no effect'
+      )
+      return preprocess(dataset)
+
+  return in_order
+
+
 def grey_task(
     train_data: tff.simulation.datasets.ClientData,
     test_data: TestData,
@@ -104,19 +128,8 @@ def grey_task(
   datasets = tff.simulation.baselines.BaselineTaskDatasets(
       train_data=train_data,
       test_data=test_data,
-      # num_parallel_calls=None: TFF's EMNIST pipeline maps its batches in
-      # parallel with deterministic=False (unless given a debug seed), so
-      # under load a client's batches arrived in another order from one
-      # round to the next; a sequential map keeps them in order (the map
-      # only reshapes).
-      train_preprocess_fn=emnist_preprocessing.create_preprocess_fn(
-          train_client_spec, emnist_task='character_recognition',
-          num_parallel_calls=None,
-      ),
-      eval_preprocess_fn=emnist_preprocessing.create_preprocess_fn(
-          eval_client_spec, emnist_task='character_recognition',
-          num_parallel_calls=None,
-      ),
+      train_preprocess_fn=_in_order(train_client_spec),
+      eval_preprocess_fn=_in_order(eval_client_spec),
   )
   return _classification_task(
       datasets, lambda: builder(pixels_shape + (1,), num_classes)

@@ -7,6 +7,10 @@ import sys
 import tempfile
 import unittest
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

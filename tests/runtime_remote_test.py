@@ -16,6 +16,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -27,6 +28,8 @@ from tff_priv import remote
 from tff_priv import runtime
 from tff_priv import worker
 from tff_priv.aggregators import sparsified_secure_sum as sss
+
+pytestmark = pytest.mark.slow
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

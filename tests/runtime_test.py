@@ -13,6 +13,7 @@ import sys
 import tempfile
 
 from absl.testing import parameterized
+import pytest
 import tensorflow as tf
 
 from tests import procfs
@@ -70,6 +71,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(_wait_gone(workers), [], 'worker outlived its process')
     return proc.returncode, rest
 
+  @pytest.mark.slow
   def test_normal_exit_stops_worker(self):
     with tempfile.TemporaryFile('w+') as err:
       returncode, _ = self._run_and_end('exit', 'stdin', stderr=err)
@@ -79,6 +81,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     # TFF's ServiceManager.__del__ must not run during interpreter teardown.
     self.assertNotIn('Exception ignored', stderr)
 
+  @pytest.mark.slow
   def test_tracking_alone_stops_the_default_contexts_worker(self):
     # What training.run does: TFF's own context, only the worker tracked.
     with tempfile.TemporaryFile('w+') as err:
@@ -88,6 +91,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(returncode, 0)
     self.assertNotIn('Exception ignored', stderr)
 
+  @pytest.mark.slow
   def test_uncaught_exception_stops_worker(self):
     returncode, _ = self._run_and_end('raise', 'stdin')
     self.assertEqual(returncode, 1)
@@ -97,6 +101,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
       ('sighup', signal.SIGHUP, -signal.SIGHUP),
       ('sigint', signal.SIGINT, None),  # KeyboardInterrupt: exit status 1 or -2.
   )
+  @pytest.mark.slow
   def test_signal_stops_worker(self, signum, expected_returncode):
     returncode, _ = self._run_and_end('wait', signum)
     if expected_returncode is not None:
@@ -104,9 +109,11 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     else:
       self.assertIn(returncode, (1, -signal.SIGINT))
 
+  @pytest.mark.slow
   def test_sigkill_stops_worker_through_parent_death_signal(self):
     self._run_and_end('wait', signal.SIGKILL)
 
+  @pytest.mark.slow
   def test_control_plain_tff_leaves_worker_behind(self):
     # Shows that the checks above can fail: without tff_priv.runtime the worker
     # outlives a normally exiting process (TFF 0.87). Cleans up after itself.

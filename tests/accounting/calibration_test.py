@@ -1,6 +1,7 @@
 """Tests for tff_priv.accounting.calibration: round trips through the ledger."""
 
 from absl.testing import parameterized
+import pytest
 import tensorflow as tf
 
 from tff_priv.accounting import calibration
@@ -28,6 +29,7 @@ class CalibrationTest(tf.test.TestCase, parameterized.TestCase):
         spent, calibration.gaussian_epsilon(z, delta, rounds, **sampling)
     )
 
+  @pytest.mark.slow
   def test_pld_round_trip_and_pld_needs_less_noise(self):
     sampling = dict(sampling_probability=0.1)
     z_pld = calibration.calibrate_noise_multiplier(

@@ -4,6 +4,7 @@ import json
 
 import dp_accounting
 from dp_accounting.rdp import rdp_privacy_accountant
+import pytest
 import tensorflow as tf
 
 from tff_priv.accounting import reports
@@ -41,6 +42,7 @@ class ReportsTest(tf.test.TestCase):
     # sqrt(2 * 50 * ln 1000) / 3 = 8.7608.
     self.assertAllClose(udp['paper']['paper_claimed_epsilon'], 8.7608, atol=1e-4)
 
+  @pytest.mark.slow
   def test_target_epsilon(self):
     report = reports.mechanism_report(
         'udp', delta=1e-3, rounds=200, target_epsilon=8.0, sensitivity=0.0125

@@ -10,10 +10,13 @@ import warnings
 from absl.testing import absltest
 import dp_accounting
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv.auditing import aggregator_audit
+
+pytestmark = pytest.mark.statistical
 
 _VALUE = tff.TensorType(np.float32, [20])
 _DELTA = 1e-5

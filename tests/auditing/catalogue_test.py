@@ -8,8 +8,11 @@ row.
 """
 
 from absl.testing import absltest
+import pytest
 
 from tff_priv.auditing import catalogue
+
+pytestmark = pytest.mark.statistical
 
 
 class CatalogueTest(absltest.TestCase):

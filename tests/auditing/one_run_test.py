@@ -5,6 +5,7 @@ import math
 from absl.testing import absltest
 import dp_accounting
 import numpy as np
+import pytest
 from scipy import stats
 
 from tff_priv.auditing import one_run
@@ -48,6 +49,7 @@ class OneRunTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'alpha'):
       one_run.epsilon_lower_bound(10, 5, 5, 0.0, alpha=1.5)
 
+  @pytest.mark.slow
   def test_coverage_on_a_gaussian_mechanism(self):
     # Each canary adds mu to its own score with noise N(0, 1): including one
     # canary or not is a Gaussian mechanism of noise multiplier 1 / mu. The

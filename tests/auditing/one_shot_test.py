@@ -5,6 +5,7 @@ import math
 from absl.testing import absltest
 from dp_accounting.pld import privacy_loss_distribution
 import numpy as np
+import pytest
 
 from tff_priv.auditing import one_shot
 
@@ -14,6 +15,7 @@ class OneShotTest(absltest.TestCase):
   def test_identical_gaussians_give_zero(self):
     self.assertEqual(one_shot.epsilon_two_gaussians(0.1, 0.2, 0.1, 0.2, 1e-5), 0.0)
 
+  @pytest.mark.slow
   def test_equal_variances_match_the_gaussian_mechanism(self):
     # N(0, 1) vs N(mu, 1) is the Gaussian mechanism of noise multiplier 1/mu.
     for mu in (0.5, 1.0, 3.0):

@@ -1,12 +1,15 @@
 """Tests for tff_priv.benchmarks.rounds at tiny scale."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tiny_models
 from tff_priv.benchmarks import rounds
 from tff_priv.program import mechanisms
+
+pytestmark = pytest.mark.slow
 
 
 def _clients(k, n=4):

@@ -5,6 +5,7 @@ import math
 from absl.testing import parameterized
 import dp_accounting
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -55,6 +56,7 @@ class CalibrationTest(tf.test.TestCase, parameterized.TestCase):
       ('all_clients', {}),
       ('poisson', dict(sampling_probability=0.5)),
   )
+  @pytest.mark.slow
   def test_tight_crd_never_exceeds_target(self, sampling):
     eps, delta, sens, rounds = 4.0, 1e-3, 0.05, 30
     schedule = udp.crd_schedule(eps, delta, sens, rounds, **sampling)
@@ -133,7 +135,9 @@ class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
   )
   def test_random_paths_stay_within_both_bounds(self, sampling):
     delta, sens, rounds = 1e-5, 0.05, 12
-    schedule = udp.crd_schedule(4.0, delta, sens, rounds, **sampling)
+    schedule = udp.crd_schedule(
+        4.0, delta, sens, rounds, table_size=32, **sampling
+    )
     analyst, server = udp.crd_bounds(schedule, sens)
     if schedule.cost_model == 'table':
       # The filter's order is fixed before training (the plan's best order).
@@ -141,7 +145,7 @@ class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual(analyst.orders[0], schedule.order)
     self.assertAllClose(analyst.epsilon(delta), 4.0, atol=2e-3)
     rng = np.random.default_rng(0)
-    for _ in range(20):
+    for _ in range(6):
       stalls = set(np.flatnonzero(rng.random(rounds) < 0.4).tolist())
       sigmas = _simulate(schedule, stalls, beta=float(rng.uniform(0.3, 0.9)))
       spent = udp.udp_ledger(sigmas, sens, **sampling).epsilon(delta)

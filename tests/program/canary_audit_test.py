@@ -14,11 +14,14 @@ import os
 import shutil
 import tempfile
 
+import pytest
 import tensorflow as tf
 
 from tff_priv.program import layout
 from tff_priv.program import sampling as sampling_lib
 from tff_priv.program import training
+
+pytestmark = pytest.mark.slow
 
 
 def _config(**changes):

@@ -10,6 +10,7 @@ import dataclasses
 from absl.testing import parameterized
 from dp_accounting import dp_event
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -232,6 +233,7 @@ class BuildTest(tf.test.TestCase):
       with self.subTest(message), self.assertRaisesRegex(ValueError, message):
         _build('udp', P(), min_client_examples=lambda: 5, **kwargs)
 
+  @pytest.mark.slow
   def test_udp_crd_steers_by_server_validation_data(self):
     rng = np.random.default_rng(0)
     validation = (
@@ -373,6 +375,7 @@ class BuildTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, 'public_data applies only'):
       _build('dp_fedavg', P(clip=1.0), public_data=_public_data(seed=0))
 
+  @pytest.mark.slow
   def test_smp_top_k_round_uses_the_public_mask(self):
     # One round of the built process: the round's mask is the top-k of the
     # server's public update (fedsmp), the event is the configured noise;

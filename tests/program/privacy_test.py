@@ -165,7 +165,7 @@ class AdaptiveRunPrivacyTest(tf.test.TestCase):
     delta, sens = 1e-5, 0.05
     sampling = sampling_lib.ClientSampling('fixed', 10, 3)
     schedule = udp.crd_schedule(
-        4.0, delta, sens, 8, **sampling.ledger_kwargs()
+        4.0, delta, sens, 6, table_size=32, **sampling.ledger_kwargs()
     )
     bounds = udp.crd_bounds(schedule, sens)
     expected = min(b.epsilon(delta) for b in bounds)

@@ -16,6 +16,7 @@ import tempfile
 from absl.testing import parameterized
 import dp_accounting
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tff_priv.accounting import ledger as ledger_lib
@@ -314,6 +315,7 @@ class RunTest(_TempDirTestCase):
 
 class UdpSensitivityTest(_TempDirTestCase):
 
+  @pytest.mark.slow
   def test_counts_the_examples_the_clients_train_on(self):
     # udp's sensitivity is 2 eta C / min_i |D_i|. max_client_examples caps
     # each |D_i| (TFF's ClientSpec.max_elements); counting the uncapped
@@ -348,6 +350,7 @@ class LoopOptionsTest(_TempDirTestCase):
       weights = [final[k] for k in sorted(final.files)]
     return summary, weights, root
 
+  @pytest.mark.slow
   def test_learning_rate_schedule_and_test_subset(self):
     one, one_weights, _ = self._run(total_rounds=1)
     # Round 2 at rate 0.1 x 1e-7 hardly moves the model of round 1; at 0.1 it
@@ -369,6 +372,7 @@ class LoopOptionsTest(_TempDirTestCase):
     self.assertEqual(decayed['final_test_metrics']['num_examples'], 50)
     self.assertGreater(one['final_test_metrics']['num_examples'], 50)
 
+  @pytest.mark.slow
   def test_crd_ends_early_and_tests_on_the_other_half(self):
     full, _, _ = self._run(total_rounds=1)
     config = _config(
@@ -405,6 +409,7 @@ class LoopOptionsTest(_TempDirTestCase):
 
 class DpFtrlRunTest(_TempDirTestCase):
 
+  @pytest.mark.slow
   def test_one_tree_per_epoch_and_one_more_on_resume(self):
     # 10 clients, K = 3: epochs of 3 rounds; 7 rounds are trees at rounds
     # 1, 4 and 7, each SingleEpochTreeAggregationDpEvent(z, 3).

@@ -7,6 +7,10 @@ import sys
 import tempfile
 import unittest
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
 _SCRIPT = os.path.join(_ROOT, 'scripts', 'audit.py')
 

@@ -5,7 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 import tensorflow as tf
+
+pytestmark = pytest.mark.slow
 
 _SCRIPT = os.path.join(
     os.path.dirname(__file__), '..', '..', 'scripts', 'privacy.py'

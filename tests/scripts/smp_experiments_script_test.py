@@ -28,7 +28,10 @@ import subprocess
 import sys
 import tempfile
 
+import pytest
 import tensorflow as tf
+
+pytestmark = pytest.mark.slow
 
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
 _SCRIPT = os.path.join(_ROOT, 'scripts', 'smp_experiments.py')

@@ -15,8 +15,12 @@ import tempfile
 import time
 import unittest
 
+import pytest
+
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
+
+pytestmark = pytest.mark.slow
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 _SCRIPT = os.path.join(_ROOT, 'scripts', 'train.py')

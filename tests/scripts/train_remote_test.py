@@ -13,10 +13,14 @@ import tempfile
 import time
 import unittest
 
+import pytest
+
 from tests import remote_workers
 from tests.scripts import train_runs
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
+
+pytestmark = pytest.mark.slow
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 _SCRIPT = os.path.join(_ROOT, 'scripts', 'train.py')

@@ -1,24 +1,23 @@
-"""scripts/train.py end to end, in subprocesses.
+"""scripts/train.py end to end: in this process, and in subprocesses (slow lane).
 
-* Every mechanism runs 2 rounds on 'digits' (smp with both masks): exit 0,
-  one CSV row per round, a strict-JSON summary, and a ledger equal to what
-  the rounds in the CSV must have charged (the charge rule of each mechanism,
-  rebuilt here from the CSV's own columns).
-* Kill -9 mid-run, then the same command again: the round counter continues
-  from the checkpoint and the final ledger equals that of an uninterrupted
-  run with the same flags (smp, whose charge depends on how many clients the
-  seeded Poisson draw of each round gave).
+* Every mechanism runs 2 rounds on 'digits' (smp with both masks), from the
+  script's own flags: one CSV row per round, only public or charged columns,
+  a strict-JSON summary, and a ledger equal to what the rounds in the CSV must
+  have charged (the charge rule of each mechanism, rebuilt here from the
+  CSV's own columns). `InProcessRunsTest` (default lane) runs them through
+  the script's flag parser and `training.run` in this process;
+  `TrainScriptTest` (slow lane) runs the same checks on subprocesses, where
+  no TFF worker may survive a run.
+* `TrainSmokeTest` (default lane): one run and one bad flag as a user runs
+  them: exit 0 with the summary's path, exit 2 with one error line, no
+  worker left behind.
+* Kill -9 mid-run, then the same command again (slow lane): the round counter
+  continues from the checkpoint and the final ledger equals that of an
+  uninterrupted run with the same flags (smp, whose charge depends on how
+  many clients the seeded Poisson draw of each round gave).
 * Bad flags and a run directory of another configuration: exit status 2 and
-  one error line, nothing created or overwritten. One case runs in a
-  subprocess; the others call the script's own flag parser and main() in
-  this process (SystemExit(2)), which spares a TF import per case.
-* No TFF worker survives any of these processes (normal exit or SIGKILL):
-  every child seen while a script runs is gone afterwards, and its output
-  pipes reached EOF (a surviving worker would hold them open).
-
-The subprocesses run concurrently (each spends ~10 s importing TF and TFF).
-The smp run of 5 rounds is both smp's end-to-end run and the uninterrupted
-reference of the kill test.
+  one error line, nothing created or overwritten, through the script's own
+  flag parser and main() in this process (SystemExit(2)).
 """
 
 import concurrent.futures
@@ -40,12 +39,14 @@ import threading
 import time
 
 import dp_accounting
+import pytest
 import tensorflow as tf
 
 from tests import procfs
 from tests.scripts import train_runs
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
+from tff_priv.program import run_flags
 from tff_priv.program import sampling
 from tff_priv.program import training
 
@@ -209,38 +210,43 @@ def _main_in_process(script, *args):
   return 0, err.getvalue()
 
 
-class TrainScriptTest(tf.test.TestCase):
+def _run_in_process(*args):
+  """The script's flags -> RunConfig -> training.run, in this process.
+
+  Returns None, or the exception the run raised (kept for the test's
+  message: a failing run fails only its own mechanism's test).
+  """
+  script = _load_script()
+  script.flags.FLAGS.unparse_flags()
+  try:
+    script._CLI.parse_flags(['train.py', *args])  # pylint: disable=protected-access
+    config = run_flags.run_config().validate()
+    training.run(
+        config, script._ROOT_OUTPUT_DIR.value, progress=False  # pylint: disable=protected-access
+    )
+  except Exception as e:  # pylint: disable=broad-except
+    return e
+  finally:
+    script.flags.FLAGS.unparse_flags()
+  return None
+
+
+class _TempDirMixin:
 
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
     cls.tmp = tempfile.mkdtemp()
     cls.dirs = {m: os.path.join(cls.tmp, m) for m in _MECHANISM_FLAGS}
-    cls.killed_dir = os.path.join(cls.tmp, 'killed')
-    with concurrent.futures.ThreadPoolExecutor(_PARALLEL) as pool:
-      kill = pool.submit(_kill_and_resume, cls.killed_dir)
-      runs = {
-          m: pool.submit(_run, *_mechanism_args(m, cls.dirs[m]))
-          for m in _MECHANISM_FLAGS
-      }
-      bad = pool.submit(
-          _run, '--task=digits', '--mechanism=fedsgd',
-          f'--root_output_dir={os.path.join(cls.tmp, "bad")}',
-      )
-      cls.runs = {m: f.result() for m, f in runs.items()}
-      cls.kill = kill.result()
-      cls.bad = bad.result()
 
   @classmethod
   def tearDownClass(cls):
     shutil.rmtree(cls.tmp, ignore_errors=True)
     super().tearDownClass()
 
-  def _check_ok(self, result):
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-    self.assertNotIn('TIMEOUT', result.stderr)
-    self.assertNotEmpty(result.children, 'no TFF worker was seen')
-    self.assertEqual(result.survivors, [], 'a TFF worker outlived its run')
+
+class _MechanismRunsChecks(_TempDirMixin):
+  """What every mechanism's 2-round run must write; `runs` come from a subclass."""
 
   def _summary_and_rows(self, run, rounds=2, num_clients=_NUM_CLIENTS):
     mechanism = _RUN_MECHANISM.get(run, run)
@@ -481,6 +487,46 @@ class TrainScriptTest(tf.test.TestCase):
     self.assertIn('shuffle_applicable', closed)
     self._check_dense_uplink(summary, rows)
 
+
+
+class InProcessRunsTest(_MechanismRunsChecks, tf.test.TestCase):
+  """Every mechanism's run, from the script's flags, in this process."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.runs = {
+        m: _run_in_process(*_mechanism_args(m, cls.dirs[m]))
+        for m in _MECHANISM_FLAGS
+    }
+
+  def _check_ok(self, result):
+    self.assertIsNone(result, repr(result))
+
+
+@pytest.mark.slow
+class TrainScriptTest(_MechanismRunsChecks, tf.test.TestCase):
+  """The same runs as subprocesses (no worker survives), a kill and a resume."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.killed_dir = os.path.join(cls.tmp, 'killed')
+    with concurrent.futures.ThreadPoolExecutor(_PARALLEL) as pool:
+      kill = pool.submit(_kill_and_resume, cls.killed_dir)
+      runs = {
+          m: pool.submit(_run, *_mechanism_args(m, cls.dirs[m]))
+          for m in _MECHANISM_FLAGS
+      }
+      cls.runs = {m: f.result() for m, f in runs.items()}
+      cls.kill = kill.result()
+
+  def _check_ok(self, result):
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertNotIn('TIMEOUT', result.stderr)
+    self.assertNotEmpty(result.children, 'no TFF worker was seen')
+    self.assertEqual(result.survivors, [], 'a TFF worker outlived its run')
+
   def test_kill_and_resume_continues_with_the_same_ledger(self):
     killed, seen, summary_after_kill, resumed = self.kill
     self.assertEqual(killed.returncode, -signal.SIGKILL, killed.stderr[-2000:])
@@ -519,6 +565,38 @@ class TrainScriptTest(tf.test.TestCase):
     self.assertEqual([r[layout.ROUND] for r in rows],
                      [str(t) for t in range(1, _SMP_ROUNDS + 1)])
 
+
+
+class TrainSmokeTest(_TempDirMixin, tf.test.TestCase):
+  """train.py as a user runs it: one run and one bad flag, in subprocesses."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+      ok = pool.submit(
+          _run, *_COMMON, '--mechanism=dp_fedavg',
+          *_MECHANISM_FLAGS['dp_fedavg'], '--total_rounds=1',
+          f'--root_output_dir={cls.dirs["dp_fedavg"]}',
+      )
+      bad = pool.submit(
+          _run, '--task=digits', '--mechanism=fedsgd',
+          f'--root_output_dir={os.path.join(cls.tmp, "bad")}',
+      )
+      cls.ok, cls.bad = ok.result(), bad.result()
+
+  def test_a_run_exits_0_and_leaves_no_worker(self):
+    result = self.ok
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertNotIn('TIMEOUT', result.stderr)
+    self.assertNotEmpty(result.children, 'no TFF worker was seen')
+    self.assertEqual(result.survivors, [], 'a TFF worker outlived its run')
+    summary_path = layout.path(self.dirs['dp_fedavg'], layout.SUMMARY)
+    self.assertEqual(
+        result.stdout.strip().splitlines()[-1].split(':')[0], summary_path
+    )
+    self.assertEqual(_load_json(summary_path)['rounds_run'], 1)
+
   def test_bad_flag_in_a_subprocess_exits_2_with_one_line(self):
     result = self.bad
     self.assertEqual(result.returncode, 2, result.stderr[-2000:])
@@ -528,6 +606,11 @@ class TrainScriptTest(tf.test.TestCase):
     self.assertIn('mechanism', lines[0])
     self.assertEqual(result.stdout, '')
     self.assertFalse(os.path.exists(os.path.join(self.tmp, 'bad')))
+
+
+
+class TrainFlagsTest(_TempDirMixin, tf.test.TestCase):
+  """Bad flags and a refused directory, through the script's main() in process."""
 
   def test_bad_flags_exit_2_with_one_line(self):
     script = _load_script()

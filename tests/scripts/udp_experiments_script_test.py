@@ -6,9 +6,12 @@ import subprocess
 import sys
 import tempfile
 
+import pytest
 import tensorflow as tf
 
 from tff_priv.program import layout
+
+pytestmark = pytest.mark.slow
 
 _SCRIPT = os.path.join(
     os.path.dirname(__file__), '..', '..', 'scripts', 'udp_experiments.py'

@@ -6,7 +6,10 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
+
+pytestmark = pytest.mark.slow
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
