@@ -2,37 +2,23 @@
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
 import pytest
 import tensorflow as tf
 
+from tests import script_runs
 from tff_priv.program import layout
 
 pytestmark = pytest.mark.slow
 
-_SCRIPT = os.path.join(
-    os.path.dirname(__file__), '..', '..', 'scripts', 'ldp_table1.py'
-)
-
 
 def _run(output_dir, *extra):
-  return subprocess.run(
-      [
-          sys.executable, _SCRIPT, '--task=digits', '--model=mlp',
-          '--clients=4', '--rounds=1', '--batch_size=32',
-          '--epsilons=1,10', '--modes=weights,deltas',
-          f'--output_dir={output_dir}', *extra,
-      ],
-      capture_output=True,
-      text=True,
-      timeout=900,
-      check=False,
-      env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'},
+  return script_runs.run(
+      'ldp_table1.py', '--task=digits', '--model=mlp', '--clients=4',
+      '--rounds=1', '--batch_size=32', '--epsilons=1,10',
+      '--modes=weights,deltas', f'--output_dir={output_dir}', *extra,
   )
-
 
 class LdpTable1ScriptTest(tf.test.TestCase):
 

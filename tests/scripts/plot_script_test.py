@@ -4,29 +4,18 @@ import csv
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import tensorflow as tf
 
+from tests import script_runs
 from tff_priv.program import layout
 
-_SCRIPT = os.path.join(
-    os.path.dirname(__file__), '..', '..', 'scripts', 'plot.py'
-)
 _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 
 
 def _run(*args):
-  return subprocess.run(
-      [sys.executable, _SCRIPT, *args],
-      capture_output=True,
-      text=True,
-      timeout=300,
-      check=False,
-  )
-
+  return script_runs.run('plot.py', *args)
 
 def _write_run(root, mechanism, eps_per_round):
   os.makedirs(root)

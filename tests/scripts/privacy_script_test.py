@@ -1,29 +1,17 @@
 """scripts/privacy.py end to end, in a subprocess."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
 
-pytestmark = pytest.mark.slow
+from tests import script_runs
 
-_SCRIPT = os.path.join(
-    os.path.dirname(__file__), '..', '..', 'scripts', 'privacy.py'
-)
+pytestmark = pytest.mark.slow
 
 
 def _run(*args):
-  return subprocess.run(
-      [sys.executable, _SCRIPT, *args],
-      capture_output=True,
-      text=True,
-      timeout=300,
-      check=False,
-  )
-
+  return script_runs.run('privacy.py', *args)
 
 class PrivacyScriptTest(tf.test.TestCase):
 

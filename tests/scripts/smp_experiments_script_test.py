@@ -24,40 +24,29 @@ installed copy.
 import json
 import math
 import os
-import subprocess
-import sys
 import tempfile
 
 import pytest
 import tensorflow as tf
 
+from tests import script_runs
+
 pytestmark = pytest.mark.slow
 
-_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
-_SCRIPT = os.path.join(_ROOT, 'scripts', 'smp_experiments.py')
 _D = 8 * 8 * 256 + 256 + 256 * 10 + 10  # tasks.models.mlp on 8x8 digits.
 _K, _ROUNDS, _EPSILON = 8, 2, 4.0
 _P1 = 'Fed-SMP, p = 1 (client noise, secure sum)'
 
 
 def _run(output_dir, *extra):
-  return subprocess.run(
-      [
-          sys.executable, _SCRIPT, '--tasks=digits', '--model=mlp',
-          '--num_clients=40', '--samples_per_client=10', '--public_clients=4',
-          f'--clients_per_round={_K}', f'--rounds={_ROUNDS}',
-          '--local_epochs=1', f'--epsilon={_EPSILON}', '--clip=0.5',
-          '--target_accuracy=0', '--test_examples=200', '--noprogress',
-          f'--output_dir={output_dir}', *extra,
-      ],
-      capture_output=True,
-      text=True,
-      timeout=900,
-      check=False,
-      env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2',
-           'PYTHONPATH': os.path.abspath(_ROOT)},
+  return script_runs.run(
+      'smp_experiments.py', '--tasks=digits', '--model=mlp',
+      '--num_clients=40', '--samples_per_client=10', '--public_clients=4',
+      f'--clients_per_round={_K}', f'--rounds={_ROUNDS}', '--local_epochs=1',
+      f'--epsilon={_EPSILON}', '--clip=0.5', '--target_accuracy=0',
+      '--test_examples=200', '--noprogress', f'--output_dir={output_dir}',
+      *extra,
   )
-
 
 def _summary(run_dir):
   with open(os.path.join(run_dir, 'summary.json')) as f:

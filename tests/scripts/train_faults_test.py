@@ -9,21 +9,18 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
 import pytest
 
+from tests import script_runs
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
 
 pytestmark = pytest.mark.slow
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-_SCRIPT = os.path.join(_ROOT, 'scripts', 'train.py')
 _TIMEOUT = 600
 _COMMON = (
     '--task=digits', '--mechanism=ldp', '--clients_per_round=3',
@@ -32,9 +29,8 @@ _COMMON = (
 
 
 def _start(root, *args):
-  return subprocess.Popen(
-      [sys.executable, _SCRIPT, *_COMMON, f'--root_output_dir={root}', *args],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=_ROOT,
+  return script_runs.start(
+      'train.py', *_COMMON, f'--root_output_dir={root}', *args
   )
 
 
@@ -75,9 +71,7 @@ def _releases(root):
   ).num_releases
 
 
-def _last_line(err):
-  lines = [l for l in err.strip().splitlines() if l.strip()]
-  return lines[-1] if lines else ''
+_last_line = script_runs.last_line
 
 
 class TrainFaultsTest(unittest.TestCase):

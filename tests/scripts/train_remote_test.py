@@ -7,14 +7,13 @@ process is left (checked by PID and start time).
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
 import pytest
 
+from tests import script_runs
 from tests import remote_workers
 from tests.scripts import train_runs
 from tff_priv.accounting import ledger as ledger_lib
@@ -22,24 +21,18 @@ from tff_priv.program import layout
 
 pytestmark = pytest.mark.slow
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-_SCRIPT = os.path.join(_ROOT, 'scripts', 'train.py')
 _TIMEOUT = 600
 
 
-def _command(root, workers, *args):
-  return [
-      sys.executable, _SCRIPT, *train_runs.COMMON,
-      f'--root_output_dir={root}',
+def _args(root, workers, *args):
+  return (
+      *train_runs.COMMON, f'--root_output_dir={root}',
       f"--workers={','.join(w.address for w in workers)}", *args,
-  ]
+  )
 
 
 def _run(root, workers, *args):
-  proc = subprocess.run(
-      _command(root, workers, *args), capture_output=True, text=True,
-      cwd=_ROOT, timeout=_TIMEOUT,
-  )
+  proc = script_runs.run('train.py', *_args(root, workers, *args))
   return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -89,10 +82,7 @@ class TrainRemoteTest(unittest.TestCase):
     args = ('--mechanism=ldp', '--ldp_epsilon=2', '--ldp_radius=0.05',
             '--total_rounds=40', '--eval_every=100', '--worker_timeout=3')
     try:
-      proc = subprocess.Popen(
-          _command(root, workers, *args), stdout=subprocess.PIPE,
-          stderr=subprocess.PIPE, text=True, cwd=_ROOT,
-      )
+      proc = script_runs.start('train.py', *_args(root, workers, *args))
       checkpoints = layout.path(root, layout.CHECKPOINTS)
       deadline = time.monotonic() + _TIMEOUT
       while proc.poll() is None and time.monotonic() < deadline and not (

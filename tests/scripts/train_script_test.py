@@ -23,7 +23,6 @@
 import concurrent.futures
 import contextlib
 import csv
-import dataclasses
 import functools
 import importlib.util
 import io
@@ -32,17 +31,14 @@ import math
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 
 import dp_accounting
 import pytest
 import tensorflow as tf
 
-from tests import procfs
+from tests import script_runs
 from tests.scripts import train_runs
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
@@ -50,9 +46,8 @@ from tff_priv.program import run_flags
 from tff_priv.program import sampling
 from tff_priv.program import training
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-_SCRIPT = os.path.join(_ROOT, 'scripts', 'train.py')
-_TIMEOUT = 900
+_SCRIPT = script_runs.script_path('train.py')
+_TIMEOUT = script_runs.TIMEOUT
 _PARALLEL = 4
 _NUM_CLIENTS = train_runs.NUM_CLIENTS
 _K = train_runs.K
@@ -83,57 +78,8 @@ _PUBLIC_PREFIXES = (
 )
 
 
-def _wait_gone(procs, seconds=15.0):
-  return procfs.wait_gone(procs, seconds)
-
-
-@dataclasses.dataclass
-class _Result:
-  returncode: int
-  stdout: str
-  stderr: str
-  children: set
-  survivors: list
-
-
-class _Watched:
-  """A running train.py whose children are recorded while it runs."""
-
-  def __init__(self, args):
-    self.proc = subprocess.Popen(
-        [sys.executable, _SCRIPT, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=_ROOT,
-    )
-    self.children = set()
-    self._stop = threading.Event()
-    self._thread = threading.Thread(target=self._watch, daemon=True)
-    self._thread.start()
-
-  def _watch(self):
-    while not self._stop.is_set():
-      self.children |= procfs.children(self.proc.pid)
-      self._stop.wait(0.2)
-
-  def finish(self):
-    try:
-      out, err = self.proc.communicate(timeout=_TIMEOUT)
-    except subprocess.TimeoutExpired:
-      self.proc.kill()
-      out, err = self.proc.communicate()
-      err += '\n[test] TIMEOUT: output pipes stayed open (a surviving worker?)'
-    self._stop.set()
-    self._thread.join()
-    return _Result(
-        self.proc.returncode, out, err, self.children,
-        _wait_gone(self.children),
-    )
-
-
 def _run(*args):
-  return _Watched(args).finish()
+  return script_runs.Watched('train.py', *args).finish()
 
 
 def _mechanism_args(run, root):
@@ -145,7 +91,7 @@ def _mechanism_args(run, root):
 def _kill_and_resume(root):
   """Starts the smp run, SIGKILLs it once a checkpoint of round >= 2 exists."""
   args = _mechanism_args('smp', root)
-  watched = _Watched(args)
+  watched = script_runs.Watched('train.py', *args)
   ckpt_dir = layout.path(root, layout.CHECKPOINTS)
   seen = -1
   deadline = time.monotonic() + _TIMEOUT

@@ -2,37 +2,24 @@
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
 import pytest
 import tensorflow as tf
 
+from tests import script_runs
 from tff_priv.program import layout
 
 pytestmark = pytest.mark.slow
 
-_SCRIPT = os.path.join(
-    os.path.dirname(__file__), '..', '..', 'scripts', 'udp_experiments.py'
-)
-
 
 def _run(output_dir, *extra):
-  return subprocess.run(
-      [
-          sys.executable, _SCRIPT, '--task=digits', '--clients=6',
-          '--samples_per_client=20', '--epsilons=8', '--clients_per_round=3',
-          '--calibrations=tight', '--grid=1,2', '--initial_rounds=3',
-          f'--output_dir={output_dir}', *extra,
-      ],
-      capture_output=True,
-      text=True,
-      timeout=900,
-      check=False,
-      env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'},
+  return script_runs.run(
+      'udp_experiments.py', '--task=digits', '--clients=6',
+      '--samples_per_client=20', '--epsilons=8', '--clients_per_round=3',
+      '--calibrations=tight', '--grid=1,2', '--initial_rounds=3',
+      f'--output_dir={output_dir}', *extra,
   )
-
 
 class UdpExperimentsScriptTest(tf.test.TestCase):
 

@@ -2,18 +2,15 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import script_runs
+
 pytestmark = pytest.mark.slow
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
-_SCRIPT = os.path.join(_ROOT, 'scripts', 'utility_loss.py')
 _RUNS = (
     ['rho1_noise_free']
     + [f'rho1_{l}_seed{s}' for l in ('tv0.5', 'eps8') for s in (0, 1)]
@@ -23,22 +20,13 @@ _RUNS = (
 
 
 def _run(output_dir, *extra):
-  return subprocess.run(
-      [
-          sys.executable, _SCRIPT, '--task=digits', '--num_clients=3',
-          '--samples_per_client=30', '--test_examples=100', '--rounds=2',
-          '--local_steps=2', '--reference_steps=300', '--rhos=0.5',
-          '--target_tvs=0.5', '--epsilons=8', '--seeds=2',
-          f'--output_dir={output_dir}', *extra,
-      ],
-      capture_output=True,
-      text=True,
-      timeout=900,
-      check=False,
-      # This checkout's library, not whichever one is installed.
-      env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2', 'PYTHONPATH': _ROOT},
+  return script_runs.run(
+      'utility_loss.py', '--task=digits', '--num_clients=3',
+      '--samples_per_client=30', '--test_examples=100', '--rounds=2',
+      '--local_steps=2', '--reference_steps=300', '--rhos=0.5',
+      '--target_tvs=0.5', '--epsilons=8', '--seeds=2',
+      f'--output_dir={output_dir}', *extra,
   )
-
 
 def _model(run_dir, name='final_model.npz'):
   with np.load(os.path.join(run_dir, name)) as saved:

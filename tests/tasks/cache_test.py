@@ -5,7 +5,6 @@ Network traffic in these tests goes to the loopback interface only.
 
 import os
 import socket
-import time
 from unittest import mock
 
 import tensorflow as tf
@@ -70,9 +69,9 @@ class BoundedDownloadTest(tf.test.TestCase):
       server.listen(1)
       port = server.getsockname()[1]
       self.assertTrue(cache.reachable(f'http://127.0.0.1:{port}/', 5.0))
-    start = time.monotonic()
+    # A closed port refuses at once (no wait for the 5 s timeout; not timed
+    # here: a wall-clock bound fails under load).
     self.assertFalse(cache.reachable(_closed_loopback_url(), 5.0))
-    self.assertLess(time.monotonic() - start, 5.0)
 
   def test_unreachable_host_fails_without_fetching(self):
     fetch = mock.Mock()

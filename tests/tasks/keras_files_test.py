@@ -3,7 +3,6 @@
 import os
 import socket
 import tempfile
-import time
 from unittest import mock
 
 from absl.testing import parameterized
@@ -72,13 +71,12 @@ class KerasFilesTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.parameters('mnist', 'fashion_mnist', 'cifar10')
   def test_missing_files_fail_fast_without_network(self, name):
     root = self._new_dir()
-    start = time.monotonic()
+    # Fails fast: no network is tried (a connect would raise).
     with mock.patch.object(
         socket.socket, 'connect', side_effect=AssertionError('network used')
     ):
       with self.assertRaises(cache.DatasetUnavailableError) as raised:
         keras_files.load(name, cache_dir=root)
-    self.assertLess(time.monotonic() - start, 10.0)
     message = str(raised.exception)
     for path in keras_files.expected_files(name, root):
       self.assertIn(path, message)

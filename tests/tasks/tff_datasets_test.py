@@ -2,7 +2,6 @@
 
 import socket
 import tempfile
-import time
 from unittest import mock
 
 from absl.testing import parameterized
@@ -76,13 +75,12 @@ class TffDatasetsTest(tf.test.TestCase, parameterized.TestCase):
   )
   def test_missing_file_fails_fast_without_network(self, name, load):
     root = self._new_dir()
-    start = time.monotonic()
+    # Fails fast: no network is tried (a connect would raise).
     with mock.patch.object(
         socket.socket, 'connect', side_effect=AssertionError('network used')
     ):
       with self.assertRaises(cache.DatasetUnavailableError) as raised:
         load(root)
-    self.assertLess(time.monotonic() - start, 10.0)
     expected = tff_datasets.expected_file(name, root)
     self.assertEqual(raised.exception.paths, (expected,))
     self.assertIn(expected, str(raised.exception))
