@@ -23,7 +23,6 @@ from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.aggregators import sparsified_secure_sum as sss
 from tff_priv.mechanisms import sparsify
-from tff_priv.program import sampling as sampling_lib
 
 _D = 10
 _VECTOR = tff.TensorType(np.float32, [_D])
@@ -498,59 +497,36 @@ class DpEventTest(tf.test.TestCase, parameterized.TestCase):
     )
 
 
-def over_target_seeds(num_seeds, population=100, clients_per_round=10,
-                      rounds=20, target=8.0, delta=1e-5):
-  """Sampler seeds whose ledger exceeds the calibrated target, and the max eps.
-
-  Each seed draws Poisson client sets for `rounds` rounds (the training
-  program's sampler); every round runs the factory with the realised number
-  of clients (one run per distinct count, which is all the event can depend
-  on) and charges the event in its state under Poisson sampling, as
-  `PrivacyLedger.record_round` does.
-  """
-  q = clients_per_round / population
-  sigma = calibration.calibrate_noise_multiplier(
-      target, delta, rounds, sampling_probability=q
-  )
-  process = _factory(
-      noise_multiplier=sigma, expected_clients_per_round=clients_per_round
-  ).create(_VECTOR)
-  states_by_count = {}
-
-  def state_after_round(n):
-    # A round with no client is not run by the training program; it is
-    # charged the configured event all the same (the state of a one-client
-    # round carries it).
-    n = max(n, 1)
-    if n not in states_by_count:
-      states_by_count[n] = process.next(
-          process.initialize(), [np.ones(_D, np.float32)] * n
-      ).state
-    return states_by_count[n]
-
-  sampler = sampling_lib.ClientSampling('poisson', population, clients_per_round)
-  over, worst, eps_of_ledger = 0, 0.0, {}
-  for seed in range(num_seeds):
-    ledger = ledger_lib.PrivacyLedger()
-    for round_num in range(1, rounds + 1):
-      n = len(sampler.sample_indices(seed, round_num))
-      ledger.record_round(state_after_round(n), sampling_probability=q)
-    key = ledger.to_json()  # Equal ledgers have equal eps: computed once.
-    if key not in eps_of_ledger:
-      eps_of_ledger[key] = ledger.epsilon(delta)
-    worst = max(worst, eps_of_ledger[key])
-    over += eps_of_ledger[key] > target
-  return over, worst, sigma
-
-
 class OverTargetTest(tf.test.TestCase):
 
-  def test_no_sampler_seed_exceeds_the_calibrated_target(self):
+  def test_the_charge_does_not_depend_on_how_many_clients_a_round_drew(self):
     # The audit found the old charge (sigma sqrt(n/K)) over the target in
-    # 99.4% of seeds in this setting. Now the charge does not depend on n.
-    over, worst, _ = over_target_seeds(200)
-    self.assertEqual(over, 0)
-    self.assertLessEqual(worst, 8.0)
+    # 99.4% of sampler seeds (N = 100, K = 10, 20 rounds, target 8). Now the
+    # state's event is the factory's Gaussian(z) whatever the count n, so
+    # every seed's ledger is the calibrated one: 20 rounds at z, sampled.
+    population, k, rounds, target, delta = 100, 10, 20, 8.0, 1e-5
+    q = k / population
+    z = calibration.calibrate_noise_multiplier(
+        target, delta, rounds, sampling_probability=q
+    )
+    process = _factory(
+        noise_multiplier=z, expected_clients_per_round=k
+    ).create(_VECTOR)
+    events = {
+        n: guarantees.extract_dp_event(
+            process.next(
+                process.initialize(), [np.ones(_D, np.float32)] * n
+            ).state
+        )
+        for n in range(0, 21)
+    }
+    self.assertEqual(set(events.values()), {dp_event.GaussianDpEvent(z)})
+    ledger = ledger_lib.PrivacyLedger()
+    for _ in range(rounds):
+      ledger.record(guarantees.sampled_event(
+          events[0], 'add_or_remove_one', sampling_probability=q
+      ))
+    self.assertLessEqual(ledger.epsilon(delta), target)
 
 
 class DpFedAvgEquivalenceTest(tf.test.TestCase, parameterized.TestCase):
