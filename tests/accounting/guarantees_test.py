@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.aggregators import ldp_encode
 
 
 def _tff_dp_process(noise_multiplier=1.2, clients=5.0, clip=1.0):
@@ -181,6 +182,61 @@ class RecordRoundTest(tf.test.TestCase, parameterized.TestCase):
     self.assertAllClose(ledger.epsilon(1e-5), direct.get_epsilon(1e-5), rtol=1e-6)
     # The ledger still serialises exactly.
     self.assertEqual(ledger_lib.PrivacyLedger.from_json(ledger.to_json()), ledger)
+
+  def test_a_contradicting_relation_is_refused_in_one_line(self):
+    # A user who read "fixed-size sampling is replace-one" and said so: the
+    # state's event holds under add-or-remove-one (eps 2.275 recorded against
+    # the true 7.701 before this check).
+    _, process = _tff_dp_process(0.9)
+    output = process.next(process.initialize(), [np.ones(3, np.float32)])
+    ledger = ledger_lib.PrivacyLedger()
+    with self.assertRaisesRegex(
+        ValueError, "neighboring_relation='replace_one' contradicts"
+    ) as raised:
+      ledger.record_round(
+          output.state, population=100, sample_size=10,
+          neighboring_relation='replace_one',
+      )
+    self.assertNotIn('\n', str(raised.exception))
+    self.assertIn('omit neighboring_relation', str(raised.exception))
+    self.assertEqual(ledger.num_releases, 0)
+    # The same relation, said explicitly, is fine.
+    ledger.record_round(
+        output.state, population=100, sample_size=10,
+        neighboring_relation='add_or_remove_one',
+    )
+    self.assertEqual(ledger.num_releases, 1)
+
+  def test_a_learning_state_and_an_uncountable_sampling_are_refused(self):
+    model_fn = lambda: tff.learning.models.from_keras_model(  # pylint: disable=g-long-lambda
+        tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(2,)),
+                             tf.keras.layers.Dense(2)]),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=(tf.TensorSpec([None, 2], tf.float32),
+                    tf.TensorSpec([None], tf.int32)),
+    )
+    factory, _ = _tff_dp_process(0.9)
+    learning = tff.learning.algorithms.build_unweighted_fed_avg(
+        model_fn, tff.learning.optimizers.build_sgdm(0.1),
+        model_aggregator=factory,
+    )
+    data = tf.data.Dataset.from_tensor_slices(
+        (np.ones((4, 2), np.float32), np.zeros(4, np.int32))).batch(2)
+    state = learning.next(learning.initialize(), [data]).state
+    with self.assertRaisesRegex(TypeError, 'output.state.aggregator'):
+      ledger_lib.PrivacyLedger().record_round(state, sampling_probability=0.1)
+    # A pure-eps LDP round under fixed-size sampling: dp_accounting knows no
+    # amplification for it; refused at the call, not later in epsilon().
+    ldp = ldp_encode.LDPEncodeFactory(
+        epsilon=1.0, range_mode='fixed', center=0.0, radius=1.0
+    ).create(tff.TensorType(np.float32, [3]))
+    ldp_state = ldp.next(ldp.initialize(), [np.zeros(3, np.float32)]).state
+    ledger = ledger_lib.PrivacyLedger()
+    with self.assertRaisesRegex(ValueError, 'without sampling') as raised:
+      ledger.record_round(ldp_state, population=10, sample_size=3)
+    self.assertNotIn('\n', str(raised.exception))
+    ledger.record_round(ldp_state)
+    self.assertGreater(ledger.epsilon(1e-5), 0)
 
 
 if __name__ == '__main__':

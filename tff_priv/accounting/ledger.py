@@ -142,10 +142,35 @@ class PrivacyLedger:
 
     Raises:
       ValueError: Poisson sampling of an event that holds under replace-one
-        (noise added on each client: sample K of N instead).
+        (noise added on each client: sample K of N instead); an explicit
+        `neighboring_relation` that contradicts the state's; a sampling under
+        which the accountant cannot count the event (refused here, not later
+        in `epsilon`).
+      TypeError: a whole learning-process state instead of its `aggregator`.
     """
+    if hasattr(aggregator_state, 'global_model_weights') and hasattr(
+        aggregator_state, 'aggregator'
+    ):
+      raise TypeError(
+          'record_round takes the aggregator\'s state: pass '
+          'output.state.aggregator, not output.state'
+      )
+    try:
+      known = guarantees.relation_of_state(aggregator_state)
+    except TypeError:
+      if neighboring_relation is None:
+        raise
+      known = None
     if neighboring_relation is None:
-      neighboring_relation = guarantees.relation_of_state(aggregator_state)
+      neighboring_relation = known
+    elif known is not None and neighboring_relation != known:
+      raise ValueError(
+          f'neighboring_relation={neighboring_relation!r} contradicts the '
+          f"state's event, which holds under {known}: omit "
+          'neighboring_relation (the sampling reads the event in the relation '
+          'it needs: Poisson add-or-remove-one, population/sample_size '
+          'replace-one)'
+      )
     event = guarantees.sampled_event(
         guarantees.extract_dp_event(aggregator_state),
         neighboring_relation,
@@ -153,6 +178,15 @@ class PrivacyLedger:
         population=population,
         sample_size=sample_size,
     )
+    reason = accountants.can_count(
+        'rdp', event, accountants.relation_for(event) or self.neighboring_relation
+    )
+    if reason is not None:
+      raise ValueError(
+          f'{reason}: no amplification by this sampling is known for this '
+          'state\'s event; record it without sampling arguments (an upper '
+          'bound)'
+      )
     self.record(event)
     return event
 
