@@ -55,6 +55,48 @@ class TreeRestartFactoryTest(tf.test.TestCase):
     self.assertFalse(np.allclose(firsts[0], firsts[1]))
     self.assertFalse(np.allclose(firsts[1], firsts[2]))
 
+  def test_the_first_release_is_drawn_from_the_key_not_the_clock(self):
+    # Zero inputs: round 1 releases the tree's first node over K. TFF's own
+    # factory draws it from a seed read from tf.timestamp(). Here it is a
+    # function of the key (and the nonce, 0 with a given key) alone: two
+    # builds with key 123, made at different times, release the same values;
+    # key 124 releases others.
+    zeros = [np.zeros(3, np.float32)]
+
+    def first_release(key):
+      process = dp_ftrl.TreeRestartFactory(
+          1.5, 2, 1.0, 3, noise_seed=key
+      ).create(_TYPE)
+      return np.asarray(process.next(process.initialize(), zeros).result)
+
+    first = first_release(123)
+    self.assertGreater(np.linalg.norm(first), 0)
+    self.assertAllEqual(first_release(123), first)
+    self.assertFalse(np.allclose(first_release(124), first))
+
+  def test_every_build_and_every_initialize_draws_secret_seeds(self):
+    # A resumed run builds its process anew: a new key from the operating
+    # system. Two runs of one process: a new nonce each initialize().
+    zeros = [np.zeros(3, np.float32)]
+
+    def first_release(process):
+      return np.asarray(process.next(process.initialize(), zeros).result)
+
+    factory = dp_ftrl.TreeRestartFactory(1.0, 1, 1.0, 2)
+    one, other = factory.create(_TYPE), factory.create(_TYPE)
+    releases = [first_release(one), first_release(one), first_release(other)]
+    for i in range(3):
+      for j in range(i):
+        self.assertFalse(np.allclose(releases[i], releases[j]), (i, j))
+    # A forced restart (the program's resume) in a new build: fresh noise for
+    # the rounds run again.
+    state = one.next(one.initialize(), zeros).state
+    again = [
+        np.asarray(p.next(dp_ftrl.with_restart_forced(state), zeros).result)
+        for p in (one, other)
+    ]
+    self.assertFalse(np.allclose(again[0], again[1]))
+
   def test_near_zero_noise_gives_the_clipped_mean(self):
     process = dp_ftrl.TreeRestartFactory(1e-9, 2, 1.0, 2).create(_TYPE)
     state = process.initialize()

@@ -11,12 +11,23 @@ sum of noise. TFF's factory never restarts its tree and its state reports
 
 `TreeRestartFactory` wraps it and owns the guarantee:
 
-* The tree restarts (the inner state is replaced by a fresh `initialize()`,
-  which draws a fresh noise seed) every `rounds_per_tree` rounds, and at the
-  first round after `force_restart` (the training program sets it when it
-  resumes from a checkpoint, so that rounds run again are never released
-  with the noise they were released with before: the difference of two such
-  releases would be noise-free).
+* The tree restarts (the inner state is replaced by a fresh `initialize()`)
+  every `rounds_per_tree` rounds, and at the first round after
+  `force_restart` (the training program sets it when it resumes from a
+  checkpoint, so that rounds run again are never released with the noise they
+  were released with before: the difference of two such releases would be
+  noise-free).
+* Each tree's noise seed is secret. TFF leaves the tree's seed to
+  tensorflow_privacy, which without `noise_seed` reads it from the clock
+  (`tf.timestamp()` in microseconds and nanoseconds): about 2^37 candidates
+  near a release's known time, each checkable against a released model
+  delta, after which every release of that tree is noise-free. Here the seed
+  of the tree starting at round r is `fold_in(fold_in(key, nonce), r)`
+  (TF's stateless Philox hash): `key` is 63 bits from the operating system
+  (Python's `secrets`) drawn when the process is built (`create`), so a run
+  resumed in a new process draws new ones; `nonce` is drawn by `initialize()`
+  (TF's nondeterministic integers) and kept in the state, so two runs of one
+  process differ. Neither is released; the nonce is in the checkpoints.
 * If every client takes part at most once per tree (the training program's
   'epoch' sampling: a fresh permutation of the clients per epoch, K per
   round, `rounds_per_tree` = N // K rounds per epoch), one tree is
@@ -33,12 +44,14 @@ guarantee is against an analyst who sees the released models only.
 """
 
 import collections
+import secrets
 from typing import Optional
 
 import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+import tensorflow_privacy as tfp
 
 from tff_priv import validation
 from tff_priv.accounting import guarantees
@@ -69,8 +82,9 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
     clients_per_round: K, the sum's divisor.
     clip: C > 0, the L2 clip of each client's update.
     rounds_per_tree: R >= 1: the tree restarts every R rounds.
-    noise_seed: None (a fresh seed per tree); an int makes every tree draw
-      the same noise (tests only: then the guarantee does not hold).
+    noise_seed: None (a secret key from the operating system); an int is
+      the key and the nonce is 0, so the noise is reproducible (tests only:
+      then the guarantee does not hold).
   """
 
   def __init__(
@@ -100,11 +114,48 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
         lambda t: tf.TensorSpec(t.shape, t.dtype),
         tff.types.type_to_tf_tensor_specs(value_type),
     )
-    inner = tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
-        self._z, float(self._k), self._clip, specs, noise_seed=self._noise_seed
+    # TFF's `DifferentiallyPrivateFactory.tree_aggregation`, built from its
+    # query here because `reseed` needs the query to restart the tree from
+    # a seed of ours. Its noise_seed 0 only keeps tensorflow_privacy from
+    # reading the clock: every tree is reseeded before it releases anything.
+    sum_query = tfp.TreeResidualSumQuery.build_l2_gaussian_query(
+        self._clip, self._z, specs, noise_seed=0, use_efficient=True
+    )
+    inner = tff.aggregators.DifferentiallyPrivateFactory(
+        tfp.NormalizedQuery(sum_query, denominator=float(self._k))
     ).create(value_type)
     rounds = self._rounds
     event = tree_event(self._z, rounds)
+    fixed = self._noise_seed is not None
+    key = self._noise_seed if fixed else secrets.randbits(63)
+    tree_type = inner.initialize.type_signature.result.member
+
+    @tff.tensorflow.computation
+    def new_nonce():
+      if fixed:
+        return tf.zeros([2], tf.int64)
+      return tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
+
+    @tff.tensorflow.computation(tree_type, np.int64, tff.TensorType(np.int64, [2]))
+    def reseed(tree, rounds_done, nonce):
+      seed = tf.random.experimental.stateless_fold_in(
+          tf.constant([key, 0], tf.int64), nonce[0]
+      )
+      seed = tf.random.experimental.stateless_fold_in(seed, nonce[1])
+      seed = tf.random.experimental.stateless_fold_in(seed, rounds_done)
+      numerator = tree.query_state.numerator_state
+      generator = numerator.tree_state.value_generator_state
+      numerator = numerator._replace(
+          tree_state=numerator.tree_state._replace(
+              value_generator_state=generator._replace(seeds=seed)
+          )
+      )
+      # A tree of one leaf whose node is drawn from the new seed (the node
+      # `initialize()` drew came from seed 0).
+      numerator = sum_query.reset_state(None, numerator)
+      return tree._replace(
+          query_state=tree.query_state._replace(numerator_state=numerator)
+      )
 
     def charged(count):
       return dp_accounting.SelfComposedDpEvent(event, count).to_named_tuple()
@@ -117,6 +168,7 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
     def init_fn():
       return tff.federated_zip(collections.OrderedDict(
           tree=inner.initialize(),
+          nonce=tff.federated_eval(new_nonce, tff.SERVER),
           rounds_done=tff.federated_value(np.int64(0), tff.SERVER),
           force_restart=tff.federated_value(False, tff.SERVER),
           dp_event=tff.federated_eval(placeholder_dp_event, tff.SERVER),
@@ -124,7 +176,6 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
       ))
 
     state_type = init_fn.type_signature.result
-    tree_type = state_type.member.tree
 
     @tff.tensorflow.computation(np.int64, np.bool_)
     def restarts(rounds_done, force_restart):
@@ -136,10 +187,13 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
           lambda a, b: tf.where(restart, a, b), fresh, carried
       )
 
-    @tff.tensorflow.computation(np.bool_, np.int64, tree_type)
-    def new_state(restart, rounds_done, tree):
+    @tff.tensorflow.computation(
+        np.bool_, np.int64, tree_type, tff.TensorType(np.int64, [2])
+    )
+    def new_state(restart, rounds_done, tree, nonce):
       return collections.OrderedDict(
           tree=tree,
+          nonce=nonce,
           rounds_done=rounds_done + 1,
           force_restart=tf.constant(False),
           dp_event=charged(tf.cast(restart, tf.int32)),
@@ -153,11 +207,15 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
       restart = tff.federated_map(
           restarts, (state.rounds_done, state.force_restart)
       )
-      tree = tff.federated_map(pick, (restart, inner.initialize(), state.tree))
+      fresh = tff.federated_map(
+          reseed, (inner.initialize(), state.rounds_done, state.nonce)
+      )
+      tree = tff.federated_map(pick, (restart, fresh, state.tree))
       output = inner.next(tree, value)
       return tff.templates.MeasuredProcessOutput(
           state=tff.federated_map(
-              new_state, (restart, state.rounds_done, output.state)
+              new_state,
+              (restart, state.rounds_done, output.state, state.nonce),
           ),
           result=output.result,
           measurements=output.measurements,
