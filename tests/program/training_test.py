@@ -207,6 +207,40 @@ class RunTest(_TempDirTestCase):
       training.run(_config(clients_per_round=11), root, progress=False)
     self.assertFalse(os.path.exists(root))  # A refused run leaves nothing.
 
+  def test_a_round_that_samples_nobody_runs_and_looks_like_any_other(self):
+    # N = 10, K = 1 (Poisson q = 0.1): about a third of the rounds draw
+    # nobody. Such a round releases the noise alone; a skipped round (empty
+    # cells, an unchanged model) would show that nobody was sampled, which
+    # the sampled Gaussian's accounting assumes hidden.
+    rounds = 6
+    draw = sampling_lib.ClientSampling('poisson', 10, 1)
+    seed = next(
+        s for s in range(1000)
+        if [len(draw.sample_indices(s, r)) > 0
+            for r in range(1, rounds + 1)].count(False) in (2, 3)
+    )
+    empty = [r for r in range(1, rounds + 1)
+             if not len(draw.sample_indices(seed, r))]
+    config = _config(
+        mechanism='dp_fedavg', clients_per_round=1, total_rounds=rounds,
+        eval_every=100, sampling_seed=seed,
+        params=dict(noise_multiplier=1.0, clip=1.0),
+    )
+    root = os.path.join(self._make_tempdir(), 'run')
+    summary = training.run(config, root, progress=False)
+    rows = _rows(layout.path(root, layout.TRAIN_CSV))
+    self.assertLen(rows, rounds)
+    filled = [frozenset(k for k, v in r.items() if v != '') for r in rows]
+    self.assertLen(set(filled), 1, (empty, rows))
+    self.assertEqual(filled[0], frozenset(rows[0]))  # No empty cell at all.
+    for r in empty:
+      # The round's update (the noise over K) was finite and applied.
+      self.assertEqual(rows[r - 1]['finalizer/update_non_finite'], '0')
+    ledger = ledger_lib.PrivacyLedger.from_json(
+        json.dumps(summary['privacy']['ledger'])
+    )
+    self.assertEqual(ledger.num_releases, rounds)
+
   def test_stop_and_resume_continues_rounds_and_ledger(self):
     root = os.path.join(self._make_tempdir(), 'run')
     config = _config()

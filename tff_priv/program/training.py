@@ -989,7 +989,11 @@ async def _run(
           client_sampling.sample(client_ids, sampling_seed, round_num),
           planned_event,
       )
-      if chosen:
+      # A private round runs even when its Poisson draw is empty: it then
+      # releases the noise alone, which is what the charged event describes
+      # (skipping it would show that nobody was sampled, and the accountant
+      # counts a noised release every round).
+      if chosen or private:
         data = []
         for c in chosen:
           x = task.datasets.train_preprocess_fn(
@@ -1007,9 +1011,13 @@ async def _run(
           # the ledger. A canary's TFF update is initial - trained weights:
           # -norm c_j moves the model towards +c_j.
           d = mechanism.num_parameters
+          # A dataset of the clients' element type (a canary reads none).
+          canary_template = data[0] if data else task.datasets.train_preprocess_fn(
+              train_data.create_tf_dataset_for_client(client_ids[0])
+          )
           data = [canary_clients.real_client_data(x, d) for x in data] + [
               canary_clients.canary_client_data(
-                  data[0],
+                  canary_template,
                   -mechanism.canary_norm * canaries.direction(j),
                   mechanism.canary_weight,
               )
@@ -1027,8 +1035,7 @@ async def _run(
               ),
           )
       else:
-        # Nobody sampled: nothing runs, nothing is released; the round's
-        # event is charged all the same (over-counts, never under-counts).
+        # A non-private run with nobody sampled: nothing runs.
         metrics, released = None, planned_event
       privacy.charge(released, chosen)
       planned_event = released
