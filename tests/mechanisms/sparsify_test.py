@@ -8,6 +8,8 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
+from tff_priv.mechanisms import clipping
+from tff_priv.mechanisms import gaussian
 from tff_priv.mechanisms import sparsify
 
 
@@ -219,7 +221,7 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_structure_clip_uses_global_norm(self):
     value = collections.OrderedDict(a=tf.constant([3.0]), b=tf.constant([[4.0]]))
-    out = sparsify.clip_l2(value, 1.0)
+    out = clipping.clip_l2(value, 1.0)
     self.assertAllClose(out['a'], [0.6])
     self.assertAllClose(out['b'], [[0.8]])
 
@@ -230,7 +232,7 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
     )
     self.assertAllClose(out[0], [0.6, 0.0])
     self.assertAllClose(out[1], [[0.8]])
-    noised = sparsify.add_gaussian_noise(
+    noised = gaussian.add_gaussian_noise(
         [tf.zeros([50]), tf.zeros([50])], 1.0, tf.constant([1, 1], tf.int64)
     )
     # One seed, independent noise per leaf.
@@ -248,7 +250,7 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
   def test_noise_std_and_dtype(self, dtype):
     # Tolerance: 5 relative standard errors of a sample std over n draws.
     n, std = 20000, 0.37
-    out = sparsify.add_gaussian_noise(tf.zeros([n], dtype), std)
+    out = gaussian.add_gaussian_noise(tf.zeros([n], dtype), std)
     self.assertEqual(out.dtype, dtype)
     self.assertAllClose(np.mean(out), 0.0, atol=5 * std / math.sqrt(n))
     self.assertAllClose(
@@ -256,18 +258,18 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
     )
 
   def test_unseeded_noise_is_fresh_seeded_noise_is_reproducible(self):
-    a = sparsify.add_gaussian_noise(tf.zeros([100]), 1.0)
-    b = sparsify.add_gaussian_noise(tf.zeros([100]), 1.0)
+    a = gaussian.add_gaussian_noise(tf.zeros([100]), 1.0)
+    b = gaussian.add_gaussian_noise(tf.zeros([100]), 1.0)
     self.assertNotAllEqual(a, b)
     seed = tf.constant([9, 9], tf.int64)
     self.assertAllEqual(
-        sparsify.add_gaussian_noise(tf.zeros([100]), 1.0, seed),
-        sparsify.add_gaussian_noise(tf.zeros([100]), 1.0, seed),
+        gaussian.add_gaussian_noise(tf.zeros([100]), 1.0, seed),
+        gaussian.add_gaussian_noise(tf.zeros([100]), 1.0, seed),
     )
 
   def test_zero_stddev_adds_nothing(self):
     x = tf.constant([1.0, 2.0])
-    self.assertAllEqual(sparsify.add_gaussian_noise(x, 0.0), x)
+    self.assertAllEqual(gaussian.add_gaussian_noise(x, 0.0), x)
 
 
 class FormulaTest(tf.test.TestCase):
@@ -281,7 +283,7 @@ class FormulaTest(tf.test.TestCase):
       s = sparsify.client_noise_stddev(sigma, c, n)
       self.assertAllClose(s, sigma * c / math.sqrt(n))
       total = tf.add_n([
-          sparsify.add_gaussian_noise(tf.zeros([size], tf.float32), s)
+          gaussian.add_gaussian_noise(tf.zeros([size], tf.float32), s)
           for _ in range(n)
       ])
       self.assertAllClose(
@@ -302,7 +304,7 @@ class FormulaTest(tf.test.TestCase):
     # z = 2 about 4.55%. Tolerance: 5 standard errors.
     sigma, c, size = 1.0, 1.0, 20000
     bound = sparsify.secure_sum_bound(c, sigma, 2.0)
-    noise = sparsify.add_gaussian_noise(
+    noise = gaussian.add_gaussian_noise(
         tf.zeros([size], tf.float32), sparsify.client_noise_stddev(sigma, c, 1)
     ).numpy()
     frac = np.mean(np.abs(noise) > bound - c)

@@ -55,6 +55,7 @@ import tensorflow_privacy as tfp
 
 from tff_priv import validation
 from tff_priv.accounting import guarantees
+from tff_priv.mechanisms import clipping
 
 GUARANTEE = guarantees.Guarantee(
     unit='client',
@@ -200,6 +201,12 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
           is_init_state=tf.constant(False),
       )
 
+    @tff.tensorflow.computation(value_type)
+    def finite(value):
+      # tff_priv's policy: a non-finite update contributes zeros (TFF's
+      # clipping would pass the NaN into the sum).
+      return clipping.clip_l2(value, None)
+
     @tff.federated_computation(
         state_type, tff.FederatedType(value_type, tff.CLIENTS)
     )
@@ -211,7 +218,7 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
           reseed, (inner.initialize(), state.rounds_done, state.nonce)
       )
       tree = tff.federated_map(pick, (restart, fresh, state.tree))
-      output = inner.next(tree, value)
+      output = inner.next(tree, tff.federated_map(finite, value))
       return tff.templates.MeasuredProcessOutput(
           state=tff.federated_map(
               new_state,

@@ -22,6 +22,7 @@ import tensorflow_federated as tff
 
 from tff_priv import validation
 from tff_priv.accounting import guarantees
+from tff_priv.mechanisms import clipping
 from tff_priv.mechanisms import gaussian
 from tff_priv.mechanisms import noise_schedule
 
@@ -145,20 +146,6 @@ def _as_nest(value):
   return value
 
 
-def clip_upload(value, clip: float):
-  """`value` (a structure of tensors) clipped to global L2 norm `clip`.
-
-  An upload whose norm is not finite (NaN or inf anywhere) is replaced by
-  zeros, which also lie in the clip ball.
-  """
-  flat = tf.nest.flatten(value)
-  norm = tf.linalg.global_norm(flat)
-  clipped, _ = tf.clip_by_global_norm(flat, clip, use_norm=norm)
-  finite = tf.math.is_finite(norm)
-  clipped = [tf.where(finite, c, tf.zeros_like(c)) for c in clipped]
-  return tf.nest.pack_sequence_as(value, clipped)
-
-
 class _ClientNoise:
   """Optional clip, client noise from a `NoiseSource`, then the inner mean."""
 
@@ -212,9 +199,8 @@ class _ClientNoise:
 
     @tff.tensorflow.computation(value_type, np.float64)
     def add_noise(value, stddev):
-      value = _as_nest(value)
-      if clip is not None:
-        value = clip_upload(value, clip)
+      # Clipped (when a clip is given); a non-finite upload is zeros.
+      value = clipping.clip_l2(_as_nest(value), clip)
       return gaussian.add_gaussian_noise(value, stddev)
 
     @tff.federated_computation()

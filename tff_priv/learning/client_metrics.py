@@ -18,6 +18,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_priv.mechanisms import clipping
+
 LOSS_KEY = 'loss'
 # The released names (keys of the finalized metrics at the server).
 DP_LOSS = 'dp_loss'
@@ -205,11 +207,13 @@ class DpClientMetrics:
         acc_total, acc_count = metrics[acc_key]
         loss = tf.math.divide_no_nan(loss_total, loss_count)
         accuracy = tf.math.divide_no_nan(acc_total, acc_count)
-        return collections.OrderedDict(
+        # A client whose metrics are not finite contributes zeros (count
+        # included), tff_priv's policy (`clipping.clip_l2`).
+        return clipping.clip_l2(collections.OrderedDict(
             loss=tf.clip_by_value(loss, 0.0, loss_bound) / loss_bound,
             accuracy=tf.clip_by_value(accuracy, 0.0, 1.0),
             count=tf.ones_like(loss),
-        )
+        ), None)
 
       values = tff.federated_map(bounded, client_unfinalized_metrics)
       process = factory.create(bounded.type_signature.result)

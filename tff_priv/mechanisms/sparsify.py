@@ -50,6 +50,9 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
+from tff_priv.mechanisms import clipping
+from tff_priv.mechanisms import gaussian
+
 
 def num_kept(dimension: int, compression: float) -> int:
   """Number of kept coordinates k = min(d, max(1, floor(p d + 1/2))).
@@ -245,56 +248,6 @@ def sparsify(update: Any, indices: Optional[Any], scale: float = 1.0) -> Any:
   return kept
 
 
-def clip_l2(values: Any, clip: float) -> Any:
-  """`values * min(1, C / ||values||_2)`, the norm over the whole structure.
-
-  A single tensor uses TF's `clip_by_norm`; a structure uses
-  `clip_by_global_norm` (the norm of all its values as one vector).
-  """
-  if tf.is_tensor(values) or isinstance(values, np.ndarray):
-    return tf.clip_by_norm(values, clip)
-  leaves = tf.nest.flatten(values)
-  clipped, _ = tf.clip_by_global_norm(leaves, clip)
-  return tf.nest.pack_sequence_as(values, clipped)
-
-
-def add_gaussian_noise(
-    values: Any, stddev: float, seed: Optional[Any] = None
-) -> Any:
-  """`values + N(0, stddev^2 I)`, independently on every value of a structure.
-
-  Args:
-    values: float tensor or structure of float tensors.
-    stddev: noise standard deviation (a number or a scalar tensor); the
-      number 0 returns `values` unchanged.
-    seed: None (default) draws the noise from TF's stateful generator, seeded
-      from the operating system's entropy when the op is created: every client
-      gets its own fresh randomness. An int64 [2] tensor makes the noise a
-      deterministic function of the seed (tests only: a seed known to the server,
-      such as the round's mask seed, must never drive a client's noise, since
-      the server could then subtract it).
-
-  Returns:
-    The noised values, same structure, dtypes and shapes.
-  """
-  if isinstance(stddev, (int, float)) and stddev == 0.0:
-    return values
-  leaves = [tf.convert_to_tensor(t) for t in tf.nest.flatten(values)]
-  noised = []
-  for i, t in enumerate(leaves):
-    if seed is None:
-      noise = tf.random.normal(tf.shape(t), stddev=stddev, dtype=t.dtype)
-    else:
-      leaf_seed = tf.random.experimental.stateless_fold_in(
-          tf.cast(seed, tf.int64), i
-      )
-      noise = tf.random.stateless_normal(
-          tf.shape(t), seed=leaf_seed, stddev=stddev, dtype=t.dtype
-      )
-    noised.append(t + noise)
-  return tf.nest.pack_sequence_as(values, noised)
-
-
 def sparsify_clip_noise(
     update: Any,
     indices: Optional[Any],
@@ -315,14 +268,17 @@ def sparsify_clip_noise(
     clip: C > 0, bound on the L2 norm of the k scaled values.
     noise_stddev: per-coordinate noise std, sigma C / sqrt(n)
       (`client_noise_stddev`).
-    seed: see `add_gaussian_noise` (None in production).
+    seed: see `gaussian.add_gaussian_noise` (None in production).
 
   Returns:
     The upload `clip_l2(scale * flatten(update)[indices], C) + noise`: a
-    tensor [k], or a structure like `update` when `indices` is None.
+    tensor [k], or a structure like `update` when `indices` is None. An
+    update that is not finite is sent as noise alone (`clipping.clip_l2`).
   """
   kept = sparsify(update, indices, scale)
-  return add_gaussian_noise(clip_l2(kept, clip), noise_stddev, seed)
+  return gaussian.add_gaussian_noise(
+      clipping.clip_l2(kept, clip), noise_stddev, seed
+  )
 
 
 def densify(values: Any, indices: Optional[Any], dimension: int) -> tf.Tensor:
