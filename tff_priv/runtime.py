@@ -15,7 +15,9 @@ worker binary started in this process is stopped when the process ends:
   effect (the previous handler runs, or the process dies of the signal);
 * SIGKILL or any other death that runs no Python code: on Linux every worker
   is started with `PR_SET_PDEATHSIG` so the kernel kills it when its parent
-  dies.
+  dies (a worker forked while its parent was exiting, which the kernel would
+  not signal, exits by itself; `stop_workers` also stops a worker whose start
+  raced it, found among this process's children).
 
 `track_workers()` gives the exit and parent-death guarantees alone, in
 whatever context is current (`tff_priv.program.training.run` calls it, so a
@@ -75,13 +77,26 @@ _previous_handlers: dict[int, object] = {}
 _current_kind = None
 
 
-def _set_parent_death_signal() -> None:
-  """Runs in the forked child before exec: die with SIGKILL when the parent dies."""
-  libc_name = ctypes.util.find_library('c')
-  if not libc_name:
-    return
-  libc = ctypes.CDLL(libc_name, use_errno=True)
-  libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def dies_with_this_process():
+  """A `preexec_fn`: the forked child dies with SIGKILL when this process dies.
+
+  The kernel sends the signal only for a parent that dies after the prctl
+  call: a parent that ended between the fork and it (a worker TFF restarts
+  while a stopped run exits) would leave the child running, holding the
+  run's output pipes. The child checks for that and exits before exec.
+  """
+  parent = os.getpid()
+
+  def set_signal():
+    libc_name = ctypes.util.find_library('c')
+    if not libc_name:
+      return
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+      os._exit(1)  # pylint: disable=protected-access
+
+  return set_signal
 
 
 class _TrackedPopen(subprocess.Popen):
@@ -93,7 +108,7 @@ class _TrackedPopen(subprocess.Popen):
       # the child exits. TFF starts its worker from the thread of its sync
       # context's event loop, which lives as long as the context; the atexit
       # and signal hooks below do not depend on this at all.
-      kwargs['preexec_fn'] = _set_parent_death_signal
+      kwargs['preexec_fn'] = dies_with_this_process()
     super().__init__(*args, **kwargs)
     with _lock:
       _workers.append(self)
@@ -128,12 +143,22 @@ def stop_workers(timeout: float = _STOP_TIMEOUT_SECONDS) -> None:
   a fresh one, which must not fail on a PID that no longer exists. So a
   computation after `stop_workers()` transparently starts a new worker.
   """
-  with _lock:
-    procs = [p for p in _workers if _running(p)]
-    _workers[:] = procs
-  for p in procs:
+  # From a signal handler the interrupted thread may hold the lock: never
+  # wait on it for long (the list is only read then).
+  locked = _lock.acquire(timeout=1.0)
+  try:
+    procs = [p for p in list(_workers) if _running(p)]
+    if locked:
+      _workers[:] = procs
+  finally:
+    if locked:
+      _lock.release()
+  # A worker whose start raced this stop (forked, not yet registered) is
+  # still a child of this process running TFF's worker binary.
+  strays = _untracked_worker_children({p.pid for p in procs})
+  for pid in [p.pid for p in procs] + strays:
     try:
-      os.kill(p.pid, signal.SIGINT)  # How TFF itself asks the worker to stop.
+      os.kill(pid, signal.SIGINT)  # How TFF itself asks the worker to stop.
     except ProcessLookupError:
       pass
   deadline = time.monotonic() + timeout
@@ -146,8 +171,53 @@ def stop_workers(timeout: float = _STOP_TIMEOUT_SECONDS) -> None:
         os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
       except ChildProcessError:
         pass
-  with _lock:
-    _workers[:] = [p for p in _workers if _running(p)]
+  for pid in strays:
+    while _child_alive(pid) and time.monotonic() < deadline:
+      time.sleep(0.02)
+    if _child_alive(pid):
+      try:
+        os.kill(pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+  if _lock.acquire(timeout=1.0):
+    try:
+      _workers[:] = [p for p in _workers if _running(p)]
+    finally:
+      _lock.release()
+
+
+def _proc_stat(pid: int):
+  """(state, ppid) of `pid` from /proc, or None."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      fields = f.read().rsplit(')', 1)[1].split()
+  except OSError:
+    return None
+  return fields[0], int(fields[1])
+
+
+def _child_alive(pid: int) -> bool:
+  stat = _proc_stat(pid)
+  return stat is not None and stat[0] != 'Z' and stat[1] == os.getpid()
+
+
+def _untracked_worker_children(tracked: set) -> list[int]:
+  """Live children of this process running TFF's worker binary, not in `tracked`."""
+  if not os.path.isdir('/proc'):
+    return []
+  found = []
+  for entry in os.listdir('/proc'):
+    if not entry.isdigit() or int(entry) in tracked:
+      continue
+    if not _child_alive(int(entry)):
+      continue
+    try:
+      with open(f'/proc/{entry}/cmdline', 'rb') as f:
+        if b'worker_binary' in f.read():
+          found.append(int(entry))
+    except OSError:
+      continue
+  return found
 
 
 def _on_signal(signum, frame):

@@ -97,7 +97,7 @@ def serve(port: int, max_concurrent_computation_calls: int = -1,
   proc = subprocess.Popen(  # pylint: disable=subprocess-popen-preexec-fn
       [worker_binary_path(), f'--port={port}',
        f'--max_concurrent_computation_calls={max_concurrent_computation_calls}'],
-      preexec_fn=runtime._set_parent_death_signal,  # pylint: disable=protected-access
+      preexec_fn=runtime.dies_with_this_process(),
       stdout=subprocess.DEVNULL,
       stderr=subprocess.DEVNULL,
   )
@@ -169,7 +169,7 @@ class Launched:
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env=dict(os.environ, PYTHONPATH=root), cwd=root,
         # Dies with this process, as the worker dies with it.
-        preexec_fn=runtime._set_parent_death_signal,  # pylint: disable=protected-access
+        preexec_fn=runtime.dies_with_this_process(),
     )
     line = self.proc.stdout.readline()
     if 'ready on port' not in line:
