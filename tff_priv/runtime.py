@@ -202,7 +202,7 @@ def _child_alive(pid: int) -> bool:
 
 
 def _untracked_worker_children(tracked: set) -> list[int]:
-  """Live children of this process running TFF's worker binary, not in `tracked`."""
+  """Live children of this process running TFF's worker binary, not tracked."""
   if not os.path.isdir('/proc'):
     return []
   found = []

@@ -178,9 +178,8 @@ class PrivacyLedger:
         population=population,
         sample_size=sample_size,
     )
-    reason = accountants.can_count(
-        'rdp', event, accountants.relation_for(event) or self.neighboring_relation
-    )
+    relation = accountants.relation_for(event) or self.neighboring_relation
+    reason = accountants.can_count('rdp', event, relation)
     if reason is not None:
       raise ValueError(
           f'{reason}: no amplification by this sampling is known for this '

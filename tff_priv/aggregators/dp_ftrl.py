@@ -130,6 +130,7 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
     fixed = self._noise_seed is not None
     key = self._noise_seed if fixed else secrets.randbits(63)
     tree_type = inner.initialize.type_signature.result.member
+    nonce_type = tff.TensorType(np.int64, [2])
 
     @tff.tensorflow.computation
     def new_nonce():
@@ -137,7 +138,7 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
         return tf.zeros([2], tf.int64)
       return tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
 
-    @tff.tensorflow.computation(tree_type, np.int64, tff.TensorType(np.int64, [2]))
+    @tff.tensorflow.computation(tree_type, np.int64, nonce_type)
     def reseed(tree, rounds_done, nonce):
       seed = tf.random.experimental.stateless_fold_in(
           tf.constant([key, 0], tf.int64), nonce[0]
@@ -188,9 +189,7 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
           lambda a, b: tf.where(restart, a, b), fresh, carried
       )
 
-    @tff.tensorflow.computation(
-        np.bool_, np.int64, tree_type, tff.TensorType(np.int64, [2])
-    )
+    @tff.tensorflow.computation(np.bool_, np.int64, tree_type, nonce_type)
     def new_state(restart, rounds_done, tree, nonce):
       return collections.OrderedDict(
           tree=tree,

@@ -19,7 +19,9 @@ from typing import Any, Optional
 import tensorflow as tf
 
 
-def add_gaussian_noise(value: Any, stddev: Any, seed: Optional[Any] = None) -> Any:
+def add_gaussian_noise(
+    value: Any, stddev: Any, seed: Optional[Any] = None
+) -> Any:
   """value + N(0, stddev^2 I), coordinate-wise, for a structure of float tensors.
 
   Args:

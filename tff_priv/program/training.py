@@ -1012,8 +1012,10 @@ async def _run(
           # -norm c_j moves the model towards +c_j.
           d = mechanism.num_parameters
           # A dataset of the clients' element type (a canary reads none).
-          canary_template = data[0] if data else task.datasets.train_preprocess_fn(
-              train_data.create_tf_dataset_for_client(client_ids[0])
+          canary_template = data[0] if data else (
+              task.datasets.train_preprocess_fn(
+                  train_data.create_tf_dataset_for_client(client_ids[0])
+              )
           )
           data = [canary_clients.real_client_data(x, d) for x in data] + [
               canary_clients.canary_client_data(
