@@ -104,6 +104,8 @@ def main(argv):
       f"{summary['mechanism']} rounds={summary['rounds_run']} "
       f"test_accuracy={summary['final_test_accuracy']} "
       f"{guarantees} at delta={privacy['delta']}"
+      + (f" {privacy['empirical']['headline']}" if 'empirical' in privacy
+         else '')
   )
 
 

@@ -20,10 +20,23 @@ def _readme():
     return f.read()
 
 
-def _quickstart_code():
+def _code_after(heading):
   text = _readme()
-  section = text[text.index('## Quickstart'):]
+  section = text[text.index(heading):]
   return re.search(r'```python\n(.*?)```', section, re.S).group(1)
+
+
+def _quickstart_code():
+  return _code_after('## Quickstart')
+
+
+_TRAIN_MODEL = '### In `tff.learning.programs.train_model`'
+_UDP = '### UDP: the factory with its client work'
+
+
+def _train_model_code():
+  """The train_model example, which continues the quickstart."""
+  return _code_after(_TRAIN_MODEL)
 
 
 def _run_snippet(code):
@@ -37,7 +50,8 @@ def _run_snippet(code):
     )
 
 
-# Appended to a quickstart: prints every leaf of the last round's metrics.
+# Appended to a quickstart (and the train_model example, when it ran): prints
+# every leaf of the last round's metrics and of what train_model released.
 _DUMP_METRICS = """
 import json
 
@@ -49,54 +63,86 @@ def _leaves(x, path=''):
   elif isinstance(x, (list, tuple)):
     for i, v in enumerate(x):
       yield from _leaves(v, f'{path}/{i}')
+  elif hasattr(x, 'trainable'):  # tff.learning.models.ModelWeights
+    yield from _leaves([x.trainable, x.non_trainable], path)
   else:
     yield path, np.asarray(x).tolist()
 
 
-print(json.dumps(dict(_leaves(output.metrics))))
+leaves = dict(_leaves(output.metrics))
+if 'accounting' in globals():
+  leaves.update(_leaves({f'train_model/{k}': v
+                         for k, v in released.values().items()}))
+print(json.dumps(leaves))
 """
 
 
 class ReadmeTest(unittest.TestCase):
 
-  def test_quickstart_runs_and_prints_what_the_readme_says(self):
+  def test_quickstart_and_train_model_run_and_print_what_the_readme_says(self):
     text = _readme()
-    section = text[text.index('## Quickstart'):]
-    code = _quickstart_code()
-    claimed = re.search(r'It prints `([^`]+)`', section).group(1)
-    with tempfile.TemporaryDirectory() as tmp:
-      path = os.path.join(tmp, 'quickstart.py')
-      with open(path, 'w') as f:
-        f.write(code)
-      result = subprocess.run(
-          [sys.executable, path], cwd=tmp, capture_output=True, text=True,
-          timeout=600, env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'},
-      )
+    claimed = [
+        re.search(r'It prints `([^`]+)`', text[text.index(h):]).group(1)
+        for h in ('## Quickstart', _TRAIN_MODEL)
+    ]
+    code = _quickstart_code() + _train_model_code()
+    result = _run_snippet(code)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-    self.assertEqual(result.stdout.strip().splitlines()[-1], claimed)
+    self.assertEqual(result.stdout.strip().splitlines()[-2:], claimed)
+    self.assertNotIn('Traceback', result.stderr)
 
-  def test_quickstart_releases_no_exact_client_statistic(self):
+  def test_quickstart_and_train_model_release_no_exact_client_statistic(self):
     # Every value the quickstart's loop gets from its last round
-    # (output.metrics) is compared across two runs on the same clients and
-    # one where every client holds 15 of its 20 examples: a value equal on
-    # the two same runs and different on the changed clients is an exact
-    # client statistic. Checked to catch tff.learning's default metrics
-    # aggregator (the example count, at least).
-    code = _quickstart_code()
+    # (output.metrics), and every value the train_model example releases, is
+    # compared across two runs on the same clients and one where every
+    # client holds 15 of its 20 examples: a value equal on the two same runs
+    # and different on the changed clients is an exact client statistic.
+    # Checked to catch tff.learning's default metrics aggregator (the
+    # example count, at least). The quickstart's sampler is seeded here so
+    # that its two same runs draw the same clients.
+    quickstart = _quickstart_code()
+    secret = 'np.random.default_rng()  # Secret'
+    self.assertIn(secret, quickstart)
+    quickstart = quickstart.replace(secret, 'np.random.default_rng(7)  #')
     line = '    metrics_aggregator=client_metrics.no_client_metrics,\n'
-    self.assertIn(line, code)
-    self.assertEqual(self._leaks(code), [])
+    self.assertIn(line, quickstart)
+    self.assertIn(line, _train_model_code())
+    released, leaks = self._leaks(quickstart + _train_model_code())
+    self.assertEqual(leaks, [])
+    self.assertTrue(any(k.startswith('/train_model/') for k in released))
     self.assertIn(
         '/client_work/train/num_examples',
-        self._leaks(code.replace(line, '')),
+        self._leaks(quickstart.replace(line, ''))[1],
     )
 
-  def _leaks(self, code):
-    changed = code.replace(
-        '\n# Fed-SMP at eps',
-        '\nclients = [c.unbatch().take(15).batch(5) for c in clients]\n'
-        '# Fed-SMP at eps',
+  def test_udp_example_prints_what_the_readme_says_and_leaks_nothing(self):
+    # UDP protects one example (replace-one): its neighbouring clients hold
+    # as many examples, one of them changed (every client's last one here).
+    text = _readme()
+    claimed = re.search(r'It prints `([^`]+)`', text[text.index(_UDP):]).group(1)
+    quickstart = _quickstart_code().replace(
+        'np.random.default_rng()  # Secret', 'np.random.default_rng(7)  #'
     )
+    code = quickstart + _code_after(_UDP)
+    result = _run_snippet(code)
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertEqual(result.stdout.strip().splitlines()[-1], claimed)
+    replaced = (
+        '\nclient_arrays = [(np.concatenate([x[:19], x[:1] + 1.0]), '
+        'np.concatenate([y[:19], (y[:1] + 1) % 3])) for x, y in client_arrays]\n'
+        'clients = [tf.data.Dataset.from_tensor_slices(a).batch(5) '
+        'for a in client_arrays]\n'
+    )
+    released, leaks = self._leaks(code, replaced)
+    self.assertEqual(leaks, [])
+    self.assertTrue(any(k.startswith('/aggregator/') for k in released))
+
+  def _leaks(self, code, change=None):
+    change = change or (
+        '\nclient_arrays = [(x[:15], y[:15]) for x, y in client_arrays]\n'
+        'clients = [c.unbatch().take(15).batch(5) for c in clients]\n'
+    )
+    changed = code.replace('\nsampler = ', change + 'sampler = ')
     self.assertNotEqual(changed, code)
     released = []
     for snippet in (code, code, changed):
@@ -104,7 +150,7 @@ class ReadmeTest(unittest.TestCase):
       self.assertEqual(result.returncode, 0, result.stderr[-3000:])
       released.append(json.loads(result.stdout.strip().splitlines()[-1]))
     self.assertEqual(set(released[0]), set(released[2]))
-    return [
+    return released[0], [
         k for k in released[0]
         if released[0][k] == released[1][k] != released[2][k]
     ]

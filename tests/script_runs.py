@@ -24,7 +24,7 @@ def script_path(name: str) -> str:
   return os.path.join(ROOT, 'scripts', name)
 
 
-def _env():
+def env():
   return {**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2', 'PYTHONPATH': ROOT}
 
 
@@ -33,7 +33,7 @@ def start(name: str, *args: str) -> subprocess.Popen:
   return subprocess.Popen(
       [sys.executable, script_path(name), *args],
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-      env=_env(),
+      env=env(),
   )
 
 
@@ -41,7 +41,7 @@ def run(name: str, *args: str, timeout: float = TIMEOUT):
   """scripts/<name> run to its end: a `subprocess.CompletedProcess` (text)."""
   return subprocess.run(
       [sys.executable, script_path(name), *args],
-      capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=timeout,
+      capture_output=True, text=True, cwd=ROOT, env=env(), timeout=timeout,
       check=False,
   )
 

@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import neighbours as neighbours_lib
+from tests import tiny_models
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
 from tff_priv.aggregators import gaussian_udp
@@ -54,10 +55,29 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIsInstance(
         unweighted, tff.aggregators.UnweightedAggregationFactory
     )
-    self.assertNotIsInstance(
-        unweighted, tff.aggregators.WeightedAggregationFactory
-    )
+    self.assertFalse(unweighted.weighted)
+    self.assertTrue(weighted.weighted)
     self.assertLen(unweighted.create(_VALUE).next.type_signature.parameter, 2)
+
+  def test_a_builder_of_the_other_kind_fails_in_one_line_naming_the_fix(self):
+    # Both are of both TFF kinds, so that tff.learning's builders reach
+    # create (TFF's own type check named the private class, not the fix).
+    weighted = _udp(noise_stddev=1.0)
+    unweighted = _udp(
+        noise_stddev=1.0,
+        inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
+    )
+    for factory, build, fix in (
+        (weighted, tff.learning.algorithms.build_unweighted_fed_avg,
+         'UnweightedMeanFactory'),
+        (unweighted, tff.learning.algorithms.build_weighted_fed_avg,
+         'build_unweighted_fed_avg'),
+    ):
+      with self.assertRaisesRegex(TypeError, fix) as raised:
+        build(tiny_models.softmax_model_fn,
+              client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+              model_aggregator=factory)
+      self.assertNotIn('\n', str(raised.exception))
 
   @parameterized.parameters(1, 4, 16)
   def test_unweighted_noise_std_and_independence_across_clients(self, k):
@@ -198,6 +218,8 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual(guarantee.unit, 'example')
       self.assertEqual(guarantee.noise, 'local')
       self.assertEqual(guarantee.neighboring_relation, 'replace_one')
+      # The precondition: the event needs UDP's client work.
+      self.assertIn('crd.build_udp_process', guarantee.description)
       self.assertIs(guarantees.guarantee_of(factory), guarantee)
 
   @parameterized.named_parameters(

@@ -64,6 +64,54 @@ class CanariesTest(absltest.TestCase):
     self.assertIn('not a bound', report['meaning'])
     with self.assertRaisesRegex(ValueError, '2N = 400'):
       canaries.estimate(inserted, held_out, 200, 1e-5, 8.0)
+    # 5 sigma apart with 200 canaries: the whole interval is above 8.
+    self.assertEqual(report['final_model_verdict'], canaries.EXCEEDS)
+    self.assertFalse(report['inconclusive'])
+    self.assertIn('exceeds the accounted eps', report['headline'])
+
+  def _leak_free(self, n, accounted, seed=0):
+    # Inserted and held-out cosines from one distribution: nothing leaks.
+    cosines = np.random.default_rng(seed).normal(0.0, 0.01, 2 * n)
+    return canaries.estimate(cosines, cosines, n, 1e-5, accounted)
+
+  def test_few_canaries_are_inconclusive_where_nothing_leaks(self):
+    # Issue: 20 leak-free canaries gave point estimates of 4 (median) to
+    # 27 against an accounted eps of 2, reported as if they meant something.
+    report = self._leak_free(20, accounted=2.0)
+    low, high = report['final_model_interval_95']
+    self.assertLessEqual(low, report['final_model_epsilon'])
+    self.assertGreaterEqual(high, report['final_model_epsilon'])
+    self.assertGreater(high, 2.0)
+    self.assertTrue(report['inconclusive'])
+    self.assertEqual(report['all_iterates_verdict'], canaries.INCONCLUSIVE)
+    self.assertGreater(report['null_quantile_95'], 10.0)
+    self.assertIn('inconclusive with 20 canaries', report['headline'])
+    self.assertEqual(report['kind'], 'estimate')
+
+  def test_many_canaries_confirm_a_leak_free_run(self):
+    report = self._leak_free(1000, accounted=2.0)
+    self.assertLess(report['final_model_interval_95'][1], 2.0)
+    self.assertEqual(report['final_model_verdict'], canaries.BELOW)
+    self.assertEqual(report['all_iterates_verdict'], canaries.BELOW)
+    self.assertFalse(report['inconclusive'])
+    self.assertLess(report['null_quantile_95'], 2.0)
+
+  def test_verdict(self):
+    self.assertEqual(canaries.verdict(0.1, 0.9, 1.0), canaries.BELOW)
+    self.assertEqual(canaries.verdict(0.1, 1.0, 1.0), canaries.INCONCLUSIVE)
+    self.assertEqual(canaries.verdict(1.5, 3.0, 1.0), canaries.EXCEEDS)
+    self.assertIsNone(canaries.verdict(0.1, 0.9, None))
+    # 20 leak-free canaries show eps above 15 in 5% of runs: nothing can be
+    # said of an accounted eps of 2.
+    self.assertEqual(canaries.verdict(3.0, 9.0, 2.0, null_quantile=15.2),
+                     canaries.INCONCLUSIVE)
+
+  def test_small_count_warning(self):
+    warning = canaries.small_count_warning(20, 1e-5, 2.0)
+    self.assertIn('audit_canaries=20', warning)
+    self.assertIn('use more canaries', warning)
+    self.assertIsNone(canaries.small_count_warning(1000, 1e-5, 2.0))
+    self.assertIsNone(canaries.small_count_warning(20, 1e-5, None))
 
 
 if __name__ == '__main__':

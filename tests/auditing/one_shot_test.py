@@ -71,6 +71,42 @@ class OneShotTest(absltest.TestCase):
         one_shot.cosines([1.0, 0.0], [[2.0, 0.0], [0.0, 3.0], [-1.0, 0.0]]),
         [1.0, 0.0, -1.0])
 
+  @pytest.mark.statistical
+  def test_null_quantile_is_the_leak_free_estimates_quantile(self):
+    # Fresh leak-free draws (another seed than the quantile's own): the
+    # fraction above the 0.95 quantile is 0.05, for Gaussian cosines of any
+    # location and scale; 1000 draws: sd 0.0069, the tolerance 0.037 is
+    # 5.4 sd (alpha < 1e-7) beside the quantile's own error (1000 draws).
+    rng = np.random.default_rng(123)
+    q = one_shot.null_quantile(50, 1e-5)
+    above = np.mean([
+        one_shot.one_shot_epsilon(rng.normal(3.0, 0.2, 50),
+                                  rng.normal(3.0, 0.2, 50), 1e-5) > q
+        for _ in range(1000)
+    ])
+    self.assertAlmostEqual(above, 0.05, delta=0.037)
+    self.assertGreater(one_shot.null_quantile(20, 1e-5),
+                       one_shot.null_quantile(100, 1e-5))
+
+  def test_bootstrap_interval(self):
+    rng = np.random.default_rng(4)
+    inserted, held_out = rng.normal(0.5, 1, 100), rng.normal(0, 1, 100)
+    estimate = one_shot.one_shot_epsilon(inserted, held_out, 1e-5)
+    low, high = one_shot.bootstrap_interval(inserted, held_out, 1e-5)
+    self.assertLess(low, estimate)
+    self.assertGreater(high, estimate)
+    self.assertEqual(
+        (low, high), one_shot.bootstrap_interval(inserted, held_out, 1e-5)
+    )
+    # More canaries, a narrower interval.
+    wide = high - low
+    low, high = one_shot.bootstrap_interval(
+        rng.normal(0.5, 1, 1000), rng.normal(0, 1, 1000), 1e-5
+    )
+    self.assertLess(high - low, wide / 2)
+    with self.assertRaisesRegex(ValueError, 'level'):
+      one_shot.bootstrap_interval(inserted, held_out, 1e-5, level=1.0)
+
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'at least 2'):
       one_shot.one_shot_epsilon([0.1], [0.0, 0.1], 1e-5)

@@ -140,6 +140,10 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIn(key, entry)
       self.assertEqual(entry['unit'], 'example')
     self.assertEqual(entries[1]['neighboring_relation'], 'replace_one')
+    # Local noise: the analyst's figure may be the worst client's server
+    # view, which depends on the participation the run realised.
+    self.assertIn('given the participation this run realised',
+                  entries[0]['accountant'])
     not_private = privacy.RunPrivacy.create(None, {}, 1e-5)
     not_private.charge(None, ['a'])
     self.assertTrue(math.isinf(not_private.analyst_epsilon()))

@@ -42,7 +42,10 @@ UDP_GUARANTEE = guarantees.Guarantee(
         "UDP: each client adds N(0, sigma_t^2 I) to its update before the "
         'upload; a round is a Gaussian mechanism of noise multiplier '
         'sigma_t / Delta for one example of the client\'s data (replace one '
-        'example), against the server that sees the upload and anyone after'
+        'example), against the server that sees the upload and anyone after; '
+        'only for uploads whose sensitivity to one example is Delta (UDP\'s '
+        'client work, tff_priv.learning.crd.build_udp_process: one clipped '
+        'full-batch step, Delta = 2 eta C / |D_i|), not under local SGD'
     ),
 )
 
@@ -261,18 +264,40 @@ class _ClientNoise:
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-class _WeightedClientNoise(_ClientNoise, tff.aggregators.WeightedAggregationFactory):
-
-  def create(self, value_type, weight_type):
-    return self._create(value_type, weight_type)
-
-
-class _UnweightedClientNoise(
-    _ClientNoise, tff.aggregators.UnweightedAggregationFactory
+class ClientNoiseFactory(
+    _ClientNoise,
+    tff.aggregators.WeightedAggregationFactory,
+    tff.aggregators.UnweightedAggregationFactory,
 ):
+  """Client noise, weighted or unweighted as its inner mean.
 
-  def create(self, value_type):
-    return self._create(value_type)
+  It is both of TFF's factory kinds, so that a builder of the other kind
+  than its inner mean reaches `create` and gets one line naming the fix
+  (TFF's own type check would name this class and not the fix); `weighted`
+  says which it is.
+  """
+
+  @property
+  def weighted(self) -> bool:
+    """Whether `create` takes weights (the inner mean is weighted)."""
+    return isinstance(self._inner, tff.aggregators.WeightedAggregationFactory)
+
+  def create(self, value_type, weight_type=None):
+    if self.weighted and weight_type is None:
+      raise TypeError(
+          'this noise factory averages with weights (its inner_agg_factory, '
+          'by default tff.aggregators.MeanFactory(), is weighted): use a '
+          'weighted builder (build_weighted_fed_avg, crd.build_udp_process) '
+          'or pass inner_agg_factory=tff.aggregators.UnweightedMeanFactory()'
+      )
+    if not self.weighted and weight_type is not None:
+      raise TypeError(
+          'this noise factory averages without weights (its '
+          'inner_agg_factory is unweighted): use an unweighted builder '
+          '(build_unweighted_fed_avg) or a weighted inner_agg_factory such '
+          'as tff.aggregators.MeanFactory()'
+      )
+    return self._create(value_type, weight_type)
 
 
 def client_noise_factory(
@@ -297,7 +322,7 @@ def client_noise_factory(
       the noise.
 
   Returns:
-    A weighted or an unweighted factory, following the inner one, with a
+    A `ClientNoiseFactory`, weighted or unweighted as the inner one, with a
     `guarantee` property.
   """
   if not isinstance(source, NoiseSource):
@@ -308,13 +333,13 @@ def client_noise_factory(
     clip = validation.positive('clip', clip)
   if inner_agg_factory is None:
     inner_agg_factory = tff.aggregators.MeanFactory()
-  args = (source, inner_agg_factory, dp_event_fn, guarantee, clip)
-  if isinstance(inner_agg_factory, tff.aggregators.WeightedAggregationFactory):
-    return _WeightedClientNoise(*args)
-  if isinstance(
-      inner_agg_factory, tff.aggregators.UnweightedAggregationFactory
-  ):
-    return _UnweightedClientNoise(*args)
+  if isinstance(inner_agg_factory, (
+      tff.aggregators.WeightedAggregationFactory,
+      tff.aggregators.UnweightedAggregationFactory,
+  )):
+    return ClientNoiseFactory(
+        source, inner_agg_factory, dp_event_fn, guarantee, clip
+    )
   raise TypeError(
       'inner_agg_factory must be a tff.aggregators Weighted- or '
       f'UnweightedAggregationFactory, got {inner_agg_factory!r}'
@@ -344,13 +369,19 @@ def GaussianUDPFactory(  # pylint: disable=invalid-name
   schedule held in the state (`state.noise`, a `ScheduleState`; the learning
   process of `tff_priv.learning.crd` discounts its planned rounds).
 
+  Precondition: the event holds only for uploads whose L2 sensitivity to
+  one example is at most `sensitivity` = Delta, which the client work, not
+  this factory, decides. Use it through `tff_priv.learning.crd`
+  (`build_udp_process`, `build_crd_process`), which pairs it with UDP's
+  client work (one clipped full-batch step, Delta = 2 eta C / |D_i|,
+  `tff_priv.learning.udp_client_work.udp_sensitivity`, of the smallest
+  client). Under another client work, such as tff.learning's FedAvg (local
+  SGD over mini-batches), no Delta is known and the reported event is not a
+  guarantee; the factory cannot check it (it sees uploads, not examples).
+
   Guarantee (`guarantee` property; `dp_event` in the state): the unit is one
   example of one client's data, under replace-one adjacency, with the noise
-  added locally. `sensitivity` is Delta, the L2 sensitivity of one client's
-  upload under that relation: for UDP's one clipped full-batch step it is
-  2 eta C / |D_i| (`tff_priv.learning.udp_client_work.udp_sensitivity`), so
-  pass the one of the smallest client (the factory cannot check it: it sees
-  uploads, not examples). After `next`, the state's `dp_event` is
+  added locally, given the precondition. After `next`, the state's `dp_event` is
   `GaussianDpEvent(sigma_t / Delta)` with sigma_t the std used that round; it
   covers one round of one client's upload, without client sampling.
 
@@ -380,8 +411,8 @@ def GaussianUDPFactory(  # pylint: disable=invalid-name
       for the unweighted form.
 
   Returns:
-    A `tff.aggregators.WeightedAggregationFactory` or
-    `UnweightedAggregationFactory`, following `inner_agg_factory`, with a
+    A `ClientNoiseFactory`, weighted or unweighted as `inner_agg_factory`
+    (a builder of the other kind gets one line naming the fix), with a
     `guarantee` property. Its processes' state is a `ClientNoiseState`.
   """
   if (noise_stddev is None) == (schedule is None):

@@ -317,7 +317,11 @@ def audit_aggregator(
   dimension = int(np.prod(shape, dtype=np.int64))
   dtype = value_type.dtype
 
-  weighted = isinstance(factory, tff.aggregators.WeightedAggregationFactory)
+  # A factory of both kinds (gaussian_udp.ClientNoiseFactory) says which.
+  weighted = getattr(
+      factory, 'weighted',
+      isinstance(factory, tff.aggregators.WeightedAggregationFactory),
+  )
   if weighted:
     process = factory.create(value_type, tff.TensorType(np.float32))
   elif isinstance(factory, tff.aggregators.UnweightedAggregationFactory):

@@ -56,6 +56,69 @@ MEANING = (
 )
 
 
+BELOW = 'below the accounted eps'
+INCONCLUSIVE = 'inconclusive'
+EXCEEDS = 'exceeds the accounted eps'
+
+
+def verdict(low: float, high: float, accounted_epsilon: Optional[float],
+            null_quantile: float = 0.0) -> Optional[str]:
+  """What an estimate's interval [low, high] says of the accounted eps.
+
+  INCONCLUSIVE: the interval reaches the accounted eps, or the canary count
+  cannot show it (`null_quantile`, the estimate's 0.95 quantile when nothing
+  leaks, is at or above it: a leak-free run's bootstrap interval then lies
+  above the accounted eps in about 15% of runs at 20 canaries, measured);
+  BELOW: the whole interval is below it; EXCEEDS: the whole interval is
+  above it and above what a leak-free run shows (the accounting or the
+  mechanism is wrong, or chance). None: no accounted eps.
+  """
+  if accounted_epsilon is None:
+    return None
+  if null_quantile >= accounted_epsilon:
+    return INCONCLUSIVE
+  if high < accounted_epsilon:
+    return BELOW
+  if low > accounted_epsilon:
+    return EXCEEDS
+  return INCONCLUSIVE
+
+
+def headline(empirical: dict[str, Any]) -> str:
+  """One line for a run's end: the estimate, its interval, and the verdict."""
+  low, high = empirical['final_model_interval_95']
+  text = (
+      f"one_shot_epsilon={empirical['final_model_epsilon']:.3g} "
+      f'(95% interval {low:.3g}..{high:.3g}'
+  )
+  if empirical['inconclusive']:
+    text += f"; inconclusive with {empirical['num_inserted']} canaries"
+  elif empirical['final_model_verdict']:
+    text += f"; {empirical['final_model_verdict']}"
+  return text + ')'
+
+
+def small_count_warning(num_canaries: int, delta: float,
+                        target_epsilon: Optional[float]) -> Optional[str]:
+  """A warning when `num_canaries` cannot show the run's target eps, else None.
+
+  When nothing leaks, the estimate with N canaries exceeds
+  `one_shot.null_quantile(N, delta)` in 5% of runs; at or above the target
+  eps, a private run's estimate cannot be told from a leaking one's.
+  """
+  if target_epsilon is None:
+    return None
+  null = one_shot.null_quantile(num_canaries, delta)
+  if null < target_epsilon:
+    return None
+  return (
+      f'with audit_canaries={num_canaries} the one-shot estimate exceeds '
+      f'{null:.3g} in 5% of runs where nothing leaks, above the target eps '
+      f'{target_epsilon:g}: it cannot confirm this run\'s eps (the summary '
+      'will mark it inconclusive); use more canaries'
+  )
+
+
 def seed_from(sampling_seed: int) -> int:
   """The canary seed of a run: a separate stream of its secret sampling seed.
 
@@ -137,10 +200,14 @@ def estimate(
     accounted_epsilon: the analyst's accounted eps at `delta` (None: none).
 
   Returns:
-    A JSON-ready dict: `method`, `final_model_epsilon`,
-    `all_iterates_epsilon`, `num_inserted`, `num_held_out`, `delta`,
-    `accounted_epsilon`, `meaning`, and the fitted means / stds of the
-    cosines (`fits`).
+    A JSON-ready dict: `method`, `kind` ('estimate'), `final_model_epsilon`
+    and `all_iterates_epsilon` each with its 95% bootstrap interval
+    (`*_interval_95`, `one_shot.bootstrap_interval`) and `*_verdict`
+    (`verdict`), `null_quantile_95` (`one_shot.null_quantile`: what N
+    canaries show in 5% of leak-free runs), `inconclusive` (an interval
+    reaches the accounted eps, or the null quantile does), `num_inserted`,
+    `num_held_out`, `delta`, `accounted_epsilon`, `meaning`, and the fitted
+    means / stds of the cosines (`fits`).
   """
   n = validation.int_at_least('num_inserted', num_inserted, 2)
   final = np.asarray(final_cosines, np.float64).ravel()
@@ -152,19 +219,34 @@ def estimate(
   def fit(values):
     return {'mean': float(values.mean()), 'std': float(values.std(ddof=1))}
 
-  return {
+  estimates = {
+      'final_model': (final[:n], final[n:]),
+      'all_iterates': (best[:n], best[n:]),
+  }
+  null = one_shot.null_quantile(n, delta)
+  report = {
       'method': 'one-shot canary estimate (Andrew et al., ICLR 2024)',
-      'final_model_epsilon': one_shot.one_shot_epsilon(final[:n], final[n:], delta),
-      'all_iterates_epsilon': one_shot.one_shot_epsilon_all_iterates(
-          best[:n, None], best[n:, None], delta
-      ),
+      'kind': 'estimate',
       'num_inserted': n,
       'num_held_out': n,
       'delta': delta,
       'accounted_epsilon': accounted_epsilon,
+      'null_quantile_95': null,
       'meaning': MEANING,
       'fits': {
-          'final_model': {'inserted': fit(final[:n]), 'held_out': fit(final[n:])},
-          'all_iterates': {'inserted': fit(best[:n]), 'held_out': fit(best[n:])},
+          name: {'inserted': fit(a), 'held_out': fit(b)}
+          for name, (a, b) in estimates.items()
       },
   }
+  for name, (inserted, held_out) in estimates.items():
+    low, high = one_shot.bootstrap_interval(inserted, held_out, delta)
+    report[f'{name}_epsilon'] = one_shot.one_shot_epsilon(
+        inserted, held_out, delta
+    )
+    report[f'{name}_interval_95'] = [low, high]
+    report[f'{name}_verdict'] = verdict(low, high, accounted_epsilon, null)
+  report['inconclusive'] = any(
+      report[f'{name}_verdict'] == INCONCLUSIVE for name in estimates
+  )
+  report['headline'] = headline(report)
+  return report

@@ -244,6 +244,11 @@ def audit(
   best = max(rows, key=lambda r: r['epsilon_lower_bound'])
   return {
       'method': METHOD,
+      'kind': 'bound',
+      'headline': (
+          f"epsilon_lower_bound={best['epsilon_lower_bound']:.3g} (a bound "
+          f'holding with probability >= {1 - alpha:g}, not an estimate)'
+      ),
       'unit': 'example',
       'epsilon_lower_bound': best['epsilon_lower_bound'],
       'num_canaries': m,

@@ -8,6 +8,7 @@ and those of held-out canaries (never inserted) are each fit by a Gaussian,
 and the estimate is the eps at delta of distinguishing the two Gaussians.
 """
 
+import functools
 import math
 from typing import Sequence
 
@@ -122,6 +123,85 @@ def one_shot_epsilon(
     # Point masses: distinct ones are perfectly distinguishable.
     return 0.0 if (mu == mu0 and std == std0) else math.inf
   return epsilon_two_gaussians(mu0, std0, mu, std, delta)
+
+
+def bootstrap_interval(
+    inserted_cosines: Sequence[float],
+    held_out_cosines: Sequence[float],
+    delta: float,
+    *,
+    level: float = 0.95,
+    resamples: int = 400,
+    seed: int = 0,
+) -> tuple[float, float]:
+  """A percentile bootstrap interval of `one_shot_epsilon`.
+
+  Each resample draws the inserted and the held-out canaries with
+  replacement, within their set, and recomputes the estimate; the interval
+  is the (1 - level) / 2 and (1 + level) / 2 quantiles of the resamples
+  (the nearest resample outward, so an infinite resample gives an infinite
+  end). It says how far the estimate moves with the canaries drawn; with 20
+  canaries a leak-free run's interval spans more than ten units of eps.
+  `seed` is public: the interval is a function of the released cosines.
+
+  Args:
+    inserted_cosines, held_out_cosines, delta: as `one_shot_epsilon`.
+    level: in (0, 1).
+    resamples: >= 10.
+    seed: the resampling seed.
+  """
+  level = validation.open_unit('level', level)
+  resamples = validation.int_at_least('resamples', resamples, 10)
+  inserted = np.asarray(inserted_cosines, np.float64).ravel()
+  held_out = np.asarray(held_out_cosines, np.float64).ravel()
+  one_shot_epsilon(inserted, held_out, delta)  # The arguments' checks.
+  rng = np.random.default_rng(seed)
+  estimates = np.array([
+      one_shot_epsilon(
+          rng.choice(inserted, inserted.size), rng.choice(held_out, held_out.size),
+          delta,
+      )
+      for _ in range(resamples)
+  ])
+  return (
+      float(np.quantile(estimates, (1 - level) / 2, method='lower')),
+      float(np.quantile(estimates, (1 + level) / 2, method='higher')),
+  )
+
+
+@functools.lru_cache(maxsize=64)
+def null_quantile(
+    num_canaries: int,
+    delta: float,
+    quantile: float = 0.95,
+    trials: int = 1000,
+) -> float:
+  """The `quantile` of `one_shot_epsilon` when nothing leaks.
+
+  With no leak, the inserted and held-out cosines come from one
+  distribution; the estimate is invariant under a common affine map of the
+  two sets, so for Gaussian cosines its distribution depends only on the
+  canary count and delta: `trials` draws of two sets of `num_canaries` iid
+  N(0, 1) values (fixed seed). An estimate below this quantile cannot be told
+  from a leak-free run's at that level; measured at delta = 1e-5, the 0.95
+  quantile is about 36 with 10 canaries, 15 with 20, 4.4 with 100 and
+  1.05 with 1000.
+
+  Args:
+    num_canaries: N >= 2 inserted and N held out.
+    delta: in (0, 1).
+    quantile: in (0, 1).
+    trials: >= 10.
+  """
+  n = validation.int_at_least('num_canaries', num_canaries, 2)
+  quantile = validation.open_unit('quantile', quantile)
+  trials = validation.int_at_least('trials', trials, 10)
+  rng = np.random.default_rng([n, trials])
+  estimates = [
+      one_shot_epsilon(rng.normal(size=n), rng.normal(size=n), delta)
+      for _ in range(trials)
+  ]
+  return float(np.quantile(estimates, quantile, method='higher'))
 
 
 def one_shot_epsilon_all_iterates(

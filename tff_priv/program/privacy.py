@@ -225,6 +225,8 @@ class RunPrivacy:
     if self.server is not None:
       analyst['accountant'] += (
           '; the smaller of that and the worst client\'s server-view epsilon'
+          ', which is given the participation this run realised (how many '
+          'rounds each client took part in), not a figure fixed before the run'
           + (' (the budget filter left clients out: no amplification)'
              if self.server.num_excluded else '')
       )

@@ -76,7 +76,6 @@ import collections
 import dataclasses
 import fcntl
 import json
-import math
 import os
 import secrets
 import sys
@@ -98,6 +97,7 @@ from tff_priv.auditing import canaries as canaries_lib
 from tff_priv.auditing import canary_examples as canary_examples_lib
 from tff_priv.learning import canary_clients
 from tff_priv.learning import client_metrics as client_metrics_lib
+from tff_priv.program import files
 from tff_priv.program import layout
 from tff_priv.program import mechanisms
 from tff_priv.program import privacy as privacy_lib
@@ -349,35 +349,6 @@ def _train_metrics(metrics) -> dict[str, float]:
   return {k: float(v) for k, v in train.items()}
 
 
-def _finite_or_str(x):
-  """JSON has no inf / nan: they are written as strings."""
-  if isinstance(x, float) and not math.isfinite(x):
-    return str(x)
-  if isinstance(x, dict):
-    return {k: _finite_or_str(v) for k, v in x.items()}
-  if isinstance(x, (list, tuple)):
-    return [_finite_or_str(v) for v in x]
-  return x
-
-
-def _write_json(path: str, value, durable: bool = False) -> None:
-  """Writes `value` atomically; `durable`: on disk before this returns."""
-  tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w') as f:
-    json.dump(_finite_or_str(value), f, indent=2, sort_keys=True)
-    f.write('\n')
-    if durable:
-      f.flush()
-      os.fsync(f.fileno())
-  os.replace(tmp, path)
-  if durable:
-    fd = os.open(os.path.dirname(path) or '.', os.O_RDONLY)
-    try:
-      os.fsync(fd)
-    finally:
-      os.close(fd)
-
-
 def _with_defaults(found: dict[str, Any]) -> dict[str, Any]:
   """A config.json's content with the defaults of later versions filled in.
 
@@ -389,7 +360,7 @@ def _with_defaults(found: dict[str, Any]) -> dict[str, Any]:
   """
   found = {
       **{
-          f.name: json.loads(json.dumps(_finite_or_str(f.default)))
+          f.name: json.loads(json.dumps(files.finite_or_str(f.default)))
           for f in dataclasses.fields(RunConfig)
           if f.name not in found and f.default is not dataclasses.MISSING
           and f.name != 'params'
@@ -406,7 +377,7 @@ def _with_defaults(found: dict[str, Any]) -> dict[str, Any]:
   return {
       **found,
       'params': json.loads(
-          json.dumps(_finite_or_str(mechanisms.to_dict(resolved)))
+          json.dumps(files.finite_or_str(mechanisms.to_dict(resolved)))
       ),
   }
 
@@ -430,7 +401,7 @@ def prepare_output_dir(
   """
   config_path = layout.path(root_output_dir, layout.CONFIG)
   wanted = {'format': layout.CONFIG_FORMAT, **config.to_dict()}
-  wanted = json.loads(json.dumps(_finite_or_str(wanted)))
+  wanted = json.loads(json.dumps(files.finite_or_str(wanted)))
   if os.path.exists(config_path):
     try:
       with open(config_path) as f:
@@ -461,7 +432,7 @@ def prepare_output_dir(
     )
   if write:
     os.makedirs(root_output_dir, exist_ok=True)
-    _write_json(config_path, wanted)
+    files.write_json(config_path, wanted)
   return False
 
 
@@ -822,6 +793,13 @@ async def _run(
   _lock(root_output_dir)
   delta = mechanism.config.delta
   private = mechanism.guarantee is not None
+  if canary_kind == 'clients':
+    warning = canaries_lib.small_count_warning(
+        config.audit_canaries, delta,
+        getattr(mechanism.config, 'epsilon', None),
+    )
+    if warning:
+      print(f'tff_priv: warning: {warning}', file=sys.stderr)
 
   evaluation = tff.learning.algorithms.build_fed_eval(task.model_fn)
 
@@ -1046,7 +1024,7 @@ async def _run(
       server_eps = privacy.server_epsilon()
       # Write-ahead: the charge is on disk before anything of the round is
       # released, so a crash at any point can only over-count.
-      _write_json(
+      files.write_json(
           layout.path(root_output_dir, layout.PRIVACY),
           {
               'round': round_num,
@@ -1183,7 +1161,7 @@ async def _run(
       layout.path(root_output_dir, layout.FINAL_MODEL),
       process.get_model_weights(train_state),
   )
-  _write_json(layout.path(root_output_dir, layout.SUMMARY), summary)
+  files.write_json(layout.path(root_output_dir, layout.SUMMARY), summary)
   return summary
 
 

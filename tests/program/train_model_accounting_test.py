@@ -1,0 +1,300 @@
+"""`TrainModelAccounting` and `ClientArraysSource` in TFF's `train_model`."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+from dp_accounting import dp_event
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import array_clients
+from tests import script_runs
+from tests import tiny_models
+from tff_priv import runtime
+from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.aggregators import sparsified_secure_sum as sss
+from tff_priv.learning import client_metrics
+from tff_priv.program import data_sources
+from tff_priv.program import train_model_accounting as tma
+
+_SIGMA, _K, _N = 0.8, 2, 6
+
+
+def _model_fn():
+  return tiny_models.softmax_model_fn(
+      [tf.keras.metrics.SparseCategoricalAccuracy()]
+  )
+
+
+def _process(metrics_aggregator=client_metrics.no_client_metrics):
+  return tff.learning.algorithms.build_unweighted_fed_avg(
+      _model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      model_aggregator=sss.SparsifiedSecureSumFactory(_SIGMA, 1.0, 0.5, _K),
+      metrics_aggregator=metrics_aggregator,
+  )
+
+
+def _by_hand(rounds, extra=None):
+  """`rounds` of the factory's event, fixed-size K of N (replace-one)."""
+  ledger = ledger_lib.PrivacyLedger()
+  one = [dp_event.SampledWithoutReplacementDpEvent(
+      _N, _K, dp_event.GaussianDpEvent(_SIGMA / 2))]
+  if extra is not None:
+    one.append(dp_event.SampledWithoutReplacementDpEvent(
+        _N, _K, dp_event.GaussianDpEvent(extra / 2)))
+  for _ in range(rounds):
+    for event in one:
+      ledger.record(event)
+  return ledger
+
+
+class _Crash(Exception):
+  pass
+
+
+class TrainModelAccountingTest(tf.test.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    runtime.set_context('simulation', program=True)
+
+  def tearDown(self):
+    runtime.set_context('simulation')  # The suite's context (conftest.py).
+    super().tearDown()
+
+  def test_charges_every_round_and_resumes_from_its_file(self):
+    root = tempfile.mkdtemp()
+    state_dir = os.path.join(root, 'state')
+    process = _process()
+    accounting = tma.TrainModelAccounting(
+        root, population=_N, clients_per_round=_K
+    )
+    models = tff.program.MemoryReleaseManager()
+    metrics = tff.program.MemoryReleaseManager()
+    array_clients.train_model(
+        process, population=_N, clients_per_round=_K, rounds=3,
+        should_discard_round=accounting.should_discard_round,
+        state_dir=state_dir,
+        train_metrics_manager=accounting.public_metrics(metrics),
+        model_output_manager=accounting.model_weights_only(models),
+    )
+    self.assertEqual(accounting.rounds, 3)
+    self.assertTrue(os.path.exists(os.path.join(root, tma.LEDGER_FILE)))
+    self.assertEqual(accounting.ledger, _by_hand(3))
+    # Only the aggregator's (public) measurements, and only the model.
+    for value in metrics.values().values():
+      self.assertEqual(list(value), ['aggregator'])
+    (released,) = models.values().values()
+    self.assertIsInstance(released, tff.learning.models.ModelWeights)
+
+    # A new program (a restart) with the same root resumes both the state and
+    # the ledger: 5 rounds in all are charged, not the 2 run after resuming.
+    resumed = tma.TrainModelAccounting(
+        root, population=_N, clients_per_round=_K
+    )
+    self.assertEqual(resumed.rounds, 3)
+    array_clients.train_model(
+        process, population=_N, clients_per_round=_K, rounds=5,
+        should_discard_round=resumed.should_discard_round,
+        state_dir=state_dir,
+    )
+    self.assertEqual(resumed.rounds, 5)
+    self.assertAllClose(resumed.epsilon(1e-5), _by_hand(5).epsilon(1e-5),
+                        rtol=1e-9)
+
+  def test_an_interruption_after_the_charge_never_under_counts(self):
+    # The run stops after round 3's charge, before its state is saved and
+    # its metrics released: the resumed run redoes round 3 and charges it
+    # again (6 charges for the 5 rounds released), never fewer.
+    root = tempfile.mkdtemp()
+    state_dir = os.path.join(root, 'state')
+    process = _process()
+    released = tff.program.MemoryReleaseManager()
+    accounting = tma.TrainModelAccounting(
+        root, population=_N, clients_per_round=_K
+    )
+
+    def crash_after_third(output):
+      accounting.should_discard_round(output)
+      if accounting.rounds == 3:
+        raise _Crash()
+      return False
+
+    with self.assertRaises(_Crash):
+      array_clients.train_model(
+          process, population=_N, clients_per_round=_K, rounds=5,
+          should_discard_round=crash_after_third, state_dir=state_dir,
+          train_metrics_manager=released,
+      )
+    first = len(released.values())
+    self.assertEqual(first, 2)
+    resumed = tma.TrainModelAccounting(
+        root, population=_N, clients_per_round=_K
+    )
+    array_clients.train_model(
+        process, population=_N, clients_per_round=_K, rounds=5,
+        should_discard_round=resumed.should_discard_round,
+        state_dir=state_dir, train_metrics_manager=released,
+    )
+    self.assertEqual(sorted(released.values()), [1, 2, 3, 4, 5])
+    self.assertEqual(resumed.rounds, 6)
+
+  def test_exact_client_metrics_are_refused_before_any_release(self):
+    root = tempfile.mkdtemp()
+    accounting = tma.TrainModelAccounting(
+        root, population=_N, clients_per_round=_K
+    )
+    released = tff.program.MemoryReleaseManager()
+    default = tff.learning.metrics.sum_then_finalize
+    with self.assertRaisesRegex(
+        ValueError, r"exact metrics \[.*'loss'.*no_client_metrics"
+    ):
+      array_clients.train_model(
+          _process(default), population=_N, clients_per_round=_K, rounds=2,
+          should_discard_round=accounting.should_discard_round,
+          train_metrics_manager=released,
+      )
+    self.assertEqual(released.values(), {})
+    self.assertEqual(accounting.rounds, 0)
+    self.assertFalse(os.path.exists(os.path.join(root, tma.LEDGER_FILE)))
+
+  def test_noised_client_metrics_are_charged_and_released(self):
+    metrics = client_metrics.dp_client_metrics(2.0, _K, loss_bound=5.0)
+    uncharged = tma.TrainModelAccounting(
+        tempfile.mkdtemp(), population=_N, clients_per_round=_K
+    )
+    with self.assertRaisesRegex(ValueError, 'pass its DpClientMetrics'):
+      array_clients.train_model(
+          _process(metrics), population=_N, clients_per_round=_K, rounds=1,
+          should_discard_round=uncharged.should_discard_round,
+      )
+    accounting = tma.TrainModelAccounting(
+        tempfile.mkdtemp(), population=_N, clients_per_round=_K,
+        client_metrics=metrics,
+    )
+    released = tff.program.MemoryReleaseManager()
+    array_clients.train_model(
+        _process(metrics), population=_N, clients_per_round=_K, rounds=2,
+        should_discard_round=accounting.should_discard_round,
+        train_metrics_manager=accounting.public_metrics(released),
+    )
+    self.assertEqual(accounting.ledger, _by_hand(2, extra=2.0))
+    value = released.values()[2]
+    self.assertCountEqual(
+        value['model_metrics'],
+        [client_metrics.DP_LOSS, client_metrics.DP_ACCURACY,
+         client_metrics.DP_CLIENTS],
+    )
+
+  def test_bad_arguments_fail_in_one_line(self):
+    root = tempfile.mkdtemp()
+    with self.assertRaisesRegex(ValueError, 'exceeds population=2'):
+      tma.TrainModelAccounting(root, population=2, clients_per_round=3)
+    with self.assertRaisesRegex(TypeError, 'DpClientMetrics'):
+      tma.TrainModelAccounting(root, population=2, clients_per_round=1,
+                               client_metrics=client_metrics.no_client_metrics)
+    files_config = {'population': 6, 'clients_per_round': 2,
+                    'client_metrics_noise_multiplier': None}
+    tff_priv_file = os.path.join(root, tma.LEDGER_FILE)
+    with open(tff_priv_file, 'w') as f:
+      json.dump({'config': files_config, 'rounds': 0,
+                 'ledger': ledger_lib.PrivacyLedger().to_json()}, f)
+    with self.assertRaisesRegex(ValueError, 'resume with the same arguments'):
+      tma.TrainModelAccounting(root, population=6, clients_per_round=3)
+
+
+class ClientArraysSourceTest(tf.test.TestCase):
+
+  def test_draws_k_distinct_clients_from_a_secret_seed(self):
+    clients = [array_clients.client_arrays(s) for s in range(50)]
+    source = data_sources.ClientArraysSource(clients, batch_size=3)
+    self.assertEqual(source.population, 50)
+
+    def draws(iterator):
+      return [
+          tuple(sorted(float(next(iter(d))[0][0, 0]) for d in
+                       iterator.select(3)))
+          for _ in range(5)
+      ]
+
+    first, second = draws(source.iterator()), draws(source.iterator())
+    self.assertTrue(all(len(set(d)) == 3 for d in first))
+    # Two iterators share no seed: the chance that 5 draws of 3 of 50
+    # coincide is (1 / C(50, 3))^5 < 1e-20.
+    self.assertNotEqual(first, second)
+
+  def test_a_checkpointed_iterator_continues_its_stream(self):
+    clients = [array_clients.client_arrays(s) for s in range(20)]
+    iterator = data_sources.ClientArraysSource(clients, 3).iterator()
+    iterator.select(2)
+    restored = data_sources.ClientArraysIterator.from_bytes(
+        iterator.to_bytes()
+    )
+
+    def firsts(it):
+      return [float(next(iter(d))[0][0, 0]) for d in it.select(4)]
+
+    self.assertEqual(firsts(iterator), firsts(restored))
+    self.assertEqual(iterator.federated_type, restored.federated_type)
+
+  def test_bad_arguments_fail_in_one_line(self):
+    with self.assertRaisesRegex(ValueError, 'clients is empty'):
+      data_sources.ClientArraysSource([], 3)
+    source = data_sources.ClientArraysSource(
+        [array_clients.client_arrays(0)], 3
+    )
+    with self.assertRaisesRegex(ValueError, 'lower train_per_round_clients'):
+      source.iterator().select(2)
+
+
+@pytest.mark.slow
+class TrainModelKilledTest(tf.test.TestCase):
+  """`train_model` killed (SIGKILL) at several points, then resumed."""
+
+  def _run(self, root, kill_at=None):
+    args = [sys.executable, '-m', 'tests.program.train_model_run',
+            '--root', root, '--rounds', '5']
+    if kill_at:
+      args += ['--kill_at', kill_at]
+    return subprocess.run(
+        args, capture_output=True, text=True, cwd=script_runs.ROOT,
+        env=script_runs.env(), timeout=script_runs.TIMEOUT, check=False,
+    )
+
+  def test_the_ledger_never_counts_fewer_rounds_than_were_released(self):
+    root = tempfile.mkdtemp()
+    # Killed: right after round 2's charge; right after round 3's state save
+    # completes; right after round 4's metrics release. train_model saves
+    # and releases in background tasks, so other rounds are in flight at
+    # each point (a save lags its round's release by a round or more).
+    for kill_at in ('charged:2', 'saved:3', 'released:4', None):
+      result = self._run(root, kill_at)
+      if kill_at:
+        self.assertEqual(result.returncode, -signal.SIGKILL,
+                         result.stderr[-2000:])
+      else:
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+      with open(os.path.join(root, 'released.log')) as f:
+        released = len(f.read().split())
+      charged = tma.TrainModelAccounting(
+          root, population=_N, clients_per_round=_K
+      ).rounds
+      self.assertGreaterEqual(charged, released, kill_at)
+      # Every round run was charged (round 2 twice: killed before its
+      # state was saved, it ran again).
+      with open(os.path.join(root, 'ran.log')) as f:
+        self.assertEqual(charged, len(f.read().split()), kill_at)
+    self.assertGreaterEqual(charged, 6)
+    with open(os.path.join(root, 'released.log')) as f:
+      self.assertIn('5', f.read().split())
+
+
+if __name__ == '__main__':
+  tf.test.main()

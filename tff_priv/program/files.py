@@ -1,0 +1,42 @@
+"""Files a run writes: JSON written atomically, and durably where it must be."""
+
+import json
+import math
+import os
+from typing import Any
+
+
+def finite_or_str(x: Any) -> Any:
+  """`x` with every non-finite float as a string (JSON has no inf / nan)."""
+  if isinstance(x, float) and not math.isfinite(x):
+    return str(x)
+  if isinstance(x, dict):
+    return {k: finite_or_str(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [finite_or_str(v) for v in x]
+  return x
+
+
+def write_json(path: str, value: Any, durable: bool = False) -> None:
+  """Writes `value` to `path` atomically (a reader sees the old or the new file).
+
+  Args:
+    path: the file.
+    value: a JSON-serialisable structure (non-finite floats become strings).
+    durable: the file and its directory entry are on disk before this
+      returns (fsync), as a write-ahead record must be.
+  """
+  tmp = f'{path}.tmp{os.getpid()}'
+  with open(tmp, 'w') as f:
+    json.dump(finite_or_str(value), f, indent=2, sort_keys=True)
+    f.write('\n')
+    if durable:
+      f.flush()
+      os.fsync(f.fileno())
+  os.replace(tmp, path)
+  if durable:
+    fd = os.open(os.path.dirname(path) or '.', os.O_RDONLY)
+    try:
+      os.fsync(fd)
+    finally:
+      os.close(fd)
