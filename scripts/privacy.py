@@ -1,7 +1,10 @@
 r"""Privacy calculator: what a tff_priv run spends, or the noise for a target eps.
 
 Every accountant that can count the mechanism (dp_accounting RDP and PLD) is
-shown, with the paper's closed form beside it where the paper has one.
+shown, with the paper's closed form beside it where the paper has one
+(`tff_priv.program.mechanisms.privacy_report`). The mechanism's flags are
+those of its report (`mechanisms.report_parameters()`); --delta defaults to
+1e-5.
 
   python scripts/privacy.py --mechanism=smp --noise_multiplier=1.1 \
       --sampling_rate=0.01 --rounds=300 --delta=1e-5
@@ -19,30 +22,30 @@ import sys
 from absl import flags
 
 from tff_priv import cli
-from tff_priv.accounting import reports
+from tff_priv.program import mechanisms
 
 _MECHANISM = flags.DEFINE_enum(
-    'mechanism', None, list(reports.MECHANISMS), 'Which mechanism.'
+    'mechanism', None, list(mechanisms.REPORTS), 'Which mechanism.'
 )
-# What was released.
-_NOISE_MULTIPLIER = flags.DEFINE_float(
-    'noise_multiplier', None, 'Noise std / L2 sensitivity (dp_fedavg, smp, udp).'
-)
-_NOISE_STDDEV = flags.DEFINE_float(
-    'noise_stddev', None, 'Absolute client noise std (udp with --sensitivity, '
-    'distortion with --clip).'
-)
-_SENSITIVITY = flags.DEFINE_float(
-    'sensitivity', None, 'udp: L2 sensitivity of a client update, 2 eta C / |D_i|.'
-)
-_CLIP = flags.DEFINE_float('clip', None, 'distortion: L2 clip of the upload.')
-_LDP_EPSILON = flags.DEFINE_float('ldp_epsilon', None, 'ldp: eps0 per value.')
-_NUM_VALUES = flags.DEFINE_integer(
-    'num_values', None, 'ldp: values a client sends per round (model size d).'
-)
-_NUM_CLIENTS = flags.DEFINE_integer(
-    'num_clients', None, 'ldp: clients whose reports are shuffled together.'
-)
+_DEFINE = {
+    float: flags.DEFINE_float,
+    int: flags.DEFINE_integer,
+    str: flags.DEFINE_string,
+    bool: flags.DEFINE_bool,
+}
+
+
+def _define_report_flags():
+  """What was released: one flag per parameter of the mechanisms' reports.
+
+  Their `Config` fields and what a run resolves (`ReportInputs`), with what
+  each means to each mechanism; None: not given.
+  """
+  for name, (kind, text) in mechanisms.report_parameters().items():
+    _DEFINE[kind](name, None, text)
+
+
+_define_report_flags()
 # Sampling and rounds.
 _SAMPLING_RATE = flags.DEFINE_float(
     'sampling_rate', None, 'Poisson client sampling rate q in (0, 1].'
@@ -54,11 +57,6 @@ _CLIENTS_PER_ROUND = flags.DEFINE_integer(
     'clients_per_round', None, 'Fixed-size sampling: clients per round K.'
 )
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'Number of rounds T.')
-# Target.
-_DELTA = flags.DEFINE_float('delta', 1e-5, 'delta of the (eps, delta) report.')
-_EPSILON = flags.DEFINE_float(
-    'epsilon', None, 'A target eps: report the noise that meets it instead.'
-)
 _FORMAT = flags.DEFINE_enum('format', 'text', ['text', 'json'], 'Output format.')
 
 
@@ -86,21 +84,13 @@ def main(argv):
   if _ROUNDS.value is None:
     _fail('--rounds is required')
   try:
-    report = reports.mechanism_report(
+    report = mechanisms.privacy_report(
         _MECHANISM.value,
-        delta=_DELTA.value,
         rounds=_ROUNDS.value,
-        noise_multiplier=_NOISE_MULTIPLIER.value,
-        target_epsilon=_EPSILON.value,
         sampling_probability=_SAMPLING_RATE.value,
         population=_POPULATION.value,
         sample_size=_CLIENTS_PER_ROUND.value,
-        sensitivity=_SENSITIVITY.value,
-        noise_stddev=_NOISE_STDDEV.value,
-        clip=_CLIP.value,
-        ldp_epsilon=_LDP_EPSILON.value,
-        num_values=_NUM_VALUES.value,
-        num_clients=_NUM_CLIENTS.value,
+        **{k: flags.FLAGS[k].value for k in mechanisms.report_parameters()},
     )
   except (ValueError, TypeError) as e:
     _fail(str(e))
@@ -109,7 +99,6 @@ def main(argv):
     print()
   else:
     _print_text(report)
-
 
 
 if __name__ == '__main__':

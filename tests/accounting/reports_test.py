@@ -1,10 +1,9 @@
-"""Tests for tff_priv.accounting.reports."""
+"""Tests for tff_priv.accounting.reports: Gaussian releases by every accountant."""
 
 import json
 
 import dp_accounting
 from dp_accounting.rdp import rdp_privacy_accountant
-import pytest
 import tensorflow as tf
 
 from tff_priv.accounting import reports
@@ -12,10 +11,9 @@ from tff_priv.accounting import reports
 
 class ReportsTest(tf.test.TestCase):
 
-  def test_smp_report_matches_dp_accounting(self):
-    report = reports.mechanism_report(
-        'smp', delta=1e-5, rounds=300, noise_multiplier=1.1,
-        sampling_probability=0.01,
+  def test_gaussian_report_matches_dp_accounting(self):
+    report = reports.gaussian_report(
+        1.1, 1e-5, 300, sampling_probability=0.01
     )
     direct = rdp_privacy_accountant.RdpAccountant().compose(
         dp_accounting.PoissonSampledDpEvent(
@@ -28,61 +26,56 @@ class ReportsTest(tf.test.TestCase):
     self.assertEqual(report['sampling'], 'poisson')
     json.dumps(report)  # JSON-ready.
 
-  def test_udp_and_distortion_noise_units(self):
-    # udp: z = sigma / Delta; distortion: z = sigma_e / (2 C).
-    udp = reports.mechanism_report(
-        'udp', delta=1e-3, rounds=50, noise_stddev=0.3, sensitivity=0.1
-    )
-    self.assertAllClose(udp['noise_multiplier'], 3.0)
-    distortion = reports.mechanism_report(
-        'distortion', delta=1e-3, rounds=50, noise_stddev=1.5, clip=0.5
-    )
-    self.assertAllClose(distortion['noise_multiplier'], 1.5)
-    # The paper's eq. (10) claim for z = 3, q = 1, T = 50, delta = 1e-3:
-    # sqrt(2 * 50 * ln 1000) / 3 = 8.7608.
-    self.assertAllClose(udp['paper']['paper_claimed_epsilon'], 8.7608, atol=1e-4)
+  def test_sampling_rate(self):
+    self.assertEqual(reports.sampling_rate(sampling_probability=0.2), 0.2)
+    self.assertEqual(reports.sampling_rate(population=50, sample_size=5), 0.1)
+    self.assertEqual(reports.sampling_rate(), 1.0)
 
-  @pytest.mark.slow
-  def test_target_epsilon(self):
-    report = reports.mechanism_report(
-        'udp', delta=1e-3, rounds=200, target_epsilon=8.0, sensitivity=0.0125
+  def test_noise_stddev_over_its_scale(self):
+    report = reports.gaussian_mechanism_report(
+        'm', delta=1e-3, rounds=50, noise_stddev=0.3, scale=0.1
     )
-    z = report['calibration']['rdp_noise_multiplier']
-    check = reports.gaussian_report(z, 1e-3, 200)
-    self.assertLessEqual(check['rdp_epsilon'], 8.0)
-    self.assertAllClose(report['calibration']['rdp_noise_stddev'], z * 0.0125)
-    self.assertFalse(report['paper']['holds'])
-    self.assertGreater(report['paper']['true_rdp_epsilon'], 8.0)
+    self.assertEqual(report['mechanism'], 'm')
+    self.assertAllClose(report['noise_multiplier'], 3.0)
+    self.assertNotIn('paper', report)
 
-  def test_ldp_report(self):
-    report = reports.mechanism_report(
-        'ldp', delta=1e-5, rounds=10, ldp_epsilon=1.0, num_values=1_663_370,
-        num_clients=100,
+  def test_claims_beside_the_accountants(self):
+    seen = []
+
+    def for_noise(z, rdp_epsilon, delta, q, rounds):
+      seen.append((z, rdp_epsilon, delta, q, rounds))
+      return {'formula': 'f'}
+
+    report = reports.gaussian_mechanism_report(
+        'm', delta=1e-5, rounds=10, noise_multiplier=2.0,
+        sampling_probability=0.5, claim_for_noise=for_noise,
     )
-    self.assertEqual(report['paper_epsilon_per_value'], 1.0)
-    self.assertEqual(report['plain_composition_epsilon'], 16_633_700.0)
-    self.assertLess(report['rdp_epsilon'], report['plain_composition_epsilon'])
-    self.assertIsNone(report['pld_epsilon'])  # Too many releases for PLD.
-    self.assertIn('pld', report['unsupported'])
-    self.assertFalse(report['shuffle_applicable'])
-    self.assertIsNone(report['shuffle_epsilon'])
-    json.dumps(report)
+    self.assertEqual(report['paper'], {'formula': 'f'})
+    self.assertEqual(seen, [(2.0, report['rdp_epsilon'], 1e-5, 0.5, 10)])
+    # No claim for a noise-free release.
+    free = reports.gaussian_mechanism_report(
+        'm', delta=1e-5, rounds=10, noise_multiplier=0.0,
+        claim_for_noise=for_noise,
+    )
+    self.assertNotIn('paper', free)
 
   def test_bad_arguments(self):
-    with self.assertRaisesRegex(ValueError, 'mechanism'):
-      reports.mechanism_report('rr', delta=1e-5, rounds=1, noise_multiplier=1.0)
     with self.assertRaisesRegex(ValueError, 'delta'):
-      reports.mechanism_report('smp', delta=1.0, rounds=1, noise_multiplier=1.0)
+      reports.gaussian_mechanism_report(
+          'm', delta=1.0, rounds=1, noise_multiplier=1.0
+      )
     with self.assertRaisesRegex(ValueError, 'rounds'):
-      reports.mechanism_report('smp', delta=1e-5, rounds=0, noise_multiplier=1.0)
+      reports.gaussian_mechanism_report(
+          'm', delta=1e-5, rounds=0, noise_multiplier=1.0
+      )
     with self.assertRaisesRegex(ValueError, 'noise_multiplier'):
-      reports.mechanism_report('smp', delta=1e-5, rounds=1)
+      reports.gaussian_mechanism_report('m', delta=1e-5, rounds=1)
     with self.assertRaisesRegex(ValueError, 'epsilon'):
-      reports.mechanism_report('smp', delta=1e-5, rounds=1, target_epsilon=0.0)
-    with self.assertRaisesRegex(ValueError, 'clip'):
-      reports.mechanism_report('distortion', delta=1e-5, rounds=1, noise_stddev=1.0)
-    with self.assertRaisesRegex(ValueError, 'ldp_epsilon'):
-      reports.mechanism_report('ldp', delta=1e-5, rounds=1, num_values=3)
+      reports.gaussian_mechanism_report('m', delta=1e-5, rounds=1, epsilon=0.0)
+    with self.assertRaisesRegex(ValueError, 'sensitivity'):
+      reports.gaussian_mechanism_report(
+          'm', delta=1e-5, rounds=1, noise_stddev=1.0
+      )
 
 
 if __name__ == '__main__':

@@ -110,6 +110,41 @@ class RoundsTest(tf.test.TestCase):
     # initialize and one round each, in its own context.
     self.assertEqual(seen, ['a', 'b', 'a', 'b'])
 
+  def test_client_noise_is_the_local_noise_mechanisms(self):
+    # CLIENT_NOISE is read from the registry's sampling kinds: the mechanisms
+    # whose built guarantee noises each upload on its client.
+    for name in mechanisms.MECHANISMS:
+      mechanism = rounds.build_mechanism(
+          name,
+          model_fn=tiny_models.softmax_model_fn,
+          num_clients=6,
+          clients_per_round=3,
+          learning_rate=0.1,
+          min_client_examples=4,
+      )
+      local = (
+          mechanism.guarantee is not None
+          and mechanism.guarantee.noise == 'local'
+      )
+      self.assertEqual(name in rounds.CLIENT_NOISE, local, name)
+    self.assertIn(rounds.UDP_PER_EXAMPLE, rounds.CLIENT_NOISE)
+
+  def test_run_prints_a_table_per_k(self):
+    lines = []
+    results = rounds.run(
+        rounds.Options(
+            task='digits', clients_per_round=(2, 3),
+            processes=(rounds.FEDAVG, 'smp'), rounds=1, warmup=0,
+        ),
+        out=lines.append,
+    )
+    self.assertEqual([r['clients_per_round'] for r in results], [2, 3])
+    self.assertEqual(
+        [row['name'] for row in results[0]['rows']], [rounds.FEDAVG, 'smp']
+    )
+    self.assertLen(lines, 4)  # A title and a table per K.
+    self.assertIn('| smp |', lines[1])
+
   def test_unknown_process(self):
     with self.assertRaisesRegex(ValueError, 'process'):
       rounds.build_processes(

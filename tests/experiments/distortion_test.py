@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from tasks import models
 from tff_priv.experiments import distortion
-from tff_priv.program import grid
+from tff_priv.program import runs
 from tff_priv.program import layout
 from tff_priv.program.mechanisms import distortion as distortion_mechanism
 
@@ -114,7 +114,7 @@ class UtilityLossTest(tf.test.TestCase):
           'privacy': {'rdp_epsilon': 8.0},
           'final_test_accuracy': 0.5,
       }
-      results[name] = grid.RunResult(name, run_dir, summary, [], [])
+      results[name] = runs.RunResult(name, run_dir, summary, [], [])
     star = np.zeros(6)
     rows = distortion.table(results, settings, (star, 0.0, 0.0))
     self.assertEqual([(r['rho'], r['level']) for r in rows], [

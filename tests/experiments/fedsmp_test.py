@@ -8,8 +8,7 @@ import tempfile
 from absl.testing import absltest
 
 from tff_priv.experiments import fedsmp
-from tff_priv.program import grid
-from tff_priv.program import training
+from tff_priv.program import runs
 
 _SETTING = fedsmp.Setting(
     task='digits', model='mlp', num_clients=40, public_clients=4,
@@ -21,9 +20,9 @@ _SETTING = fedsmp.Setting(
 
 def _result(label, *, accuracies, round_bytes, kept=None, sigma=1.0,
             eps=4.0, per_client=100, d=1000):
-  """A finished run as grid.read would give it, with made-up numbers."""
+  """A finished run as runs.read would give it, with made-up numbers."""
   rounds = range(1, len(accuracies) + 1)
-  return grid.RunResult(
+  return runs.RunResult(
       label=label,
       run_dir='/nowhere',
       summary={

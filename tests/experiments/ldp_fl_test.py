@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from tff_priv.experiments import ldp_fl
-from tff_priv.program import grid
+from tff_priv.program import runs
 
 _SETTING = ldp_fl.Setting(
     task='digits', model='mlp', clients=4, epsilons=(1.0, 10.0), runs=2,
@@ -12,7 +12,7 @@ _SETTING = ldp_fl.Setting(
 
 
 def _result(accuracy):
-  return grid.RunResult('x', '/nonexistent',
+  return runs.RunResult('x', '/nonexistent',
                         {'final_test_accuracy': accuracy}, [], [])
 
 

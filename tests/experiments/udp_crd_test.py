@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from tff_priv.experiments import udp_crd
-from tff_priv.program import grid
+from tff_priv.program import runs
 
 _SETTING = udp_crd.Setting(
     epsilons=(8.0,), clients_per_round=(3,), calibrations=('tight',),
@@ -12,7 +12,7 @@ _SETTING = udp_crd.Setting(
 
 
 def _result(label, loss, accuracy, rounds_run, analyst=1.0, server=2.0):
-  return grid.RunResult(
+  return runs.RunResult(
       label=label,
       run_dir='/nonexistent',
       summary={

@@ -7,7 +7,6 @@ import tensorflow_federated as tff
 
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import guarantees
-from tff_priv.accounting import reports
 from tff_priv.aggregators import ldp_encode as ldp_encode_factory
 from tff_priv.learning import ldp_fl
 from tff_priv.mechanisms import ldp_encode
@@ -211,16 +210,16 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
 
 class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
 
-  def test_parts_are_the_accounting_reports(self):
+  def test_parts_are_the_ldp_reports(self):
     report = ldp_fl.ldp_privacy_report(
         0.5, num_values=1000, rounds=7, num_clients=10**6, delta=1e-5
     )
     for rounds, part in ((1, 'per_round'), (7, 'cumulative')):
       self.assertEqual(
           report[part],
-          reports.mechanism_report(
-              'ldp', delta=1e-5, rounds=rounds, ldp_epsilon=0.5,
-              num_values=1000, num_clients=10**6,
+          ldp_fl.ldp_report(
+              0.5, delta=1e-5, rounds=rounds, num_values=1000,
+              num_clients=10**6,
           ),
       )
 

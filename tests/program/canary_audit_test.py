@@ -70,7 +70,7 @@ class CanaryAuditTest(tf.test.TestCase):
     root = os.path.join(tempfile.mkdtemp(), 'run')
     self.addCleanup(shutil.rmtree, os.path.dirname(root), ignore_errors=True)
     self.assertIsNone(
-        training.run(config, root, progress=False, stop_after_round=2)
+        training.run_until(config, root, 2, progress=False)
     )
     resumed = training.run(config, root, progress=False)
     self.assertEqual(

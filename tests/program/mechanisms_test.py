@@ -6,9 +6,12 @@ rules, and builds on a tiny model (one round of smp's top_k process).
 """
 
 import dataclasses
+import json
 
 from absl.testing import parameterized
+import dp_accounting
 from dp_accounting import dp_event
+from dp_accounting.rdp import rdp_privacy_accountant
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,6 +22,7 @@ from tff_priv.accounting import calibration
 from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import reports
 from tff_priv.program import mechanisms
 from tff_priv.program import sampling
 from tff_priv.program.mechanisms import base
@@ -340,6 +344,9 @@ class BuildTest(tf.test.TestCase):
         self.assertEqual(
             None if got is None else (got.unit, got.noise), want
         )
+        self.assertEqual(
+            mechanisms.unit(name), None if got is None else got.unit
+        )
 
   def test_private_mechanisms_release_no_client_metrics(self):
     extra = {
@@ -426,6 +433,108 @@ def _public_data(seed):
   x = rng.normal(size=(12, 4)).astype(np.float32)
   y = rng.integers(0, 3, size=12).astype(np.int32)
   return tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+
+
+class PrivacyReportTest(tf.test.TestCase):
+  """Each mechanism's report: the accountants, the paper's closed form beside."""
+
+  def test_reports(self):
+    self.assertEqual(
+        set(mechanisms.REPORTS), {'dp_fedavg', 'smp', 'udp', 'distortion', 'ldp'}
+    )
+    params = mechanisms.report_parameters()
+    self.assertIn('sensitivity', params)
+    self.assertEqual(params['num_values'][0], int)
+    self.assertIn('udp: sigma / Delta', params['noise_multiplier'][1])
+
+  def test_smp_report_matches_dp_accounting(self):
+    report = mechanisms.privacy_report(
+        'smp', delta=1e-5, rounds=300, noise_multiplier=1.1,
+        sampling_probability=0.01,
+    )
+    direct = rdp_privacy_accountant.RdpAccountant().compose(
+        dp_accounting.PoissonSampledDpEvent(
+            0.01, dp_accounting.GaussianDpEvent(1.1)
+        ),
+        300,
+    )
+    self.assertEqual(report['rdp_epsilon'], direct.get_epsilon(1e-5))
+    self.assertLess(report['pld_epsilon'], report['rdp_epsilon'])
+    self.assertEqual(report['sampling'], 'poisson')
+    json.dumps(report)  # JSON-ready.
+
+  def test_udp_and_distortion_noise_units(self):
+    # udp: z = sigma / Delta; distortion: z = sigma_e / (2 C).
+    udp = mechanisms.privacy_report(
+        'udp', delta=1e-3, rounds=50, noise_stddev=0.3, sensitivity=0.1
+    )
+    self.assertAllClose(udp['noise_multiplier'], 3.0)
+    distortion = mechanisms.privacy_report(
+        'distortion', delta=1e-3, rounds=50, noise_stddev=1.5, clip=0.5
+    )
+    self.assertAllClose(distortion['noise_multiplier'], 1.5)
+    # The paper's eq. (10) claim for z = 3, q = 1, T = 50, delta = 1e-3:
+    # sqrt(2 * 50 * ln 1000) / 3 = 8.7608.
+    self.assertAllClose(udp['paper']['paper_claimed_epsilon'], 8.7608, atol=1e-4)
+
+  @pytest.mark.slow
+  def test_target_epsilon(self):
+    report = mechanisms.privacy_report(
+        'udp', delta=1e-3, rounds=200, epsilon=8.0, sensitivity=0.0125
+    )
+    z = report['calibration']['rdp_noise_multiplier']
+    check = reports.gaussian_report(z, 1e-3, 200)
+    self.assertLessEqual(check['rdp_epsilon'], 8.0)
+    self.assertAllClose(report['calibration']['rdp_noise_stddev'], z * 0.0125)
+    self.assertFalse(report['paper']['holds'])
+    self.assertGreater(report['paper']['true_rdp_epsilon'], 8.0)
+
+  def test_ldp_report(self):
+    report = mechanisms.privacy_report(
+        'ldp', delta=1e-5, rounds=10, ldp_epsilon=1.0, num_values=1_663_370,
+        num_clients=100,
+    )
+    self.assertEqual(report['mechanism'], 'ldp')
+    self.assertEqual(report['paper_epsilon_per_value'], 1.0)
+    self.assertEqual(report['plain_composition_epsilon'], 16_633_700.0)
+    self.assertLess(report['rdp_epsilon'], report['plain_composition_epsilon'])
+    self.assertIsNone(report['pld_epsilon'])  # Too many releases for PLD.
+    self.assertIn('pld', report['unsupported'])
+    self.assertFalse(report['shuffle_applicable'])
+    self.assertIsNone(report['shuffle_epsilon'])
+    json.dumps(report)
+
+  def test_built_closed_form_is_the_report(self):
+    mech = _build('smp', P(noise_multiplier=1.0))
+    self.assertEqual(
+        mech.closed_form,
+        mechanisms.privacy_report(
+            'smp', rounds=3, noise_multiplier=1.0,
+            **mech.sampling.ledger_kwargs(),
+        ),
+    )
+
+  def test_bad_arguments(self):
+    with self.assertRaisesRegex(ValueError, 'mechanism'):
+      mechanisms.privacy_report('rr', delta=1e-5, rounds=1, noise_multiplier=1.0)
+    with self.assertRaisesRegex(ValueError, 'mechanism'):
+      mechanisms.privacy_report('none', rounds=1)
+    with self.assertRaisesRegex(ValueError, 'delta'):
+      mechanisms.privacy_report('smp', delta=1.0, rounds=1, noise_multiplier=1.0)
+    with self.assertRaisesRegex(ValueError, 'rounds'):
+      mechanisms.privacy_report('smp', delta=1e-5, rounds=0, noise_multiplier=1.0)
+    with self.assertRaisesRegex(ValueError, 'noise_multiplier'):
+      mechanisms.privacy_report('smp', delta=1e-5, rounds=1)
+    with self.assertRaisesRegex(ValueError, 'epsilon'):
+      mechanisms.privacy_report('smp', delta=1e-5, rounds=1, epsilon=0.0)
+    with self.assertRaisesRegex(ValueError, 'clip'):
+      mechanisms.privacy_report('distortion', delta=1e-5, rounds=1, noise_stddev=1.0)
+    with self.assertRaisesRegex(ValueError, 'ldp_epsilon'):
+      mechanisms.privacy_report('ldp', delta=1e-5, rounds=1, num_values=3)
+    with self.assertRaisesRegex(ValueError, 'sensitivity'):
+      mechanisms.privacy_report('udp', delta=1e-5, rounds=1, noise_stddev=1.0)
+    with self.assertRaisesRegex(TypeError, 'target_epsilon'):
+      mechanisms.privacy_report('smp', rounds=1, target_epsilon=1.0)
 
 
 if __name__ == '__main__':

@@ -4,7 +4,6 @@ import math
 
 from absl.testing import parameterized
 from dp_accounting import dp_event
-import numpy as np
 import tensorflow as tf
 
 from tff_priv.accounting import accountants

@@ -8,7 +8,6 @@ import sys
 import tempfile
 
 from dp_accounting import dp_event
-import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff

@@ -247,9 +247,8 @@ class RunTest(_TempDirTestCase):
     # Session 1: checkpoints at rounds 0 and 2; round 3 runs and is released
     # but not checkpointed before the stop.
     self.assertIsNone(
-        training.run(
-            config, root, checkpoint_every=2, progress=False,
-            stop_after_round=3,
+        training.run_until(
+            config, root, 3, checkpoint_every=2, progress=False,
         )
     )
     self.assertEqual(
@@ -469,7 +468,7 @@ class DpFtrlRunTest(_TempDirTestCase):
     # round 6 with fresh noise and is charged again (4 trees).
     root = os.path.join(self._make_tempdir(), 'run')
     self.assertIsNone(
-        training.run(config, root, progress=False, stop_after_round=5)
+        training.run_until(config, root, 5, progress=False)
     )
     resumed = training.run(config, root, progress=False)
     self.assertAllClose(

@@ -42,6 +42,7 @@ from tests import script_runs
 from tests.scripts import train_runs
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
+from tff_priv.program import releases
 from tff_priv.program import run_flags
 from tff_priv.program import sampling
 from tff_priv.program import training
@@ -58,24 +59,6 @@ _SMP_ROUNDS = train_runs.SMP_ROUNDS
 _MECHANISM_FLAGS = train_runs.MECHANISM_FLAGS
 _RUN_MECHANISM = train_runs.RUN_MECHANISM
 _DIGITS_PARAMETERS = 8 * 8 * 256 + 256 + 256 * 10 + 10  # tasks.models.mlp
-# What a private run may write per round: eps, delta, public uplink, and the
-# factories' public measurements (noise std, TV bounds, range, uploaded bits,
-# the public mask), the finalizer's check of the released aggregate.
-_PUBLIC_COLUMNS = frozenset({
-    layout.ROUND, layout.RDP_EPSILON, layout.SERVER_EPSILON, 'delta',
-    'uplink_bytes', 'aggregator/uploaded_bits_per_client',
-    'finalizer/update_non_finite', 'mask/mask_size', 'aggregator/center',
-    'aggregator/radius',
-})
-# TFF's DP factory's query metrics (the adaptive clip) are covered by its
-# effective noise multiplier; the 'dp' client metrics by their own Gaussian.
-_PUBLIC_PREFIXES = (
-    'aggregator/noise/', 'aggregator/center/', 'aggregator/radius/',
-    'mask/public_train/', 'aggregator/dp_query_metrics/',
-    # --client_metrics=dp: the noised metrics, charged with the round's model
-    # (tests/program/training_test.py DpClientMetricsRunTest).
-    'client_work/train/dp_',
-)
 
 
 def _run(*args):
@@ -253,8 +236,7 @@ class _MechanismRunsChecks(_TempDirMixin):
     """Every column a private run writes is public or charged."""
     for column in rows[0]:
       self.assertTrue(
-          column in _PUBLIC_COLUMNS
-          or column.startswith(_PUBLIC_PREFIXES),
+          column == layout.ROUND or releases.is_public_train(column),
           f'{column} is neither public nor charged',
       )
 

@@ -1,1 +1,1 @@
-"""Benchmarks of whole learning-process rounds (library side of scripts/benchmark_*.py)."""
+"""Benchmarks: one timing harness and what each benchmark builds and times (library side of scripts/benchmark_*.py)."""

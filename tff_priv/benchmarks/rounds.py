@@ -1,28 +1,24 @@
-"""Times whole `process.next` rounds of FedAvg, DP-FedAvg and tff_priv's mechanisms.
-
-`build_processes` builds, on one task's model, plain
-`tff.learning.algorithms.build_unweighted_fed_avg`, TFF's DP-FedAvg
-(`DifferentiallyPrivateFactory.gaussian_fixed`) and tff_priv's mechanisms as
-the training program builds them (`tff_priv.program.mechanisms.build`);
-`time_rounds` runs them round-robin on the same clients, so that all see the
-same machine load; `summarize` gives medians, spreads and ratios to FedAvg,
-beside the floor of client-side noise (`noise_draw_seconds`).
-"""
+"""Times whole `process.next` rounds of FedAvg, DP-FedAvg and tff_priv's mechanisms."""
 
 import collections
-import statistics
-import time
+import dataclasses
+import functools
+import json
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+import tasks
+from tff_priv import remote
+from tff_priv import runtime
 from tff_priv import validation
+from tff_priv import worker
+from tff_priv.benchmarks import harness
 from tff_priv.learning import client_metrics
 from tff_priv.learning import crd
 from tff_priv.learning import udp_client_work
-from tff_priv.mechanisms import gaussian
 from tff_priv.program import mechanisms
 from tff_priv.program import sampling as sampling_lib
 
@@ -30,9 +26,20 @@ FEDAVG = 'fedavg'
 TFF_DP_FEDAVG = 'tff_dp_fedavg'
 # UDP with the reference per-example clipping, beside mechanisms.build's udp.
 UDP_PER_EXAMPLE = 'udp_per_example'
-# Mechanisms whose noise (or randomised encoding) is drawn on every client:
-# K x d random draws per round are part of their cost by definition.
-CLIENT_NOISE = ('distortion', 'ldp', 'udp', UDP_PER_EXAMPLE)
+# The mechanism UDP_PER_EXAMPLE re-clips (its module's NAME in the registry).
+_UDP = 'udp'
+# Every process `build_processes` knows, FEDAVG (the baseline) first.
+PROCESSES = (FEDAVG, TFF_DP_FEDAVG) + mechanisms.MECHANISMS + (UDP_PER_EXAMPLE,)
+# The sampling kind of the registry's mechanisms whose noise (or randomised
+# encoding) is drawn on every client, each upload noised alone: the local
+# ones (`Guarantee.noise == 'local'`), accounted per upload under replace-one
+# with fixed-size sampling. K x d random draws per round are part of their
+# cost by definition.
+_LOCAL_NOISE_SAMPLING = 'fixed'
+CLIENT_NOISE = tuple(
+    name for name in mechanisms.MECHANISMS
+    if mechanisms.sampling_kind(name) == _LOCAL_NOISE_SAMPLING
+) + (UDP_PER_EXAMPLE,)
 # Benchmark parameters: the noise level does not change the cost of a round.
 NOISE_MULTIPLIER = 1.0
 CLIP = 1.0
@@ -59,15 +66,16 @@ def build_mechanism(
   """tff_priv mechanism `name` as the training program builds it (one call).
 
   Gaussian mechanisms get noise_multiplier = `NOISE_MULTIPLIER` (no
-  calibration), dp_fedavg the fixed clip `CLIP` (TFF's adaptive clipping
-  cannot reach that noise with few clients), distortion a given parameter
-  variance; everything else is the mechanism's default.
+  calibration), every mechanism with a clip the fixed clip `CLIP` (the
+  default clip of all but dp_fedavg, whose default is TFF's adaptive
+  clipping, which cannot reach that noise with few clients), distortion a
+  given parameter variance; everything else is the mechanism's default.
   """
   given = mechanisms.parameter_names(name)
   params = {}
   if 'noise_multiplier' in given:
     params['noise_multiplier'] = NOISE_MULTIPLIER
-  if name == 'dp_fedavg':
+  if 'clip' in given:
     params['clip'] = CLIP
   if 'parameter_variance' in given:
     params['parameter_variance'] = PARAMETER_VARIANCE
@@ -110,9 +118,8 @@ def build_processes(
   Returns:
     An ordered dict name -> `Entry`.
   """
-  known = (FEDAVG, TFF_DP_FEDAVG, UDP_PER_EXAMPLE) + mechanisms.MECHANISMS
   for name in names:
-    validation.one_of('process', name, known)
+    validation.one_of('process', name, PROCESSES)
   sgd = tff.learning.optimizers.build_sgdm
   fed_avg = lambda aggregator: tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn,
@@ -142,7 +149,7 @@ def build_processes(
     elif name == UDP_PER_EXAMPLE:
       # mechanisms.build's udp with clipping='per_example': same noise and
       # sensitivity as the built mechanism.
-      udp = build_mechanism('udp', **kwargs)
+      udp = build_mechanism(_UDP, **kwargs)
       resolved = udp.resolved
       process = crd.build_udp_process(
           model_fn,
@@ -170,8 +177,8 @@ def time_rounds(
 ) -> dict[str, list[float]]:
   """Seconds of `rounds` calls of `process.next` per entry, after `warmup`.
 
-  The entries are run round-robin (one round of each, then again), so that
-  a change of the machine's load hits all of them alike.
+  The entries are run round-robin (`harness.round_robin`: one round of each,
+  then again), so that a change of the machine's load hits all of them alike.
 
   Args:
     entries: name -> what to time.
@@ -179,33 +186,36 @@ def time_rounds(
     rounds: timed rounds per entry.
     warmup: untimed rounds first.
     contexts: name -> the TFF execution context its rounds run in (installed
-      before each of them); None: all in the current one.
+      before each of them, untimed); None: all in the current one.
 
   Returns:
     name -> the `rounds` timed durations, in order.
   """
   rounds = validation.int_at_least('rounds', rounds, 1)
   warmup = validation.int_at_least('warmup', warmup, 0)
-  contexts = contexts or {}
+  install = {
+      name: functools.partial(tff.framework.set_default_context, context)
+      for name, context in (contexts or {}).items()
+  }
   states = {}
   for name, entry in entries.items():
-    if name in contexts:
-      tff.framework.set_default_context(contexts[name])
+    if name in install:
+      install[name]()
     states[name] = entry.process.initialize()
   data = {
       name: [e.preprocess(d, 1, i) for i, d in enumerate(client_datasets)]
       for name, e in entries.items()
   }
-  times = collections.defaultdict(list)
-  for i in range(warmup + rounds):
-    for name, entry in entries.items():
-      if name in contexts:
-        tff.framework.set_default_context(contexts[name])
-      start = time.perf_counter()
-      states[name] = entry.process.next(states[name], data[name]).state
-      if i >= warmup:
-        times[name].append(time.perf_counter() - start)
-  return dict(times)
+
+  def next_round(name):
+    states[name] = entries[name].process.next(states[name], data[name]).state
+
+  return harness.round_robin(
+      {name: functools.partial(next_round, name) for name in entries},
+      rounds,
+      warmup=warmup,
+      before=install,
+  )
 
 
 def placed(
@@ -231,21 +241,15 @@ def noise_draw_seconds(
   """Median seconds of K x d standard normal draws added to d-sized updates.
 
   One `tf.function` adds N(0, 1) noise to an update shaped as the model's
-  trainable weights, called K times: the client-side noise of a round with
-  no TFF in it.
+  trainable weights, called K times (`harness.noise_draws`): the client-side
+  noise of a round with no TFF in it.
   """
   with tf.Graph().as_default():
     shapes = [v.shape for v in model_fn().trainable_variables]
   update = [tf.zeros(s) for s in shapes]
-  draw = tf.function(lambda u: gaussian.add_gaussian_noise(u, 1.0))
-  draw(update)  # Trace.
-  seconds = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    for _ in range(clients):
-      draw(update)
-    seconds.append(time.perf_counter() - start)
-  return statistics.median(seconds)
+  draws = harness.noise_draws([update] * clients, 1.0)
+  times = harness.round_robin({'draws': draws}, repeats, warmup=0)
+  return harness.median(times['draws'])
 
 
 def summarize(
@@ -259,19 +263,18 @@ def summarize(
   of `CLIENT_NOISE`, floor = (median of the baseline + `noise_seconds`) /
   median of the baseline, the ratio the K x d draws alone would give.
   """
-  base = statistics.median(times[baseline])
+  base = harness.median(times[baseline])
   rows = []
   for name, seconds in times.items():
-    median = statistics.median(seconds)
     row = dict(
         name=name,
-        median_seconds=median,
-        spread=(max(seconds) - min(seconds)) / median,
-        ratio=median / base,
+        median_seconds=harness.median(seconds),
+        spread=harness.spread(seconds),
+        ratio=harness.ratio(seconds, times[baseline]),
         floor=None,
     )
     if noise_seconds is not None and name in CLIENT_NOISE:
-      row['floor'] = (base + noise_seconds) / base
+      row['floor'] = harness.floor(base, noise_seconds)
     rows.append(row)
   return rows
 
@@ -292,3 +295,139 @@ def format_table(
         f'{r["ratio"]:.2f}x | {floor} |'
     )
   return '\n'.join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """What `run` times, on which task (the flags of scripts/benchmark_rounds.py).
+
+  Attributes:
+    task: the task's name (`tasks.TASK_NAMES`).
+    model: the task's model option (e.g. 'cnn', 'mlp'); None: its default.
+    batch_size: client batch size.
+    num_epochs: client epochs.
+    seed: seed of the client split.
+    clients_per_round: the K values, each timed in its own table, on the
+      task's first K clients.
+    processes: what to time, among `PROCESSES`.
+    learning_rate: the clients' SGD rate.
+    rounds: timed rounds per process.
+    warmup: untimed rounds first.
+    loopback_workers: also time each process over this many TFF workers
+      started on this machine (e.g. (1, 2, 3)), the ratios to the local run.
+    format: 'table' (one Markdown table per K, printed as it is done) or
+      'json' (every K's results, printed at the end).
+  """
+
+  task: str = 'mnist5k'
+  model: Optional[str] = None
+  batch_size: int = 10
+  num_epochs: int = 1
+  seed: int = 0
+  clients_per_round: Sequence[int] = (20,)
+  processes: Sequence[str] = PROCESSES
+  learning_rate: float = 0.1
+  rounds: int = 4
+  warmup: int = 1
+  loopback_workers: Sequence[int] = ()
+  format: str = 'table'
+
+  def __post_init__(self):
+    validation.one_of('format', self.format, ('table', 'json'))
+
+
+def run(options: Options, out: Callable[[str], Any] = print) -> list[dict[str, Any]]:
+  """Times `options.processes` on every K of `options`, in TFF's local context.
+
+  With `loopback_workers`, each process is also timed over the first N of
+  max(loopback_workers) TFF workers started here (`python -m
+  tff_priv.worker`, through `remote.create_context`), the baseline being
+  FEDAVG in the local context; the workers are stopped at the end.
+
+  Args:
+    options: what to time.
+    out: where the text goes (one call per table or JSON document).
+
+  Returns:
+    One dict per K: task, model, d, clients_per_round, rounds,
+    noise_draw_seconds, rows (`summarize`) and seconds (name -> durations).
+  """
+  local = runtime.set_context()
+  launched = [
+      worker.Launched() for _ in range(max(options.loopback_workers, default=0))
+  ]
+  try:
+    contexts = {}
+    if launched:
+      contexts = {'local': local}
+      for n in options.loopback_workers:
+        contexts[f'{n} worker' + ('s' if n > 1 else '')] = (
+            remote.create_context([w.address for w in launched[:n]])
+        )
+    results = _benchmark(options, contexts, out)
+  finally:
+    tff.framework.set_default_context(local)
+    for w in launched:
+      w.stop()
+  if options.format == 'json':
+    out(json.dumps(results, indent=1))
+  return results
+
+
+def _benchmark(options, contexts, out):
+  """Times every K; with `contexts`, each process in each of them."""
+  task_options = {} if options.model is None else {'model': options.model}
+  task = tasks.get_task(
+      options.task,
+      train_client_spec=tff.simulation.baselines.ClientSpec(
+          num_epochs=options.num_epochs, batch_size=options.batch_size
+      ),
+      seed=options.seed,
+      **task_options,
+  )
+  train = task.datasets.train_data
+  with tf.Graph().as_default():
+    d = int(sum(
+        np.prod(v.shape) for v in task.model_fn().trainable_variables
+    ))
+  results = []
+  for k in options.clients_per_round:
+    client_ids = train.client_ids[:k]
+    datasets = [
+        task.datasets.train_preprocess_fn(
+            train.create_tf_dataset_for_client(c)
+        )
+        for c in client_ids
+    ]
+    min_examples = min(
+        int(train.create_tf_dataset_for_client(c).reduce(0, lambda n, _: n + 1))
+        for c in client_ids
+    )
+    entries = build_processes(
+        options.processes,
+        model_fn=task.model_fn,
+        num_clients=len(train.client_ids),
+        clients_per_round=k,
+        learning_rate=options.learning_rate,
+        min_client_examples=min_examples,
+    )
+    baseline, where = FEDAVG, {}
+    if contexts:
+      entries, where, baseline = placed(entries, contexts)
+    times = time_rounds(
+        entries, datasets, rounds=options.rounds, warmup=options.warmup,
+        contexts=where,
+    )
+    noise = noise_draw_seconds(task.model_fn, k)
+    rows = summarize(times, noise, baseline)
+    results.append(dict(
+        task=options.task, model=task_options.get('model'), d=d,
+        clients_per_round=k, rounds=options.rounds, noise_draw_seconds=noise,
+        rows=rows, seconds=dict(times),
+    ))
+    if options.format == 'table':
+      out(f'\n{options.task}, d = {d:,}, K = {k}, medians of {options.rounds} '
+          f'rounds after {options.warmup} warm-up; K x d normal draws: '
+          f'{noise:.3f} s')
+      out(format_table(rows, baseline))
+  return results

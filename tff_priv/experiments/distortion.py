@@ -50,6 +50,7 @@ from tasks import models
 from tff_priv import validation
 from tff_priv.program import grid
 from tff_priv.program import layout
+from tff_priv.program import runs
 from tff_priv.program import training
 
 NOISE_FREE = 'noise_free'
@@ -268,7 +269,7 @@ def utility_loss(
   }
 
 
-def w_star(results: Mapping[str, grid.RunResult], settings: Settings, root_dir):
+def w_star(results: Mapping[str, runs.RunResult], settings: Settings, root_dir):
   """(W*, gradient norm, objective), from the runs' initial model; cached.
 
   Raises:

@@ -11,9 +11,10 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from tff_priv import validation
-from tff_priv.program import grid
+from tff_priv.program import runs as runs_lib
 from tff_priv.program import layout
 from tff_priv.program import training
+from tff_priv.program.mechanisms import dp_fedavg as dp_fedavg_mechanism
 from tff_priv.program.mechanisms import smp
 
 MB = 1e6  # The paper's MB: 1,663,370 float32 values x 3 uploads = 19.96 MB.
@@ -23,6 +24,11 @@ TAIL_EVALUATIONS = 5
 P1_NAME = 'Fed-SMP, p = 1 (client noise, secure sum)'
 NOISE_FREE_NAME = 'no noise (clip C, p = 1)'
 DP_FEDAVG_NAME = "DP-FedAvg (TFF's central noise, fixed clip C)"
+# The methods a setting runs (each a `Run`; its label names its directory).
+FED_SMP = 'fed_smp'  # Fed-SMP at p < 1.
+P1 = 'p1'  # Fed-SMP at p = 1.
+NOISE_FREE = 'noise_free'  # Fed-SMP's process without noise.
+DP_FEDAVG = dp_fedavg_mechanism.NAME  # The baseline: TFF's DP-FedAvg.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +133,7 @@ SHAKESPEARE = Setting(
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-  """One run of a setting: 'fed_smp' (at p < 1), 'p1', 'noise_free' or 'dp_fedavg'."""
+  """One run of a setting: FED_SMP (at p < 1), P1, NOISE_FREE or DP_FEDAVG."""
 
   task: str
   method: str
@@ -137,27 +143,32 @@ class Run:
   @property
   def label(self) -> str:
     """Its run directory's name."""
-    if self.method == 'fed_smp':
+    if self.method == FED_SMP:
       return f'{self.task}-fed_smp-{self.mask}-p{self.compression:g}'
     return f'{self.task}-{self.method}'
 
   @property
   def name(self) -> str:
     """Its name in tables and legends."""
-    if self.method == 'fed_smp':
+    if self.method == FED_SMP:
       return f'Fed-SMP {self.mask} p={self.compression:g}'
-    return {'p1': P1_NAME, 'noise_free': NOISE_FREE_NAME,
-            'dp_fedavg': DP_FEDAVG_NAME}[self.method]
+    return {P1: P1_NAME, NOISE_FREE: NOISE_FREE_NAME,
+            DP_FEDAVG: DP_FEDAVG_NAME}[self.method]
+
+  @property
+  def mechanism(self) -> str:
+    """The registry's mechanism it runs: DP-FedAvg's, else Fed-SMP's."""
+    return dp_fedavg_mechanism.NAME if self.method == DP_FEDAVG else smp.NAME
 
 
 def runs(setting: Setting) -> list[Run]:
   """The setting's runs: p = 1, the ceiling, DP-FedAvg, then each p x mask."""
-  out = [Run(setting.task, 'p1')]
+  out = [Run(setting.task, P1)]
   if setting.noise_free:
-    out.append(Run(setting.task, 'noise_free'))
+    out.append(Run(setting.task, NOISE_FREE))
   if setting.dp_fedavg:
-    out.append(Run(setting.task, 'dp_fedavg'))
-  out += [Run(setting.task, 'fed_smp', mask, p)
+    out.append(Run(setting.task, DP_FEDAVG))
+  out += [Run(setting.task, FED_SMP, mask, p)
           for p in setting.compressions for mask in setting.masks]
   return out
 
@@ -170,11 +181,11 @@ def _params(s: Setting, run: Run) -> dict[str, object]:
   K / (N - public_clients) for top_k, whose public clients are never sampled,
   K / N for the others; so equal eps, not equal sigma.
   """
-  if run.method == 'dp_fedavg':
+  if run.method == DP_FEDAVG:
     return {'epsilon': s.epsilon, 'delta': s.delta, 'clip': s.clip}
   params = {'delta': s.delta, 'clip': s.clip, 'compression': run.compression,
             'mask': run.mask or 'rand_k'}
-  if run.method == 'noise_free':
+  if run.method == NOISE_FREE:
     return {**params, 'noise_multiplier': 0.0}
   if run.mask == 'top_k':
     params['public_clients'] = s.public_clients
@@ -196,7 +207,7 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
     out[run.label] = training.RunConfig(
         task=s.task, task_options=options, batch_size=s.batch_size,
         num_epochs=s.local_epochs,
-        mechanism='dp_fedavg' if run.method == 'dp_fedavg' else 'smp',
+        mechanism=run.mechanism,
         params=_params(s, run),
         clients_per_round=s.clients_per_round, total_rounds=s.rounds,
         client_learning_rate=s.learning_rate,
@@ -208,7 +219,7 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
   return out
 
 
-def cumulative_uplink_mb(result: grid.RunResult) -> dict[int, float]:
+def cumulative_uplink_mb(result: runs_lib.RunResult) -> dict[int, float]:
   """round -> MB uploaded by all clients up to it.
 
   From the train rows' public `uplink_bytes` column: the configured K x the
@@ -225,7 +236,7 @@ def cumulative_uplink_mb(result: grid.RunResult) -> dict[int, float]:
   return out
 
 
-def mb_to_target(result: grid.RunResult, target: float) -> Optional[float]:
+def mb_to_target(result: runs_lib.RunResult, target: float) -> Optional[float]:
   """Uplink MB when the test accuracy first reached `target` (None: never)."""
   uplink = cumulative_uplink_mb(result)
   for row in sorted(result.eval_rows, key=lambda r: r[layout.ROUND]):
@@ -234,28 +245,28 @@ def mb_to_target(result: grid.RunResult, target: float) -> Optional[float]:
   return None
 
 
-def tail_accuracy(result: grid.RunResult) -> float:
+def tail_accuracy(result: runs_lib.RunResult) -> float:
   """Mean test accuracy over the last TAIL_EVALUATIONS evaluations."""
   accuracies = [r[layout.TEST_ACCURACY] for r in result.eval_rows]
   return float(np.mean(accuracies[-TAIL_EVALUATIONS:]))
 
 
-def epsilon(result: grid.RunResult) -> float:
+def epsilon(result: runs_lib.RunResult) -> float:
   """The analyst's eps the run's ledger spent (inf: not noised)."""
   return float(result.summary['privacy']['rdp_epsilon'])
 
 
-def _resolved(result: grid.RunResult, key: str):
+def _resolved(result: runs_lib.RunResult, key: str):
   return result.summary['parameters']['resolved'].get(key)
 
 
-def _kept(result: grid.RunResult) -> int:
+def _kept(result: runs_lib.RunResult) -> int:
   kept = _resolved(result, 'kept_coordinates')
   return kept if kept is not None else result.summary['parameters'][
       'num_parameters']
 
 
-def _acc(result: Optional[grid.RunResult]) -> str:
+def _acc(result: Optional[runs_lib.RunResult]) -> str:
   if result is None:
     return '-'
   s = result.summary
@@ -263,7 +274,7 @@ def _acc(result: Optional[grid.RunResult]) -> str:
 
 
 def task_markdown(
-    setting: Setting, results: Mapping[str, grid.RunResult]
+    setting: Setting, results: Mapping[str, runs_lib.RunResult]
 ) -> list[str]:
   """summary.md's section of one task: accuracy vs p, then every run."""
   s = setting
@@ -282,7 +293,7 @@ def task_markdown(
       f'none of its {s.public_clients} public clients), seed {s.seed}.', '',
   ]
   by_run = dict(done)
-  p1 = by_run.get(Run(s.task, 'p1'))
+  p1 = by_run.get(Run(s.task, P1))
   if s.compressions:
     ps = list(dict.fromkeys(sorted(s.compressions)))
     lines += [
@@ -292,7 +303,7 @@ def task_markdown(
         '|---' * (len(ps) + 2) + '|',
     ]
     for mask in s.masks:
-      cells = [_acc(by_run.get(Run(s.task, 'fed_smp', mask, p))) for p in ps]
+      cells = [_acc(by_run.get(Run(s.task, FED_SMP, mask, p))) for p in ps]
       lines.append(f'| Fed-SMP {mask} | ' + ' | '.join(cells)
                    + f' | {_acc(p1)} |')
     lines.append('')
@@ -320,7 +331,7 @@ def task_markdown(
 
 
 def summary_markdown(
-    settings: Sequence[Setting], results: Mapping[str, grid.RunResult]
+    settings: Sequence[Setting], results: Mapping[str, runs_lib.RunResult]
 ) -> str:
   """summary.md: one section per setting (`task_markdown`)."""
   return '\n'.join(
@@ -329,7 +340,7 @@ def summary_markdown(
 
 
 def plot(
-    settings: Sequence[Setting], results: Mapping[str, grid.RunResult],
+    settings: Sequence[Setting], results: Mapping[str, runs_lib.RunResult],
     path: str,
 ) -> None:
   """accuracy_vs_p.png: accuracy vs p per image task, accuracy vs uplink per task.
@@ -355,14 +366,14 @@ def plot(
     done = {run: results[run.label] for run in runs(s) if run.label in results}
     final = lambda r: r.summary['final_test_accuracy']  # pylint: disable=cell-var-from-loop
     if kind == 'p':
-      p1 = done.get(Run(s.task, 'p1'))
+      p1 = done.get(Run(s.task, P1))
       for mask, marker in zip(s.masks, 'os'):
         pts = sorted((run.compression, final(r)) for run, r in done.items()
                      if run.mask == mask)
         pts += [(1.0, final(p1))] if p1 else []
         if pts:
           ax.plot(*zip(*pts), f'-{marker}', label=f'Fed-SMP {mask}')
-      for method, style in (('dp_fedavg', '--'), ('noise_free', ':')):
+      for method, style in ((DP_FEDAVG, '--'), (NOISE_FREE, ':')):
         run = Run(s.task, method)
         if run in done:
           ax.axhline(final(done[run]), color='k', ls=style, lw=1,
@@ -372,7 +383,7 @@ def plot(
       ax.set_ylabel('final test accuracy')
       ax.set_title(f'{s.task}: accuracy vs p, eps {s.epsilon:g}')
     else:
-      shown = [run for run in done if run.method != 'fed_smp']
+      shown = [run for run in done if run.method != FED_SMP]
       for mask in s.masks:
         own = [run for run in done if run.mask == mask]
         shown += [max(own, key=lambda run: final(done[run]))] if own else []

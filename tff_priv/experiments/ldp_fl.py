@@ -6,7 +6,7 @@ the mean of the encoded local weights; 'deltas': FedAvg on encoded deltas)
 and, for the noise-free column, mechanism 'none' (FedAvg: with server
 learning rate 1 and equal client sizes both modes' noise-free process is the
 mean of the local models). `table`, `privacy_lines` and `plot` read the
-finished runs (`tff_priv.program.grid.RunResult`).
+finished runs (`tff_priv.program.runs.RunResult`).
 """
 
 import collections
@@ -17,7 +17,7 @@ import numpy as np
 
 from tff_priv import validation
 from tff_priv.learning import ldp_fl
-from tff_priv.program import grid
+from tff_priv.program import runs
 from tff_priv.program import training
 
 # LDP-FL Table 1, MNIST row (accuracy %): noise-free, then eps0.
@@ -129,7 +129,7 @@ def _accuracies(setting, results, mode, eps):
   ]
 
 
-def table(setting: Setting, results: Mapping[str, grid.RunResult]) -> str:
+def table(setting: Setting, results: Mapping[str, runs.RunResult]) -> str:
   """Markdown: the paper's MNIST row, then the measured accuracy (%) per mode."""
   columns = ([None] if setting.noise_free else []) + list(setting.epsilons)
   names = ['noise-free' if e is None else f'eps={e:g}' for e in columns]
@@ -150,7 +150,7 @@ def table(setting: Setting, results: Mapping[str, grid.RunResult]) -> str:
 
 
 def privacy_lines(
-    setting: Setting, results: Mapping[str, grid.RunResult]
+    setting: Setting, results: Mapping[str, runs.RunResult]
 ) -> list[str]:
   """Per eps0: the paper's per-value claim beside what the ledger charged."""
   lines = []
@@ -181,7 +181,7 @@ def privacy_lines(
 
 
 def plot(
-    setting: Setting, results: Mapping[str, grid.RunResult], path: str
+    setting: Setting, results: Mapping[str, runs.RunResult], path: str
 ) -> None:
   """Accuracy vs eps0 per mode, the paper's MNIST row beside (PNG)."""
   import matplotlib  # pylint: disable=g-import-not-at-top

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 from tff_priv import validation
 from tff_priv.learning import udp
-from tff_priv.program import grid
+from tff_priv.program import runs
 from tff_priv.program import training
 
 
@@ -112,7 +112,7 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
   return out
 
 
-def _cell(result: grid.RunResult) -> str:
+def _cell(result: runs.RunResult) -> str:
   s = result.summary
   analyst, server = s['privacy']['guarantees'][:2]
   return (
@@ -133,7 +133,7 @@ def _groups(setting, results):
         yield (eps, k, calibration), fixed, results.get(f'{group}_crd')
 
 
-def table(setting: Setting, results: Mapping[str, grid.RunResult]) -> str:
+def table(setting: Setting, results: Mapping[str, runs.RunResult]) -> str:
   """Markdown: test loss by T, the grid-optimal T, CRD, each with its eps."""
   lines = [
       '| eps | K | calibration | test loss by T | grid-optimal T (loss, acc, '
@@ -163,7 +163,7 @@ def table(setting: Setting, results: Mapping[str, grid.RunResult]) -> str:
 
 
 def plot(
-    setting: Setting, results: Mapping[str, grid.RunResult], path: str
+    setting: Setting, results: Mapping[str, runs.RunResult], path: str
 ) -> None:
   """Test loss vs T per group (one panel per calibration), CRD as a star."""
   import matplotlib  # pylint: disable=g-import-not-at-top

@@ -27,8 +27,8 @@ scalar eps-LDP, Theorem 1) and the server averages the reports:
 
 What is private: each uploaded scalar is eps-LDP with respect to the client's
 value; what that means over a client's d scalars and T rounds is
-`ldp_privacy_report`'s business (it calls `tff_priv.accounting`; no formula is
-repeated here). The range side channel: 'fixed' releases nothing, 'minmax'
+`ldp_report`'s and `ldp_privacy_report`'s business (they call
+`tff_priv.accounting`; no formula is repeated here). The range side channel: 'fixed' releases nothing, 'minmax'
 releases each tensor's min/max in clear (no finite guarantee), 'quantile'
 releases one Gaussian-noised count per tensor per round (its DpEvent is
 charged).
@@ -43,8 +43,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
+from tff_priv.accounting import closed_forms
 from tff_priv.accounting import ledger as ledger_lib
-from tff_priv.accounting import reports
 from tff_priv.aggregators import ldp_encode
 
 MODES = ('deltas', 'weights')
@@ -306,6 +306,75 @@ def build_ldp_fl_process(
   )
 
 
+def ldp_report(
+    epsilon: float,
+    *,
+    num_values: int,
+    rounds: int,
+    delta: float,
+    num_clients: Optional[int] = None,
+) -> dict:
+  """A client's privacy after `rounds` rounds of d eps0-LDP values each.
+
+  The paper's claim (eps per value) beside plain composition d T eps0, the
+  RDP/PLD accountants over the d T pure-eps releases, and with `num_clients`
+  the shuffle-model bound with its validity condition (all from
+  `tff_priv.accounting`); a 'guarantee' sentence says which is a guarantee.
+  Client sampling is not credited (every report is local DP).
+
+  Args:
+    epsilon: eps0 of every uploaded scalar.
+    num_values: d, scalars per client per round.
+    rounds: T >= 1.
+    delta: the delta of the (eps, delta) numbers.
+    num_clients: n, clients whose reports are shuffled together per round
+      (None: no shuffle bound).
+
+  Returns:
+    A JSON-ready dict.
+  """
+  eps0 = validation.positive(
+      'ldp_epsilon', validation.required('ldp_epsilon', epsilon)
+  )
+  num_values = validation.int_at_least(
+      'num_values', validation.required('num_values', num_values), 1
+  )
+  delta = validation.open_unit('delta', delta)
+  rounds = validation.int_at_least('rounds', rounds, 1)
+  ledger = ledger_lib.PrivacyLedger()
+  ledger.record_pure_epsilon(eps0, count=num_values * rounds)
+  out = {
+      'delta': delta,
+      'rounds': rounds,
+      'num_values': num_values,
+      'paper_epsilon_per_value': closed_forms.ldp_per_value_epsilon(eps0),
+      'plain_composition_epsilon': closed_forms.ldp_plain_composition_epsilon(
+          eps0, num_values, rounds
+      ),
+  }
+  accounted = ledger.report(delta)
+  out['rdp_epsilon'] = accounted['rdp_epsilon']
+  out['pld_epsilon'] = accounted['pld_epsilon']
+  if accounted['unsupported']:
+    out['unsupported'] = accounted['unsupported']
+  if num_clients is not None:
+    bound = closed_forms.ldp_shuffle_composed(
+        eps0, num_clients, num_values, rounds, delta
+    )
+    out['shuffle_epsilon'] = bound.epsilon
+    out['shuffle_applicable'] = bound.applicable
+    out['shuffle_reason'] = bound.reason
+  out['guarantee'] = (
+      'per client: plain_composition_epsilon (pure DP), rdp_epsilon and '
+      'pld_epsilon (at delta) are guarantees of local DP for all d values over '
+      'T rounds; shuffle_epsilon is a guarantee only when shuffle_applicable '
+      '(and only against a server that sees the shuffled messages); '
+      'paper_epsilon_per_value is the paper\'s per-value claim, not a bound on '
+      'what a client releases'
+  )
+  return out
+
+
 def ldp_privacy_report(
     epsilon: float,
     *,
@@ -318,11 +387,10 @@ def ldp_privacy_report(
 ) -> dict:
   """Per-round and cumulative privacy of a client after `rounds` rounds.
 
-  Both parts are `tff_priv.accounting.reports.mechanism_report('ldp', ...)`
-  (eps per value = the paper's claim; plain composition d T eps; the RDP/PLD
-  accountants over the d T pure-eps releases; the shuffle-model bound with
-  its validity condition; a 'guarantee' sentence), for rounds=1 and for
-  `rounds`. Client sampling is not credited (every report is local DP).
+  Both parts are `ldp_report` (eps per value = the paper's claim; plain
+  composition d T eps; the RDP/PLD accountants over the d T pure-eps
+  releases; the shuffle-model bound with its validity condition; a
+  'guarantee' sentence), for rounds=1 and for `rounds`. Client sampling is not credited (every report is local DP).
 
   The range release ('range_release'):
   * 'fixed': nothing released.
@@ -356,12 +424,11 @@ def ldp_privacy_report(
     raise ValueError('range_event is required for range_mode="quantile"')
 
   def part(t):
-    return reports.mechanism_report(
-        'ldp',
-        delta=delta,
-        rounds=t,
-        ldp_epsilon=epsilon,
+    return ldp_report(
+        epsilon,
         num_values=num_values,
+        rounds=t,
+        delta=delta,
         num_clients=num_clients,
     )
 

@@ -6,7 +6,8 @@ rounds with client sampling rate q and update sensitivity Delta:
 * 'tight' (default): the smallest sigma = z Delta whose accountant eps is
   <= eps (`tff_priv.accounting.calibration`, dp_accounting's RDP accountant).
 * 'paper': Theorem 1, eq. (10) (`closed_forms.udp_theorem1_sigma`), which is
-  optimistic; `tff_priv.accounting.audit.udp_theorem1_truth` says by how much.
+  optimistic; `tff_priv.accounting.closed_forms.udp_theorem1_truth` says by
+  how much.
 
 `crd_schedule` builds the `BudgetSchedule` that CRD spends:
 

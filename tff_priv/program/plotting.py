@@ -1,10 +1,11 @@
 """Plots of training runs: test accuracy vs round, and privacy vs utility.
 
-Reads what `training.run` writes (file and column names from `layout.py`):
-each run's eval_metrics.csv (test accuracy and the eps spent so far, per
-evaluated round), config.json and, when the run completed, summary.json.
-Draws with matplotlib's object API on the Agg canvas (no pyplot, no global
-backend), so it works without a display and imports no TensorFlow.
+Reads what `training.run` writes through `runs.read`: each run's
+eval_metrics.csv (test accuracy and the eps spent so far, per evaluated
+round), config.json and, when the run completed, summary.json. Draws with
+matplotlib's object API on the Agg canvas (no pyplot, no global backend), so
+it works without a display (and a completed private run is read without
+TensorFlow).
 
 * `plot_accuracy_vs_round`: one line per run.
 * `plot_accuracy_vs_epsilon`: privacy vs utility. Each run's eval rows give
@@ -20,9 +21,7 @@ backend), so it works without a display and imports no TensorFlow.
 """
 
 import collections
-import csv
 import dataclasses
-import json
 import math
 import os
 from typing import Optional, Sequence
@@ -31,6 +30,7 @@ from matplotlib.backends import backend_agg
 from matplotlib import figure
 
 from tff_priv.program import layout
+from tff_priv.program import runs
 
 
 @dataclasses.dataclass
@@ -60,10 +60,6 @@ class Run:
   unit: Optional[str] = None
 
 
-def _float(text: str) -> float:
-  return float(text) if text not in ('', 'None') else math.nan
-
-
 def _label(config: dict, summary: Optional[dict]) -> str:
   params = config.get('params', {})
   parts = [config.get('mechanism', '?')]
@@ -80,55 +76,31 @@ def _label(config: dict, summary: Optional[dict]) -> str:
   return ' '.join(parts)
 
 
-# Whom each mechanism's eps protects, for runs without a summary yet.
-_UNITS = {'none': None, 'udp': 'example'}
-
-
-def _unit(config: dict, summary: Optional[dict]) -> Optional[str]:
-  if summary is not None:
-    guarantees = summary.get('privacy', {}).get('guarantees')
-    if guarantees and guarantees[0].get('epsilon') != 'inf':
-      return guarantees[0].get('unit')
-  return _UNITS.get(config.get('mechanism'), 'client')
-
-
 def load_run(directory: str) -> Run:
-  """Reads a run directory written by `training.run`.
+  """Reads a run directory written by `training.run` (`runs.read`), complete or not.
 
   Raises:
     ValueError: the directory has no config.json or no eval_metrics.csv.
   """
-  config_path = layout.path(directory, layout.CONFIG)
-  eval_path = layout.path(directory, layout.EVAL_CSV)
-  for path in (config_path, eval_path):
-    if not os.path.isfile(path):
-      raise ValueError(f'{directory} is not a run directory: no {path}')
-  with open(config_path) as f:
-    config = json.load(f)
-  summary = None
-  summary_path = layout.path(directory, layout.SUMMARY)
-  if os.path.isfile(summary_path):
-    with open(summary_path) as f:
-      summary = json.load(f)
-  rows = []
-  with open(eval_path) as f:
-    for row in csv.DictReader(f):
-      rows.append((
+  result = runs.read(directory, finished=False)
+  rows = sorted(
+      (
           int(row[layout.ROUND]),
-          _float(row[layout.TEST_ACCURACY]),
-          _float(row[layout.RDP_EPSILON]),
-      ))
-  rows.sort()
+          row.get(layout.TEST_ACCURACY, math.nan),
+          row.get(layout.RDP_EPSILON, math.nan),
+      )
+      for row in result.eval_rows
+  )
   return Run(
       directory=directory,
-      task=config.get('task', '?'),
-      mechanism=config.get('mechanism', '?'),
-      label=_label(config, summary),
+      task=result.config.get('task', '?'),
+      mechanism=result.mechanism,
+      label=_label(result.config, result.summary),
       rounds=[r[0] for r in rows],
       test_accuracy=[r[1] for r in rows],
       epsilon=[r[2] for r in rows],
-      summary=summary,
-      unit=_unit(config, summary),
+      summary=result.summary,
+      unit=result.unit,
   )
 
 

@@ -9,11 +9,17 @@
 | udp | `tff_priv.learning.crd.build_udp_process` (fixed sigma) | fixed | Gaussian(sigma / Delta) per upload, local |
 | ldp | `LDPEncodeFactory` (`tff_priv.learning.ldp_fl`) | fixed | d x PureEpsilon(eps0) + the range release, local |
 
-Each module has `NAME`, `SAMPLING`, a frozen `Config` (its parameters, their
-defaults, `validate()`) and `build(config, context) -> base.Mechanism`.
-`config(name, params)` makes a mechanism's config from a dict, refusing a
-parameter that does not apply to it (so a flag never silently does nothing);
-`build(name, config, context)` builds it. A module whose mechanism cannot host
+Each module has `NAME`, `SAMPLING`, `UNIT` (whom its eps protects, as its
+factory's `Guarantee.unit` says; None: not private), a frozen `Config` (its
+parameters, their defaults, `validate()`) and `build(config, context) ->
+base.Mechanism`. `config(name, params)` makes a mechanism's config from a
+dict, refusing a parameter that does not apply to it (so a flag never
+silently does nothing); `build(name, config, context)` builds it. A module
+whose paper has closed forms to print beside the accountants (the
+mechanisms of `REPORTS`) has `privacy_report(params, rounds, **sampling)`,
+`REPORT_PARAMETERS` (the `Config` fields it reads) and, for what a run
+resolves from its task, a `ReportInputs` dataclass: `privacy_report(name,
+...)` and `report_parameters()` (what `scripts/privacy.py` takes as flags). A module whose mechanism cannot host
 the canary clients of `RunConfig.audit_canaries` has `canary_refusal(config)`
 (the reason in one line, or None). A module whose process may release
 noised client metrics (`RunConfig.client_metrics='dp'`, the metrics noised by
@@ -21,6 +27,7 @@ the server like its model) has `DP_CLIENT_METRICS = True`.
 """
 
 import dataclasses
+import typing
 from typing import Any, Mapping, Optional, Union
 
 from tff_priv import validation
@@ -42,6 +49,11 @@ REGISTRY = {
     for module in (none, dp_fedavg, dp_ftrl, ldp, udp, smp, distortion)
 }
 MECHANISMS = tuple(REGISTRY)
+# The mechanisms with a privacy report (the papers' closed forms beside).
+REPORTS = tuple(
+    name for name, module_ in REGISTRY.items()
+    if hasattr(module_, 'privacy_report')
+)
 
 
 def module(name: str):
@@ -53,6 +65,11 @@ def module(name: str):
 def sampling_kind(name: str) -> str:
   """The client sampling mechanism `name`'s rounds are accounted under."""
   return module(name).SAMPLING
+
+
+def unit(name: str) -> Optional[str]:
+  """Whom mechanism `name`'s eps protects ('example', 'client'; None: no one)."""
+  return module(name).UNIT
 
 
 def parameter_names(name: str) -> tuple[str, ...]:
@@ -158,6 +175,118 @@ def build(
     if refusal:
       raise ValueError(refusal)
   mechanism = mechanism_module.build(mechanism_config, context)
+  built_unit = mechanism.guarantee.unit if mechanism.guarantee else None
+  if built_unit != mechanism_module.UNIT:
+    raise ValueError(
+        f'mechanism {name!r} built a guarantee of unit {built_unit!r}, its '
+        f'module says UNIT = {mechanism_module.UNIT!r}'
+    )
   if context.canary_clients and mechanism.canary_norm is None:
     raise ValueError(f'mechanism {name!r} did not build its canary clients')
   return mechanism
+
+
+def _report_module(name: str):
+  mechanism_module = module(name)
+  if name not in REPORTS:
+    raise ValueError(
+        f'mechanism {name!r} has no privacy report; one of '
+        f'{", ".join(REPORTS)}'
+    )
+  return mechanism_module
+
+
+def report_fields(name: str) -> tuple[tuple[type, str], ...]:
+  """(dataclass, field name) of every parameter mechanism `name`'s report reads.
+
+  Its `Config` fields in `REPORT_PARAMETERS`, then the fields of its
+  `ReportInputs` (what a run resolves from its task), if it has one.
+  """
+  mechanism_module = _report_module(name)
+  fields = [(mechanism_module.Config, k)
+            for k in mechanism_module.REPORT_PARAMETERS]
+  inputs = getattr(mechanism_module, 'ReportInputs', None)
+  if inputs is not None:
+    fields += [(inputs, f.name) for f in dataclasses.fields(inputs)]
+  return tuple(fields)
+
+
+def _kind(cls, field: str) -> type:
+  annotation = typing.get_type_hints(cls)[field]
+  args = [a for a in typing.get_args(annotation) if a is not type(None)]
+  return args[0] if args else annotation
+
+
+def report_parameters() -> dict[str, tuple[type, str]]:
+  """{parameter: (its type, what it means)} over every mechanism's report.
+
+  A parameter several mechanisms read is one entry; its text says what it
+  means to each (`'smp, dp_fedavg: ...; udp: ...'`, from the docstrings of
+  their `Config` or `ReportInputs`).
+  """
+  kinds, meanings = {}, {}
+  for name in REPORTS:
+    for cls, field in report_fields(name):
+      kinds[field] = _kind(cls, field)
+      meanings.setdefault(field, {}).setdefault(
+          base.attribute_help(cls).get(field, ''), []
+      ).append(name)
+  return {
+      field: (kinds[field], '; '.join(
+          f'{", ".join(names)}: {meaning.rstrip(".")}'
+          for meaning, names in by_meaning.items()
+      ))
+      for field, by_meaning in meanings.items()
+  }
+
+
+def privacy_report(
+    name: str,
+    *,
+    rounds: int,
+    sampling_probability: Optional[float] = None,
+    population: Optional[int] = None,
+    sample_size: Optional[int] = None,
+    **params,
+) -> dict:
+  """What a run of mechanism `name` spends, or its noise for a target eps.
+
+  Every accountant that can count the mechanism, with the paper's closed
+  form beside where the paper has one (JSON-ready; keys name their source:
+  `rdp_epsilon`, `pld_epsilon`, `paper_*`; 'guarantee' says in words which
+  number is a guarantee).
+
+  Args:
+    name: one of REPORTS.
+    rounds: T >= 1.
+    sampling_probability: Poisson client sampling rate q.
+    population: fixed-size sampling: clients sampled from.
+    sample_size: fixed-size sampling: clients per round.
+    **params: the parameters of its report by name (`report_parameters()`;
+      None: not given); `delta` defaults to `base.DEFAULT_DELTA`. A
+      parameter only other mechanisms' reports read is ignored.
+
+  Raises:
+    ValueError: an unknown mechanism or one without a report, a bad value,
+      or a missing one (the message names it).
+    TypeError: a parameter no mechanism's report reads.
+  """
+  mechanism_module = _report_module(name)
+  known = report_parameters()
+  for key in params:
+    if key not in known:
+      raise TypeError(f'privacy_report() got an unexpected parameter {key!r}')
+  read = {field for _, field in report_fields(name)}
+  given = {k: v for k, v in params.items() if v is not None and k in read}
+  given['delta'] = validation.open_unit(
+      'delta', given.get('delta', base.DEFAULT_DELTA)
+  )
+  rounds = validation.int_at_least('rounds', rounds, 1)
+  sampling = {
+      k: v for k, v in (
+          ('sampling_probability', sampling_probability),
+          ('population', population),
+          ('sample_size', sample_size),
+      ) if v is not None
+  }
+  return mechanism_module.privacy_report(given, rounds, **sampling)

@@ -10,6 +10,7 @@ round is charged from the DpEvent its aggregation factory keeps in its state
 
 import dataclasses
 import math
+import re
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -81,6 +82,20 @@ def check_fields(
     value = getattr(config, name)
     if value is not None:
       object.__setattr__(config, name, check(name, value))
+
+
+def attribute_help(cls) -> dict[str, str]:
+  """{attribute: its description} from a class docstring's Attributes."""
+  text = (cls.__doc__ or '').split('Attributes:', 1)[-1]
+  out, name = {}, None
+  for line in text.splitlines():
+    match = re.match(r'^\s{2,6}(\w+): (.*)$', line)
+    if match:
+      name = match.group(1)
+      out[name] = match.group(2)
+    elif name and line.strip():
+      out[name] += ' ' + line.strip()
+  return out
 
 
 def finite(name: str, value) -> float:

@@ -8,17 +8,23 @@ client (replace-one), local noise, under fixed-size sampling.
 """
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from tff_priv import validation
+from tff_priv.accounting import reports
 from tff_priv.aggregators import distortion
 from tff_priv.mechanisms import bernoulli_sampling
 from tff_priv.program.mechanisms import base
 
 NAME = 'distortion'
 SAMPLING = 'fixed'
+UNIT = 'client'
+# The `Config` fields `privacy_report` reads.
+REPORT_PARAMETERS = (
+    'epsilon', 'noise_multiplier', 'noise_stddev', 'delta', 'clip'
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +88,30 @@ class Config:
           'and bounds need it, and estimating it from the clients would '
           'release an exact client statistic'
       )
+
+
+def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+  """The distortion read as a Gaussian mechanism, by every accountant.
+
+  Any two clipped uploads differ by at most Delta = 2C, so z = sigma_e / 2C;
+  the paper's TV bounds are no DP claim and are not here (they depend on the
+  model: `build`'s closed form).
+
+  Args:
+    params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given;
+      `clip` required).
+    rounds: T >= 1.
+    **sampling: the rounds' client sampling (`sampling_probability`, or
+      `population` and `sample_size`).
+  """
+  params = dict(params)
+  clip = params.pop('clip', None)
+  scale = distortion.sensitivity(
+      validation.positive('clip', validation.required('clip', clip))
+  )
+  return reports.gaussian_mechanism_report(
+      NAME, rounds=rounds, scale=scale, **params, **sampling
+  )
 
 
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:

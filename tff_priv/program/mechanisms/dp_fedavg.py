@@ -9,15 +9,19 @@ the noise: no guarantee against it.
 """
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import tensorflow_federated as tff
 
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import reports
 from tff_priv.program.mechanisms import base
 
 NAME = 'dp_fedavg'
 SAMPLING = 'poisson'
+UNIT = 'client'
+# The `Config` fields `privacy_report` reads.
+REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta')
 # The server adds the model's noise: it may add the client metrics' too.
 DP_CLIENT_METRICS = True
 
@@ -45,6 +49,20 @@ class Config:
   def validate(self) -> None:
     base.check_fields(self)
     base.fill_noise_target(self, NAME, ('epsilon', 'noise_multiplier'))
+
+
+def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+  """The sampled Gaussian's eps by every accountant, or the noise for a target.
+
+  Args:
+    params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given).
+    rounds: T >= 1.
+    **sampling: the rounds' client sampling (`sampling_probability`, or
+      `population` and `sample_size`).
+  """
+  return reports.gaussian_mechanism_report(
+      NAME, rounds=rounds, **params, **sampling
+  )
 
 
 def canary_refusal(config: Config) -> Optional[str]:

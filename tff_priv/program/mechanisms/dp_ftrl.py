@@ -21,6 +21,7 @@ from tff_priv.program.mechanisms import base
 
 NAME = 'dp_ftrl'
 SAMPLING = 'epoch'
+UNIT = 'client'
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,10 +10,9 @@ sampling of K of N clients (the shuffle bound needs n = K).
 """
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 from tff_priv import validation
-from tff_priv.accounting import reports
 from tff_priv.aggregators import ldp_encode
 from tff_priv.learning import client_metrics
 from tff_priv.learning import ldp_fl
@@ -21,6 +20,9 @@ from tff_priv.program.mechanisms import base
 
 NAME = 'ldp'
 SAMPLING = 'fixed'
+UNIT = 'client'
+# The `Config` fields `privacy_report` reads (and `ReportInputs`).
+REPORT_PARAMETERS = ('ldp_epsilon', 'delta')
 DEFAULT_LDP_EPSILON = 1.0
 
 
@@ -71,6 +73,41 @@ class Config:
           ldp_fl.DEFAULT_WEIGHTS_RADIUS if weights
           else ldp_fl.DEFAULT_DELTAS_RADIUS
       ))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportInputs:
+  """What LDP-FL's privacy report reads beyond `Config`: what a run resolves.
+
+  Attributes:
+    num_values: d, the values a client sends per round (the model size).
+    num_clients: n, the clients whose reports are shuffled together (K).
+  """
+
+  num_values: Optional[int] = None
+  num_clients: Optional[int] = None
+
+
+def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+  """A client's local DP: the paper's per-value claim, composition, shuffle bound.
+
+  `ldp_fl.ldp_report` for `rounds` rounds of d eps0-LDP values; client
+  sampling is not credited (every report is local DP).
+
+  Args:
+    params: `REPORT_PARAMETERS` and `ReportInputs` fields by name (absent:
+      not given; `delta` given; `ldp_epsilon` and `num_values` required).
+    rounds: T >= 1.
+    **sampling: ignored.
+  """
+  del sampling
+  return {'mechanism': NAME, **ldp_fl.ldp_report(
+      params.get('ldp_epsilon'),
+      num_values=params.get('num_values'),
+      rounds=rounds,
+      delta=params['delta'],
+      num_clients=params.get('num_clients'),
+  )}
 
 
 def canary_refusal(config: Config) -> Optional[str]:
@@ -127,13 +164,10 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
           'values_per_client_per_round': factory.num_scalars(update_type),
           'range_release_is_private': factory.range_release_is_private,
       },
-      closed_form=reports.mechanism_report(
-          'ldp',
-          delta=config.delta,
-          rounds=context.total_rounds,
-          ldp_epsilon=config.ldp_epsilon,
-          num_values=d,
-          num_clients=k,
+      closed_form=privacy_report(
+          {'ldp_epsilon': config.ldp_epsilon, 'delta': config.delta,
+           'num_values': d, 'num_clients': k},
+          context.total_rounds,
       ),
       caveats=[
           'local DP: each client is charged d values of eps0 for every round '

@@ -9,6 +9,7 @@ from tff_priv.program.mechanisms import base
 
 NAME = 'none'
 SAMPLING = 'poisson'
+UNIT = None  # Not private: its eps protects no one.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,9 +10,11 @@ noise under secure aggregation), not TFF's DP-FedAvg (`dp_fedavg`).
 """
 
 import dataclasses
-from typing import Optional
+import math
+from typing import Any, Optional
 
 from tff_priv import validation
+from tff_priv.accounting import closed_forms
 from tff_priv.accounting import reports
 from tff_priv.aggregators import sparsified_secure_sum
 from tff_priv.learning import canary_clients
@@ -23,6 +25,9 @@ from tff_priv.program.mechanisms import base
 
 NAME = 'smp'
 SAMPLING = 'poisson'
+UNIT = 'client'
+# The `Config` fields `privacy_report` reads.
+REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta')
 DEFAULT_COMPRESSION = 0.1
 DEFAULT_PUBLIC_CLIENTS = 20
 MASKS = sparsified_secure_sum.MASKS
@@ -72,6 +77,55 @@ class Config:
           "public_clients applies only with mask='top_k' (rand_k draws its "
           'mask from a public seed)'
       )
+
+
+def _theorem1_for_target(epsilon, delta, q, rounds) -> dict:
+  check = closed_forms.fedsmp_theorem1_truth(epsilon, delta, q, rounds)
+  return {
+      'formula': 'Fed-SMP Theorem 1',
+      'paper_noise_multiplier': check.noise_multiplier,
+      'paper_claimed_epsilon': epsilon,
+      'true_rdp_epsilon': check.true_epsilon,
+      'holds': check.holds,
+  }
+
+
+def _theorem1_for_noise(noise_multiplier, rdp_epsilon, delta, q, rounds) -> dict:
+  del noise_multiplier  # The theorem is read at the accountant's eps.
+  return {
+      'formula': 'Fed-SMP Theorem 1 (sufficient condition)',
+      'paper_noise_multiplier_needed_for_rdp_epsilon': (
+          closed_forms.fedsmp_theorem1_noise_multiplier(
+              rdp_epsilon, delta, q, rounds
+          )
+          if 0 < rdp_epsilon < math.inf
+          else None
+      ),
+  }
+
+
+def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+  """The sampled Gaussian's eps by every accountant, Fed-SMP Theorem 1 beside.
+
+  For a target eps: the noise the accountants need, and the theorem's noise
+  multiplier with what it really gives (`closed_forms.fedsmp_theorem1_truth`);
+  for a noise level: the multiplier the theorem would need for the
+  accountant's eps.
+
+  Args:
+    params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given).
+    rounds: T >= 1.
+    **sampling: the rounds' client sampling (`sampling_probability`, or
+      `population` and `sample_size`).
+  """
+  return reports.gaussian_mechanism_report(
+      NAME,
+      rounds=rounds,
+      claim_for_target=_theorem1_for_target,
+      claim_for_noise=_theorem1_for_noise,
+      **params,
+      **sampling,
+  )
 
 
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
@@ -124,11 +178,9 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       canary_norm=(
           config.clip / config.compression if context.canary_clients else None
       ),
-      closed_form=reports.mechanism_report(
-          'smp',
-          delta=config.delta,
-          rounds=context.total_rounds,
-          noise_multiplier=z,
+      closed_form=privacy_report(
+          {'noise_multiplier': z, 'delta': config.delta},
+          context.total_rounds,
           **context.sampling.ledger_kwargs(),
       ),
   )

@@ -14,11 +14,12 @@ the plan is done.
 """
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import tensorflow as tf
 
 from tff_priv import validation
+from tff_priv.accounting import closed_forms
 from tff_priv.accounting import reports
 from tff_priv.aggregators import gaussian_udp
 from tff_priv.learning import crd
@@ -28,6 +29,9 @@ from tff_priv.program.mechanisms import base
 
 NAME = 'udp'
 SAMPLING = 'fixed'
+UNIT = 'example'
+# The `Config` fields `privacy_report` reads (and `ReportInputs`).
+REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'noise_stddev', 'delta')
 # audit_canaries inserts canary examples: the guarantee is record-level.
 CANARY_EXAMPLES = True
 DEFAULT_CRD_ZETA = 0.001
@@ -91,6 +95,82 @@ class Config:
   def adaptive_noise(self) -> bool:
     """Whether a round's noise depends on earlier releases (CRD)."""
     return self.crd_beta is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportInputs:
+  """What UDP's privacy report reads beyond `Config`: what a run resolves.
+
+  Attributes:
+    sensitivity: Delta, the L2 sensitivity of a client's update to one
+      example, 2 eta C / min_i |D_i| (needed with noise_stddev).
+  """
+
+  sensitivity: Optional[float] = None
+
+
+def _theorem1_for_target(epsilon, delta, q, rounds) -> dict:
+  z = closed_forms.udp_theorem1_sigma(epsilon, delta, q, rounds, 1.0)
+  check = closed_forms.udp_theorem1_truth(epsilon, delta, q, rounds)
+  return {
+      'formula': 'UDP Theorem 1, eq. (10)',
+      'paper_noise_multiplier': z,
+      'paper_claimed_epsilon': epsilon,
+      'true_rdp_epsilon': check.true_epsilon,
+      'true_delta_at_claimed_epsilon': check.true_delta,
+      'holds': check.holds,
+  }
+
+
+def _theorem1_for_noise(noise_multiplier, rdp_epsilon, delta, q, rounds) -> dict:
+  del rdp_epsilon  # The claim is the paper's own, beside the accountant's.
+  # The eps eq. (10) claims for this noise: sigma is proportional to 1/eps,
+  # so eps = sigma(eps=1) / z with Delta = 1.
+  return {
+      'formula': 'UDP Theorem 1, eq. (10) solved for eps',
+      'paper_claimed_epsilon': closed_forms.udp_theorem1_sigma(
+          1.0, delta, q, rounds, 1.0
+      )
+      / noise_multiplier,
+  }
+
+
+def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+  """Each client's Gaussian by every accountant, UDP Theorem 1 (eq. 10) beside.
+
+  z = sigma / Delta. For a target eps: the noise the accountants need (and
+  sigma, given the sensitivity), and eq. (10)'s with what it really gives
+  (`closed_forms.udp_theorem1_truth`); for a noise level: the eps eq. (10)
+  claims for it.
+
+  Args:
+    params: `REPORT_PARAMETERS` and `ReportInputs` fields by name (absent:
+      not given; `delta` given).
+    rounds: T >= 1.
+    **sampling: the rounds' client sampling (`sampling_probability`, or
+      `population` and `sample_size`).
+
+  Raises:
+    ValueError: noise_stddev without the sensitivity, or a bad value.
+  """
+  params = dict(params)
+  sensitivity = params.pop('sensitivity', None)
+  if sensitivity is not None:
+    sensitivity = validation.positive('sensitivity', sensitivity)
+  elif params.get('noise_stddev') is not None:
+    raise ValueError(
+        'noise_stddev needs sensitivity (of a client update) to give a noise '
+        'multiplier'
+    )
+  return reports.gaussian_mechanism_report(
+      NAME,
+      rounds=rounds,
+      scale=sensitivity,
+      claim_for_target=_theorem1_for_target,
+      claim_for_noise=_theorem1_for_noise,
+      **params,
+      **sampling,
+  )
 
 
 def _check_context(context: base.BuildContext) -> None:
@@ -164,12 +244,10 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
           'noise_multiplier': sigma / sensitivity,
           'min_client_examples': min_examples,
       },
-      closed_form=reports.mechanism_report(
-          'udp',
-          delta=config.delta,
-          rounds=context.total_rounds,
-          noise_stddev=sigma,
-          sensitivity=sensitivity,
+      closed_form=privacy_report(
+          {'noise_stddev': sigma, 'sensitivity': sensitivity,
+           'delta': config.delta},
+          context.total_rounds,
           **context.sampling.ledger_kwargs(),
       ),
       caveats=[

@@ -1,0 +1,59 @@
+"""scripts/benchmark_*.py end to end at their smallest settings, in subprocesses."""
+
+import json
+
+import pytest
+import tensorflow as tf
+
+from tests import script_runs
+
+pytestmark = pytest.mark.slow
+
+
+class BenchmarkScriptsTest(tf.test.TestCase):
+
+  def test_ldp(self):
+    result = script_runs.run(
+        'benchmark_ldp.py', '--flat', '--d=1000', '--encode_repeats=1',
+        '--clients=2', '--factory_repeats=1', '--transport_clients=2',
+    )
+    self.assertEqual(result.returncode, 0, result.stderr)
+    for part in ('[1] client encode', '[2] factory next',
+                 '[3] split and shuffle', 'load average at end'):
+      self.assertIn(part, result.stdout)
+
+  def test_smp(self):
+    result = script_runs.run(
+        'benchmark_smp.py', '--shapes=10x3,3', '--clients=2',
+        '--compressions=0.5', '--secure_compressions=0.5', '--repeats=1',
+        '--value_source=clients',
+    )
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn('value_source=clients', result.stdout)
+    self.assertNotIn('value_source=python', result.stdout)
+    self.assertIn('smp_secure_p0.5', result.stdout)
+
+  def test_udp(self):
+    result = script_runs.run(
+        'benchmark_udp.py', '--shapes=10x3,3', '--clients=2', '--repeats=1'
+    )
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn('udp_unweighted', result.stdout)
+    self.assertIn('floor for client-side noise', result.stdout)
+
+  def test_rounds(self):
+    result = script_runs.run(
+        'benchmark_rounds.py', '--task=digits', '--clients_per_round=2',
+        '--processes=fedavg,dp_fedavg', '--rounds=1', '--warmup=0',
+        '--format=json',
+    )
+    self.assertEqual(result.returncode, 0, result.stderr)
+    [run] = json.loads(result.stdout)
+    self.assertEqual(run['clients_per_round'], 2)
+    self.assertEqual(
+        [row['name'] for row in run['rows']], ['fedavg', 'dp_fedavg']
+    )
+
+
+if __name__ == '__main__':
+  tf.test.main()

@@ -1,0 +1,91 @@
+"""A finished run's summary.json."""
+
+import json
+
+from tff_priv.program import layout
+
+def build(
+    config,
+    mechanism,
+    privacy,
+    *,
+    final_metrics,
+    final_accuracy,
+    best_accuracy,
+    best_round,
+    uplink_bytes,
+    wall_seconds,
+    sessions,
+    rounds_run,
+    empirical=None,
+):
+  """The run's summary (see `run`); `empirical`: the canary estimate."""
+  delta = mechanism.config.delta
+  ledger = privacy.analyst
+  accounted = ledger.report(delta)
+  closed_form = mechanism.closed_form
+  analyst_eps = privacy.analyst_epsilon()
+  return {
+      'format': layout.SUMMARY_FORMAT,
+      'task': config.task,
+      'task_options': config.task_options,
+      'mechanism': config.mechanism,
+      'parameters': {
+          **config.to_dict(),
+          'resolved': mechanism.resolved,
+          'num_parameters': mechanism.num_parameters,
+      },
+      'sampling': mechanism.sampling.describe(),
+      'rounds': config.total_rounds,
+      'rounds_run': rounds_run,
+      'final_test_accuracy': final_accuracy,
+      'best_test_accuracy': best_accuracy,
+      'best_round': best_round if best_accuracy is not None else None,
+      'final_test_metrics': final_metrics,
+      'privacy': {
+          'delta': delta,
+          'guarantees': privacy.report(),
+          # The analyst's figure (the first guarantee's epsilon).
+          'rdp_epsilon': analyst_eps,
+          'analyst_ledger': {
+              'meaning': (
+                  'the composition of the events this run released; '
+                  + ('its events were chosen adaptively, so this is an '
+                     'ex-post diagnostic, not a guarantee (the guarantee is '
+                     'rdp_epsilon above)' if privacy.adaptive is not None
+                     else 'its events were fixed before the run, so this is '
+                     'the guarantee (before the server-view minimum)')
+              ),
+              'rdp_epsilon': accounted['rdp_epsilon'],
+              'pld_epsilon': accounted['pld_epsilon'],
+              'accountants': {
+                  'rdp_epsilon': 'dp_accounting RdpAccountant',
+                  'pld_epsilon': 'dp_accounting PLDAccountant',
+              },
+              'unsupported': accounted['unsupported'],
+              'neighboring_relation': accounted['neighboring_relation'],
+              'releases': accounted['releases'],
+          },
+          'closed_form': closed_form,
+          'caveats': mechanism.caveats + (
+              ['sampling_seed was given: whoever reads config.json can '
+               'recompute who was sampled in every round, and the amplified '
+               'analyst figure assumes that unknown']
+              if config.sampling_seed is not None and mechanism.guarantee
+              and mechanism.sampling.ledger_kwargs()  # Amplified at all.
+              else []
+          ),
+          'ledger': json.loads(ledger.to_json()),
+          **({'empirical': empirical} if empirical is not None else {}),
+      },
+      'uplink_bytes': {
+          'total': uplink_bytes,
+          'per_client_per_round': mechanism.upload_bytes_per_client,
+      },
+      # How long the rounds took depends on the sampled clients' data: only
+      # a non-private run writes it.
+      'wall_time_seconds': (
+          wall_seconds if mechanism.guarantee is None else None
+      ),
+      'sessions': [{'start_round': r} for r in sessions],
+  }
