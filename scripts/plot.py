@@ -13,6 +13,8 @@ directory that is not a run directory.
 
 import os
 
+import sys
+
 from absl import flags
 
 from tff_priv import cli
@@ -35,7 +37,7 @@ ROUND_PNG = 'accuracy_vs_round.png'
 EPSILON_PNG = 'accuracy_vs_epsilon.png'
 
 
-_CLI = cli.Cli('plot.py')
+_CLI = cli.Cli('plot.py', doc=__doc__, key_modules=(sys.modules[__name__],))
 _fail = _CLI.fail
 _parse_flags = _CLI.parse_flags
 
@@ -65,5 +67,11 @@ def main(argv):
 
 
 
-if __name__ == '__main__':
+
+def entry():
+  """The `tff-priv-plot` console command (pyproject.toml)."""
   _CLI.run(main)
+
+
+if __name__ == '__main__':
+  entry()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-command setup: creates .venv in the repository root and installs the pinned tff_priv stack,
 # the package itself (editable) and the test tools. Running it again is quick and changes nothing
-# while requirements*.txt and setup.py are unchanged.
+# while requirements*.txt, setup.py and pyproject.toml are unchanged.
 #
 #   bash scripts/setup.sh            # uses python3.11 (or python3) from PATH
 #   PYTHON=/path/to/python3.10 bash scripts/setup.sh
@@ -21,7 +21,7 @@ pick_python() {
   exit 1
 }
 
-want="$(cat requirements.txt requirements-nodeps.txt setup.py | sha256sum | cut -d' ' -f1)"
+want="$(cat requirements.txt requirements-nodeps.txt setup.py pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "setup: .venv is up to date (nothing to do)"
   exit 0

@@ -64,7 +64,8 @@ _VERBOSE = flags.DEFINE_bool(
     'verbose', False, "TF's and the program's logs (quiet by default)."
 )
 
-_CLI = cli.Cli('train.py')
+_CLI = cli.Cli('train.py', doc=__doc__,
+               key_modules=(sys.modules[__name__], run_flags, command))
 
 
 def main(argv):
@@ -109,5 +110,11 @@ def main(argv):
   )
 
 
-if __name__ == '__main__':
+
+def entry():
+  """The `tff-priv-train` console command (pyproject.toml)."""
   _CLI.run(main)
+
+
+if __name__ == '__main__':
+  entry()

@@ -10,24 +10,14 @@ import unittest
 
 import pytest
 
+from tests import readme_snippets
+
 pytestmark = pytest.mark.slow
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _readme():
-  with open(os.path.join(_ROOT, 'README.md')) as f:
-    return f.read()
-
-
-def _code_after(heading):
-  text = _readme()
-  section = text[text.index(heading):]
-  return re.search(r'```python\n(.*?)```', section, re.S).group(1)
-
-
-def _quickstart_code():
-  return _code_after('## Quickstart')
+_ROOT = readme_snippets.ROOT
+_readme = readme_snippets.readme
+_code_after = readme_snippets.code_after
+_quickstart_code = readme_snippets.quickstart_code
 
 
 _TRAIN_MODEL = '### In `tff.learning.programs.train_model`'
@@ -89,7 +79,9 @@ class ReadmeTest(unittest.TestCase):
     result = _run_snippet(code)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertEqual(result.stdout.strip().splitlines()[-2:], claimed)
+    # Quiet as a library: no error line from tff_priv or TFF's parts of it.
     self.assertNotIn('Traceback', result.stderr)
+    self.assertNotRegex(result.stderr, r'(^|\n)E\d{4} |ERROR')
 
   def test_quickstart_and_train_model_release_no_exact_client_statistic(self):
     # Every value the quickstart's loop gets from its last round
@@ -104,7 +96,7 @@ class ReadmeTest(unittest.TestCase):
     secret = 'np.random.default_rng()  # Secret'
     self.assertIn(secret, quickstart)
     quickstart = quickstart.replace(secret, 'np.random.default_rng(7)  #')
-    line = '    metrics_aggregator=client_metrics.no_client_metrics,\n'
+    line = '    metrics_aggregator=no_client_metrics,\n'
     self.assertIn(line, quickstart)
     self.assertIn(line, _train_model_code())
     released, leaks = self._leaks(quickstart + _train_model_code())

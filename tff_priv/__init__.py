@@ -9,4 +9,4 @@ Importing `tff_priv` does not import TensorFlow Federated; import the
 submodules you need.
 """
 
-__version__ = '0.1.0'
+__version__ = '0.2.0'

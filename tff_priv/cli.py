@@ -10,7 +10,7 @@ after the one line.
 
 import os
 import sys
-from typing import Callable
+from typing import Any, Callable, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -26,11 +26,34 @@ def exit_now(code: int) -> None:
   os._exit(code)  # pylint: disable=protected-access
 
 
+_HELP_FLAGS = ('--help', '-h', '-?', '--helpfull', '--helpshort')
+
+
 class Cli:
   """The error and flag-parsing behaviour of one script."""
 
-  def __init__(self, prog: str):
+  def __init__(self, prog: str, *, doc: Optional[str] = None,
+               key_modules: Sequence[Any] = ()):
+    """Args:
+      prog: the name in error lines.
+      doc: the script's docstring, shown by `--help` also when the script
+        runs as a console command (whose `__main__` is pip's stub).
+      key_modules: the script's module and those whose flags it uses
+        (e.g. `run_flags`): their flags are listed by `--help`, not only by
+        `--helpfull`.
+    """
     self.prog = prog
+    self._doc = doc
+    self._key_modules = tuple(key_modules)
+
+  def _main_module_help(self) -> None:
+    """Makes `--help` show the script's docstring and its key flags."""
+    main = sys.modules.get('__main__')
+    if self._doc and main is not None and not getattr(main, '__doc__', None):
+      main.__doc__ = self._doc
+    for module in self._key_modules:
+      for flag in flags.FLAGS.get_key_flags_for_module(module):
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
   def fail(self, message: str):
     print(f'{self.prog}: error: {message} (see --help)', file=sys.stderr)
@@ -44,10 +67,18 @@ class Cli:
       self.fail(str(e))
 
   def run(self, main: Callable[[list[str]], None]) -> None:
-    """`absl.app.run(main)` with this script's flag parsing; see the module docstring."""
+    """`absl.app.run(main)` with this script's flag parsing; see the module docstring.
+
+    `--help` (and `-h`, `-?`, `--helpfull`, `--helpshort`) exits 0 after the
+    help, not absl's 1.
+    """
+    asked_help = any(a in _HELP_FLAGS for a in sys.argv[1:])
+    self._main_module_help()
     try:
       app.run(main, flags_parser=self.parse_flags)
     except SystemExit as e:
+      if asked_help and e.code == 1:
+        exit_now(0)  # Without teardown (TFF's noisy __del__), as failures.
       if e.code not in (None, 0):
         exit_now(e.code if isinstance(e.code, int) else 1)
       raise

@@ -26,11 +26,6 @@ class ReportsTest(tf.test.TestCase):
     self.assertEqual(report['sampling'], 'poisson')
     json.dumps(report)  # JSON-ready.
 
-  def test_sampling_rate(self):
-    self.assertEqual(reports.sampling_rate(sampling_probability=0.2), 0.2)
-    self.assertEqual(reports.sampling_rate(population=50, sample_size=5), 0.1)
-    self.assertEqual(reports.sampling_rate(), 1.0)
-
   def test_noise_stddev_over_its_scale(self):
     report = reports.gaussian_mechanism_report(
         'm', delta=1e-3, rounds=50, noise_stddev=0.3, scale=0.1

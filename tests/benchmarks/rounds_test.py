@@ -111,7 +111,7 @@ class RoundsTest(tf.test.TestCase):
     self.assertEqual(seen, ['a', 'b', 'a', 'b'])
 
   def test_client_noise_is_the_local_noise_mechanisms(self):
-    # CLIENT_NOISE is read from the registry's sampling kinds: the mechanisms
+    # CLIENT_NOISE is read from the registry's noise kinds: the mechanisms
     # whose built guarantee noises each upload on its client.
     for name in mechanisms.MECHANISMS:
       mechanism = rounds.build_mechanism(

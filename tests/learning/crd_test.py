@@ -1,4 +1,4 @@
-"""Tests for tff_priv.learning.udp and tff_priv.learning.crd (UDP, CRD)."""
+"""Tests for tff_priv.learning.udp and tff_priv.learning.crd (UDP's CRD schedule and processes)."""
 
 import math
 
@@ -13,6 +13,8 @@ from tests import tiny_models
 from tff_priv.accounting import accountants
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import sampling as sampling_lib
+from tff_priv.accounting import udp as udp_accounting
 from tff_priv.aggregators import gaussian_udp
 from tff_priv.learning import crd
 from tff_priv.learning import udp
@@ -29,6 +31,13 @@ def _data(rng, n):
   return x, y
 
 
+def _ledger(sigmas, sens, **sampling):
+  """The ledger of the sigma a path used (`udp_accounting.noise_ledger`)."""
+  return udp_accounting.noise_ledger(
+      sigmas, sens, sampling_lib.Sampling.of(**sampling)
+  )
+
+
 def _simulate(schedule, stall_rounds, beta=0.9):
   """The schedule run round by round, discounting after `stall_rounds`."""
   state = schedule.initial_state()
@@ -42,15 +51,7 @@ def _simulate(schedule, stall_rounds, beta=0.9):
   return sigmas
 
 
-class CalibrationTest(tf.test.TestCase, parameterized.TestCase):
-
-  def test_paper_calibration_is_eq10(self):
-    self.assertAllClose(
-        udp.udp_noise_stddev(8.0, 1e-3, 0.1, 100, sampling_probability=0.6,
-                             calibration='paper'),
-        0.359889,
-        atol=1e-6,
-    )
+class CrdScheduleTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
       ('all_clients', {}),
@@ -65,7 +66,7 @@ class CalibrationTest(tf.test.TestCase, parameterized.TestCase):
     for stalls in ((), (3, 5, 9), tuple(range(1, 30))):
       sigmas = _simulate(schedule, stalls)
       self.assertTrue(np.all(np.diff(sigmas) <= 1e-12))
-      spent = udp.udp_ledger(sigmas, sens, **sampling).epsilon(delta)
+      spent = _ledger(sigmas, sens, **sampling).epsilon(delta)
       self.assertLessEqual(spent, eps * (1 + 1e-6), stalls)
       if not stalls:
         self.assertGreater(spent, 0.99 * eps)  # Tight: uses the budget.
@@ -80,7 +81,7 @@ class CalibrationTest(tf.test.TestCase, parameterized.TestCase):
     sigmas = _simulate(schedule, (4, 10, 20))
     self.assertLessEqual(sum(1 / s**2 for s in sigmas), budget * (1 + 1e-9))
     # The paper's budget overspends by the accountant (eq. 10 is optimistic).
-    self.assertGreater(udp.udp_ledger(sigmas, sens).epsilon(delta), eps)
+    self.assertGreater(_ledger(sigmas, sens).epsilon(delta), eps)
 
   def test_bad_arguments(self):
     cases = [
@@ -95,7 +96,7 @@ class CalibrationTest(tf.test.TestCase, parameterized.TestCase):
       with self.assertRaisesRegex(ValueError, name):
         udp.crd_schedule(**{**base, **override})
     with self.assertRaisesRegex(ValueError, 'noise_stddevs'):
-      udp.udp_ledger([1.0, -1.0], 0.1)
+      udp_accounting.noise_ledger([1.0, -1.0], 0.1)
 
 
 class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
@@ -112,7 +113,7 @@ class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
     delta, sens = 1e-5, 1.0
     sampling = dict(population=10, sample_size=10)
     schedule = udp.crd_schedule(target, delta, sens, 2, **sampling)
-    analyst, server = udp.crd_bounds(schedule, sens)
+    analyst, server = udp_accounting.crd_bounds(schedule, sens)
     # Calibration returns z within 1e-4 of the least z meeting the target.
     self.assertAllClose(analyst.epsilon(delta), target, atol=2e-3)
     self.assertEqual(server, analyst)  # Every client is in every round.
@@ -120,7 +121,7 @@ class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
     for stalls in ((), (1,)):
       sigmas = _simulate(schedule, stalls, beta=0.5)
       self.assertLen(sigmas, 2 - len(stalls))
-      realised[stalls] = udp.udp_ledger(sigmas, sens, **sampling).epsilon(
+      realised[stalls] = _ledger(sigmas, sens, **sampling).epsilon(
           delta
       )
       self.assertGreaterEqual(analyst.epsilon(delta), realised[stalls] - 1e-9)
@@ -138,7 +139,7 @@ class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
     schedule = udp.crd_schedule(
         4.0, delta, sens, rounds, table_size=32, **sampling
     )
-    analyst, server = udp.crd_bounds(schedule, sens)
+    analyst, server = udp_accounting.crd_bounds(schedule, sens)
     if schedule.cost_model == 'table':
       # The filter's order is fixed before training (the plan's best order).
       self.assertLen(analyst.orders, 1)
@@ -148,10 +149,10 @@ class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
     for _ in range(6):
       stalls = set(np.flatnonzero(rng.random(rounds) < 0.4).tolist())
       sigmas = _simulate(schedule, stalls, beta=float(rng.uniform(0.3, 0.9)))
-      spent = udp.udp_ledger(sigmas, sens, **sampling).epsilon(delta)
+      spent = _ledger(sigmas, sens, **sampling).epsilon(delta)
       self.assertLessEqual(spent, analyst.epsilon(delta) + 1e-9)
       # A client in every round of the path, seen by the server.
-      every_round = udp.udp_ledger(sigmas, sens).epsilon(delta)
+      every_round = _ledger(sigmas, sens).epsilon(delta)
       self.assertLessEqual(every_round, server.epsilon(delta) + 1e-9)
 
   def test_paper_budget_reports_what_it_spends(self):
@@ -160,8 +161,8 @@ class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
     schedule = udp.crd_schedule(
         8.0, delta, sens, 40, sampling_probability=q, calibration='paper'
     )
-    analyst, _ = udp.crd_bounds(schedule, sens)
-    plan = udp.udp_ledger(_simulate(schedule, ()), sens).epsilon(delta)
+    analyst, _ = udp_accounting.crd_bounds(schedule, sens)
+    plan = _ledger(_simulate(schedule, ()), sens).epsilon(delta)
     self.assertAllClose(analyst.epsilon(delta), plan, rtol=1e-6)
     self.assertGreater(analyst.epsilon(delta), 8.0)
 
@@ -221,7 +222,7 @@ class CrdProcessTest(tf.test.TestCase):
     self.assertLen(sigmas, 2)
     self.assertLess(sigmas[1], sigmas[0])
     self.assertEqual(int(state.discounts), 2)
-    self.assertLessEqual(udp.udp_ledger(sigmas, sens).epsilon(delta), eps * (1 + 1e-6))
+    self.assertLessEqual(_ledger(sigmas, sens).epsilon(delta), eps * (1 + 1e-6))
     with self.assertRaisesRegex(Exception, 'finished'):
       process.next(state, clients)
     # Weights round-trip through the process's accessors.

@@ -7,6 +7,7 @@ rules, and builds on a tiny model (one round of smp's top_k process).
 
 import dataclasses
 import json
+from unittest import mock
 
 from absl.testing import parameterized
 import dp_accounting
@@ -130,6 +131,10 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
       module = mechanisms.module(name)
       self.assertEqual(module.NAME, name)
       self.assertIn(module.SAMPLING, sampling.KINDS)
+      self.assertIn(
+          mechanisms.noise(name), (None, 'local', 'secure_sum', 'central')
+      )
+      self.assertEqual(mechanisms.noise(name) is None, module.UNIT is None)
       with self.assertRaises(dataclasses.FrozenInstanceError):
         config = mechanisms.config(name, _REQUIRED.get(name, P()))
         setattr(config, 'delta', 0.5)
@@ -313,6 +318,10 @@ class BuildTest(tf.test.TestCase):
     self.assertLen(range_release.events, 2)  # One count per tensor.
     # The server sees the quantile's exact count: nothing against it.
     self.assertEqual(mech.guarantee.noise, 'central')
+    self.assertEqual(
+        mechanisms.noise('ldp', P(ldp_range_mode='quantile', ldp_radius=0.1)),
+        'central',
+    )
 
   def test_ldp_minmax_is_a_non_private_release(self):
     mech = _build('ldp', P(ldp_range_mode='minmax'))
@@ -347,6 +356,14 @@ class BuildTest(tf.test.TestCase):
         self.assertEqual(
             mechanisms.unit(name), None if got is None else got.unit
         )
+        self.assertEqual(
+            mechanisms.noise(name), None if got is None else got.noise
+        )
+
+  def test_build_refuses_a_module_whose_noise_is_not_its_factorys(self):
+    with mock.patch.object(mechanisms.module('none'), 'NOISE', 'local'):
+      with self.assertRaisesRegex(ValueError, 'noise'):
+        _build('none', P())
 
   def test_private_mechanisms_release_no_client_metrics(self):
     extra = {

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import udp as udp_accounting
 from tff_priv.learning import udp
 from tff_priv.program import privacy
 from tff_priv.program import sampling as sampling_lib
@@ -170,7 +171,7 @@ class AdaptiveRunPrivacyTest(tf.test.TestCase):
     schedule = udp.crd_schedule(
         4.0, delta, sens, 6, table_size=32, **sampling.ledger_kwargs()
     )
-    bounds = udp.crd_bounds(schedule, sens)
+    bounds = udp_accounting.crd_bounds(schedule, sens)
     expected = min(b.epsilon(delta) for b in bounds)
     ids = [f'c{i}' for i in range(10)]
     for stalls in ((), (1, 2, 3), (5,)):
@@ -204,7 +205,7 @@ class AdaptiveRunPrivacyTest(tf.test.TestCase):
     self.assertIn('fixed before the run', fixed.report()[0]['accountant'])
 
   def test_a_server_budget_is_refused_with_adaptive_noise(self):
-    bounds = udp.crd_bounds(udp.crd_schedule(4.0, 1e-5, 0.05, 8), 0.05)
+    bounds = udp_accounting.crd_bounds(udp.crd_schedule(4.0, 1e-5, 0.05, 8), 0.05)
     with self.assertRaisesRegex(ValueError, 'server_budget or crd_beta'):
       privacy.RunPrivacy.create(_LOCAL, {}, 1e-5, 1.0, adaptive=bounds)
 

@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import sampling as accounting_sampling
 from tff_priv.program import sampling
 
 
@@ -115,6 +116,20 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIsInstance(event, dp_event.SampledWithoutReplacementDpEvent)
     self.assertEqual(poisson.describe()['model'], 'poisson')
     self.assertEqual(fixed.describe()['clients_per_round'], 5)
+
+  def test_ledger_sampling_is_the_accounting_value(self):
+    self.assertEqual(
+        sampling.ClientSampling('poisson', 100, 5).ledger_sampling(),
+        accounting_sampling.Sampling.poisson(0.05),
+    )
+    self.assertEqual(
+        sampling.ClientSampling('fixed', 100, 5).ledger_sampling(),
+        accounting_sampling.Sampling.fixed(100, 5),
+    )
+    self.assertEqual(
+        sampling.ClientSampling('epoch', 100, 5).ledger_sampling(),
+        accounting_sampling.Sampling.none(),
+    )
 
   @parameterized.named_parameters(
       ('kind', dict(kind='uniform'), ValueError, 'kind'),

@@ -48,7 +48,7 @@ class _LoggedRelease(tff.program.ReleaseManager):
     _kill_if(self._kill_at, 'released', key)
 
 
-class _KilledStateManager(tff.program.FileProgramStateManager):
+class _KilledStateManager(tma.SerialFileProgramStateManager):
 
   def __init__(self, root_dir, kill_at):
     super().__init__(root_dir)

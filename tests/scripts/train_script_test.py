@@ -29,8 +29,10 @@ import io
 import json
 import math
 import os
+import pty
 import shutil
 import signal
+import sys
 import tempfile
 import time
 
@@ -493,6 +495,42 @@ class TrainScriptTest(_MechanismRunsChecks, tf.test.TestCase):
     self.assertEqual([r[layout.ROUND] for r in rows],
                      [str(t) for t in range(1, _SMP_ROUNDS + 1)])
 
+
+
+@pytest.mark.slow
+class TrainTerminalTest(tf.test.TestCase):
+  """train.py on a terminal (a pseudo-terminal that reports no size)."""
+
+  def test_the_bar_is_drawn_every_round(self):
+    root = os.path.join(tempfile.mkdtemp(), 'run')
+    args = [sys.executable, script_runs.script_path('train.py'), *_COMMON,
+            '--mechanism=dp_fedavg', *_MECHANISM_FLAGS['dp_fedavg'],
+            '--total_rounds=4', '--eval_every=2', '--progress',
+            f'--root_output_dir={root}']
+    pid, fd = pty.fork()
+    if pid == 0:  # The child: the script, on the terminal.
+      os.chdir(script_runs.ROOT)
+      os.execve(sys.executable, args, script_runs.env())
+    output = b''
+    deadline = time.monotonic() + script_runs.TIMEOUT
+    while time.monotonic() < deadline:
+      try:
+        chunk = os.read(fd, 65536)
+      except OSError:  # The child closed the terminal.
+        break
+      if not chunk:
+        break
+      output += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    text = output.decode(errors='replace')
+    self.assertEqual(os.waitstatus_to_exitcode(status), 0, text[-2000:])
+    bar = text[:text.index('summary.json')]
+    for r in range(5):
+      self.assertIn(f'{r}/4 [', bar)
+    self.assertIn('eps=', bar)
+    # The last evaluation is shown with its round.
+    self.assertIn('test_acc@2=', bar)
 
 
 class TrainSmokeTest(_TempDirMixin, tf.test.TestCase):

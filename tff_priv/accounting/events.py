@@ -29,6 +29,7 @@ from dp_accounting import dp_event
 import numpy as np
 
 from tff_priv import validation
+from tff_priv.accounting import sampling as sampling_lib
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
@@ -100,18 +101,21 @@ def pure_epsilon_rdp(orders, epsilon: float) -> np.ndarray:
 def sampled_event(
     event: dp_event.DpEvent,
     *,
+    sampling: Optional[sampling_lib.Sampling] = None,
     sampling_probability: Optional[float] = None,
     population: Optional[int] = None,
     sample_size: Optional[int] = None,
 ) -> dp_event.DpEvent:
   """`event` (one round, one unit) under the round's client sampling.
 
-  Give at most one sampling description: `sampling_probability` (Poisson
-  sampling with that rate), or `population` and `sample_size` (fixed-size
-  sampling without replacement). Neither: every client takes part.
+  Give the sampling as a `Sampling`, or as at most one description:
+  `sampling_probability` (Poisson sampling with that rate), or `population`
+  and `sample_size` (fixed-size sampling without replacement). None: every
+  client takes part.
 
   Args:
     event: the event of one round for a unit that takes part.
+    sampling: the round's `sampling.Sampling` (instead of the triple).
     sampling_probability: Poisson sampling rate q in (0, 1].
     population: number of clients N sampled from (fixed-size sampling).
     sample_size: number of clients K sampled per round (fixed-size sampling).
@@ -121,30 +125,17 @@ def sampled_event(
   """
   if not isinstance(event, dp_event.DpEvent):
     raise TypeError(f'event must be a dp_accounting DpEvent, got {event!r}')
-  fixed = population is not None or sample_size is not None
-  if sampling_probability is not None and fixed:
-    raise ValueError(
-        'give either sampling_probability (Poisson sampling) or '
-        'population and sample_size (fixed-size sampling), not both'
-    )
-  if sampling_probability is not None:
-    q = validation.half_open_unit('sampling_probability', sampling_probability)
-    return event if q == 1 else dp_event.PoissonSampledDpEvent(q, event)
-  if fixed:
-    if population is None or sample_size is None:
-      raise ValueError(
-          'fixed-size sampling needs both population and sample_size'
-      )
-    population = validation.int_at_least('population', population, 1)
-    sample_size = validation.int_at_least('sample_size', sample_size, 1)
-    if sample_size > population:
-      raise ValueError(
-          f'sample_size ({sample_size}) must be <= population ({population})'
-      )
-    if sample_size == population:
-      return event
+  sampling = sampling_lib.Sampling.of(
+      sampling,
+      sampling_probability=sampling_probability,
+      population=population,
+      sample_size=sample_size,
+  )
+  if sampling.kind == 'poisson' and sampling.sampling_probability < 1:
+    return dp_event.PoissonSampledDpEvent(sampling.sampling_probability, event)
+  if sampling.kind == 'fixed' and sampling.sample_size < sampling.population:
     return dp_event.SampledWithoutReplacementDpEvent(
-        population, sample_size, event
+        sampling.population, sampling.sample_size, event
     )
   return event
 
@@ -152,6 +143,7 @@ def sampled_event(
 def sampled_gaussian_event(
     noise_multiplier: float,
     *,
+    sampling: Optional[sampling_lib.Sampling] = None,
     sampling_probability: Optional[float] = None,
     population: Optional[int] = None,
     sample_size: Optional[int] = None,
@@ -161,7 +153,8 @@ def sampled_gaussian_event(
   Args:
     noise_multiplier: noise std divided by the L2 sensitivity of the sum, >= 0
       (0 is a non-private release: the accountants then report infinite eps).
-    sampling_probability, population, sample_size: as `sampled_event`.
+    sampling, sampling_probability, population, sample_size: as
+      `sampled_event`.
 
   Returns:
     A `dp_accounting.DpEvent`.
@@ -171,6 +164,7 @@ def sampled_gaussian_event(
   )
   return sampled_event(
       dp_event.GaussianDpEvent(noise_multiplier),
+      sampling=sampling,
       sampling_probability=sampling_probability,
       population=population,
       sample_size=sample_size,

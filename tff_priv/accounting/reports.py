@@ -5,27 +5,15 @@ from typing import Callable, Optional
 from tff_priv import validation
 from tff_priv.accounting import calibration
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import sampling as sampling_lib
 
 
 def _sampling(sampling_probability, population, sample_size):
-  return dict(
+  return sampling_lib.Sampling.of(
       sampling_probability=sampling_probability,
       population=population,
       sample_size=sample_size,
   )
-
-
-def sampling_rate(
-    sampling_probability: Optional[float] = None,
-    population: Optional[int] = None,
-    sample_size: Optional[int] = None,
-) -> float:
-  """q: the Poisson rate, else K / N of fixed-size sampling, else 1."""
-  if sampling_probability is not None:
-    return sampling_probability
-  if population is not None and sample_size is not None:
-    return sample_size / population
-  return 1.0
 
 
 def gaussian_report(
@@ -41,14 +29,13 @@ def gaussian_report(
   rounds = validation.int_at_least('rounds', rounds, 1)
   sampling = _sampling(sampling_probability, population, sample_size)
   ledger = ledger_lib.PrivacyLedger()
-  ledger.record_gaussian(noise_multiplier, count=rounds, **sampling)
+  ledger.record_gaussian(noise_multiplier, count=rounds, **sampling.kwargs())
   result = ledger.report(delta)
   result.update(
       noise_multiplier=float(noise_multiplier),
       rounds=rounds,
-      sampling_rate=sampling_rate(**sampling),
-      sampling='fixed-size' if population is not None else (
-          'poisson' if sampling_probability is not None else 'none'),
+      sampling_rate=sampling.rate,
+      sampling={'fixed': 'fixed-size'}.get(sampling.kind, sampling.kind),
   )
   return result
 
@@ -66,11 +53,12 @@ def calibrate_report(
   sampling = _sampling(sampling_probability, population, sample_size)
   result = {'target_epsilon': target_epsilon, 'delta': delta, 'rounds': rounds}
   result['rdp_noise_multiplier'] = calibration.calibrate_noise_multiplier(
-      target_epsilon, delta, rounds, **sampling
+      target_epsilon, delta, rounds, **sampling.kwargs()
   )
-  if population is None:  # dp_accounting 0.4.3's PLD has no fixed-size sampling.
+  # dp_accounting 0.4.3's PLD has no fixed-size sampling.
+  if sampling.kind != 'fixed':
     result['pld_noise_multiplier'] = calibration.calibrate_noise_multiplier(
-        target_epsilon, delta, rounds, accountant='pld', **sampling
+        target_epsilon, delta, rounds, accountant='pld', **sampling.kwargs()
     )
   else:
     result['pld_noise_multiplier'] = None
@@ -132,11 +120,13 @@ def gaussian_mechanism_report(
   delta = validation.open_unit('delta', delta)
   rounds = validation.int_at_least('rounds', rounds, 1)
   sampling = _sampling(sampling_probability, population, sample_size)
-  q = sampling_rate(**sampling)
+  q = sampling.rate
   out = {'mechanism': mechanism, 'delta': delta, 'rounds': rounds, 'sampling_rate': q}
   if epsilon is not None:
     epsilon = validation.positive('epsilon', epsilon)
-    out['calibration'] = calibrate_report(epsilon, delta, rounds, **sampling)
+    out['calibration'] = calibrate_report(
+        epsilon, delta, rounds, **sampling.kwargs()
+    )
     if scale is not None:
       out['calibration']['rdp_noise_stddev'] = (
           out['calibration']['rdp_noise_multiplier'] * scale
@@ -158,7 +148,9 @@ def gaussian_mechanism_report(
     noise_multiplier = validation.non_negative('noise_stddev', noise_stddev) / scale
   if noise_multiplier is None:
     raise ValueError('give noise_multiplier (or noise_stddev), or epsilon')
-  out.update(gaussian_report(noise_multiplier, delta, rounds, **sampling))
+  out.update(
+      gaussian_report(noise_multiplier, delta, rounds, **sampling.kwargs())
+  )
   if claim_for_noise is not None and noise_multiplier > 0:
     claim = claim_for_noise(noise_multiplier, out['rdp_epsilon'], delta, q, rounds)
     if claim is not None:

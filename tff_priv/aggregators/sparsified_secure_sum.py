@@ -12,6 +12,7 @@ noise multiplier sigma whatever the number of clients, and keeps its
 """
 
 import collections
+import logging
 from typing import Any, NamedTuple, Optional
 
 from dp_accounting import dp_event
@@ -26,6 +27,28 @@ from tff_priv.mechanisms import sparsify
 
 MASKS = ('rand_k', 'top_k')
 DEFAULT_SECURE_BOUND_STDDEVS = 6.0
+
+
+class _UnusedSecureSumBoundCheck(logging.Filter):
+  """Drops TF's "Object was never used" error for TFF's secure-sum bound check.
+
+  TFF 0.87's `primitives.secure_quantized_sum` (under SecureSumFactory)
+  creates `tf.debugging.assert_less_equal(lower_bound, upper_bound)` while
+  tracing in graph mode and never runs it, so TensorFlow logs two
+  `ERROR:tensorflow: ... Object was never used ... assert_less_equal` blocks
+  each time the factory is created. The bounds here are constants with
+  lower < upper (-B, B), so the check is moot; the message is TFF's, not a
+  failure. Only that record is dropped.
+  """
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not ('Object was never used' in message
+                and 'assert_less_equal/Assert/AssertGuard' in message)
+
+
+logging.getLogger('tensorflow').addFilter(_UnusedSecureSumBoundCheck())
+
 # SecureSumFactory quantizes every float value to 32 bits.
 _SECURE_BITS_PER_VALUE = 32
 

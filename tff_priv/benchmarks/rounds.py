@@ -30,15 +30,12 @@ UDP_PER_EXAMPLE = 'udp_per_example'
 _UDP = 'udp'
 # Every process `build_processes` knows, FEDAVG (the baseline) first.
 PROCESSES = (FEDAVG, TFF_DP_FEDAVG) + mechanisms.MECHANISMS + (UDP_PER_EXAMPLE,)
-# The sampling kind of the registry's mechanisms whose noise (or randomised
-# encoding) is drawn on every client, each upload noised alone: the local
-# ones (`Guarantee.noise == 'local'`), accounted per upload under replace-one
-# with fixed-size sampling. K x d random draws per round are part of their
-# cost by definition.
-_LOCAL_NOISE_SAMPLING = 'fixed'
+# The processes whose noise (or randomised encoding) is drawn on every client,
+# each upload noised alone: the registry's local-noise mechanisms
+# (`Guarantee.noise == 'local'`) and UDP_PER_EXAMPLE. K x d random draws per
+# round are part of their cost by definition.
 CLIENT_NOISE = tuple(
-    name for name in mechanisms.MECHANISMS
-    if mechanisms.sampling_kind(name) == _LOCAL_NOISE_SAMPLING
+    n for n in mechanisms.MECHANISMS if mechanisms.noise(n) == 'local'
 ) + (UDP_PER_EXAMPLE,)
 # Benchmark parameters: the noise level does not change the cost of a round.
 NOISE_MULTIPLIER = 1.0

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Mapping, Sequence
 
 from tff_priv import validation
-from tff_priv.learning import udp
+from tff_priv.accounting import target_noise
 from tff_priv.program import runs
 from tff_priv.program import training
 
@@ -61,7 +61,7 @@ class Setting:
 
   def __post_init__(self):
     for calibration in self.calibrations:
-      validation.one_of('calibration', calibration, udp.CALIBRATIONS)
+      validation.one_of('calibration', calibration, target_noise.CALIBRATIONS)
     for rounds in tuple(self.rounds_grid) + (self.initial_rounds,):
       validation.int_at_least('rounds', rounds, 1)
 

@@ -1,108 +1,10 @@
-"""UDP (Wei et al.): noise calibration, the CRD schedule's budget, the ledger.
+"""UDP's CRD schedule (Wei et al.): the `BudgetSchedule` of the accounting's CRD budget."""
 
-Two calibrations of a client's noise std sigma for a target (eps, delta) over T
-rounds with client sampling rate q and update sensitivity Delta:
+from typing import Optional
 
-* 'tight' (default): the smallest sigma = z Delta whose accountant eps is
-  <= eps (`tff_priv.accounting.calibration`, dp_accounting's RDP accountant).
-* 'paper': Theorem 1, eq. (10) (`closed_forms.udp_theorem1_sigma`), which is
-  optimistic; `tff_priv.accounting.closed_forms.udp_theorem1_truth` says by
-  how much.
-
-`crd_schedule` builds the `BudgetSchedule` that CRD spends:
-
-* 'paper': B = eps^2 / (2 q Delta^2 ln(1/delta)) (Theorem 4), cost 1 / sigma^2.
-* 'tight' with q = 1 (every client every round): B = T_0 / sigma_0^2 for the
-  tight sigma_0 of T_0 rounds, cost 1 / sigma^2. Exact: the Gaussian's RDP at
-  every order is linear in 1 / sigma^2, so any schedule with
-  sum 1 / sigma_t^2 <= B has RDP (hence eps) at most that of T_0 rounds at
-  sigma_0.
-* 'tight' with q < 1: the sampled Gaussian's RDP is not linear in 1 / sigma^2
-  (spending the same 1 / sigma^2 in fewer, less noisy rounds costs more), so
-  the budget is the RDP itself at the order alpha* that gives eps for T_0
-  rounds at sigma_0: B = T_0 * RDP_alpha*(sigma_0), and a round at sigma costs
-  RDP_alpha*(sigma), tabulated by dp_accounting on a grid of sigma. Since the
-  eps of any run is at most its conversion at alpha*, a run that spends at most
-  B at alpha* has eps <= the target.
-
-`crd_bounds` gives the guarantees every path of a CRD schedule keeps (a Renyi
-filter: its sigma are chosen from earlier releases, so the composition of the
-sigma a run used is not a guarantee). `udp_ledger` charges the sigma sequence a
-run actually used to a ledger (valid for a sequence fixed in advance).
-"""
-
-import math
-from typing import Optional, Sequence
-
-import numpy as np
-
-from tff_priv import validation
-from tff_priv.accounting import accountants
-from tff_priv.accounting import calibration as calibration_lib
-from tff_priv.accounting import closed_forms
-from tff_priv.accounting import events
-from tff_priv.accounting import filters
-from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import sampling as sampling_lib
+from tff_priv.accounting import udp as udp_accounting
 from tff_priv.mechanisms import noise_schedule
-
-CALIBRATIONS = ('tight', 'paper')
-
-
-def sampling_rate(
-    sampling_probability: Optional[float] = None,
-    population: Optional[int] = None,
-    sample_size: Optional[int] = None,
-) -> float:
-  """q = K/U from either sampling description (1 when none is given)."""
-  if sampling_probability is not None:
-    return validation.half_open_unit(
-        'sampling_probability', sampling_probability
-    )
-  if population is not None and sample_size is not None:
-    return validation.int_at_least(
-        'sample_size', sample_size, 1
-    ) / validation.int_at_least('population', population, 1)
-  return 1.0
-
-
-def udp_noise_stddev(
-    epsilon: float,
-    delta: float,
-    sensitivity: float,
-    rounds: int,
-    *,
-    sampling_probability: Optional[float] = None,
-    population: Optional[int] = None,
-    sample_size: Optional[int] = None,
-    calibration: str = 'tight',
-    min_with_unsampled: bool = False,
-) -> float:
-  """The client noise std sigma for (eps, delta) over `rounds` rounds.
-
-  `min_with_unsampled` ('tight' only): meet the target with the smaller of the
-  sampled and the unsampled eps, which both bound the released models of
-  client-side noise (`calibration.calibrate_noise_multiplier`).
-  """
-  validation.one_of('calibration', calibration, CALIBRATIONS)
-  sensitivity = validation.positive('sensitivity', sensitivity)
-  if calibration == 'paper':
-    return closed_forms.udp_theorem1_sigma(
-        epsilon,
-        delta,
-        sampling_rate(sampling_probability, population, sample_size),
-        rounds,
-        sensitivity,
-    )
-  z = calibration_lib.calibrate_noise_multiplier(
-      epsilon,
-      delta,
-      rounds,
-      sampling_probability=sampling_probability,
-      population=population,
-      sample_size=sample_size,
-      min_with_unsampled=min_with_unsampled,
-  )
-  return z * sensitivity
 
 
 def crd_schedule(
@@ -111,6 +13,7 @@ def crd_schedule(
     sensitivity: float,
     initial_rounds: int,
     *,
+    sampling: Optional[sampling_lib.Sampling] = None,
     sampling_probability: Optional[float] = None,
     population: Optional[int] = None,
     sample_size: Optional[int] = None,
@@ -119,11 +22,16 @@ def crd_schedule(
 ) -> noise_schedule.BudgetSchedule:
   """The CRD schedule (Algorithm 2) for a client's (eps, delta) target.
 
+  Its budget (B, and for 'tight' with q < 1 the tabulated costs at the order
+  alpha*) is `tff_priv.accounting.udp.crd_budget`'s; the guarantees every
+  path keeps are `tff_priv.accounting.udp.crd_bounds`'s.
+
   Args:
     epsilon: target eps_i > 0.
     delta: target delta_i in (0, 1).
     sensitivity: Delta > 0 of a client's update (absolute units of the noise).
     initial_rounds: T_0 >= 1, the initial plan.
+    sampling: the rounds' client `Sampling` (instead of the three below).
     sampling_probability: Poisson client sampling rate q.
     population: U, for fixed-size sampling of `sample_size` clients.
     sample_size: K, for fixed-size sampling.
@@ -133,143 +41,24 @@ def crd_schedule(
   Returns:
     A `noise_schedule.BudgetSchedule` in absolute sigma units.
   """
-  validation.one_of('calibration', calibration, CALIBRATIONS)
-  sensitivity = validation.positive('sensitivity', sensitivity)
-  initial_rounds = validation.int_at_least('initial_rounds', initial_rounds, 1)
-  sampling = dict(
-      sampling_probability=sampling_probability,
-      population=population,
-      sample_size=sample_size,
+  budget = udp_accounting.crd_budget(
+      epsilon,
+      delta,
+      sensitivity,
+      initial_rounds,
+      sampling_lib.Sampling.of(
+          sampling,
+          sampling_probability=sampling_probability,
+          population=population,
+          sample_size=sample_size,
+      ),
+      calibration=calibration,
+      table_size=table_size,
   )
-  q = sampling_rate(**sampling)
-  if calibration == 'paper':
-    budget = closed_forms.crd_total_budget(epsilon, delta, q, sensitivity)
-    return noise_schedule.BudgetSchedule(budget, initial_rounds)
-  sigma0 = udp_noise_stddev(
-      epsilon, delta, sensitivity, initial_rounds, **sampling
-  )
-  if q == 1:
-    return noise_schedule.BudgetSchedule(
-        initial_rounds / sigma0**2, initial_rounds
-    )
-  return _rdp_table_schedule(
-      sigma0, delta, sensitivity, initial_rounds, sampling, table_size
-  )
-
-
-def _rdp_table_schedule(
-    sigma0, delta, sensitivity, initial_rounds, sampling, table_size
-):
-  """'tight' CRD for q < 1: the budget is the RDP at the binding order."""
-  table_size = validation.int_at_least('table_size', table_size, 2)
-  one_round = lambda sigma: events.sampled_gaussian_event(  # pylint: disable=g-long-lambda
-      sigma / sensitivity, **sampling
-  )
-  relation = accountants.RELATIONS[
-      accountants.relation_for(one_round(sigma0)) or 'add_or_remove_one'
-  ]
-  planned = accountants.RdpAccountant(neighboring_relation=relation)
-  _, alpha = planned.compose(
-      one_round(sigma0), initial_rounds
-  ).get_epsilon_and_optimal_order(delta)
-
-  def cost(sigma):
-    acc = accountants.RdpAccountant(
-        orders=[alpha], neighboring_relation=relation
-    )
-    return float(acc.compose(one_round(sigma)).rdp[0])
-
-  budget = initial_rounds * cost(sigma0)
-  # The least sigma any plan can need: one round spending the whole budget.
-  sigma_low = sigma0 / 2
-  while cost(sigma_low) < budget:
-    sigma_low /= 2
-  sigmas = np.geomspace(sigma_low, sigma0, table_size)
-  costs = np.array([cost(s) for s in sigmas])
-  costs[-1] = budget / initial_rounds  # Exactly sigma0's share.
   return noise_schedule.BudgetSchedule(
-      budget, initial_rounds, sigma_table=sigmas, cost_table=costs,
-      order=alpha,
+      budget.total_budget,
+      budget.initial_rounds,
+      sigma_table=budget.sigma_table,
+      cost_table=budget.cost_table,
+      order=budget.order,
   )
-
-
-def crd_bounds(
-    schedule: noise_schedule.BudgetSchedule, sensitivity: float
-) -> tuple[filters.RdpBound, filters.RdpBound]:
-  """What every path of a CRD schedule guarantees: (analyst, server).
-
-  CRD picks each round's sigma from earlier releases (the validation loss),
-  so the realised composition of its rounds is not a guarantee
-  (`tff_priv.accounting.filters`). The schedule is a Renyi filter, which is:
-
-  * analyst: with the tabulated cost (q < 1), the RDP at the order alpha*
-    fixed before training is at most B on every path; with the cost
-    1 / sigma^2 ('tight' at q = 1, or 'paper'), sum_t Delta^2 / sigma_t^2 <=
-    Delta^2 B bounds the RDP of the unsampled Gaussians at every order (and a
-    sampled release is no less private than an unsampled one).
-  * server (each client over the rounds it took part in, no amplification):
-    with the cost 1 / sigma^2 the same sum bounds it; with the table, a client
-    in every round gets at most min(T_0 / sigma_min^2, max_k (1 / sigma_k^2) /
-    cost_k * B) of 1 / sigma^2: the worst case the plan allows.
-
-  Args:
-    schedule: the run's `BudgetSchedule` (`crd_schedule`).
-    sensitivity: Delta of a client's update, in the units of sigma.
-
-  Returns:
-    (analyst bound, server-view bound), `filters.RdpBound`s.
-  """
-  sensitivity = validation.positive('sensitivity', sensitivity)
-  spent = schedule.max_spent
-  if schedule.sigma_table is None:
-    bound = filters.gaussian(
-        sensitivity**2 * spent,
-        'Renyi filter: on every path the rounds\' sum of Delta^2 / sigma_t^2 '
-        'is at most the budget, which bounds the RDP at every order',
-    )
-    return bound, bound
-  analyst = filters.at_order(
-      schedule.order,
-      spent,
-      f'Renyi filter at order {schedule.order:g} (fixed before training): on '
-      'every path the rounds\' RDP at that order sums to at most the budget',
-  )
-  sigmas, costs = schedule.sigma_table, schedule.cost_table
-  inverse_variance = min(
-      schedule.initial_rounds / sigmas[0] ** 2,
-      float(np.max(1.0 / (sigmas**2 * costs))) * spent,
-  )
-  server = filters.gaussian(
-      sensitivity**2 * inverse_variance,
-      'the worst case the schedule allows for a client in every round: at '
-      'most the planned rounds, each at a tabulated sigma within the budget',
-  )
-  return analyst, server
-
-
-def udp_ledger(
-    noise_stddevs: Sequence[float],
-    sensitivity: float,
-    *,
-    sampling_probability: Optional[float] = None,
-    population: Optional[int] = None,
-    sample_size: Optional[int] = None,
-) -> ledger_lib.PrivacyLedger:
-  """A ledger charged with the rounds a run actually ran (sigma_t per round).
-
-  Per client: round t releases the client's update plus N(0, sigma_t^2 I),
-  with L2 sensitivity Delta under replace-one-example, when the client is
-  sampled.
-  """
-  sensitivity = validation.positive('sensitivity', sensitivity)
-  ledger = ledger_lib.PrivacyLedger()
-  for sigma in noise_stddevs:
-    if not math.isfinite(sigma) or sigma < 0:
-      raise ValueError(f'noise_stddevs must be finite and >= 0, got {sigma}')
-    ledger.record_gaussian(
-        sigma / sensitivity,
-        sampling_probability=sampling_probability,
-        population=population,
-        sample_size=sample_size,
-    )
-  return ledger

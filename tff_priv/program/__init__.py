@@ -1,1 +1,19 @@
-"""The training program: mechanism builders, the loop on tff.program, plots."""
+"""The training program: the loop on tff.program, its run directory, the mechanism registry, plots.
+
+Public names (imported on first use): `RunConfig`, `ConfigError`, `run`,
+`run_until` (`training`), `TrainModelAccounting` (write-ahead accounting for
+`tff.learning.programs.train_model`), `ClientArraysSource`.
+"""
+
+from tff_priv import _exports
+
+_EXPORTS = {
+    'RunConfig': 'tff_priv.program.training',
+    'ConfigError': 'tff_priv.program.training',
+    'run': 'tff_priv.program.training',
+    'run_until': 'tff_priv.program.training',
+    'TrainModelAccounting': 'tff_priv.program.train_model_accounting',
+    'ClientArraysSource': 'tff_priv.program.data_sources',
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = _exports.lazy(__name__, _EXPORTS)

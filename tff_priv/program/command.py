@@ -56,11 +56,6 @@ def _quiet_python_logs() -> None:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   tf.get_logger().setLevel('ERROR')
-  # TFF's secure-sum lowering leaves an unused assert op behind, which TF
-  # reports as a 20-line ERROR ("Object was never used"): not an error.
-  tf.get_logger().addFilter(
-      lambda record: 'Object was never used' not in record.getMessage()
-  )
 
 
 def set_context():

@@ -9,7 +9,6 @@ own default applies and a parameter it does not take is refused by
 """
 
 import dataclasses
-import re
 import typing
 from typing import Any
 
@@ -18,6 +17,7 @@ from absl import flags
 import tasks
 from tff_priv.program import mechanisms
 from tff_priv.program import training
+from tff_priv.program.mechanisms import base
 
 # Fields that are not flags: filled from the flags of their parts.
 _COMPOSITE = ('task_options', 'params')
@@ -28,20 +28,6 @@ _CHOICES = {
     'server_optimizer': tuple(training.OPTIMIZERS),
     'client_metrics': training.CLIENT_METRICS,
 }
-
-
-def attribute_help(cls) -> dict[str, str]:
-  """{attribute: its description} from a class docstring's Attributes."""
-  text = (cls.__doc__ or '').split('Attributes:', 1)[-1]
-  out, name = {}, None
-  for line in text.splitlines():
-    match = re.match(r'^\s{2,6}(\w+): (.*)$', line)
-    if match:
-      name = match.group(1)
-      out[name] = match.group(2)
-    elif name and line.strip():
-      out[name] += ' ' + line.strip()
-  return out
 
 
 def _kind(annotation) -> type:
@@ -67,7 +53,7 @@ def _define(name: str, kind: type, default: Any, help_text: str) -> None:
 def define_flags() -> None:
   """Defines the flags of `RunConfig` and of every mechanism's parameters."""
   hints = typing.get_type_hints(training.RunConfig)
-  helps = attribute_help(training.RunConfig)
+  helps = base.attribute_help(training.RunConfig)
   for field in dataclasses.fields(training.RunConfig):
     if field.name in _COMPOSITE:
       continue
@@ -85,7 +71,7 @@ def define_flags() -> None:
   for name in mechanisms.MECHANISMS:
     config_class = mechanisms.module(name).Config
     hints = typing.get_type_hints(config_class)
-    described = attribute_help(config_class)
+    described = base.attribute_help(config_class)
     for field in dataclasses.fields(config_class):
       kinds[field.name] = _kind(hints[field.name])
       helps.setdefault(field.name, {}).setdefault(
@@ -131,7 +117,7 @@ def define_dataclass_flags(cls, defaults, prefix: str = '', skip=()) -> None:
   list flag (`dataclass_values` parses its items).
   """
   hints = typing.get_type_hints(cls)
-  helps = attribute_help(cls)
+  helps = base.attribute_help(cls)
   for field in dataclasses.fields(cls):
     if field.name in skip:
       continue

@@ -2,7 +2,8 @@
 
 The privacy accountant is only right if it is told how clients were really
 sampled, so the program draws every round's clients here and the ledger is
-charged with the same description (`ledger_kwargs`):
+charged with the same description (`ledger_sampling`, an accounting
+`Sampling`):
 
 * 'poisson': each of the N clients joins a round independently with
   probability q = K / N (K = `clients_per_round`, the expected number), so a
@@ -19,7 +20,7 @@ charged with the same description (`ledger_kwargs`):
   over sit that epoch out), so each client takes part at most once per
   epoch. No amplification: the mechanism's event already covers an epoch
   (DP-FTRL's tree, Kairouz et al. 2021), under its own relation
-  (`ledger_kwargs` is empty).
+  (`ledger_sampling` is `Sampling.none()`).
 
 Round t's draw depends only on (seed, t): numpy's generator seeded with the
 sequence [seed, t]. A run resumed from a checkpoint therefore samples exactly
@@ -35,6 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from tff_priv import validation
+from tff_priv.accounting import sampling as sampling_lib
 
 KINDS = ('poisson', 'fixed', 'epoch')
 
@@ -74,16 +76,23 @@ class ClientSampling:
     """R = N // K: the rounds of an 'epoch' sampling's epoch."""
     return self.num_clients // self.clients_per_round
 
+  def ledger_sampling(self) -> sampling_lib.Sampling:
+    """The accounting `Sampling` this draw is charged under.
+
+    'poisson': `Sampling.poisson(K / N)`; 'fixed': `Sampling.fixed(N, K)`;
+    'epoch': `Sampling.none()` (the mechanism's event covers an epoch).
+    """
+    if self.kind == 'poisson':
+      return sampling_lib.Sampling.poisson(self.rate)
+    if self.kind == 'fixed':
+      return sampling_lib.Sampling.fixed(
+          self.num_clients, self.clients_per_round
+      )
+    return sampling_lib.Sampling.none()
+
   def ledger_kwargs(self) -> dict:
     """The sampling arguments of `PrivacyLedger.record_gaussian` for this draw."""
-    if self.kind == 'epoch':
-      return {}
-    if self.kind == 'poisson':
-      return {'sampling_probability': self.rate}
-    return {
-        'population': self.num_clients,
-        'sample_size': self.clients_per_round,
-    }
+    return self.ledger_sampling().kwargs()
 
   def describe(self) -> dict:
     """A JSON-ready description (for the run summary)."""

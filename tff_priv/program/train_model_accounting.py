@@ -73,7 +73,7 @@ class _ModelWeightsOnly(tff.program.ReleaseManager):
     await self._release_manager.release(value.global_model_weights, key=key)
 
 
-class _SerialFileProgramStateManager(tff.program.FileProgramStateManager):
+class SerialFileProgramStateManager(tff.program.FileProgramStateManager):
   """A `FileProgramStateManager` whose saves run one at a time.
 
   `train_model` saves each round's state in a background task; TFF 0.87's
@@ -241,7 +241,7 @@ class TrainModelAccounting:
 
   def program_state_manager(self) -> tff.program.FileProgramStateManager:
     """A `FileProgramStateManager` in `root_dir/state`, saving one at a time."""
-    return _SerialFileProgramStateManager(
+    return SerialFileProgramStateManager(
         os.path.join(self._root_dir, 'state')
     )
 

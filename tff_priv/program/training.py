@@ -390,6 +390,7 @@ class _Run:
     self.canary_hook = None
     self.canary_seed = None
     self.last_accuracy = None
+    self.last_eval_round = None
     self.test = None
 
   def next_event(self, train_state):
@@ -612,6 +613,7 @@ class _Run:
       self.test = self.evaluate(self.train_state)
       key = _accuracy_key(self.test)
       self.last_accuracy = self.test[key] if key else None
+      self.last_eval_round = round_num
       if (self.last_accuracy is not None
           and self.last_accuracy > self.best_accuracy):
         self.best_accuracy, self.best_round = self.last_accuracy, round_num
@@ -631,7 +633,8 @@ class _Run:
     bar.update(**{
         f'{prefix}loss': train.get(f'{prefix}loss'),
         f'{prefix}acc': train.get(accuracy_key) if accuracy_key else None,
-        'test_acc': self.last_accuracy,
+        # The last evaluation, named by its round (not every round has one).
+        f'test_acc@{self.last_eval_round}': self.last_accuracy,
         'eps': self.privacy.analyst_epsilon(),
         'server_eps': self.privacy.server_epsilon(),
     })

@@ -10,7 +10,10 @@
 | ldp | `LDPEncodeFactory` (`tff_priv.learning.ldp_fl`) | fixed | d x PureEpsilon(eps0) + the range release, local |
 
 Each module has `NAME`, `SAMPLING`, `UNIT` (whom its eps protects, as its
-factory's `Guarantee.unit` says; None: not private), a frozen `Config` (its
+factory's `Guarantee.unit` says; None: not private), `NOISE` (who adds the
+noise, as its factory's `Guarantee.noise` says: 'local', 'secure_sum' or
+'central'; None: not private; a module whose noise depends on its config has
+`noise(config)` too), a frozen `Config` (its
 parameters, their defaults, `validate()`) and `build(config, context) ->
 base.Mechanism`. `config(name, params)` makes a mechanism's config from a
 dict, refusing a parameter that does not apply to it (so a flag never
@@ -70,6 +73,21 @@ def sampling_kind(name: str) -> str:
 def unit(name: str) -> Optional[str]:
   """Whom mechanism `name`'s eps protects ('example', 'client'; None: no one)."""
   return module(name).UNIT
+
+
+def noise(name: str, params: Any = None) -> Optional[str]:
+  """Who adds mechanism `name`'s noise ('local', 'secure_sum', 'central'; None: no one).
+
+  Args:
+    name: one of MECHANISMS.
+    params: its parameters (see `config`; None: every default), for a module
+      whose noise depends on them (its `noise(config)`).
+  """
+  mechanism_module = module(name)
+  of_config = getattr(mechanism_module, 'noise', None)
+  if of_config is None:
+    return mechanism_module.NOISE
+  return of_config(config(name, params))
 
 
 def parameter_names(name: str) -> tuple[str, ...]:
@@ -180,6 +198,13 @@ def build(
     raise ValueError(
         f'mechanism {name!r} built a guarantee of unit {built_unit!r}, its '
         f'module says UNIT = {mechanism_module.UNIT!r}'
+    )
+  built_noise = mechanism.guarantee.noise if mechanism.guarantee else None
+  declared_noise = noise(name, mechanism_config)
+  if built_noise != declared_noise:
+    raise ValueError(
+        f'mechanism {name!r} built a guarantee of noise {built_noise!r}, its '
+        f'module says noise {declared_noise!r}'
     )
   if context.canary_clients and mechanism.canary_norm is None:
     raise ValueError(f'mechanism {name!r} did not build its canary clients')

@@ -18,9 +18,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
-from tff_priv.accounting import calibration
 from tff_priv.accounting import filters
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import target_noise
 from tff_priv.learning import canary_clients
 from tff_priv.learning import client_metrics
 from tff_priv.program import sampling as sampling_lib
@@ -213,17 +213,17 @@ class BuildContext:
   def noise_multiplier(self, config: Any, local_noise: bool = False) -> float:
     """`config.noise_multiplier`, or the z that meets `config.epsilon`.
 
-    Calibrated with the ledger's own events under this context's sampling
-    (`calibration.calibrate_noise_multiplier`); `local_noise`: also against
-    the server's unamplified view (`min_with_unsampled`).
+    Calibrated by `target_noise.noise_for_target` (the ledger's own events)
+    over `total_rounds` under this context's sampling; `local_noise`: also
+    against the server's unamplified view (`min_with_unsampled`).
     """
     if config.noise_multiplier is not None:
       return config.noise_multiplier
-    return calibration.calibrate_noise_multiplier(
+    return target_noise.noise_for_target(
         config.epsilon,
         config.delta,
         self.total_rounds,
-        **self.sampling.ledger_kwargs(),
+        self.sampling.ledger_sampling(),
         min_with_unsampled=local_noise,
     )
 

@@ -21,6 +21,8 @@ from tff_priv.program.mechanisms import base
 NAME = 'distortion'
 SAMPLING = 'fixed'
 UNIT = 'client'
+# Each upload is distorted on its client.
+NOISE = 'local'
 # The `Config` fields `privacy_report` reads.
 REPORT_PARAMETERS = (
     'epsilon', 'noise_multiplier', 'noise_stddev', 'delta', 'clip'

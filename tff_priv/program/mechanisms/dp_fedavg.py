@@ -20,6 +20,8 @@ from tff_priv.program.mechanisms import base
 NAME = 'dp_fedavg'
 SAMPLING = 'poisson'
 UNIT = 'client'
+# TFF's server adds the noise: nothing against the server.
+NOISE = 'central'
 # The `Config` fields `privacy_report` reads.
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta')
 # The server adds the model's noise: it may add the client metrics' too.

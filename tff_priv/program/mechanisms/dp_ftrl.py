@@ -22,6 +22,8 @@ from tff_priv.program.mechanisms import base
 NAME = 'dp_ftrl'
 SAMPLING = 'epoch'
 UNIT = 'client'
+# The server adds each tree node's noise.
+NOISE = 'central'
 
 
 @dataclasses.dataclass(frozen=True)

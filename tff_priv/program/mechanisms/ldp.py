@@ -21,6 +21,9 @@ from tff_priv.program.mechanisms import base
 NAME = 'ldp'
 SAMPLING = 'fixed'
 UNIT = 'client'
+# Each value is encoded on its client; with ldp_range_mode='quantile' the
+# range release is noised by the server (`noise`).
+NOISE = 'local'
 # The `Config` fields `privacy_report` reads (and `ReportInputs`).
 REPORT_PARAMETERS = ('ldp_epsilon', 'delta')
 DEFAULT_LDP_EPSILON = 1.0
@@ -108,6 +111,11 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
       delta=params['delta'],
       num_clients=params.get('num_clients'),
   )}
+
+
+def noise(config: Config) -> str:
+  """'central' with ldp_range_mode='quantile' (the server noises the range), else NOISE."""
+  return 'central' if config.ldp_range_mode == 'quantile' else NOISE
 
 
 def canary_refusal(config: Config) -> Optional[str]:

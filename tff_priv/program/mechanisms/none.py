@@ -10,6 +10,8 @@ from tff_priv.program.mechanisms import base
 NAME = 'none'
 SAMPLING = 'poisson'
 UNIT = None  # Not private: its eps protects no one.
+# No noise.
+NOISE = None
 
 
 @dataclasses.dataclass(frozen=True)

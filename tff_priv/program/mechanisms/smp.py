@@ -26,6 +26,8 @@ from tff_priv.program.mechanisms import base
 NAME = 'smp'
 SAMPLING = 'poisson'
 UNIT = 'client'
+# Clients add shares of the noise; the server sees only their secure sum.
+NOISE = 'secure_sum'
 # The `Config` fields `privacy_report` reads.
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta')
 DEFAULT_COMPRESSION = 0.1

@@ -21,6 +21,8 @@ import tensorflow as tf
 from tff_priv import validation
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import reports
+from tff_priv.accounting import target_noise
+from tff_priv.accounting import udp as udp_accounting
 from tff_priv.aggregators import gaussian_udp
 from tff_priv.learning import crd
 from tff_priv.learning import udp
@@ -30,6 +32,8 @@ from tff_priv.program.mechanisms import base
 NAME = 'udp'
 SAMPLING = 'fixed'
 UNIT = 'example'
+# Each upload is noised on its client.
+NOISE = 'local'
 # The `Config` fields `privacy_report` reads (and `ReportInputs`).
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'noise_stddev', 'delta')
 # audit_canaries inserts canary examples: the guarantee is record-level.
@@ -81,7 +85,9 @@ class Config:
     else:
       if self.udp_calibration is None:
         object.__setattr__(self, 'udp_calibration', 'tight')
-      validation.one_of('udp_calibration', self.udp_calibration, udp.CALIBRATIONS)
+      validation.one_of(
+          'udp_calibration', self.udp_calibration, target_noise.CALIBRATIONS
+      )
     if self.crd_beta is None:
       if self.crd_zeta is not None:
         raise ValueError('crd_zeta applies only with crd_beta (CRD)')
@@ -217,14 +223,14 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   elif config.noise_multiplier is not None:
     sigma = config.noise_multiplier * sensitivity
   else:
-    sigma = udp.udp_noise_stddev(
+    sigma = target_noise.noise_for_target(
         config.epsilon,
         config.delta,
-        sensitivity,
         context.total_rounds,
+        context.sampling.ledger_sampling(),
+        sensitivity=sensitivity,
         calibration=config.udp_calibration,
         min_with_unsampled=True,
-        **context.sampling.ledger_kwargs(),
     )
   process = crd.build_udp_process(
       context.model_fn,
@@ -270,8 +276,8 @@ def _build_crd(config, context, sensitivity, min_examples):
       config.delta,
       sensitivity,
       context.total_rounds,
+      sampling=context.sampling.ledger_sampling(),
       calibration=config.udp_calibration,
-      **context.sampling.ledger_kwargs(),
   )
   if context.validation_data is None:
     raise ValueError(
@@ -311,5 +317,5 @@ def _build_crd(config, context, sensitivity, min_examples):
       ],
       aggregator_state=lambda state: state.learning.aggregator,
       is_done=crd.is_done,
-      adaptive_bounds=udp.crd_bounds(schedule, sensitivity),
+      adaptive_bounds=udp_accounting.crd_bounds(schedule, sensitivity),
   )

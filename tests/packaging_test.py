@@ -1,0 +1,98 @@
+"""The wheel: built from the clone, installed outside it, it runs the quickstart and the commands."""
+
+import glob
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+from absl.testing import absltest
+import pytest
+
+from tests import readme_snippets
+
+pytestmark = pytest.mark.slow
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(args, cwd, timeout=900):
+  return subprocess.run(
+      args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+      env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+      | {'TF_CPP_MIN_LOG_LEVEL': '3'},
+      check=False,
+  )
+
+
+class WheelTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.tmp = tempfile.mkdtemp()
+    built = _run([sys.executable, '-m', 'pip', 'wheel', '--no-deps',
+                  '--no-build-isolation', '--quiet', '-w', cls.tmp, _ROOT],
+                 cwd=cls.tmp)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (cls.wheel,) = glob.glob(os.path.join(cls.tmp, 'tff_priv-*.whl'))
+    # A fresh venv that sees the stack of this one (.venv's site-packages on
+    # its path, without .venv's .pth files: not the editable tff_priv), and
+    # the wheel installed into it without dependencies.
+    venv = os.path.join(cls.tmp, 'venv')
+    made = _run([sys.executable, '-m', 'venv', '--without-pip', venv],
+                cwd=cls.tmp)
+    assert made.returncode == 0, made.stderr
+    cls.python = os.path.join(venv, 'bin', 'python')
+    site = _run([cls.python, '-c', 'import sysconfig; '
+                 "print(sysconfig.get_paths()['purelib'])"], cwd=cls.tmp)
+    with open(os.path.join(site.stdout.strip(), 'stack.pth'), 'w') as f:
+      f.write(sysconfig.get_paths()['purelib'] + '\n')
+    installed = _run([cls.python, '-m', 'pip', 'install', '--no-deps',
+                      '--no-index', '--quiet', cls.wheel], cwd=cls.tmp)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    cls.bin = os.path.join(venv, 'bin')
+
+  def test_the_wheel_holds_the_license_types_and_commands(self):
+    listing = _run([sys.executable, '-m', 'zipfile', '-l', self.wheel],
+                   cwd=self.tmp).stdout
+    for name in ('tff_priv/py.typed', 'LICENSE', 'tff_priv_scripts/train.py',
+                 'tff_priv/program/training.py', 'tasks/registry.py'):
+      self.assertIn(name, listing)
+
+  def test_imports_come_from_the_wheel_not_the_clone(self):
+    found = _run([self.python, '-c', 'import tff_priv, tasks; '
+                  'print(tff_priv.__file__, tasks.__file__)'], cwd=self.tmp)
+    self.assertEqual(found.returncode, 0, found.stderr[-2000:])
+    for path in found.stdout.split():
+      self.assertTrue(path.startswith(self.tmp), path)
+
+  def test_the_training_command_runs_from_outside_the_clone(self):
+    helped = _run([os.path.join(self.bin, 'tff-priv-train'), '--help'],
+                  cwd=self.tmp)
+    self.assertEqual(helped.returncode, 0, helped.stderr[-2000:])
+    # The script's docstring and its flags, the mechanisms' too (not only
+    # with --helpfull).
+    for shown in ('Trains a task', '--mechanism', '--compression'):
+      self.assertIn(shown, helped.stdout)
+    self.assertNotIn('Exception ignored', helped.stderr)
+    bad = _run([os.path.join(self.bin, 'tff-priv-train'), '--mechanism=nope'],
+               cwd=self.tmp)
+    self.assertEqual(bad.returncode, 2)
+    plotted = _run([os.path.join(self.bin, 'tff-priv-plot'), '--help'],
+                   cwd=self.tmp)
+    self.assertEqual(plotted.returncode, 0, plotted.stderr[-2000:])
+
+  def test_the_readme_quickstart_runs_on_the_installed_wheel(self):
+    claimed = readme_snippets.claimed_after('## Quickstart')
+    path = os.path.join(self.tmp, 'quickstart.py')
+    with open(path, 'w') as f:
+      f.write(readme_snippets.quickstart_code())
+    result = _run([self.python, path], cwd=self.tmp)
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertEqual(result.stdout.strip().splitlines()[-1], claimed)
+
+
+if __name__ == '__main__':
+  absltest.main()

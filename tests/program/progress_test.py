@@ -1,0 +1,62 @@
+"""Progress on a terminal (a pseudo-terminal) and off one."""
+
+import io
+import os
+import pty
+import select
+import sys
+from unittest import mock
+
+from absl.testing import absltest
+
+from tff_priv.program import progress
+
+
+def _read_all(fd) -> str:
+  """What the terminal got so far (it reaches the master side shortly)."""
+  chunks = []
+  while select.select([fd], [], [], 0.5)[0]:
+    chunk = os.read(fd, 65536)
+    if not chunk:
+      break
+    chunks.append(chunk)
+  return b''.join(chunks).decode(errors='replace')
+
+
+class ProgressTest(absltest.TestCase):
+
+  def test_a_bar_on_a_terminal_that_reports_no_width(self):
+    # A fresh pseudo-terminal reports 0 x 0 (as `script` without a
+    # terminal): tqdm then drew nothing at all (row -1); the bar is now drawn,
+    # every round.
+    master, slave = pty.openpty()
+    self.assertEqual(tuple(os.get_terminal_size(slave)), (0, 0))
+    stderr = os.fdopen(slave, 'w', buffering=1)
+    self.addCleanup(os.close, master)
+    self.addCleanup(stderr.close)
+    with mock.patch.object(sys, 'stderr', stderr):
+      bar = progress.Progress(True, total=3, initial=0)
+      seen = []
+      for r in range(3):
+        bar.update(eps=0.5 * (r + 1), **{'test_acc@1': 0.25})
+        stderr.flush()
+        seen.append(_read_all(master))
+      bar.close()
+    for r, text in enumerate(seen, start=1):
+      self.assertIn(f'{r}/3', text)
+      self.assertIn(f'eps={0.5 * r:.4g}', text)
+    self.assertIn('test_acc@1=0.25', seen[-1])
+
+  def test_one_line_per_round_off_a_terminal(self):
+    stderr = io.StringIO()
+    with mock.patch.object(sys, 'stderr', stderr):
+      bar = progress.Progress(True, total=2, initial=0)
+      bar.update(eps=1.0, loss=None)
+      bar.update(eps=2.0)
+      bar.close()
+    self.assertEqual(stderr.getvalue().splitlines(),
+                     ['round 1/2 eps=1', 'round 2/2 eps=2'])
+
+
+if __name__ == '__main__':
+  absltest.main()
