@@ -1,10 +1,16 @@
 """Prints the empirical privacy audit of every tff_priv factory.
 
   .venv/bin/python scripts/audit.py --trials=1000 [--format=json] [--plot=audit.png] [--one_run]
+  .venv/bin/python scripts/audit.py --power_plot=docs/images/audit_power.png \
+      --calibration_plot=docs/images/audit_calibration.png
 
 One round of each mechanism at settings near the README quickstart, audited
 by `tff_priv.auditing.aggregator_audit.audit_aggregator` (see
-docs/auditing.md); the logic lives in `tff_priv.auditing.catalogue`.
+docs/auditing.md); the logic lives in `tff_priv.auditing.catalogue`. Per
+factory it prints the claim, the (eps, delta) bound, the Gaussian-DP mu bound
+and the largest eps its trials can show. `--power_plot` and
+`--calibration_plot` replay audits of Gaussian factories
+(`tff_priv.auditing.power`) instead.
 `--one_run` adds a row for a tiny udp training run audited by Steinke et al.'s
 one-run bound (`tff_priv.experiments.one_run_audit`). Exit
 status 1 when an audit fails (a lower bound above its claim).
@@ -23,12 +29,36 @@ from absl import flags
 from tff_priv import cli
 from tff_priv import remote
 from tff_priv.auditing import catalogue
+from tff_priv.auditing import power
 from tff_priv.experiments import one_run_audit
 from tff_priv.program import training
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _TRIALS = flags.DEFINE_integer(
-    'trials', 1000, 'Runs of each process per client set.'
+    'trials', 1000,
+    'Runs per client set of a factory audited run by run (smp, distortion, '
+    'ldp with d > 1 values...).',
+)
+_VECTORIZED_TRIALS = flags.DEFINE_integer(
+    'vectorized_trials', 100_000,
+    'Trials per client set of a factory whose trials are vectorised (TFF '
+    'gaussian_fixed, udp, ldp with one value): about 10-30 s each.',
+)
+_ALPHA = flags.DEFINE_float(
+    'alpha', 1e-3, 'A true claim fails with probability <= alpha.'
+)
+_POWER_PLOT = flags.DEFINE_string(
+    'power_plot', None,
+    'Instead of the table: replay audits of Gaussian factories and write the '
+    'power curves here (PNG; a few minutes), printing the power table.',
+)
+_CALIBRATION_PLOT = flags.DEFINE_string(
+    'calibration_plot', None,
+    'Instead of the table: bounds vs trials against the true eps of honest '
+    'Gaussians (PNG), printing the rows.',
+)
+_SEEDS = flags.DEFINE_integer(
+    'seeds', 100, 'Replayed audits per cell of --power_plot.'
 )
 _DIMENSION = flags.DEFINE_integer('dimension', 200, 'Values per client.')
 _DELTA = flags.DEFINE_float(
@@ -62,11 +92,21 @@ _CLI = cli.Cli('audit.py')
 def main(argv):
   if len(argv) > 1:
     _CLI.fail(f'unexpected arguments: {argv[1:]}')
+  if _POWER_PLOT.value or _CALIBRATION_PLOT.value:
+    if _POWER_PLOT.value:
+      table = power.plot_power(_POWER_PLOT.value, seeds=_SEEDS.value,
+                               ratios=(1.0, 1.2, 1.4, 1.5, 2.0, 10.0))
+      print(power.format_power_table(table))
+    if _CALIBRATION_PLOT.value:
+      for row in power.plot_calibration(_CALIBRATION_PLOT.value):
+        print(row)
+    return
   try:
     command.set_context()
     rows = catalogue.audit_table(
         catalogue.quickstart_settings(_DIMENSION.value),
-        trials=_TRIALS.value, delta=_DELTA.value, seed=_SEED.value,
+        trials=_TRIALS.value, vectorized_trials=_VECTORIZED_TRIALS.value,
+        delta=_DELTA.value, seed=_SEED.value, alpha=_ALPHA.value,
         warn=False)
     extra = []
     if _ONE_RUN.value:

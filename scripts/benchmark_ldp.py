@@ -22,11 +22,21 @@ in 8 tensors) unless --flat. Usage:
   python scripts/benchmark_ldp.py --encode_repeats=1 --clients=0
 """
 
+import sys
+
+from tff_priv import cli
+
+cli.quiet(sys.argv)  # Before TensorFlow is imported.
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import app
 from absl import flags
 
 from tff_priv.benchmarks import ldp
 
+# pylint: enable=g-import-not-at-top,g-bad-import-order
+
+_VERBOSE = cli.define_verbose()
 _FLAT = flags.DEFINE_bool(
     'flat', False, 'One float32 tensor of --d values instead of the CNN.'
 )

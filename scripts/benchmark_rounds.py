@@ -14,10 +14,21 @@ workers started on this machine (`python -m tff_priv.worker`, through
 the remote path.
 """
 
+import sys
+
+from tff_priv import cli
+
+cli.quiet(sys.argv)  # Before TensorFlow is imported.
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import app
 from absl import flags
 
 from tff_priv.benchmarks import rounds
+
+# pylint: enable=g-import-not-at-top,g-bad-import-order
+
+_VERBOSE = cli.define_verbose()
 
 # Task and model.
 _TASK = flags.DEFINE_string('task', 'mnist5k', 'Task name (tasks.TASK_NAMES).')

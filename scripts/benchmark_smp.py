@@ -28,10 +28,21 @@ p = 1.0 <= 1.2x of gaussian_fixed.
     .venv/bin/python scripts/benchmark_smp.py --repeats=3
 """
 
+import sys
+
+from tff_priv import cli
+
+cli.quiet(sys.argv)  # Before TensorFlow is imported.
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import app
 from absl import flags
 
 from tff_priv.benchmarks import smp
+
+# pylint: enable=g-import-not-at-top,g-bad-import-order
+
+_VERBOSE = cli.define_verbose()
 
 # Value type.
 _SHAPES = flags.DEFINE_string(

@@ -22,11 +22,21 @@ over the baseline's median. Issue 6's target: udp <= 1.1x gaussian_fixed.
     .venv/bin/python scripts/benchmark_udp.py --repeats=5
 """
 
+import sys
+
+from tff_priv import cli
+
+cli.quiet(sys.argv)  # Before TensorFlow is imported.
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import app
 from absl import flags
 
 from tff_priv.benchmarks import udp
 
+# pylint: enable=g-import-not-at-top,g-bad-import-order
+
+_VERBOSE = cli.define_verbose()
 _SHAPES = flags.DEFINE_string(
     'shapes', udp.Options.shapes,
     'Comma-separated tensor shapes (dims joined by x) of one client update.',

@@ -16,6 +16,13 @@ The first round includes TFF's tracing and compilation; it is reported apart
 from the mean of the others (the last line, `RESULT ...`).
 """
 
+import sys
+
+from tff_priv import cli
+
+cli.quiet(sys.argv)  # Before TensorFlow is imported.
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 import functools
 
 from absl import app
@@ -23,6 +30,9 @@ from absl import flags
 
 from tff_priv.benchmarks import fedavg
 
+# pylint: enable=g-import-not-at-top,g-bad-import-order
+
+_VERBOSE = cli.define_verbose()
 _TASK = flags.DEFINE_enum('task', 'mnist5k', fedavg.TASK_NAMES, 'Task name.')
 _NUM_CLIENTS = flags.DEFINE_integer(
     'num_clients', None, 'Clients of a synthetic split (task default if unset).'

@@ -7,7 +7,9 @@ config.json and summary.json; see `tff_priv.program.plotting`):
       --run_dirs=output/none,output/dp_fedavg,output/smp --output_dir=output
 
 writes <output_dir>/accuracy_vs_round.png and accuracy_vs_epsilon.png and
-prints their paths. Exit status 2 with one line on stderr for bad flags or a
+prints their paths. The eps axis is logarithmic; a run whose eps is more than
+100 times every other run's (LDP-FL's eps of millions) is a marker on its right
+edge, its eps written beside it. Exit status 2 with one line on stderr for bad flags or a
 directory that is not a run directory.
 """
 

@@ -16,14 +16,22 @@ those of its report (`mechanisms.report_parameters()`); --delta defaults to
 Exit status 2 with a one-line message on bad flags.
 """
 
-import json
 import sys
+
+from tff_priv import cli
+
+cli.quiet(sys.argv)  # Before TensorFlow is imported.
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+import json
 
 from absl import flags
 
-from tff_priv import cli
 from tff_priv.program import mechanisms
 
+# pylint: enable=g-import-not-at-top,g-bad-import-order
+
+_VERBOSE = cli.define_verbose()
 _MECHANISM = flags.DEFINE_enum(
     'mechanism', None, list(mechanisms.REPORTS), 'Which mechanism.'
 )

@@ -31,6 +31,7 @@ import sys
 from tff_priv.program import command
 
 _VERBOSE_ARGV = command.quiet_environment(sys.argv)
+command.refuse_busy_directory('train.py', sys.argv)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import flags

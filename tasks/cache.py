@@ -70,6 +70,28 @@ def keras_cache_dir(cache_dir: Optional[str] = None) -> str:
   return os.path.join(keras_home, 'datasets')
 
 
+def how_to(source: str, python_call: str, download_note: str) -> str:
+  """The instructions of a missing data set's error, for both kinds of user.
+
+  Args:
+    source: where the file(s) come from and where to put them.
+    python_call: the Python call that reads them (e.g. "tasks.get_task(...)").
+    download_note: what `download=True` does there.
+
+  Returns:
+    The instructions: the source, then what a user of scripts/train.py can
+    do (it has no download flag: place the files, or pass --cache_dir), then
+    the Python options (cache_dir=DIR, download=True), each labelled.
+  """
+  return (
+      f'{source}\n'
+      'With scripts/train.py (it does not download): put the file(s) there, '
+      'or in the same layout in a folder DIR and pass --cache_dir=DIR.\n'
+      f'From Python ({python_call}): cache_dir=DIR reads them from DIR; '
+      f'download=True {download_note}.'
+  )
+
+
 def require_files(dataset: str, paths: Sequence[str], how_to: str) -> None:
   """Raises `DatasetUnavailableError` unless every path exists (no network)."""
   missing = [p for p in paths if not os.path.exists(p)]

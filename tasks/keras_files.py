@@ -78,10 +78,11 @@ def _how_to(name: str, cache_dir: Optional[str]) -> str:
         f'(tar xzf cifar-10-python.tar.gz -C {root}), which creates '
         'cifar-10-batches-py/.'
     )
-  return (
-      f'{source} Or pass cache_dir=DIR to read them from DIR instead of '
-      f'{root}, or download=True (with network access; fills the default '
-      'Keras cache).'
+  return cache.how_to(
+      source,
+      'tasks.get_task or tasks.keras_files.load',
+      'downloads them into the default Keras cache (needs network access '
+      'and cache_dir unset)',
   )
 
 

@@ -37,10 +37,11 @@ def _load(name, cache_dir, download, timeout, load_data):
   path = expected_file(name, cache_dir)
   root = os.path.dirname(path)
   url = _ORIGIN + SQLITE_FILES[name] + '.lzma'
-  how_to = (
+  how_to = cache.how_to(
       f'Get {url}, decompress it (xz -d {SQLITE_FILES[name]}.lzma) and put '
-      f'{SQLITE_FILES[name]} in {root}/. Or pass cache_dir=DIR to read '
-      f'DIR/{SQLITE_FILES[name]}, or download=True (with network access).'
+      f'{SQLITE_FILES[name]} in {root}/.',
+      'tasks.get_task or tasks.tff_datasets.load_*',
+      f'downloads {SQLITE_FILES[name]} (needs network access)',
   )
   if os.path.exists(path):
     return load_data(cache_dir=root)

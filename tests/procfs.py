@@ -45,3 +45,25 @@ def wait_gone(procs, seconds):
     if not still or time.monotonic() >= deadline:
       return still
     time.sleep(0.1)
+
+
+def with_cmdline(fragment):
+  """The (pid, start time) of every live process whose command line holds `fragment`.
+
+  `fragment` is bytes, the arguments separated by NUL bytes as in
+  /proc/PID/cmdline: e.g. b'worker_binary\\0--port=8000\\0'.
+  """
+  found = []
+  for entry in os.listdir('/proc'):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f'/proc/{entry}/cmdline', 'rb') as f:
+        if fragment not in f.read():
+          continue
+    except OSError:  # Ended meanwhile.
+      continue
+    entry_stat = stat(int(entry))
+    if entry_stat is not None:
+      found.append((int(entry), entry_stat[1]))
+  return found

@@ -8,12 +8,49 @@ default execution context fails noisily ("Exception ignored ... Popen")
 after the one line.
 """
 
+import logging as std_logging
 import os
 import sys
 from typing import Any, Callable, Optional, Sequence
 
 from absl import app
 from absl import flags
+from absl import logging as absl_logging
+
+
+def quiet_environment(argv: list[str]) -> bool:
+  """Silences TF's and gRPC's C++ logs unless `--verbose` is in argv; returns verbose.
+
+  Must run before TensorFlow is imported (the C++ logger reads the
+  environment once).
+  """
+  verbose = '--verbose' in argv
+  if not verbose:
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+    # gRPC (TFF's worker channel) logs INFO lines such as its fork notice.
+    os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
+  return verbose
+
+
+def quiet(argv: list[str]) -> bool:
+  """`quiet_environment`, and absl's and TF's Python logs at ERROR, unless `--verbose`.
+
+  For a script's first lines, before TensorFlow is imported (TFF's INFO
+  lines, such as Keras model conversions, go through absl). Returns verbose;
+  the script defines the `--verbose` flag (`define_verbose`).
+  """
+  verbose = quiet_environment(argv)
+  if not verbose:
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    std_logging.getLogger('tensorflow').setLevel(std_logging.ERROR)
+  return verbose
+
+
+def define_verbose():
+  """The `--verbose` flag of a script that calls `quiet`."""
+  return flags.DEFINE_bool(
+      'verbose', False, "TF's, TFF's and absl's logs (quiet by default)."
+  )
 
 
 def exit_now(code: int) -> None:
@@ -74,6 +111,12 @@ class Cli:
     """
     asked_help = any(a in _HELP_FLAGS for a in sys.argv[1:])
     self._main_module_help()
+    if 'tensorflow_federated' in sys.modules:
+      # Its exit hook also finalises TFF's default context while modules are
+      # intact: no "Exception ignored in ... ServiceManager.__del__" at exit.
+      from tff_priv import runtime  # pylint: disable=g-import-not-at-top
+
+      runtime.track_workers()
     try:
       app.run(main, flags_parser=self.parse_flags)
     except SystemExit as e:

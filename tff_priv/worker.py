@@ -6,9 +6,15 @@ Starts TFF's C++ `worker_binary` (the wheel's own) on `--port`, prints one
 line when it accepts connections, and stops it when this launcher is asked
 to stop (SIGTERM, SIGINT) or dies in any other way (the worker is started
 with the parent-death signal, as `tff_priv.runtime` starts the local one).
+A stop sends the worker SIGTERM, then SIGKILL after 2 s.
+
+The worker listens on every interface (TFF's binary binds [::]:PORT and has
+no option to bind one address): see docs/remote.md for keeping it private.
+
 Exit status: 0 after a stop; when the worker ends by itself, its status,
 128 + its signal, or 1 (TFF's worker exits 0 even when it cannot bind its
-port); 1 when the port is already in use on this machine.
+port); 1 when the port is already in use on this machine; 2 after bad usage
+(one line on stderr).
 """
 
 import importlib.util
@@ -20,15 +26,21 @@ import sys
 import time
 from typing import Optional
 
-from absl import app
 from absl import flags
 
+from tff_priv import cli
 from tff_priv import runtime
+
+_PROG = 'tff_priv.worker'
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Seconds between the SIGTERM that asks the worker to stop and its SIGKILL.
+_STOP_GRACE_SECONDS = 2.0
 
 
 def _define_flags() -> None:
   """The launcher's flags: defined when run, not when imported (tests, benchmarks)."""
-  flags.DEFINE_integer('port', None, 'Port to serve on.', lower_bound=1)
+  flags.DEFINE_integer('port', None, 'Port to serve on.', lower_bound=1,
+                       upper_bound=65535)
   flags.DEFINE_integer(
       'max_concurrent_computation_calls', -1,
       "The worker's limit of concurrent calls to one computation (<= 0: "
@@ -85,15 +97,55 @@ def _listening(port: int) -> bool:
     return s.connect_ex(('127.0.0.1', port)) == 0
 
 
+class _StopRequest:
+  """The launcher's SIGTERM/SIGINT handler: it only records the signal.
+
+  The main loop stops the worker. A handler that called `Popen` methods could
+  deadlock: Python runs it in the main thread between two bytecodes, possibly
+  inside the main loop's `proc.poll()`, which holds the `Popen`'s waitpid
+  lock that `proc.wait()` blocks on.
+  """
+
+  def __init__(self):
+    self.signum: Optional[int] = None
+
+  def __call__(self, signum, frame):
+    del frame
+    if self.signum is None:
+      self.signum = signum
+
+
+def _stop_worker(proc: subprocess.Popen) -> None:
+  """SIGTERM (TFF's worker does not handle it: it ends at once), then SIGKILL."""
+  if proc.poll() is not None:
+    return
+  # Not SIGINT: a worker started from a background job of a non-interactive
+  # shell inherits SIGINT ignored.
+  proc.send_signal(signal.SIGTERM)
+  try:
+    proc.wait(timeout=_STOP_GRACE_SECONDS)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.wait()
+
+
 def serve(port: int, max_concurrent_computation_calls: int = -1,
           ready_timeout: float = 60.0) -> int:
-  """Runs the worker until it ends or this process is told to stop."""
+  """Runs the worker until it ends or this process is told to stop.
+
+  Call from the main thread (it installs the SIGTERM and SIGINT handlers).
+  """
+  stop = _StopRequest()
+  for signum in _STOP_SIGNALS:
+    signal.signal(signum, stop)
   if _port_in_use(port):
     # TFF's worker would fail to bind, exit 0, and our readiness check would
     # find the other program's socket.
     print(f'tff_priv.worker: port {port} is in use on this machine',
           flush=True)
     return 1
+  if stop.signum is not None:
+    return _stopped(stop.signum)
   proc = subprocess.Popen(  # pylint: disable=subprocess-popen-preexec-fn
       [worker_binary_path(), f'--port={port}',
        f'--max_concurrent_computation_calls={max_concurrent_computation_calls}'],
@@ -101,44 +153,49 @@ def serve(port: int, max_concurrent_computation_calls: int = -1,
       stdout=subprocess.DEVNULL,
       stderr=subprocess.DEVNULL,
   )
-
-  def stop(signum, frame):
-    del frame
-    proc.send_signal(signal.SIGINT)  # How TFF itself stops its worker.
-    deadline = time.monotonic() + 5.0
-    while proc.poll() is None and time.monotonic() < deadline:
-      time.sleep(0.02)
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
-    print(f'tff_priv.worker: stopped (signal {signum})', flush=True)
-    sys.exit(0)
-
-  signal.signal(signal.SIGTERM, stop)
-  signal.signal(signal.SIGINT, stop)
-  deadline = time.monotonic() + ready_timeout
-  while not _listening(port):
-    if proc.poll() is not None:
-      print(f'tff_priv.worker: the worker exited with status '
-            f'{proc.returncode} before listening on port {port}', flush=True)
+  try:
+    deadline = time.monotonic() + ready_timeout
+    while stop.signum is None and not _listening(port):
+      if proc.poll() is not None:
+        print(f'tff_priv.worker: the worker exited with status '
+              f'{proc.returncode} before listening on port {port}', flush=True)
+        return _exit_status(proc.returncode)
+      if time.monotonic() > deadline:
+        proc.kill()
+        proc.wait()
+        print(f'tff_priv.worker: the worker did not listen on port {port} '
+              f'within {ready_timeout:g} s', flush=True)
+        return 1
+      time.sleep(0.05)
+    if stop.signum is None:
+      print(f'tff_priv.worker: ready on port {port} (worker pid {proc.pid})',
+            flush=True)
+    # Polled, not proc.wait(): a signal delivered to another thread (TF starts
+    # some) does not interrupt a blocking wait, and Python runs the handler
+    # only when the main thread runs again.
+    while stop.signum is None and proc.poll() is None:
+      time.sleep(0.05)
+    if stop.signum is None:
+      print(f'tff_priv.worker: the worker ended by itself (status '
+            f'{proc.returncode})', flush=True)
       return _exit_status(proc.returncode)
-    if time.monotonic() > deadline:
+    _stop_worker(proc)
+    return _stopped(stop.signum)
+  finally:
+    if proc.poll() is None:  # An unexpected exception: leave no worker.
       proc.kill()
       proc.wait()
-      print(f'tff_priv.worker: the worker did not listen on port {port} '
-            f'within {ready_timeout:g} s', flush=True)
-      return 1
-    time.sleep(0.05)
-  print(f'tff_priv.worker: ready on port {port} (worker pid {proc.pid})',
-        flush=True)
-  # Polled, not proc.wait(): a signal delivered to another thread (TF starts
-  # some) does not interrupt a blocking wait, and Python runs the handler
-  # only when the main thread runs again.
-  while proc.poll() is None:
-    time.sleep(0.1)
-  print(f'tff_priv.worker: the worker ended by itself (status '
-        f'{proc.returncode})', flush=True)
-  return _exit_status(proc.returncode)
+
+
+def _stopped(signum: int) -> int:
+  """The exit of a launcher told to stop, its worker (if any) stopped."""
+  # Stopped as asked: a repeated SIGTERM or SIGINT must not turn the exit
+  # status 0 into death by that signal (Python restores the default action
+  # while it shuts down).
+  for stop_signal in _STOP_SIGNALS:
+    signal.signal(stop_signal, signal.SIG_IGN)
+  print(f'tff_priv.worker: stopped (signal {signum})', flush=True)
+  return 0
 
 
 def free_port() -> int:
@@ -188,13 +245,12 @@ class Launched:
 
 
 def main(argv):
+  usage = cli.Cli(_PROG)
   if len(argv) > 1:
-    print(f'tff_priv.worker: unexpected arguments {argv[1:]}', file=sys.stderr)
-    return 2
+    usage.fail(f'unexpected arguments {argv[1:]}')
   values = flags.FLAGS
   if values.port is None:
-    print('tff_priv.worker: give --port', file=sys.stderr)
-    return 2
+    usage.fail('give --port')
   return serve(
       values.port, values.max_concurrent_computation_calls,
       values.ready_timeout,
@@ -203,4 +259,4 @@ def main(argv):
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main)
+  cli.Cli(_PROG, doc=__doc__).run(main)

@@ -7,6 +7,7 @@ import shutil
 import struct
 import tempfile
 
+from matplotlib import ticker
 import tensorflow as tf
 
 from tff_priv.program import layout
@@ -124,6 +125,80 @@ class PlottingTest(tf.test.TestCase):
       colours = {l.get_color() for l in client.get_lines()
                  if l.get_label().startswith('smp eps')}
       self.assertLen(colours, 2)
+
+  def _runs(self, specs):
+    """Run directories of (mechanism, params, [(round, accuracy, eps)])."""
+    runs = []
+    for i, (mechanism, params, rows) in enumerate(specs):
+      root = os.path.join(self.tmp, f'run{i}')
+      write_run(root, mechanism, rows, params=params)
+      runs.append(plotting.load_run(root))
+    return runs
+
+  def test_round_ticks_are_integers_with_one_evaluation(self):
+    runs = self._runs([('smp', {'epsilon': 4.0}, [(5, 0.6, 2.0)])])
+    fig = plotting.plot_accuracy_vs_round(runs, os.path.join(self.tmp, 'r.png'))
+    (ax,) = fig.axes
+    locator = ax.xaxis.get_major_locator()
+    self.assertIsInstance(locator, ticker.MaxNLocator)
+    low, high = ax.get_xlim()
+    shown = [t for t in locator() if low <= t <= high]
+    self.assertIn(5, shown)
+    for t in shown:  # Not 4.8, 4.9, ..., 5.2.
+      self.assertEqual(t, round(t))
+
+  def test_legend_entries_are_drawn_as_the_runs(self):
+    runs = self._runs([
+        ('smp', {'epsilon': 4.0}, [(1, 0.4, 1.0), (2, 0.6, 2.0)]),
+        ('dp_fedavg', {'epsilon': 8.0}, [(2, 0.5, 8.0)]),  # One point.
+        ('none', {}, [(1, 0.7, 'inf'), (2, 0.8, 'inf')]),
+    ])
+    for plot in (plotting.plot_accuracy_vs_round,
+                 plotting.plot_accuracy_vs_epsilon):
+      fig = plot(runs, os.path.join(self.tmp, 'p.png'))
+      (ax,) = fig.axes
+      handles = {h.get_label(): h for h in ax.get_legend().legend_handles}
+      # A run with one point is a marker, and so is its entry.
+      one_point = handles['dp_fedavg eps=8']
+      self.assertEqual(one_point.get_linestyle(), 'None')
+      self.assertEqual(one_point.get_marker(), 'o')
+      line = handles['smp eps=4']
+      self.assertEqual(line.get_linestyle(), '-')
+      self.assertEqual(line.get_marker(), 'o')
+      for drawn in ax.get_lines():
+        entry = handles[drawn.get_label()]
+        self.assertEqual(entry.get_linestyle(), drawn.get_linestyle())
+        self.assertEqual(entry.get_marker(), drawn.get_marker())
+
+  def test_far_off_eps_does_not_squeeze_the_other_runs(self):
+    central = [
+        ('dp_fedavg', {'epsilon': 2.0}, [(1, 0.4, 1.0), (2, 0.5, 2.0)]),
+        ('smp', {'epsilon': 8.0}, [(1, 0.5, 4.0), (2, 0.6, 8.0)]),
+    ]
+    ldp = ('ldp', {'ldp_epsilon': 5.0}, [(1, 0.2, 1.5e6), (2, 0.3, 3e6)])
+    path = os.path.join(self.tmp, 'e.png')
+    fig = plotting.plot_accuracy_vs_epsilon(self._runs([*central, ldp]), path)
+    (ax,) = fig.axes
+    self.assertEqual(ax.get_xscale(), 'log')
+    low, high = ax.get_xlim()
+    # The axis spans the other runs, not up to 3e6.
+    self.assertLess(low, 1.0)
+    self.assertGreater(high, 8.0)
+    self.assertLess(high, 100.0)
+    # The ldp run: a marker on the right edge, its eps in its entry.
+    handles = {h.get_label(): h for h in ax.get_legend().legend_handles}
+    entry = handles['ldp eps0=5 (eps = 3e+06, off scale)']
+    self.assertEqual(entry.get_linestyle(), 'None')
+    self.assertEqual(entry.get_marker(), '>')
+    self.assertIn('eps = 3e+06', [t.get_text() for t in ax.texts])
+    # Without it, the axis is as before: every run on it.
+    shutil.rmtree(self.tmp)
+    fig = plotting.plot_accuracy_vs_epsilon(self._runs(central), path)
+    (ax,) = fig.axes
+    self.assertEqual(ax.get_xscale(), 'log')
+    self.assertLen(ax.texts, 0)
+    self.assertNotIn('off scale', ' '.join(
+        h.get_label() for h in ax.get_legend().legend_handles))
 
   def test_no_runs(self):
     with self.assertRaisesRegex(ValueError, 'runs'):

@@ -59,6 +59,19 @@ class RunReleasesTest(tf.test.TestCase):
     self.assertNotIn('secret_loss', log)
     self.assertNotIn(str(_SECRET_VALUE), log)
 
+  def test_tensorboard_tags(self):
+    root, _ = self._release(private=True)
+    tags = set()
+    for path in glob.glob(os.path.join(root, layout.TENSORBOARD, '**', '*'),
+                          recursive=True):
+      if os.path.isfile(path):
+        for event in tf.compat.v1.train.summary_iterator(path):
+          tags.update(v.tag for v in event.summary.value)
+    self.assertIn('eval/loss', tags)  # Not eval/eval/loss.
+    self.assertIn('eval/test_accuracy', tags)
+    self.assertIn('train/rdp_epsilon', tags)
+    self.assertFalse([t for t in tags if t.startswith('eval/eval/')], tags)
+
   def test_a_non_private_run_releases_everything(self):
     root, log = self._release(private=False)
     with open(layout.path(root, layout.TRAIN_CSV)) as f:

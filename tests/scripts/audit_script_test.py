@@ -19,8 +19,8 @@ class AuditScriptTest(unittest.TestCase):
     with tempfile.TemporaryDirectory() as tmp:
       plot = os.path.join(tmp, 'audit.png')
       result = script_runs.run(
-          'audit.py', '--trials=4', '--dimension=5', '--format=json',
-          f'--plot={plot}',
+          'audit.py', '--trials=4', '--vectorized_trials=4', '--dimension=5',
+          '--format=json', f'--plot={plot}',
       )
       self.assertEqual(result.returncode, 0, result.stderr[-3000:])
       with open(plot, 'rb') as f:
@@ -33,12 +33,26 @@ class AuditScriptTest(unittest.TestCase):
       self.assertEqual(row['trials'], 4)
       self.assertEqual(row['verdict'], 'pass')  # 2 trials can show nothing.
       self.assertEqual(row['empirical_lower_bound'], 0.0)
+      self.assertEqual(row['mu_lower_bound'], 0.0)
+      self.assertEqual(row['alpha'], 1e-3)
+      self.assertGreaterEqual(row['max_showable_epsilon'], row['max_showable'])
       self.assertGreater(row['accounted_epsilon'], 0.0)
+    self.assertEqual([r['vectorized'] for r in rows],
+                     [True, False, True, False, True, True])
+
+  def test_power_plot(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      plot = os.path.join(tmp, 'power.png')
+      result = script_runs.run('audit.py', f'--power_plot={plot}', '--seeds=1')
+      self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+      with open(plot, 'rb') as f:
+        self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
+    self.assertIn('| claimed eps | true = 1 x claim', result.stdout)
 
   def test_one_run_adds_a_training_run_row(self):
     result = script_runs.run(
-        'audit.py', '--trials=4', '--dimension=5', '--format=json',
-        '--one_run', '--one_run_canaries=20', '--one_run_rounds=1',
+        'audit.py', '--trials=4', '--vectorized_trials=4', '--dimension=5',
+        '--format=json', '--one_run', '--one_run_canaries=20', '--one_run_rounds=1',
         '--one_run_epsilon=2',
     )
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])

@@ -17,14 +17,14 @@ _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 def _run(*args):
   return script_runs.run('plot.py', *args)
 
-def _write_run(root, mechanism, eps_per_round):
+def _write_run(root, mechanism, eps_per_round, rounds=(1, 2, 3)):
   os.makedirs(root)
   with open(layout.path(root, layout.CONFIG), 'w') as f:
     json.dump({'task': 'digits', 'mechanism': mechanism, 'params': {}}, f)
   with open(layout.path(root, layout.EVAL_CSV), 'w', newline='') as f:
     writer = csv.writer(f)
     writer.writerow([layout.ROUND, layout.TEST_ACCURACY, layout.RDP_EPSILON])
-    for r in (1, 2, 3):
+    for r in rounds:
       writer.writerow([r, 0.2 * r, eps_per_round * r])
 
 
@@ -49,6 +49,23 @@ class PlotScriptTest(tf.test.TestCase):
         [os.path.basename(p) for p in paths],
         ['accuracy_vs_round.png', 'accuracy_vs_epsilon.png'],
     )
+    for path in paths:
+      with open(path, 'rb') as f:
+        self.assertEqual(f.read(8), _PNG_SIGNATURE)
+
+  def test_one_evaluation_and_a_far_off_eps(self):
+    # One evaluated round each (markers, integer round ticks) and an LDP-FL
+    # eps of millions (drawn off the axis of the others).
+    dirs = []
+    for mechanism, eps in (('dp_fedavg', 2.0), ('smp', 8.0), ('ldp', 3e6)):
+      root = os.path.join(self.tmp, mechanism)
+      _write_run(root, mechanism, eps, rounds=(1,))
+      dirs.append(root)
+    out = os.path.join(self.tmp, 'plots')
+    result = _run(f'--run_dirs={",".join(dirs)}', f'--output_dir={out}')
+    self.assertEqual(result.returncode, 0, result.stderr)
+    paths = result.stdout.split()
+    self.assertLen(paths, 2)
     for path in paths:
       with open(path, 'rb') as f:
         self.assertEqual(f.read(8), _PNG_SIGNATURE)

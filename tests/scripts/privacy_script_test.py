@@ -1,6 +1,8 @@
 """scripts/privacy.py end to end, in a subprocess."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -13,6 +15,7 @@ pytestmark = pytest.mark.slow
 def _run(*args):
   return script_runs.run('privacy.py', *args)
 
+
 class PrivacyScriptTest(tf.test.TestCase):
 
   def test_json_names_the_accountants(self):
@@ -24,6 +27,22 @@ class PrivacyScriptTest(tf.test.TestCase):
     report = json.loads(result.stdout)
     self.assertGreater(report['rdp_epsilon'], 0)
     self.assertGreater(report['pld_epsilon'], 0)
+
+  def test_quiet_as_a_user_runs_it(self):
+    # The environment a user has (no TF_CPP_MIN_LOG_LEVEL): no TF, TFF or
+    # absl log line, and no teardown noise from TFF's default context.
+    env = {k: v for k, v in script_runs.env().items()
+           if k != 'TF_CPP_MIN_LOG_LEVEL'}
+    result = subprocess.run(
+        [sys.executable, script_runs.script_path('privacy.py'),
+         '--mechanism=smp', '--epsilon=8', '--rounds=10',
+         '--sampling_rate=0.1'],
+        capture_output=True, text=True, cwd=script_runs.ROOT, env=env,
+        timeout=script_runs.TIMEOUT, check=False,
+    )
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertEqual(result.stderr, '')
+    self.assertIn('noise multiplier', result.stdout)
 
   def test_target_epsilon_gives_noise(self):
     result = _run(

@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -89,11 +91,27 @@ class TrainFaultsTest(unittest.TestCase):
         lambda: os.path.exists(lock) and open(lock).read().strip(), first
     ))
     code, _, err = _run(root, '--total_rounds=30')
+    # Refused before TensorFlow is imported (seconds, not the imports'
+    # ~15 s): the same run with a tensorflow that cannot be imported.
+    no_tf = os.path.join(self.tmp, 'no_tf', 'tensorflow')
+    os.makedirs(no_tf)
+    with open(os.path.join(no_tf, '__init__.py'), 'w') as f:
+      f.write('raise ImportError("tensorflow was imported")\n')
+    early = subprocess.run(
+        [sys.executable, script_runs.script_path('train.py'),
+         f'--root_output_dir={root}', '--total_rounds=30'],
+        capture_output=True, text=True, cwd=script_runs.ROOT, timeout=120,
+        env={**script_runs.env(), 'PYTHONPATH': os.pathsep.join(
+            [os.path.dirname(no_tf), script_runs.ROOT])},
+        check=False,
+    )
     first.send_signal(signal.SIGTERM)
     first_code, _, _ = _finish(first)
     self.assertEqual(code, 2, err[-2000:])
     self.assertIn(f'in use by another run (pid {first.pid})', _last_line(err))
     self.assertNotIn('Traceback', err)
+    self.assertEqual(early.returncode, 2, early.stderr[-2000:])
+    self.assertIn(f'in use by another run (pid {first.pid})', early.stderr)
     self.assertEqual(first_code, 128 + signal.SIGTERM)
 
   def test_sigint_and_sigterm_stop_with_a_resume_hint_then_resume(self):

@@ -33,6 +33,20 @@ class ErrorTest(tf.test.TestCase):
     self.assertEqual(error.paths, ('/x/emnist_all.sqlite',))
     self.assertEqual(error.dataset, 'emnist')
 
+  def test_how_to_labels_what_train_py_and_python_users_can_do(self):
+    lines = cache.how_to(
+        'Put f in /x/.', 'tasks.get_task', 'downloads f'
+    ).splitlines()
+    self.assertEqual(lines[0], 'Put f in /x/.')
+    # scripts/train.py has no download flag: its line offers none.
+    (train_py,) = [l for l in lines if 'scripts/train.py' in l]
+    self.assertIn('--cache_dir=DIR', train_py)
+    self.assertNotIn('download=True', train_py)
+    # download=True is offered only on the line labelled for Python callers.
+    (python,) = [l for l in lines if 'download=True' in l]
+    self.assertStartsWith(python, 'From Python (tasks.get_task)')
+    self.assertIn('download=True downloads f', python)
+
   def test_require_files_lists_only_missing_files(self):
     root = self.get_temp_dir()
     present = os.path.join(root, 'present')

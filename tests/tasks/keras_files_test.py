@@ -14,6 +14,16 @@ from tasks import keras_files
 from tests.tasks import fake_caches
 
 
+def _assert_train_py_and_python_instructions(test, message):
+  """scripts/train.py has no download flag: download=True is for Python only."""
+  lines = message.splitlines()
+  (train_py,) = [l for l in lines if 'scripts/train.py' in l]
+  test.assertIn('--cache_dir=DIR', train_py)
+  (python,) = [l for l in lines if 'download=True' in l]
+  test.assertStartsWith(python, 'From Python (tasks.get_task')
+  test.assertIn('cache_dir unset', python)
+
+
 class KerasFilesTest(tf.test.TestCase, parameterized.TestCase):
 
   def _new_dir(self):
@@ -81,6 +91,7 @@ class KerasFilesTest(tf.test.TestCase, parameterized.TestCase):
     for path in keras_files.expected_files(name, root):
       self.assertIn(path, message)
     self.assertIn('cache_dir', message)
+    _assert_train_py_and_python_instructions(self, message)
 
   def test_partly_missing_names_only_missing_files(self):
     root = self._new_dir()

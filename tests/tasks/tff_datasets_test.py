@@ -85,6 +85,13 @@ class TffDatasetsTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(raised.exception.paths, (expected,))
     self.assertIn(expected, str(raised.exception))
     self.assertIn('.sqlite.lzma', str(raised.exception))
+    message = str(raised.exception)
+    # scripts/train.py has no download flag: its line offers the file's place
+    # and --cache_dir; download=True only on the line for Python callers.
+    (train_py,) = [l for l in message.splitlines() if 'scripts/train.py' in l]
+    self.assertIn('--cache_dir=DIR', train_py)
+    (python,) = [l for l in message.splitlines() if 'download=True' in l]
+    self.assertStartsWith(python, 'From Python (tasks.get_task')
 
   def test_unknown_name(self):
     with self.assertRaisesRegex(ValueError, 'name must be one of'):

@@ -24,6 +24,7 @@ from tff_priv import validation
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
 from tff_priv.auditing import bounds
+from tff_priv.auditing import tradeoff
 
 
 class AuditFailedError(AssertionError):
@@ -59,9 +60,26 @@ class AuditResult:
     false_negatives: evaluation runs with the canary guessed "without".
     max_epsilon_lower_bound: the largest bound the evaluation trials can show
       (a perfect test); a bound equal to it means "at least this".
-    statistic: which released value the chosen test reads.
+    statistic: which released value the chosen (eps, delta) test reads.
     seconds: wall time of the audit.
-    passed: epsilon_lower_bound <= claimed_epsilon.
+    passed: neither bound refutes the claim: epsilon_lower_bound <=
+      claimed_epsilon and the mu test's point lies on or above the claimed
+      trade-off curve (for a Gaussian claim: mu_lower_bound <= claimed_mu).
+    mu_lower_bound: the Gaussian-DP bound (`tradeoff.mu_lower_bound`): a
+      mu-GDP process has mu >= this with probability >= 1 - alpha / 2.
+    mu_epsilon_lower_bound: the eps at `delta` of a mu_lower_bound-GDP
+      mechanism: a lower bound on the true eps when the process's trade-off
+      curve is Gaussian (what a GaussianDpEvent claims).
+    claimed_mu: 1 / z for a claimed GaussianDpEvent(z); nan for other claims
+      (judged by their own trade-off curve, `tradeoff.violates_profile`).
+    max_mu_lower_bound: the largest mu bound the evaluation trials can show.
+    max_showable_epsilon: the largest eps either bound can show: the
+      larger of max_epsilon_lower_bound and the eps of max_mu_lower_bound (the
+      latter for claims with a Gaussian curve).
+    mu_statistic: which released value the mu test reads.
+    refuted_by: '' (passed), 'eps', 'mu' or 'eps+mu'.
+    vectorized: True when the trials ran as blocks of one call
+      (`audit_aggregator`'s `vectorized`).
   """
 
   mechanism: str
@@ -82,6 +100,14 @@ class AuditResult:
   statistic: str
   seconds: float
   passed: bool
+  mu_lower_bound: float = 0.0
+  mu_epsilon_lower_bound: float = 0.0
+  claimed_mu: float = math.nan
+  max_mu_lower_bound: float = 0.0
+  max_showable_epsilon: float = 0.0
+  mu_statistic: str = ''
+  refuted_by: str = ''
+  vectorized: bool = False
 
   def raise_if_failed(self) -> 'AuditResult':
     """Raises `AuditFailedError` if the audit failed, else returns self."""
@@ -91,11 +117,15 @@ class AuditResult:
 
   def summary(self) -> str:
     verdict = 'passed' if self.passed else 'FAILED'
+    refuted = f' (refuted by {self.refuted_by})' if self.refuted_by else ''
     return (
-        f'audit {verdict}: {self.mechanism}: empirical eps >= '
+        f'audit {verdict}{refuted}: {self.mechanism}: empirical eps >= '
         f'{self.epsilon_lower_bound:.3f} (max showable '
         f'{self.max_epsilon_lower_bound:.3f}, {self.evaluation_trials} '
-        f'evaluation trials per set, from {self.statistic}) vs claimed eps '
+        f'evaluation trials per set, from {self.statistic}); GDP mu >= '
+        f'{self.mu_lower_bound:.4f} (eps {self.mu_epsilon_lower_bound:.3f} '
+        f'if Gaussian; claimed mu {self.claimed_mu:.4f}); largest showable '
+        f'eps {self.max_showable_epsilon:.3f}; vs claimed eps '
         f'{self.claimed_epsilon:.3f} ({self.claimed_dp_event}, '
         f'{self.neighboring_relation}) at delta={self.delta:g}'
     )
@@ -193,12 +223,117 @@ def _batched_runner(process, batch_size, weighted):
   return run
 
 
+# Vectorised trials. A block of the value is one trial when the factory is
+# coordinatewise: coordinate j of the release depends on coordinate j of the
+# clients' values (through their sum, or the one client's value) and on noise
+# drawn independently for each coordinate, and no clip binds. Then a call on B
+# blocks of d values, each client holding its trial value in every block, draws
+# B independent releases of the d-value factory: block b of the release has
+# exactly the distribution of one unbatched release. Two kinds are known to be
+# coordinatewise (and `_vector_kind` finds them):
+#   'central_sum': TFF's DifferentiallyPrivateFactory.gaussian_fixed: each
+#     client clipped to C, summed, N(0, (zC)^2) added to each coordinate of the
+#     sum, divided by the FIXED clients_per_round. Add-or-remove-one. One
+#     canary of norm a tiled over B blocks has norm a sqrt(B) and would be
+#     clipped, so the canary's value is split over m = ceil(a sqrt(B) / C)
+#     canary clients of a / m per block (each of norm <= C, not clipped):
+#     their sum, all the factory reads, is the canary in every block. The
+#     other clients hold 0 (their fixed values only shift both sets alike).
+#   'single_client': one client under replace-one whose upload is noised per
+#     coordinate with nothing coupling coordinates: tff_priv's
+#     ClientNoiseFactory without a clip (udp: N(0, s^2) per coordinate, s not
+#     a function of the dimension) and LDPEncodeFactory with a fixed range
+#     (each scalar encoded on its own). The client holds the canary, or the
+#     replaced value, in every block.
+# Measurements are one per call, not per trial: the vectorised path reads the
+# aggregate only (use vectorized=False to audit measurements).
+
+
+def _vector_kind(factory, relation, num_clients, initial_state):
+  """'central_sum', 'single_client' or None (see the comment above)."""
+  if initial_state is not None:
+    return None
+  name = type(factory).__name__
+  if (name == 'DifferentiallyPrivateFactory'
+      and _tff_gaussian_clip(factory) is not None
+      and relation == 'add_or_remove_one'):
+    return 'central_sum'
+  if num_clients != 1 or relation != 'replace_one':
+    return None
+  if name == 'ClientNoiseFactory' and getattr(factory, '_clip', 1.0) is None:
+    source = type(getattr(factory, '_source', None)).__name__
+    if source in ('FixedNoise', 'ScheduledNoise'):
+      return 'single_client'
+  if name == 'LDPEncodeFactory' and getattr(factory, 'range_mode', '') == 'fixed':
+    return 'single_client'
+  return None
+
+
+def vectorizable(factory, num_clients: int) -> bool:
+  """Whether `audit_aggregator` vectorises this factory's trials by default."""
+  guarantee = guarantees.guarantee_of(factory)
+  if guarantee is None:
+    return False
+  return _vector_kind(
+      factory, guarantee.neighboring_relation, num_clients, None) is not None
+
+
+def _vectorized_statistics(
+    factory, kind, weighted, dtype, trials, canary, replaced, center,
+    num_clients, values_per_call,
+):
+  """The canary-direction statistic of `trials` releases per set, blocks of one call."""
+  d = canary.size
+  if kind == 'central_sum':
+    clip = _tff_gaussian_clip(factory)
+    if np.any(center != 0):
+      raise ValueError('the vectorised central sum needs the center at 0')
+    norm = float(np.linalg.norm(canary))
+
+    def canary_clients(blocks):
+      return max(1, math.ceil(norm * math.sqrt(blocks) / clip * (1 + 1e-6)))
+
+    blocks = max(1, min(trials, values_per_call // d))
+    while blocks > 1 and blocks * d * (num_clients + canary_clients(blocks)) > (
+        values_per_call):
+      blocks = max(1, int(blocks * 0.8))
+    m = canary_clients(blocks)
+    piece = np.tile(canary / m, blocks).astype(dtype)
+    while np.linalg.norm(piece.astype(np.float64)) > clip:  # float rounding
+      m += 1
+      piece = np.tile(canary / m, blocks).astype(dtype)
+    zero = np.zeros(blocks * d, dtype)
+    worlds = {0: [zero] * num_clients, 1: [zero] * num_clients + [piece] * m}
+    direction = canary
+  else:
+    blocks = max(1, min(trials, values_per_call // d))
+    worlds = {0: [np.tile(replaced, blocks).astype(dtype)],
+              1: [np.tile(canary, blocks).astype(dtype)]}
+    direction = canary - replaced
+  unit = direction / max(np.linalg.norm(direction), 1e-300)
+  value_type = tff.TensorType(dtype, [blocks * d])
+  if weighted:
+    process = factory.create(value_type, tff.TensorType(np.float32))
+  else:
+    process = factory.create(value_type)
+  state = process.initialize()
+  statistics = {}
+  for world, values in worlds.items():
+    args = (values, [np.float32(1.0)] * len(values)) if weighted else (values,)
+    out = []
+    for _ in range(-(-trials // blocks)):
+      result = np.asarray(process.next(state, *args).result, np.float64)
+      out.append(result.reshape(blocks, d) @ unit)
+    statistics[world] = np.concatenate(out)[:trials]
+  return statistics, blocks
+
+
 def _claimed(event, relation):
   """(eps at delta as a function, accountant name) of a round event."""
   for name in ('pld', 'rdp'):
     if accountants.can_count(name, event, relation) is None:
       acc = accountants.make_accountant(name, relation).compose(event)
-      return acc.get_epsilon, name
+      return acc, name
   raise ValueError(f'no accountant counts the claimed event {event}')
 
 
@@ -214,10 +349,13 @@ def audit_aggregator(
     seed: int = 0,
     replaced_value: Optional[Sequence[float]] = None,
     neighboring_relation: Optional[str] = None,
-    alpha: float = 0.05,
+    alpha: float = 1e-3,
     batch_size: int = 8,
     initial_state: Any = None,
     warn: bool = True,
+    vectorized: Optional[bool] = None,
+    selection_fraction: Optional[float] = None,
+    values_per_call: int = 2**22,
 ) -> AuditResult:
   """Lower-bounds the eps of one round of `factory` and checks it against its claim.
 
@@ -234,26 +372,51 @@ def audit_aggregator(
   factories (e.g. `GaussianUDPFactory`, whose sensitivity is not visible) need
   `canary=` (the replaced value defaults to its negation).
 
-  Trials: the process is run `trials` times on each set, every run from the
-  same state (`process.initialize()` or `initial_state`), `batch_size` runs per
-  TFF call. Each run's released values (the aggregate and every measurement
-  leaf) are flattened. Half the runs of each set choose the test: the
-  candidate statistics are the projection of the aggregate onto the canary's
-  direction and, for every released leaf, the projection onto the difference
-  of its means between the sets (fitted on one quarter of the runs); on the
-  next quarter, the candidate and threshold with the largest bound
-  (`bounds.best_threshold_test`). The other half gives the
-  bound: with FP of its runs without the canary guessed "with" and FN of its
-  runs with the canary guessed "without", out of N each,
+  Trials, vectorised (`vectorized=None` picks it when the factory is known
+  to be coordinatewise, see `_vector_kind`: TFF's gaussian_fixed, udp's client
+  noise without a clip, LDP-FL with a fixed range, the last two with one
+  client): the factory's own process, created for a value of B blocks of the
+  value's d values, runs on client sets that hold each trial's values in every
+  block; each call gives B independent trials. This rests on one assumption,
+  checked against the per-run path in tests/auditing/aggregator_audit_test.py:
+  the factory is coordinatewise (coordinate j of its release depends on
+  coordinate j of the client values, through their sum with a fixed
+  denominator or through the single client's value, plus noise drawn
+  independently per coordinate) and no clip binds (the canary's value is
+  split over enough canary clients to stay within the clip). The statistic is
+  the projection of each block onto the canary direction (the likelihood-ratio
+  statistic of additive noise that is Gaussian); measurements, one per call,
+  are not read. About 10^5 trials per set take 10-30 s on 2 cores.
+
+  Trials, per run (`vectorized=False`, and every other factory): the process
+  is run `trials` times on each set, every run from the same state
+  (`process.initialize()` or `initial_state`), `batch_size` runs per TFF call
+  (about 5 ms a run). Each run's released values (the aggregate and every
+  measurement leaf) are flattened; the candidate statistics are the
+  projection of the aggregate onto the canary's direction and, for every
+  released leaf, the projection onto the difference of its means between the
+  sets (fitted on the first half of the selection runs, judged on the second).
+
+  Tests and bounds: a random `selection_fraction` of each set's runs (0.2
+  vectorised, 0.5 per run) choose two threshold tests (candidate, threshold,
+  side) and the others (N per set) bound them. The (eps, delta) test
+  (`bounds.best_threshold_test`) gives, with FP of its N runs without the
+  canary guessed "with" and FN of its N runs with the canary guessed
+  "without",
 
       eps_lb = max(0, log((1 - delta - FNR_u) / FPR_u),
                       log((1 - delta - FPR_u) / FNR_u)),
 
-  FPR_u, FNR_u the one-sided Clopper-Pearson upper bounds on FP / N, FN / N
-  at confidence 1 - alpha / 2 each: eps_lb <= the true eps with probability
-  >= 1 - alpha. With no errors it reaches its maximum for N,
-  log((1 - delta - u) / u), u = 1 - (alpha / 2)^(1 / N): a released exact
-  statistic of the canary shows as that maximum.
+  FPR_u, FNR_u one-sided Clopper-Pearson upper bounds at confidence
+  1 - alpha / 4 each. It reaches at most log((1 - delta - u) / u),
+  u = 1 - (alpha / 4)^(1 / N) (about log(N) - 2): a released exact statistic
+  of the canary shows as that maximum. The Gaussian-DP test
+  (`tradeoff.best_mu_threshold_test`, thresholds over the whole trade-off
+  curve) gives mu_lb = Phi^-1(1 - FPR_u) - Phi^-1(FNR_u), also at alpha / 4
+  per rate: the most powerful test of a Gaussian claim (its errors near
+  the middle of the curve are measured to a few tenths of a percent). Each
+  bound holds with probability >= 1 - alpha / 2, so a true claim fails with
+  probability <= alpha (default 1e-3).
 
   The adversary: the audit sees what the process releases, so it audits the
   round's event against whoever sees the aggregate and the measurements.
@@ -269,10 +432,14 @@ def audit_aggregator(
   or `neighboring_relation`) by dp_accounting's PLD accountant (tight for
   Gaussian and pure-eps events), or the RDP accountant where PLD declines.
 
-  A failed audit (eps_lb > claimed eps) is loud: a `AuditFailedWarning` is
-  warned and logged (unless `warn=False`), and `result.raise_if_failed()`
-  raises `AuditFailedError`. With a true claim, an audit fails with
-  probability <= alpha.
+  Verdict: the audit fails when eps_lb > the claimed eps, or when the mu
+  test's point (FPR_u, FNR_u) lies below the claimed trade-off curve: for a
+  claimed GaussianDpEvent(z) (exactly (1 / z)-GDP) when mu_lb > 1 / z, for
+  other claims when the point breaks the claimed (eps, delta(eps)) profile at
+  some eps (`tradeoff.violates_profile`). A failed audit is loud: a
+  `AuditFailedWarning` is warned and logged (unless `warn=False`), and
+  `result.raise_if_failed()` raises `AuditFailedError`. With a true claim, an
+  audit fails with probability <= alpha.
 
   Randomness: `seed` fixes the canary, the other clients' values and the
   split into halves; the factories' noise comes from TF's nondeterministic
@@ -283,7 +450,8 @@ def audit_aggregator(
       `WeightedAggregationFactory` (weighted ones get weight 1 per client).
     value_type: a `tff.TensorType` of floats with a fully defined shape.
     num_clients: clients in the set without the canary, >= 1.
-    trials: runs per set, >= 4 (two halves of >= 2).
+    trials: runs per set, >= 4; 10^5 vectorised gives the power of
+      docs/auditing.md (a Gaussian factory with 1.5x its claimed eps fails).
     delta: in (0, 1).
     claimed_dp_event: the claim to audit; default: the factory's own event.
     canary: the canary client's value (the shape of value_type, or flat).
@@ -292,11 +460,17 @@ def audit_aggregator(
       the reflection of the canary through the domain center.
     neighboring_relation: 'add_or_remove_one' or 'replace_one', for a factory
       whose relation is not known.
-    alpha: the bound holds with probability >= 1 - alpha.
+    alpha: a true claim fails with probability <= alpha (each bound at
+      alpha / 2).
     batch_size: runs of `next` per TFF call (>= 1).
     initial_state: the state every run starts from; default
       `process.initialize()` (e.g. a top_k state with its mask set).
     warn: warn and log a failed audit.
+    vectorized: None (vectorise when the factory is known coordinatewise and
+      no `initial_state` is given), True (require it) or False (per run).
+    selection_fraction: the share of each set's runs that choose the tests.
+    values_per_call: vectorised: at most this many values over the clients
+      of one call (memory).
 
   Returns:
     An `AuditResult`.
@@ -393,70 +567,91 @@ def audit_aggregator(
   first = process.next(state, *args(with_canary))
   if claimed_dp_event is None:
     claimed_dp_event = guarantees.extract_dp_event(first.state)
-  epsilon_at, accountant = _claimed(claimed_dp_event, relation)
-  claimed_epsilon = float(epsilon_at(delta))
+  claim_accountant, accountant = _claimed(claimed_dp_event, relation)
+  claimed_epsilon = float(claim_accountant.get_epsilon(delta))
 
-  run = _batched_runner(process, batch_size, weighted)
-  calls = -(-trials // batch_size)
-  leaves = {0: [], 1: []}
-  for world, values in ((0, without), (1, with_canary)):
-    for _ in range(calls):
-      for result, measurements in run(state, *args(values)):
-        leaves[world].append(
-            _flat_leaves(result, ('result',))
-            + _flat_leaves(measurements, ('measurements',))
-        )
-    leaves[world] = leaves[world][:trials]
-  names = [name for name, _ in leaves[0][0]]
-  data = {
-      w: [np.stack([run_[i][1] for run_ in leaves[w]]) for i in range(len(names))]
-      for w in (0, 1)
-  }
+  plain_claim = guarantees.plain_event(claimed_dp_event)
+  claimed_mu = math.nan
+  if isinstance(plain_claim, dp_accounting.GaussianDpEvent) and (
+      plain_claim.noise_multiplier > 0):
+    claimed_mu = 1.0 / plain_claim.noise_multiplier
 
-  half = trials // 2
-  order = {w: rng.permutation(trials) for w in (0, 1)}
-  pick = {w: order[w][:half] for w in (0, 1)}
-  held = {w: order[w][half:] for w in (0, 1)}
-  # The mean-difference directions are fitted on one part of the selection
-  # half and the statistic and threshold chosen on the other: a direction
-  # fitted on the trials that judge it looks better there than it is, and
-  # would win the choice over a better fixed statistic.
-  fit = {w: pick[w][: half // 2] for w in (0, 1)}
-  choose = {w: pick[w][half // 2:] for w in (0, 1)}
-
-  # Candidate statistics: (name, function of a leaf list -> 1-D statistic).
-  candidates = []
-  unit = direction / max(np.linalg.norm(direction), 1e-300)
-  result_index = names.index('result') if 'result' in names else None
-  if result_index is not None and data[0][result_index].shape[1] == dimension:
-    candidates.append(
-        ('result . canary direction',
-         lambda leaf_data, i=result_index: leaf_data[i] @ unit)
+  kind = _vector_kind(factory, relation, num_clients, initial_state)
+  if vectorized is None:
+    vectorized = kind is not None
+  elif vectorized and kind is None:
+    raise ValueError(
+        f'{type(factory).__name__} (relation {relation}, {num_clients} '
+        'clients) is not known to be coordinatewise: its trials cannot be '
+        'vectorised; pass vectorized=False'
     )
-  for i, name in enumerate(names):
-    gap = data[1][i][fit[1]].mean(0) - data[0][i][fit[0]].mean(0)
-    if np.any(gap != 0):
-      candidates.append(
-          (f'{name} . mean difference',
-           lambda leaf_data, i=i, gap=gap: leaf_data[i] @ gap)
-      )
-  if not candidates:
-    raise ValueError('the process released nothing to audit')
+  if selection_fraction is None:
+    selection_fraction = 0.2 if vectorized else 0.5
+  selection_fraction = validation.open_unit(
+      'selection_fraction', selection_fraction)
 
-  best = None
-  for name, statistic in candidates:
-    s0 = statistic([d[choose[0]] for d in data[0]])
-    s1 = statistic([d[choose[1]] for d in data[1]])
-    test, eps = bounds.best_threshold_test(s0, s1, delta, alpha)
-    if best is None or eps > best[0]:
-      best = (eps, name, statistic, test)
-  _, statistic_name, statistic, test = best
-  fp, fn = test.errors(
-      statistic([d[held[0]] for d in data[0]]),
-      statistic([d[held[1]] for d in data[1]]),
-  )
-  n = trials - half
-  eps_lb = float(bounds.epsilon_lower_bound(fp, n, fn, n, delta, alpha))
+  if vectorized:
+    statistics, _ = _vectorized_statistics(
+        factory, kind, weighted, dtype, trials, canary_flat, replaced, center,
+        num_clients, validation.int_at_least('values_per_call', values_per_call, 1),
+    )
+    choose, held = tradeoff.split(trials, selection_fraction, rng)
+    candidates = [('result . canary direction (vectorised)',
+                   statistics[0], statistics[1])]
+  else:
+    run = _batched_runner(process, batch_size, weighted)
+    calls = -(-trials // batch_size)
+    leaves = {0: [], 1: []}
+    for world, values in ((0, without), (1, with_canary)):
+      for _ in range(calls):
+        for result, measurements in run(state, *args(values)):
+          leaves[world].append(
+              _flat_leaves(result, ('result',))
+              + _flat_leaves(measurements, ('measurements',))
+          )
+      leaves[world] = leaves[world][:trials]
+    names = [name for name, _ in leaves[0][0]]
+    data = {
+        w: [np.stack([run_[i][1] for run_ in leaves[w]])
+            for i in range(len(names))]
+        for w in (0, 1)
+    }
+    pick, held = tradeoff.split(trials, selection_fraction, rng)
+    # The mean-difference directions are fitted on one part of the selection
+    # runs and the statistic and threshold chosen on the other: a direction
+    # fitted on the trials that judge it looks better there than it is, and
+    # would win the choice over a better fixed statistic.
+    fit = {w: pick[w][: len(pick[w]) // 2] for w in (0, 1)}
+    choose = {w: pick[w][len(pick[w]) // 2:] for w in (0, 1)}
+    candidates = []
+    unit = direction / max(np.linalg.norm(direction), 1e-300)
+    result_index = names.index('result') if 'result' in names else None
+    if result_index is not None and data[0][result_index].shape[1] == dimension:
+      candidates.append(('result . canary direction',
+                         data[0][result_index] @ unit,
+                         data[1][result_index] @ unit))
+    for i, name in enumerate(names):
+      gap = data[1][i][fit[1]].mean(0) - data[0][i][fit[0]].mean(0)
+      if np.any(gap != 0):
+        candidates.append((f'{name} . mean difference',
+                           data[0][i] @ gap, data[1][i] @ gap))
+    if not candidates:
+      raise ValueError('the process released nothing to audit')
+
+  decision = tradeoff.decide(candidates, choose, held, delta, alpha)
+  n = decision.evaluation_trials
+  eps_lb = decision.epsilon_lower_bound
+  mu_lb = decision.mu_lower_bound
+  if math.isfinite(claimed_mu):
+    mu_refutes = mu_lb > claimed_mu
+  else:
+    mu_refutes = tradeoff.violates_profile(
+        decision.mu_fpr_upper, decision.mu_fnr_upper, claim_accountant.get_delta)
+  eps_refutes = eps_lb > claimed_epsilon
+  refuted_by = '+'.join(
+      name for name, flag in (('eps', eps_refutes), ('mu', mu_refutes)) if flag)
+  max_eps = bounds.max_epsilon_lower_bound(n, n, delta, alpha / 2.0)
+  max_mu = tradeoff.max_mu_lower_bound(n, n, alpha / 2.0)
   result = AuditResult(
       mechanism=type(factory).__name__,
       epsilon_lower_bound=eps_lb,
@@ -468,14 +663,22 @@ def audit_aggregator(
       neighboring_relation=relation,
       noise=guarantee.noise if guarantee is not None else '',
       trials=trials,
-      selection_trials=half,
+      selection_trials=trials - n,
       evaluation_trials=n,
-      false_positives=fp,
-      false_negatives=fn,
-      max_epsilon_lower_bound=bounds.max_epsilon_lower_bound(n, n, delta, alpha),
-      statistic=statistic_name,
+      false_positives=decision.false_positives,
+      false_negatives=decision.false_negatives,
+      max_epsilon_lower_bound=max_eps,
+      statistic=decision.epsilon_statistic,
       seconds=time.monotonic() - started,
-      passed=eps_lb <= claimed_epsilon,
+      passed=not refuted_by,
+      mu_lower_bound=mu_lb,
+      mu_epsilon_lower_bound=tradeoff.gdp_epsilon(mu_lb, delta),
+      claimed_mu=claimed_mu,
+      max_mu_lower_bound=max_mu,
+      max_showable_epsilon=max(max_eps, tradeoff.gdp_epsilon(max_mu, delta)),
+      mu_statistic=decision.mu_statistic,
+      refuted_by=refuted_by,
+      vectorized=bool(vectorized),
   )
   if not result.passed and warn:
     logging.error('%s', result.summary())

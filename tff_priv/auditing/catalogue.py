@@ -115,19 +115,30 @@ def audit_table(
     settings: Sequence[Setting],
     *,
     trials: int,
+    vectorized_trials: Optional[int] = None,
     delta: float = QUICKSTART_DELTA,
     seed: int = 0,
     **kwargs,
 ) -> list[tuple[Setting, aggregator_audit.AuditResult]]:
-  """`audit_aggregator` on each setting; kwargs go to it."""
+  """`audit_aggregator` on each setting; kwargs go to it.
+
+  `trials` per set for factories audited run by run, `vectorized_trials`
+  (default `trials`) for those whose trials are vectorised
+  (`aggregator_audit.vectorizable`).
+  """
   rows = []
   for setting in settings:
     canary = setting.canary(setting.dimension) if setting.canary else None
+    factory = setting.make_factory()
+    n = trials
+    if vectorized_trials is not None and kwargs.get('vectorized') is not False and (
+        aggregator_audit.vectorizable(factory, setting.num_clients)):
+      n = vectorized_trials
     result = aggregator_audit.audit_aggregator(
-        setting.make_factory(),
+        factory,
         value_type=tff.TensorType(np.float32, [setting.dimension]),
         num_clients=setting.num_clients,
-        trials=trials,
+        trials=n,
         delta=delta,
         canary=canary,
         seed=seed,
@@ -144,6 +155,14 @@ def _row(setting, result):
       'accounted_epsilon': result.claimed_epsilon,
       'empirical_lower_bound': result.epsilon_lower_bound,
       'max_showable': result.max_epsilon_lower_bound,
+      'mu_lower_bound': result.mu_lower_bound,
+      'mu_epsilon_lower_bound': result.mu_epsilon_lower_bound,
+      'claimed_mu': (result.claimed_mu if math.isfinite(result.claimed_mu)
+                     else None),
+      'max_showable_epsilon': result.max_showable_epsilon,
+      'vectorized': result.vectorized,
+      'refuted_by': result.refuted_by,
+      'alpha': result.alpha,
       'trials': result.trials,
       'seconds': round(result.seconds, 1),
       'verdict': 'pass' if result.passed else 'FAIL',
@@ -165,17 +184,29 @@ def format_table(rows, fmt: str = 'text', extra_rows=()) -> str:
   if fmt == 'json':
     return json.dumps(dicts, indent=2)
   lines = [
-      '| mechanism | setting | accounted eps (one round) | empirical lower '
-      'bound (max showable) | trials | verdict |',
-      '|---|---|---|---|---|---|',
+      '| mechanism | setting | claimed eps (one round) | (eps, delta) lower '
+      'bound (max) | GDP mu lower bound vs claimed mu (its eps) | largest '
+      'showable eps | trials | verdict |',
+      '|---|---|---|---|---|---|---|---|',
   ]
   for d in dicts:
+    if 'mu_lower_bound' in d:
+      claimed_mu = d.get('claimed_mu')
+      mu = (f"{d['mu_lower_bound']:.3f} vs "
+            f"{'-' if claimed_mu is None else format(claimed_mu, '.3f')} "
+            f"({d['mu_epsilon_lower_bound']:.2f})")
+      largest = f"{d['max_showable_epsilon']:.1f}"
+    else:  # A one-run row.
+      mu, largest = '-', f"{d['max_showable']:.2f}"
+    trials = d['trials'] if d['trials'] == 1 else f"{d['trials']:,} x 2"
+    if d.get('vectorized'):
+      trials += ' (vectorised)'
+    verdict = d['verdict'] + (f" ({d['refuted_by']})" if d.get('refuted_by') else '')
     lines.append(
         f"| {d['mechanism']} | {d['setting']} | "
         f"{d['accounted_epsilon']:.3f} | {d['empirical_lower_bound']:.3f} "
-        f"({d['max_showable']:.2f}) | "
-        f"{d['trials'] if d['trials'] == 1 else str(d['trials']) + ' x 2'} | "
-        f"{d['verdict']} |"
+        f"({d['max_showable']:.2f}) | {mu} | {largest} | {trials} | "
+        f"{verdict} |"
     )
   return '\n'.join(lines)
 

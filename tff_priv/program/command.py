@@ -42,13 +42,42 @@ WORKER_TIMEOUT = flags.DEFINE_float(
 
 
 def quiet_environment(argv: list[str]) -> bool:
-  """Silences TF's and gRPC's C++ logs unless `--verbose` is in argv; returns verbose."""
-  verbose = '--verbose' in argv
-  if not verbose:
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-    # gRPC (TFF's worker channel) logs INFO lines such as its fork notice.
-    os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
-  return verbose
+  """`tff_priv.cli.quiet_environment`: TF's and gRPC's C++ logs off unless --verbose."""
+  from tff_priv import cli  # pylint: disable=g-import-not-at-top
+
+  return cli.quiet_environment(argv)
+
+
+def refuse_busy_directory(prog: str, argv: list[str]) -> None:
+  """Exits 2 in one line when `--root_output_dir` is in use by another run.
+
+  Runs before TensorFlow is imported (seconds), so a second run in a busy
+  directory is refused at once; the run itself takes the lock later
+  (`run_dir.lock`), which stays the check that counts.
+  """
+  import fcntl  # pylint: disable=g-import-not-at-top
+
+  from tff_priv.program import layout  # pylint: disable=g-import-not-at-top
+
+  root = None
+  for i, arg in enumerate(argv):
+    if arg.startswith('--root_output_dir='):
+      root = arg.split('=', 1)[1]
+    elif arg == '--root_output_dir' and i + 1 < len(argv):
+      root = argv[i + 1]
+  path = layout.path(root, layout.LOCK) if root else None
+  if path is None or not os.path.exists(path):
+    return
+  with open(path, 'a+') as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      f.seek(0)
+      holder = f.read().strip() or 'unknown'
+      print(f'{prog}: error: {root} is in use by another run (pid {holder}); '
+            'wait for it to end or use another root_output_dir', file=sys.stderr)
+      sys.exit(2)
+    fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _quiet_python_logs() -> None:

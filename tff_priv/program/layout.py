@@ -28,6 +28,8 @@ SUMMARY = 'summary.json'
 FINAL_MODEL = 'final_model.npz'
 INITIAL_MODEL = 'initial_model.npz'
 PRIVACY = 'privacy_ledger.json'
+# Held (flock) by the run using the directory; holds its pid.
+LOCK = '.lock'
 CHECKPOINT_PREFIX = 'program_state_'
 
 # Columns both CSV files have (the key first).

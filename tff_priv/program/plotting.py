@@ -10,14 +10,22 @@ TensorFlow).
 * `plot_accuracy_vs_round`: one line per run.
 * `plot_accuracy_vs_epsilon`: privacy vs utility. Each run's eval rows give
   (the analyst's eps spent so far, test accuracy) after every evaluation: a
-  line per run, its last point marked, labelled by mechanism and parameters.
+  line per run, its last point marked, labelled by mechanism and parameters
+  (a run with one evaluation is one marker, and so is its legend entry).
   Guarantees of different units (one example of a client, a whole client)
   are not comparable and go to separate panels. Separate runs are joined
   into a curve only when asked (`join_runs=True`: the last points of the
   runs of one mechanism, sorted by eps, for runs that differ only in their
   target eps). A run whose eps is infinite (a non-private release) has no
   place on the eps axis: a horizontal dashed line at its accuracy, in every
-  panel.
+  panel. The eps axis is logarithmic. Runs whose eps are all more than
+  `OFF_SCALE_RATIO` times every eps of the other runs of their panel (LDP-FL's
+  eps of millions next to central DP's eps of a few) would squeeze the others
+  into one column: the axis spans the others, and each such run is a '>'
+  marker at its accuracy on the right edge, its eps written beside it and in
+  its legend entry.
+
+Round axes have integer ticks.
 """
 
 import collections
@@ -28,9 +36,14 @@ from typing import Optional, Sequence
 
 from matplotlib.backends import backend_agg
 from matplotlib import figure
+from matplotlib import ticker
 
 from tff_priv.program import layout
 from tff_priv.program import runs
+
+# A run whose eps are all more than this many times the other runs' eps (in
+# one panel) is drawn off the eps axis, at its right edge.
+OFF_SCALE_RATIO = 100.0
 
 
 @dataclasses.dataclass
@@ -110,8 +123,38 @@ def _save(fig: figure.Figure, path: str) -> None:
   fig.savefig(path, dpi=120, bbox_inches='tight')
 
 
-def plot_accuracy_vs_round(runs: Sequence[Run], path: str) -> None:
-  """Test accuracy after each evaluated round, one line per run, as a PNG."""
+def _off_scale(drawn) -> set[int]:
+  """The indices of the runs drawn off the eps axis (see the module docstring).
+
+  Args:
+    drawn: (index, its (eps, accuracy) points) for each run on the eps axis
+      of a panel.
+
+  Returns:
+    The indices of the runs above the first gap of more than
+    `OFF_SCALE_RATIO` in the runs' eps, ranked by their smallest eps.
+  """
+  ranges = sorted(
+      (min(e for e, _ in points), max(e for e, _ in points), i)
+      for i, points in drawn
+  )
+  below = -math.inf
+  for k, (low, high, _) in enumerate(ranges):
+    if k and low > OFF_SCALE_RATIO * below:
+      return {i for _, _, i in ranges[k:]}
+    below = max(below, high)
+  return set()
+
+
+def plot_accuracy_vs_round(runs: Sequence[Run], path: str) -> figure.Figure:
+  """Test accuracy after each evaluated round, one line per run, as a PNG.
+
+  A run with one evaluation is a marker (and so is its legend entry); the
+  round axis has integer ticks.
+
+  Returns:
+    The figure written.
+  """
   if not runs:
     raise ValueError('runs must not be empty')
   fig = figure.Figure(figsize=(7, 4.5))
@@ -121,16 +164,25 @@ def plot_accuracy_vs_round(runs: Sequence[Run], path: str) -> None:
         run.rounds,
         run.test_accuracy,
         marker='o',
-        markersize=3,
+        # One point draws no line: a marker (larger, to be seen), in the
+        # legend too.
+        markersize=3 if len(run.rounds) > 1 else 6,
+        linestyle='-' if len(run.rounds) > 1 else 'None',
         color=f'C{i % 10}',  # One colour per run, labelled by its parameters.
         label=run.label,
     )
+  rounds = sorted({r for run in runs for r in run.rounds})
+  if len(rounds) == 1:
+    # Matplotlib's default view of one point is +-0.2 around it.
+    ax.set_xlim(rounds[0] - 1, rounds[0] + 1)
+  ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
   ax.set_xlabel('round')
   ax.set_ylabel('test accuracy')
   ax.set_title(f'test accuracy vs round ({", ".join(sorted({r.task for r in runs}))})')
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize='small')
   _save(fig, path)
+  return fig
 
 
 def plot_accuracy_vs_epsilon(
@@ -154,16 +206,22 @@ def plot_accuracy_vs_epsilon(
   delta = None
   for ax, unit in zip(axes, units):
     last_points = collections.defaultdict(list)
-    for i, run in enumerate(runs):
+    finite = []  # Each run's points on an eps axis.
+    for run in runs:
       if run.summary is not None:
         delta = run.summary.get('privacy', {}).get('delta', delta)
-      color = f'C{i % 10}'
-      finite = [
+      finite.append([
           (e, a)
           for e, a in zip(run.epsilon, run.test_accuracy)
           if math.isfinite(e) and e > 0 and not math.isnan(a)
-      ]
-      if not finite:
+      ])
+    off_scale = _off_scale(
+        [(i, points) for i, (run, points) in enumerate(zip(runs, finite))
+         if points and run.unit == unit]
+    )
+    for i, (run, points) in enumerate(zip(runs, finite)):
+      color = f'C{i % 10}'
+      if not points:
         if run.test_accuracy:
           ax.axhline(
               run.test_accuracy[-1],
@@ -174,9 +232,28 @@ def plot_accuracy_vs_epsilon(
         continue
       if run.unit != unit:
         continue
-      eps, acc = zip(*finite)
-      ax.plot(eps, acc, color=color, linewidth=1, label=run.label)
-      ax.plot(eps[-1], acc[-1], 'o', color=color)
+      eps, acc = zip(*points)
+      if i in off_scale:
+        # x in axes coordinates (the right edge), y in data coordinates.
+        edge = ax.get_yaxis_transform()
+        ax.plot(
+            [1.0], [acc[-1]], '>', color=color, transform=edge,
+            clip_on=False,
+            label=f'{run.label} (eps = {eps[-1]:.3g}, off scale)',
+        )
+        ax.annotate(
+            f'eps = {eps[-1]:.3g}', (1.0, acc[-1]), xycoords=edge,
+            xytext=(-8, 0), textcoords='offset points', ha='right',
+            va='center', fontsize='small', color=color,
+        )
+        continue
+      # The last point marked; the legend entry is drawn the same way (a
+      # marker alone for a run with one point).
+      ax.plot(
+          eps, acc, color=color, linewidth=1,
+          linestyle='-' if len(eps) > 1 else 'None',
+          marker='o', markevery=[len(eps) - 1], label=run.label,
+      )
       last_points[run.mechanism].append((eps[-1], acc[-1]))
     if join_runs:
       for mechanism, points in sorted(last_points.items()):
@@ -187,6 +264,21 @@ def plot_accuracy_vs_epsilon(
               color='0.4', label=f'{mechanism}: runs joined',
           )
     ax.set_xscale('log')
+    # Plain numbers (2, 10, 50), not powers of ten (2 x 10^0, 10^1), and
+    # some between the powers of ten when the axis spans 2 or fewer.
+    ax.xaxis.set_major_formatter(ticker.LogFormatter())
+    ax.xaxis.set_minor_formatter(
+        ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5))
+    )
+    if off_scale:
+      on_scale = [
+          e
+          for i, (run, points) in enumerate(zip(runs, finite))
+          if run.unit == unit and i not in off_scale
+          for e, _ in points
+      ]
+      # Room on the right for the off-scale runs' eps.
+      ax.set_xlim(min(on_scale) / 1.5, max(on_scale) * 3)
     ax.set_xlabel(
         "analyst's eps spent"
         + (f', delta = {delta:g}' if delta is not None else '')

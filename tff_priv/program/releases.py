@@ -88,7 +88,7 @@ class RunReleases:
         tff.program.LoggingReleaseManager(),
     ])
     self._eval = tff.program.GroupingReleaseManager([
-        eval_csv, _Prefixed('eval', tensorboard),
+        eval_csv, _Prefixed('eval', tensorboard, flatten='eval'),
     ])
     if private:
       self._train = _filtered(self._train, is_public_train)
@@ -104,11 +104,19 @@ class RunReleases:
 
 
 class _Prefixed(tff.program.ReleaseManager):
-  """Releases `{prefix: value}` to `release_manager` (a TensorBoard tab)."""
+  """Releases `{prefix: value}` to `release_manager` (a TensorBoard tab).
 
-  def __init__(self, prefix: str, release_manager):
+  `flatten`: a key of `value` whose entries move up a level, so that the
+  evaluation's metrics are tagged eval/loss, not eval/eval/loss.
+  """
+
+  def __init__(self, prefix: str, release_manager, flatten=None):
     self._prefix = prefix
     self._release_manager = release_manager
+    self._flatten = flatten
 
   async def release(self, value, key=None) -> None:
+    if self._flatten is not None and self._flatten in value:
+      value = {**{k: v for k, v in value.items() if k != self._flatten},
+               **value[self._flatten]}
     await self._release_manager.release({self._prefix: value}, key=key)

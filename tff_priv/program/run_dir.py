@@ -9,7 +9,6 @@ from tff_priv.program import config as config_lib
 from tff_priv.program import files
 from tff_priv.program import layout
 
-_LOCK = '.lock'
 _held_locks = []  # Open lock files of the runs in progress.
 
 
@@ -19,7 +18,7 @@ def lock(root_output_dir: str) -> None:
   Raises:
     ConfigError: another process holds it (its pid is named).
   """
-  path = os.path.join(root_output_dir, _LOCK)
+  path = layout.path(root_output_dir, layout.LOCK)
   f = open(path, 'a+')  # pylint: disable=consider-using-with
   try:
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
