@@ -15,8 +15,6 @@ directory that is not a run directory.
 
 import os
 
-import sys
-
 from absl import flags
 
 from tff_priv import cli
@@ -39,7 +37,7 @@ ROUND_PNG = 'accuracy_vs_round.png'
 EPSILON_PNG = 'accuracy_vs_epsilon.png'
 
 
-_CLI = cli.Cli('plot.py', doc=__doc__, key_modules=(sys.modules[__name__],))
+_CLI = cli.Cli('plot.py', doc=__doc__, key_modules=(__name__,))
 _fail = _CLI.fail
 _parse_flags = _CLI.parse_flags
 

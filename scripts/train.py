@@ -66,7 +66,7 @@ _VERBOSE = flags.DEFINE_bool(
 )
 
 _CLI = cli.Cli('train.py', doc=__doc__,
-               key_modules=(sys.modules[__name__], run_flags, command))
+               key_modules=(__name__, run_flags, command))
 
 
 def main(argv):

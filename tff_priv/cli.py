@@ -75,9 +75,9 @@ class Cli:
       prog: the name in error lines.
       doc: the script's docstring, shown by `--help` also when the script
         runs as a console command (whose `__main__` is pip's stub).
-      key_modules: the script's module and those whose flags it uses
-        (e.g. `run_flags`): their flags are listed by `--help`, not only by
-        `--helpfull`.
+      key_modules: the script's module name and the modules whose flags it
+        uses (e.g. `run_flags`): their flags are listed by `--help`, not only
+        by `--helpfull`.
     """
     self.prog = prog
     self._doc = doc
