@@ -6,6 +6,7 @@ it can fail by chance (at most 1e-7).
 """
 
 import collections
+import os
 import warnings
 
 from absl.testing import absltest
@@ -172,6 +173,25 @@ class AggregatorAuditTest(absltest.TestCase):
           self.assertGreater(result.mu_lower_bound, 1 / true_z - 0.1)
         self.assertGreater(result.max_showable_epsilon, 20.0)
         self.assertLess(result.seconds, 120.0)
+
+  def test_failed_audit_warns_at_the_caller(self):
+    # A mean without noise tells the sets apart in every run (nothing here is
+    # random but the split), so the (eps, delta) bound reaches its maximum
+    # (2.4 with 100 evaluation runs per set), above the claimed eps 1.3.
+    with self.assertWarns(aggregator_audit.AuditFailedWarning) as caught:
+      result = aggregator_audit.audit_aggregator(
+          tff.aggregators.UnweightedMeanFactory(), value_type=_VALUE,
+          num_clients=2, trials=200, delta=_DELTA, canary=np.full([20], 0.2),
+          neighboring_relation='add_or_remove_one', batch_size=50,
+          claimed_dp_event=dp_accounting.GaussianDpEvent(3.0))
+    # The warning points at the line that called audit_aggregator.
+    self.assertEqual(os.path.basename(caught.filename),
+                     os.path.basename(__file__))
+    self.assertFalse(result.vectorized)
+    self.assertIn('eps', result.refuted_by.split('+'))
+    self.assertEqual((result.false_positives, result.false_negatives), (0, 0))
+    self.assertAlmostEqual(
+        result.epsilon_lower_bound, result.max_epsilon_lower_bound)
 
   def test_bad_arguments(self):
     factory = _tff_gaussian(1.0)

@@ -125,7 +125,8 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
   def test_registry(self):
     self.assertEqual(
         set(mechanisms.MECHANISMS),
-        {'none', 'dp_fedavg', 'dp_ftrl', 'smp', 'distortion', 'udp', 'ldp'},
+        {'none', 'dp_fedavg', 'dp_ftrl', 'blt', 'smp', 'distortion', 'udp',
+         'ldp'},
     )
     for name in mechanisms.MECHANISMS:
       module = mechanisms.module(name)
@@ -334,6 +335,7 @@ class BuildTest(tf.test.TestCase):
     expected = {
         'none': None,
         'dp_fedavg': ('client', 'central'),
+        'blt': ('client', 'central'),
         'smp': ('client', 'secure_sum'),
         'distortion': ('client', 'local'),
         'udp': ('example', 'local'),

@@ -488,6 +488,49 @@ class DpFtrlRunTest(_TempDirTestCase):
     self.assertIn('needs noise_multiplier', str(raised.exception))
 
 
+class BltRunTest(_TempDirTestCase):
+
+  def test_one_stream_per_epoch_calibrated_and_one_more_on_resume(self):
+    # 10 clients, K = 3: epochs (streams) of 3 rounds; 7 rounds are streams
+    # at rounds 1, 4 and 7, each GaussianDpEvent(z / sensitivity) under
+    # REPLACE_SPECIAL, z calibrated to eps 4 over 3 streams.
+    config = _config(
+        mechanism='blt', params=dict(epsilon=4.0, clip=1.0),
+        clients_per_round=3, total_rounds=7, eval_every=7, sampling_seed=1,
+    )
+    root = os.path.join(self._make_tempdir(), 'run')
+    summary = training.run(config, root, progress=False)
+    resolved = summary['parameters']['resolved']
+    self.assertEqual(resolved['rounds_per_stream'], 3)
+    stream = dp_accounting.GaussianDpEvent(
+        resolved['noise_multiplier'] / resolved['sensitivity']
+    )
+
+    def rdp_epsilon(streams):
+      accountant = dp_accounting.rdp.RdpAccountant(
+          neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+      )
+      return accountant.compose(stream, streams).get_epsilon(1e-5)
+
+    analyst = summary['privacy']['guarantees'][0]
+    self.assertEqual(analyst['neighboring_relation'], 'replace_special')
+    self.assertEqual(analyst['unit'], 'client')
+    self.assertAllClose(analyst['epsilon'], rdp_epsilon(3), rtol=1e-5)
+    self.assertBetween(analyst['epsilon'], 3.99, 4.0)  # The calibration.
+    # A BLT with a buffer, not the identity (streams of 3 rounds).
+    self.assertNotEmpty(resolved['buf_decay'])
+    self.assertGreater(resolved['sensitivity'], 1.0)
+    # Stopped after round 5 (mid-stream) and resumed: the stream restarts at
+    # round 6 with fresh noise and is charged again (4 streams).
+    root = os.path.join(self._make_tempdir(), 'run')
+    self.assertIsNone(training.run_until(config, root, 5, progress=False))
+    resumed = training.run(config, root, progress=False)
+    self.assertAllClose(
+        resumed['privacy']['guarantees'][0]['epsilon'], rdp_epsilon(4),
+        rtol=1e-5,
+    )
+
+
 class DpClientMetricsRunTest(_TempDirTestCase):
 
   def test_noised_metrics_are_released_and_charged(self):

@@ -91,6 +91,11 @@ class PLDAccountant(pld_privacy_accountant.PLDAccountant):
   def _maybe_compose(
       self, event: dp_event.DpEvent, count: int, do_compose: bool
   ) -> Optional[privacy_accountant.PrivacyAccountant.CompositionErrorDetails]:
+    if do_compose and count == 0:
+      # Composed zero times: nothing (dp_accounting's PLD would divide by
+      # the count for a Gaussian; a stream's later rounds record count 0).
+      # `supports` asks with count 0 and do_compose False: not here.
+      return None
     if _noise_free(event):
       event = dp_event.NonPrivateDpEvent()
     if isinstance(event, events.PureEpsilonDpEvent):

@@ -5,8 +5,10 @@
   SparsifiedSecureSumFactory  Fed-SMP sparsify-clip-noise secure sum (sparsified_secure_sum.py)
   DistortionFactory           TV-calibrated parameter distortion (distortion.py)
   TreeRestartFactory          TFF's DP-FTRL tree aggregation, restarted, with its DpEvent (dp_ftrl.py)
+  BLTFactory                  DP-FTRL with BLT matrix-factorization noise (blt.py)
 """
 
+from tff_priv.aggregators.blt import BLTFactory
 from tff_priv.aggregators.distortion import DistortionFactory
 from tff_priv.aggregators.dp_ftrl import TreeRestartFactory
 from tff_priv.aggregators.gaussian_udp import GaussianUDPFactory

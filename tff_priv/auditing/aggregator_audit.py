@@ -337,6 +337,412 @@ def _claimed(event, relation):
   raise ValueError(f'no accountant counts the claimed event {event}')
 
 
+@dataclasses.dataclass(frozen=True)
+class _Claim:
+  """The claim an audit judges, read at its delta.
+
+  Attributes:
+    event: the claimed round event without its wrappers
+      (`guarantees.plain_event`).
+    accountant: the accountant that composed the claimed event (its
+      `get_epsilon` and `get_delta` give the claim's privacy profile).
+    accountant_name: 'pld' or 'rdp'.
+    epsilon: the claimed eps at delta.
+    mu: 1 / z for a GaussianDpEvent(z) with z > 0, else nan.
+  """
+
+  event: Any
+  accountant: Any
+  accountant_name: str
+  epsilon: float
+  mu: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _Clients:
+  """The two neighbouring client sets (`_client_sets`).
+
+  Attributes:
+    canary: the canary client's value, flat float64.
+    replaced: the value the canary replaces under replace-one.
+    center: the domain center the other clients sit near.
+    without: the clients' values without the canary.
+    with_canary: the clients' values with the canary.
+    direction: the canary's direction (from the center, or from `replaced`
+      under replace-one).
+  """
+
+  canary: np.ndarray
+  replaced: np.ndarray
+  center: np.ndarray
+  without: list
+  with_canary: list
+  direction: np.ndarray
+
+
+def _checked_value_type(value_type) -> tuple[tuple[int, ...], int, Any]:
+  """(shape, dimension, dtype) of a float `tff.TensorType` with a fully defined shape."""
+  if not isinstance(value_type, tff.TensorType) or not np.issubdtype(
+      value_type.dtype, np.floating
+  ):
+    raise ValueError(f'value_type must be a float tff.TensorType, got {value_type}')
+  if value_type.shape is None or any(d is None for d in value_type.shape):
+    raise ValueError(f'value_type must have a fully defined shape, got {value_type}')
+  shape = tuple(value_type.shape)
+  dimension = int(np.prod(shape, dtype=np.int64))
+  return shape, dimension, value_type.dtype
+
+
+def _create_process(factory, value_type):
+  """(the factory's `AggregationProcess` for `value_type`, whether weighted).
+
+  A weighted factory's process gets a float32 weight type (weight 1 per
+  client in every run).
+  """
+  # A factory of both kinds (gaussian_udp.ClientNoiseFactory) says which.
+  weighted = getattr(
+      factory, 'weighted',
+      isinstance(factory, tff.aggregators.WeightedAggregationFactory),
+  )
+  if weighted:
+    process = factory.create(value_type, tff.TensorType(np.float32))
+  elif isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
+    process = factory.create(value_type)
+  else:
+    raise ValueError(
+        'factory must be a tff.aggregators Weighted- or '
+        f'UnweightedAggregationFactory, got {type(factory).__name__}'
+    )
+  return process, weighted
+
+
+def _neighboring_relation(factory, guarantee, neighboring_relation, state):
+  """The relation to audit: the argument's, the guarantee's, else the state's."""
+  relation = neighboring_relation
+  if relation is None and guarantee is not None:
+    relation = guarantee.neighboring_relation
+  if relation is None:
+    try:
+      relation = guarantees.relation_of_state(state)
+    except TypeError as e:
+      raise ValueError(
+          f'the neighbouring relation of {type(factory).__name__} is unknown: '
+          'pass neighboring_relation='
+      ) from e
+  validation.one_of('neighboring_relation', relation, accountants.RELATIONS)
+  return relation
+
+
+def _canary_values(
+    factory, state, dimension, rng, canary, replaced_value, relation,
+):
+  """(canary, replaced value, domain center), each flat float64.
+
+  Default canary (`canary=None`, `_default_canary`, which draws its direction
+  from `rng`): for a factory with an L2 clip C (`factory.clip`, or the clip of
+  TFF's `DifferentiallyPrivateFactory.gaussian_fixed`) a value of norm C in a
+  random direction, and the replaced client holds its negation (the two
+  differ by 2C, the replace-one sensitivity); for `LDPEncodeFactory` with a
+  fixed range every coordinate at c + r, the replaced client at c - r. Other
+  factories (e.g. `GaussianUDPFactory`, whose sensitivity is not visible)
+  need `canary=` (the replaced value defaults to its negation, the center to
+  0). `replaced_value` (replace-one only) overrides the replaced value.
+  """
+  if canary is None:
+    canary_flat, replaced, center = _default_canary(
+        factory, state, dimension, rng
+    )
+  else:
+    canary_flat = np.asarray(canary, np.float64).ravel()
+    if canary_flat.size != dimension:
+      raise ValueError(
+          f'canary has {canary_flat.size} values, value_type {dimension}'
+      )
+    replaced, center = -canary_flat, np.zeros(dimension)
+  if replaced_value is not None:
+    if relation != 'replace_one':
+      raise ValueError('replaced_value applies only under replace_one')
+    replaced = np.asarray(replaced_value, np.float64).ravel()
+    if replaced.size != dimension:
+      raise ValueError(
+          f'replaced_value has {replaced.size} values, value_type {dimension}'
+      )
+  return canary_flat, replaced, center
+
+
+def _client_sets(
+    factory, state, dimension, rng, canary, replaced_value, relation,
+    num_clients,
+) -> _Clients:
+  """The neighbouring client sets: without and with one canary client.
+
+  The canary (`_canary_values`, which may draw its direction from `rng`)
+  comes first; then the `num_clients` other clients, near the domain center,
+  drawn once from `rng` and fixed for every run (known to the adversary).
+  Under add-or-remove-one the canary joins them (num_clients + 1 clients);
+  under replace-one it replaces client 0, which holds the replaced value in
+  the other set.
+  """
+  canary, replaced, center = _canary_values(
+      factory, state, dimension, rng, canary, replaced_value, relation)
+  spread = 0.1 * np.linalg.norm(canary - center) / math.sqrt(dimension)
+  others = center + spread * rng.standard_normal((num_clients, dimension))
+  if relation == 'add_or_remove_one':
+    without = list(others)
+    with_canary = list(others) + [canary]
+    direction = canary - center
+  else:
+    without = [replaced] + list(others[1:])
+    with_canary = [canary] + list(others[1:])
+    direction = canary - replaced
+  return _Clients(canary, replaced, center, without, with_canary, direction)
+
+
+def _client_args(values, shape, dtype, weighted):
+  """The client arguments of `next` after the state: values (and weights 1)."""
+  values = [np.asarray(v, dtype).reshape(shape) for v in values]
+  if weighted:
+    return (values, [np.float32(1.0)] * len(values))
+  return (values,)
+
+
+def _read_claim(
+    claimed_dp_event, process, state, relation, delta, client_args,
+) -> _Claim:
+  """The claim: `claimed_dp_event`, else the event in the state `next` returns.
+
+  One plain run of `process.next(state, *client_args)` comes first (always:
+  the per-run trials follow it). The claimed event
+  (`guarantees.extract_dp_event` of the state it returns, when not given) is
+  read at `delta` under `relation` by dp_accounting's PLD accountant (tight
+  for Gaussian and pure-eps events), or the RDP accountant where PLD
+  declines (`_claimed`).
+  """
+  first = process.next(state, *client_args)
+  if claimed_dp_event is None:
+    claimed_dp_event = guarantees.extract_dp_event(first.state)
+  claim_accountant, accountant = _claimed(claimed_dp_event, relation)
+  claimed_epsilon = float(claim_accountant.get_epsilon(delta))
+  plain_claim = guarantees.plain_event(claimed_dp_event)
+  claimed_mu = math.nan
+  if isinstance(plain_claim, dp_accounting.GaussianDpEvent) and (
+      plain_claim.noise_multiplier > 0):
+    claimed_mu = 1.0 / plain_claim.noise_multiplier
+  return _Claim(
+      event=plain_claim, accountant=claim_accountant,
+      accountant_name=accountant, epsilon=claimed_epsilon, mu=claimed_mu,
+  )
+
+
+def _trial_mode(
+    factory, relation, num_clients, initial_state, vectorized,
+    selection_fraction,
+):
+  """(`_vector_kind`, whether vectorised, the selection fraction).
+
+  `vectorized=None` vectorises when the factory is known coordinatewise;
+  True requires it. The selection fraction defaults to 0.2 vectorised, 0.5
+  per run.
+  """
+  kind = _vector_kind(factory, relation, num_clients, initial_state)
+  if vectorized is None:
+    vectorized = kind is not None
+  elif vectorized and kind is None:
+    raise ValueError(
+        f'{type(factory).__name__} (relation {relation}, {num_clients} '
+        'clients) is not known to be coordinatewise: its trials cannot be '
+        'vectorised; pass vectorized=False'
+    )
+  if selection_fraction is None:
+    selection_fraction = 0.2 if vectorized else 0.5
+  selection_fraction = validation.open_unit(
+      'selection_fraction', selection_fraction)
+  return kind, vectorized, selection_fraction
+
+
+def _vectorized_candidates(
+    factory, kind, weighted, dtype, trials, clients, num_clients,
+    values_per_call, selection_fraction, rng,
+):
+  """(candidates, choose, held) of vectorised trials (`_vectorized_statistics`).
+
+  The factory's own process, created for a value of B blocks of the value's d
+  values, runs on client sets that hold each trial's values in every block;
+  each call gives B independent trials. This rests on one assumption, checked
+  against the per-run path in tests/auditing/aggregator_audit_test.py: the
+  factory is coordinatewise (coordinate j of its release depends on
+  coordinate j of the client values, through their sum with a fixed
+  denominator or through the single client's value, plus noise drawn
+  independently per coordinate) and no clip binds (the canary's value is
+  split over enough canary clients to stay within the clip). The one
+  candidate statistic is the projection of each block onto the canary
+  direction (the likelihood-ratio statistic of additive noise that is
+  Gaussian); measurements, one per call, are not read. About 10^5 trials per
+  set take 10-30 s on 2 cores. `rng` then splits the runs
+  (`tradeoff.split`).
+  """
+  statistics, _ = _vectorized_statistics(
+      factory, kind, weighted, dtype, trials, clients.canary,
+      clients.replaced, clients.center, num_clients,
+      validation.int_at_least('values_per_call', values_per_call, 1),
+  )
+  choose, held = tradeoff.split(trials, selection_fraction, rng)
+  candidates = [('result . canary direction (vectorised)',
+                 statistics[0], statistics[1])]
+  return candidates, choose, held
+
+
+def _per_run_releases(
+    process, state, batch_size, weighted, sets, trials, shape, dtype,
+):
+  """(leaf names, {set: [runs x leaf values] per leaf}) of `trials` runs per set.
+
+  Every run starts from `state`, `batch_size` runs per TFF call
+  (`_batched_runner`, about 5 ms a run); each run's released values (the
+  aggregate and every measurement leaf) are flattened. `sets` maps 0 and 1
+  to the clients without and with the canary.
+  """
+  run = _batched_runner(process, batch_size, weighted)
+  calls = -(-trials // batch_size)
+  leaves = {0: [], 1: []}
+  for world, values in sets:
+    for _ in range(calls):
+      for result, measurements in run(
+          state, *_client_args(values, shape, dtype, weighted)):
+        leaves[world].append(
+            _flat_leaves(result, ('result',))
+            + _flat_leaves(measurements, ('measurements',))
+        )
+    leaves[world] = leaves[world][:trials]
+  names = [name for name, _ in leaves[0][0]]
+  data = {
+      w: [np.stack([run_[i][1] for run_ in leaves[w]])
+          for i in range(len(names))]
+      for w in (0, 1)
+  }
+  return names, data
+
+
+def _per_run_candidates(
+    process, state, batch_size, weighted, clients, trials, shape, dtype,
+    selection_fraction, rng,
+):
+  """(candidates, choose, held) of `trials` runs per set of `process`.
+
+  The process is run `trials` times on each set, every run from the same
+  `state` (`process.initialize()` or `initial_state`; `_per_run_releases`),
+  and then `rng` splits the runs (`tradeoff.split`). The candidate statistics
+  are the projection of the aggregate onto the canary's direction and, for
+  every released leaf, the projection onto the difference of its means
+  between the sets, fitted on the first half of the selection runs (the
+  statistic and threshold are then chosen on the second half).
+  """
+  names, data = _per_run_releases(
+      process, state, batch_size, weighted,
+      ((0, clients.without), (1, clients.with_canary)), trials, shape, dtype)
+  dimension = clients.canary.size  # The value type's (`_canary_values`).
+  direction = clients.direction
+  pick, held = tradeoff.split(trials, selection_fraction, rng)
+  # The mean-difference directions are fitted on one part of the selection
+  # runs and the statistic and threshold chosen on the other: a direction
+  # fitted on the trials that judge it looks better there than it is, and
+  # would win the choice over a better fixed statistic.
+  fit = {w: pick[w][: len(pick[w]) // 2] for w in (0, 1)}
+  choose = {w: pick[w][len(pick[w]) // 2:] for w in (0, 1)}
+  candidates = []
+  unit = direction / max(np.linalg.norm(direction), 1e-300)
+  result_index = names.index('result') if 'result' in names else None
+  if result_index is not None and data[0][result_index].shape[1] == dimension:
+    candidates.append(('result . canary direction',
+                       data[0][result_index] @ unit,
+                       data[1][result_index] @ unit))
+  for i, name in enumerate(names):
+    gap = data[1][i][fit[1]].mean(0) - data[0][i][fit[0]].mean(0)
+    if np.any(gap != 0):
+      candidates.append((f'{name} . mean difference',
+                         data[0][i] @ gap, data[1][i] @ gap))
+  if not candidates:
+    raise ValueError('the process released nothing to audit')
+  return candidates, choose, held
+
+
+def _refuted_by(decision: tradeoff.Decision, claim: _Claim) -> str:
+  """'' (the claim stands), 'eps', 'mu' or 'eps+mu': the bounds refuting it.
+
+  The (eps, delta) test's bound (`bounds.best_threshold_test` chose it) is,
+  with FP of its N held-out runs without the canary guessed "with" and FN of
+  its N runs with the canary guessed "without",
+
+      eps_lb = max(0, log((1 - delta - FNR_u) / FPR_u),
+                      log((1 - delta - FPR_u) / FNR_u)),
+
+  FPR_u, FNR_u one-sided Clopper-Pearson upper bounds at confidence
+  1 - alpha / 4 each. It reaches at most log((1 - delta - u) / u),
+  u = 1 - (alpha / 4)^(1 / N) (about log(N) - 2): a released exact statistic
+  of the canary shows as that maximum. The Gaussian-DP test
+  (`tradeoff.best_mu_threshold_test`, thresholds over the whole trade-off
+  curve) gives mu_lb = Phi^-1(1 - FPR_u) - Phi^-1(FNR_u), also at alpha / 4
+  per rate: the most powerful test of a Gaussian claim (its errors near the
+  middle of the curve are measured to a few tenths of a percent). Each bound
+  holds with probability >= 1 - alpha / 2 (`tradeoff.decide`).
+
+  'eps' refutes when eps_lb > the claimed eps; 'mu' when the mu test's point
+  (FPR_u, FNR_u) lies below the claimed trade-off curve: for a claimed
+  GaussianDpEvent(z) (exactly (1 / z)-GDP) when mu_lb > 1 / z, for other
+  claims when the point breaks the claimed (eps, delta(eps)) profile at some
+  eps (`tradeoff.violates_profile`).
+  """
+  if math.isfinite(claim.mu):
+    mu_refutes = decision.mu_lower_bound > claim.mu
+  else:
+    mu_refutes = tradeoff.violates_profile(
+        decision.mu_fpr_upper, decision.mu_fnr_upper, claim.accountant.get_delta)
+  eps_refutes = decision.epsilon_lower_bound > claim.epsilon
+  return '+'.join(
+      name for name, flag in (('eps', eps_refutes), ('mu', mu_refutes)) if flag)
+
+
+def _audit_result(
+    factory, decision, claim, relation, guarantee, delta, alpha, trials,
+    vectorized, started,
+) -> AuditResult:
+  """The `AuditResult` of a decision against the claim (`seconds` since `started`)."""
+  n = decision.evaluation_trials
+  eps_lb = decision.epsilon_lower_bound
+  mu_lb = decision.mu_lower_bound
+  refuted_by = _refuted_by(decision, claim)
+  max_eps = bounds.max_epsilon_lower_bound(n, n, delta, alpha / 2.0)
+  max_mu = tradeoff.max_mu_lower_bound(n, n, alpha / 2.0)
+  return AuditResult(
+      mechanism=type(factory).__name__,
+      epsilon_lower_bound=eps_lb,
+      claimed_epsilon=claim.epsilon,
+      claimed_dp_event=str(claim.event),
+      accountant=claim.accountant_name,
+      delta=delta,
+      alpha=alpha,
+      neighboring_relation=relation,
+      noise=guarantee.noise if guarantee is not None else '',
+      trials=trials,
+      selection_trials=trials - n,
+      evaluation_trials=n,
+      false_positives=decision.false_positives,
+      false_negatives=decision.false_negatives,
+      max_epsilon_lower_bound=max_eps,
+      statistic=decision.epsilon_statistic,
+      seconds=time.monotonic() - started,
+      passed=not refuted_by,
+      mu_lower_bound=mu_lb,
+      mu_epsilon_lower_bound=tradeoff.gdp_epsilon(mu_lb, delta),
+      claimed_mu=claim.mu,
+      max_mu_lower_bound=max_mu,
+      max_showable_epsilon=max(max_eps, tradeoff.gdp_epsilon(max_mu, delta)),
+      mu_statistic=decision.mu_statistic,
+      refuted_by=refuted_by,
+      vectorized=bool(vectorized),
+  )
+
+
 def audit_aggregator(
     factory,
     *,
@@ -359,87 +765,33 @@ def audit_aggregator(
 ) -> AuditResult:
   """Lower-bounds the eps of one round of `factory` and checks it against its claim.
 
-  Neighbouring client sets: the same `num_clients` clients, whose values are
-  fixed (known to the adversary) and drawn once from `seed`, with and without
-  one canary client. Under add-or-remove-one adjacency the canary joins them
-  (num_clients + 1 clients); under replace-one it replaces client 0, which
-  holds `replaced_value` in the other set. Default canary (`canary=None`):
-  for a factory with an L2 clip C (`factory.clip`, or the clip of TFF's
-  `DifferentiallyPrivateFactory.gaussian_fixed`) a value of norm C in a
-  random direction, and the replaced client holds its negation (the two differ
-  by 2C, the replace-one sensitivity); for `LDPEncodeFactory` with a fixed
-  range every coordinate at c + r, the replaced client at c - r. Other
-  factories (e.g. `GaussianUDPFactory`, whose sensitivity is not visible) need
-  `canary=` (the replaced value defaults to its negation).
+  The factory's own process runs `trials` times on each of two neighbouring
+  client sets (`_client_sets`): `num_clients` clients with values fixed from
+  `seed`, with and without one canary client (joining them under
+  add-or-remove-one; under replace-one replacing client 0, which holds
+  `replaced_value`), vectorised, B runs per call (`_vectorized_candidates`),
+  or per run (`_per_run_candidates`). A random `selection_fraction` of each
+  set's runs choose an (eps, delta) and a Gaussian-DP (mu) threshold test of
+  what the process releases; the other N runs per set bound them
+  (`tradeoff.decide`, Clopper-Pearson; eps_lb is at most about log(N) - 2),
+  each with probability >= 1 - alpha / 2.
 
-  Trials, vectorised (`vectorized=None` picks it when the factory is known
-  to be coordinatewise, see `_vector_kind`: TFF's gaussian_fixed, udp's client
-  noise without a clip, LDP-FL with a fixed range, the last two with one
-  client): the factory's own process, created for a value of B blocks of the
-  value's d values, runs on client sets that hold each trial's values in every
-  block; each call gives B independent trials. This rests on one assumption,
-  checked against the per-run path in tests/auditing/aggregator_audit_test.py:
-  the factory is coordinatewise (coordinate j of its release depends on
-  coordinate j of the client values, through their sum with a fixed
-  denominator or through the single client's value, plus noise drawn
-  independently per coordinate) and no clip binds (the canary's value is
-  split over enough canary clients to stay within the clip). The statistic is
-  the projection of each block onto the canary direction (the likelihood-ratio
-  statistic of additive noise that is Gaussian); measurements, one per call,
-  are not read. About 10^5 trials per set take 10-30 s on 2 cores.
-
-  Trials, per run (`vectorized=False`, and every other factory): the process
-  is run `trials` times on each set, every run from the same state
-  (`process.initialize()` or `initial_state`), `batch_size` runs per TFF call
-  (about 5 ms a run). Each run's released values (the aggregate and every
-  measurement leaf) are flattened; the candidate statistics are the
-  projection of the aggregate onto the canary's direction and, for every
-  released leaf, the projection onto the difference of its means between the
-  sets (fitted on the first half of the selection runs, judged on the second).
-
-  Tests and bounds: a random `selection_fraction` of each set's runs (0.2
-  vectorised, 0.5 per run) choose two threshold tests (candidate, threshold,
-  side) and the others (N per set) bound them. The (eps, delta) test
-  (`bounds.best_threshold_test`) gives, with FP of its N runs without the
-  canary guessed "with" and FN of its N runs with the canary guessed
-  "without",
-
-      eps_lb = max(0, log((1 - delta - FNR_u) / FPR_u),
-                      log((1 - delta - FPR_u) / FNR_u)),
-
-  FPR_u, FNR_u one-sided Clopper-Pearson upper bounds at confidence
-  1 - alpha / 4 each. It reaches at most log((1 - delta - u) / u),
-  u = 1 - (alpha / 4)^(1 / N) (about log(N) - 2): a released exact statistic
-  of the canary shows as that maximum. The Gaussian-DP test
-  (`tradeoff.best_mu_threshold_test`, thresholds over the whole trade-off
-  curve) gives mu_lb = Phi^-1(1 - FPR_u) - Phi^-1(FNR_u), also at alpha / 4
-  per rate: the most powerful test of a Gaussian claim (its errors near
-  the middle of the curve are measured to a few tenths of a percent). Each
-  bound holds with probability >= 1 - alpha / 2, so a true claim fails with
-  probability <= alpha (default 1e-3).
-
-  The adversary: the audit sees what the process releases, so it audits the
-  round's event against whoever sees the aggregate and the measurements.
-  For noise added on the clients ('local') the server also sees each upload;
-  with `num_clients=1` the released mean is the single upload itself, which
-  audits that view too (more clients add their noise to the aggregate and
-  weaken the test). For 'central' noise the server sees raw updates: no
+  The adversary: the audit sees what the process releases (the aggregate and
+  the measurements). For noise added on the clients ('local') the server
+  also sees each upload, which `num_clients=1` audits too (the released mean
+  is the single upload). For 'central' noise the server sees raw updates: no
   output of the process can audit that.
 
-  Claim: `claimed_dp_event`, else the event in the state `next` returns
-  (`guarantees.extract_dp_event`), read at `delta` under the factory's
-  neighbouring relation (`factory.guarantee`, TFF's DP factory's, the state's,
-  or `neighboring_relation`) by dp_accounting's PLD accountant (tight for
-  Gaussian and pure-eps events), or the RDP accountant where PLD declines.
+  Claim (`_read_claim`): `claimed_dp_event`, else the event in the state
+  `next` returns, read at `delta` under the factory's neighbouring relation
+  (`factory.guarantee`, TFF's DP factory's, the state's, or
+  `neighboring_relation`) by dp_accounting's PLD (else RDP) accountant.
 
-  Verdict: the audit fails when eps_lb > the claimed eps, or when the mu
-  test's point (FPR_u, FNR_u) lies below the claimed trade-off curve: for a
-  claimed GaussianDpEvent(z) (exactly (1 / z)-GDP) when mu_lb > 1 / z, for
-  other claims when the point breaks the claimed (eps, delta(eps)) profile at
-  some eps (`tradeoff.violates_profile`). A failed audit is loud: a
+  Verdict (`_refuted_by`): the audit fails when eps_lb > the claimed eps, or
+  when the mu test's point lies below the claimed trade-off curve (for a
+  claimed GaussianDpEvent(z): mu_lb > 1 / z). A failed audit is loud: a
   `AuditFailedWarning` is warned and logged (unless `warn=False`), and
-  `result.raise_if_failed()` raises `AuditFailedError`. With a true claim, an
-  audit fails with probability <= alpha.
+  `result.raise_if_failed()` raises `AuditFailedError`.
 
   Randomness: `seed` fixes the canary, the other clients' values and the
   split into halves; the factories' noise comes from TF's nondeterministic
@@ -481,205 +833,33 @@ def audit_aggregator(
   batch_size = validation.int_at_least('batch_size', batch_size, 1)
   delta, alpha = bounds.check_delta_alpha(delta, alpha)
   seed = validation.int_at_least('seed', seed, 0)
-  if not isinstance(value_type, tff.TensorType) or not np.issubdtype(
-      value_type.dtype, np.floating
-  ):
-    raise ValueError(f'value_type must be a float tff.TensorType, got {value_type}')
-  if value_type.shape is None or any(d is None for d in value_type.shape):
-    raise ValueError(f'value_type must have a fully defined shape, got {value_type}')
-  shape = tuple(value_type.shape)
-  dimension = int(np.prod(shape, dtype=np.int64))
-  dtype = value_type.dtype
-
-  # A factory of both kinds (gaussian_udp.ClientNoiseFactory) says which.
-  weighted = getattr(
-      factory, 'weighted',
-      isinstance(factory, tff.aggregators.WeightedAggregationFactory),
-  )
-  if weighted:
-    process = factory.create(value_type, tff.TensorType(np.float32))
-  elif isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
-    process = factory.create(value_type)
-  else:
-    raise ValueError(
-        'factory must be a tff.aggregators Weighted- or '
-        f'UnweightedAggregationFactory, got {type(factory).__name__}'
-    )
+  shape, dimension, dtype = _checked_value_type(value_type)
+  process, weighted = _create_process(factory, value_type)
   state = process.initialize() if initial_state is None else initial_state
-
   guarantee = guarantees.guarantee_of(factory)
-  relation = neighboring_relation
-  if relation is None and guarantee is not None:
-    relation = guarantee.neighboring_relation
-  if relation is None:
-    try:
-      relation = guarantees.relation_of_state(state)
-    except TypeError as e:
-      raise ValueError(
-          f'the neighbouring relation of {type(factory).__name__} is unknown: '
-          'pass neighboring_relation='
-      ) from e
-  validation.one_of('neighboring_relation', relation, accountants.RELATIONS)
-
+  relation = _neighboring_relation(
+      factory, guarantee, neighboring_relation, state)
   rng = np.random.default_rng(seed)
-  if canary is None:
-    canary_flat, replaced, center = _default_canary(
-        factory, state, dimension, rng
-    )
-  else:
-    canary_flat = np.asarray(canary, np.float64).ravel()
-    if canary_flat.size != dimension:
-      raise ValueError(
-          f'canary has {canary_flat.size} values, value_type {dimension}'
-      )
-    replaced, center = -canary_flat, np.zeros(dimension)
-  if replaced_value is not None:
-    if relation != 'replace_one':
-      raise ValueError('replaced_value applies only under replace_one')
-    replaced = np.asarray(replaced_value, np.float64).ravel()
-    if replaced.size != dimension:
-      raise ValueError(
-          f'replaced_value has {replaced.size} values, value_type {dimension}'
-      )
-
-  # The other clients: near the domain center, fixed for every run.
-  spread = 0.1 * np.linalg.norm(canary_flat - center) / math.sqrt(dimension)
-  others = center + spread * rng.standard_normal((num_clients, dimension))
-  if relation == 'add_or_remove_one':
-    without = list(others)
-    with_canary = list(others) + [canary_flat]
-    direction = canary_flat - center
-  else:
-    without = [replaced] + list(others[1:])
-    with_canary = [canary_flat] + list(others[1:])
-    direction = canary_flat - replaced
-
-  def as_values(values):
-    return [np.asarray(v, dtype).reshape(shape) for v in values]
-
-  def args(values):
-    values = as_values(values)
-    if weighted:
-      return (values, [np.float32(1.0)] * len(values))
-    return (values,)
-
-  # One plain run: the claimed event, when not given, is the state's.
-  first = process.next(state, *args(with_canary))
-  if claimed_dp_event is None:
-    claimed_dp_event = guarantees.extract_dp_event(first.state)
-  claim_accountant, accountant = _claimed(claimed_dp_event, relation)
-  claimed_epsilon = float(claim_accountant.get_epsilon(delta))
-
-  plain_claim = guarantees.plain_event(claimed_dp_event)
-  claimed_mu = math.nan
-  if isinstance(plain_claim, dp_accounting.GaussianDpEvent) and (
-      plain_claim.noise_multiplier > 0):
-    claimed_mu = 1.0 / plain_claim.noise_multiplier
-
-  kind = _vector_kind(factory, relation, num_clients, initial_state)
-  if vectorized is None:
-    vectorized = kind is not None
-  elif vectorized and kind is None:
-    raise ValueError(
-        f'{type(factory).__name__} (relation {relation}, {num_clients} '
-        'clients) is not known to be coordinatewise: its trials cannot be '
-        'vectorised; pass vectorized=False'
-    )
-  if selection_fraction is None:
-    selection_fraction = 0.2 if vectorized else 0.5
-  selection_fraction = validation.open_unit(
-      'selection_fraction', selection_fraction)
-
+  clients = _client_sets(factory, state, dimension, rng, canary,
+                         replaced_value, relation, num_clients)
+  claim = _read_claim(
+      claimed_dp_event, process, state, relation, delta,
+      _client_args(clients.with_canary, shape, dtype, weighted))
+  kind, vectorized, selection_fraction = _trial_mode(
+      factory, relation, num_clients, initial_state, vectorized,
+      selection_fraction)
   if vectorized:
-    statistics, _ = _vectorized_statistics(
-        factory, kind, weighted, dtype, trials, canary_flat, replaced, center,
-        num_clients, validation.int_at_least('values_per_call', values_per_call, 1),
-    )
-    choose, held = tradeoff.split(trials, selection_fraction, rng)
-    candidates = [('result . canary direction (vectorised)',
-                   statistics[0], statistics[1])]
+    candidates, choose, held = _vectorized_candidates(
+        factory, kind, weighted, dtype, trials, clients, num_clients,
+        values_per_call, selection_fraction, rng)
   else:
-    run = _batched_runner(process, batch_size, weighted)
-    calls = -(-trials // batch_size)
-    leaves = {0: [], 1: []}
-    for world, values in ((0, without), (1, with_canary)):
-      for _ in range(calls):
-        for result, measurements in run(state, *args(values)):
-          leaves[world].append(
-              _flat_leaves(result, ('result',))
-              + _flat_leaves(measurements, ('measurements',))
-          )
-      leaves[world] = leaves[world][:trials]
-    names = [name for name, _ in leaves[0][0]]
-    data = {
-        w: [np.stack([run_[i][1] for run_ in leaves[w]])
-            for i in range(len(names))]
-        for w in (0, 1)
-    }
-    pick, held = tradeoff.split(trials, selection_fraction, rng)
-    # The mean-difference directions are fitted on one part of the selection
-    # runs and the statistic and threshold chosen on the other: a direction
-    # fitted on the trials that judge it looks better there than it is, and
-    # would win the choice over a better fixed statistic.
-    fit = {w: pick[w][: len(pick[w]) // 2] for w in (0, 1)}
-    choose = {w: pick[w][len(pick[w]) // 2:] for w in (0, 1)}
-    candidates = []
-    unit = direction / max(np.linalg.norm(direction), 1e-300)
-    result_index = names.index('result') if 'result' in names else None
-    if result_index is not None and data[0][result_index].shape[1] == dimension:
-      candidates.append(('result . canary direction',
-                         data[0][result_index] @ unit,
-                         data[1][result_index] @ unit))
-    for i, name in enumerate(names):
-      gap = data[1][i][fit[1]].mean(0) - data[0][i][fit[0]].mean(0)
-      if np.any(gap != 0):
-        candidates.append((f'{name} . mean difference',
-                           data[0][i] @ gap, data[1][i] @ gap))
-    if not candidates:
-      raise ValueError('the process released nothing to audit')
-
+    candidates, choose, held = _per_run_candidates(
+        process, state, batch_size, weighted, clients, trials, shape, dtype,
+        selection_fraction, rng)
   decision = tradeoff.decide(candidates, choose, held, delta, alpha)
-  n = decision.evaluation_trials
-  eps_lb = decision.epsilon_lower_bound
-  mu_lb = decision.mu_lower_bound
-  if math.isfinite(claimed_mu):
-    mu_refutes = mu_lb > claimed_mu
-  else:
-    mu_refutes = tradeoff.violates_profile(
-        decision.mu_fpr_upper, decision.mu_fnr_upper, claim_accountant.get_delta)
-  eps_refutes = eps_lb > claimed_epsilon
-  refuted_by = '+'.join(
-      name for name, flag in (('eps', eps_refutes), ('mu', mu_refutes)) if flag)
-  max_eps = bounds.max_epsilon_lower_bound(n, n, delta, alpha / 2.0)
-  max_mu = tradeoff.max_mu_lower_bound(n, n, alpha / 2.0)
-  result = AuditResult(
-      mechanism=type(factory).__name__,
-      epsilon_lower_bound=eps_lb,
-      claimed_epsilon=claimed_epsilon,
-      claimed_dp_event=str(guarantees.plain_event(claimed_dp_event)),
-      accountant=accountant,
-      delta=delta,
-      alpha=alpha,
-      neighboring_relation=relation,
-      noise=guarantee.noise if guarantee is not None else '',
-      trials=trials,
-      selection_trials=trials - n,
-      evaluation_trials=n,
-      false_positives=decision.false_positives,
-      false_negatives=decision.false_negatives,
-      max_epsilon_lower_bound=max_eps,
-      statistic=decision.epsilon_statistic,
-      seconds=time.monotonic() - started,
-      passed=not refuted_by,
-      mu_lower_bound=mu_lb,
-      mu_epsilon_lower_bound=tradeoff.gdp_epsilon(mu_lb, delta),
-      claimed_mu=claimed_mu,
-      max_mu_lower_bound=max_mu,
-      max_showable_epsilon=max(max_eps, tradeoff.gdp_epsilon(max_mu, delta)),
-      mu_statistic=decision.mu_statistic,
-      refuted_by=refuted_by,
-      vectorized=bool(vectorized),
-  )
+  result = _audit_result(
+      factory, decision, claim, relation, guarantee, delta, alpha, trials,
+      vectorized, started)
   if not result.passed and warn:
     logging.error('%s', result.summary())
     warnings.warn(result.summary(), AuditFailedWarning, stacklevel=2)

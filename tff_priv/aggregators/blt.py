@@ -1,0 +1,259 @@
+"""BLT DP-FTRL: matrix-factorization noise from a Buffered Linear Toeplitz C.
+
+McMahan et al., "Hassle-free DP-FTRL for production" (arXiv 2408.08868);
+Dvijotham et al. (arXiv 2404.16706); the math is in
+`tff_priv.mechanisms.blt` and `tff_priv.mechanisms.blt_sensitivity`.
+
+Each round the server clips each client's update to C (`clipping.clip_l2`: a
+non-finite update contributes zeros), sums, adds sigma (C^{-1} z)_t with
+sigma = noise_multiplier x clip and z_t ~ N(0, I) fresh, and divides by the
+public `clients_per_round` K (as `TreeRestartFactory`'s NormalizedQuery). The
+noise comes from the streaming inverse (`blt.inverse_step`): num_buffers
+buffers of the value's shape, in the state. The model's prefix sums then carry
+the noise sigma A C^{-1} z: a post-processing of C x + sigma z.
+
+Stream and event, in the shape of `TreeRestartFactory`: a stream covers
+`rounds_per_stream` = n rounds and restarts (buffers zeroed) every n rounds
+and at the first round after `force_restart` (the program's resume: rounds run
+again get noise charged to a new stream). A stream of n rounds in which each
+client takes part at most k times, at least b rounds apart, is one
+`GaussianDpEvent(noise_multiplier / sensitivity)` (sensitivity = that of C for
+n rounds and (k, b), `blt_sensitivity`) under the zero-out relation
+(dp_accounting's REPLACE_SPECIAL: a client's update replaced by zero in the
+rounds it takes part in, which is what the column-sum bound of
+Choquette-Choo et al. bounds). The state's `dp_event` is
+`SelfComposedDpEvent(that, 1)` at a stream's first round and
+`SelfComposedDpEvent(that, 0)` otherwise: a stream is charged whole before
+anything of it is released. No amplification by sampling is claimed: the
+event is for the pattern (k, b), which the caller's sampling must guarantee.
+
+Noise seeds, as `TreeRestartFactory`: round r's z is drawn from
+`fold_in(fold_in(fold_in(key, nonce[0]), nonce[1]), r)`, `key` 63 bits from
+Python's `secrets` per `create()`, `nonce` TF's nondeterministic integers per
+`initialize()` (kept in the state). Neither is released.
+
+Adversary: the server adds the noise and sees the clipped updates ('central').
+"""
+
+import collections
+import secrets
+from typing import Optional, Sequence
+
+import dp_accounting
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_priv import validation
+from tff_priv.accounting import guarantees
+from tff_priv.mechanisms import blt as blt_lib
+from tff_priv.mechanisms import blt_sensitivity
+from tff_priv.mechanisms import clipping
+from tff_priv.mechanisms import gaussian
+
+GUARANTEE = guarantees.Guarantee(
+    unit='client',
+    noise='central',
+    neighboring_relation='replace_special',
+    description=(
+        'client-level DP of each BLT stream (each client at most k times, b '
+        'rounds apart), its update replaced by zero; the server sees the '
+        'clipped updates'
+    ),
+)
+
+
+def stream_event(noise_multiplier: float, sensitivity: float):
+  """The DpEvent of one stream: one Gaussian of multiplier z / sensitivity."""
+  return dp_accounting.GaussianDpEvent(noise_multiplier / sensitivity)
+
+
+def round_seed(key, nonce, round_index):
+  """The int64 [2] seed of round `round_index`'s z (TF)."""
+  nonce = tf.cast(nonce, tf.int64)
+  seed = tf.random.experimental.stateless_fold_in(
+      tf.constant([key, 0], tf.int64), nonce[0]
+  )
+  seed = tf.random.experimental.stateless_fold_in(seed, nonce[1])
+  return tf.random.experimental.stateless_fold_in(
+      seed, tf.cast(round_index, tf.int64)
+  )
+
+
+class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Clipped mean plus BLT-correlated Gaussian noise (DP-FTRL).
+
+  Args:
+    noise_multiplier: z > 0: z_t's std is z C (the stream's Gaussian has
+      multiplier z / sensitivity).
+    clients_per_round: K, the sum's divisor.
+    clip: C > 0, the L2 clip of each client's update.
+    buf_decay, output_scale: the BLT of the strategy C (e.g. from
+      `tff_priv.mechanisms.blt.optimize`); must give C >= 0, non-increasing,
+      with a stable inverse.
+    rounds_per_stream: n >= 1: the stream restarts every n rounds; the
+      sensitivity is C's over n rounds.
+    max_participations: k >= 1 participations of one client per stream.
+    min_sep: b >= 1 rounds between two participations of one client.
+    noise_seed: None (a secret key from the operating system); an int is
+      the key and the nonce is 0 (tests only: then no guarantee holds).
+  """
+
+  def __init__(
+      self,
+      noise_multiplier: float,
+      clients_per_round: int,
+      clip: float,
+      buf_decay: Sequence[float],
+      output_scale: Sequence[float],
+      rounds_per_stream: int,
+      max_participations: int = 1,
+      min_sep: int = 1,
+      noise_seed: Optional[int] = None,
+  ):
+    self._z = validation.positive('noise_multiplier', noise_multiplier)
+    self._k = validation.int_at_least('clients_per_round', clients_per_round, 1)
+    self._clip = validation.positive('clip', clip)
+    self._rounds = validation.int_at_least(
+        'rounds_per_stream', rounds_per_stream, 1
+    )
+    self._participations = validation.int_at_least(
+        'max_participations', max_participations, 1
+    )
+    self._min_sep = validation.int_at_least('min_sep', min_sep, 1)
+    self._blt = blt_lib.blt_from_lists(buf_decay, output_scale)
+    # Refuses (ValueError) a C that is not >= 0 and non-increasing.
+    blt_sensitivity.check_non_negative_non_increasing(
+        self._blt.toeplitz_coefs(self._rounds)
+    )
+    self._sensitivity = self._blt.sensitivity(
+        self._rounds, self._min_sep, self._participations
+    )
+    self._noise_seed = noise_seed
+
+  @property
+  def guarantee(self) -> guarantees.Guarantee:
+    return GUARANTEE
+
+  @property
+  def sensitivity(self) -> float:
+    return self._sensitivity
+
+  @property
+  def blt(self) -> blt_lib.BLT:
+    return self._blt
+
+  @property
+  def rounds_per_stream(self) -> int:
+    return self._rounds
+
+  def event(self) -> dp_accounting.DpEvent:
+    """The DpEvent of one stream."""
+    return stream_event(self._z, self._sensitivity)
+
+  def create(self, value_type):
+    specs = tff.types.type_to_tf_tensor_specs(value_type)
+    rounds = self._rounds
+    event = self.event()
+    fixed = self._noise_seed is not None
+    key = self._noise_seed if fixed else secrets.randbits(63)
+    nbuf = self._blt.num_buffers
+    theta = self._blt.buf_decay
+    omega = self._blt.output_scale
+    stddev = self._z * self._clip
+    divisor = float(self._k)
+
+    def zero_buffers():
+      return tf.nest.map_structure(
+          lambda s: tf.zeros([nbuf] + s.shape.as_list(), s.dtype), specs
+      )
+
+    def charged(count):
+      return dp_accounting.SelfComposedDpEvent(event, count).to_named_tuple()
+
+    @tff.tensorflow.computation
+    def initial_state():
+      if fixed:
+        nonce = tf.zeros([2], tf.int64)
+      else:
+        nonce = tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
+      return collections.OrderedDict(
+          buffers=zero_buffers(),
+          nonce=nonce,
+          rounds_done=tf.constant(0, tf.int64),
+          force_restart=tf.constant(False),
+          dp_event=charged(tf.constant(1, tf.int32)),
+          is_init_state=tf.constant(True),
+      )
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_eval(initial_state, tff.SERVER)
+
+    state_type = init_fn.type_signature.result.member
+
+    @tff.tensorflow.computation(value_type)
+    def clip(value):
+      return clipping.clip_l2(value, self._clip)
+
+    @tff.tensorflow.computation(state_type, value_type)
+    def add_noise(state, total):
+      restart = tf.logical_or(
+          state['force_restart'], tf.equal(state['rounds_done'] % rounds, 0)
+      )
+      buffers = tf.nest.map_structure(
+          lambda b: tf.where(restart, tf.zeros_like(b), b), state['buffers']
+      )
+      seed = round_seed(key, state['nonce'], state['rounds_done'])
+      z = gaussian.add_gaussian_noise(
+          tf.nest.map_structure(tf.zeros_like, total), 1.0, seed=seed
+      )
+      flat_total = tf.nest.flatten(total)
+      flat_noise, flat_buffers = [], []
+      for b, zi in zip(tf.nest.flatten(buffers), tf.nest.flatten(z)):
+        x, b = blt_lib.inverse_step(b, zi, theta, omega)
+        flat_noise.append(x)
+        flat_buffers.append(b)
+      result = [
+          (t + tf.cast(stddev, t.dtype) * x) / tf.cast(divisor, t.dtype)
+          for t, x in zip(flat_total, flat_noise)
+      ]
+      new_state = collections.OrderedDict(
+          buffers=tf.nest.pack_sequence_as(buffers, flat_buffers),
+          nonce=state['nonce'],
+          rounds_done=state['rounds_done'] + 1,
+          force_restart=tf.constant(False),
+          dp_event=charged(tf.cast(restart, tf.int32)),
+          is_init_state=tf.constant(False),
+      )
+      measurements = collections.OrderedDict(
+          # Public: set by the factory's arguments and the round count.
+          noise_stddev=tf.constant(stddev / divisor, tf.float32),
+          round=state['rounds_done'],
+      )
+      return collections.OrderedDict(
+          state=new_state,
+          result=tf.nest.pack_sequence_as(total, result),
+          measurements=measurements,
+      )
+
+    @tff.federated_computation(
+        tff.FederatedType(state_type, tff.SERVER),
+        tff.FederatedType(value_type, tff.CLIENTS),
+    )
+    def next_fn(state, value):
+      total = tff.federated_sum(tff.federated_map(clip, value))
+      output = tff.federated_map(add_noise, (state, total))
+      return tff.templates.MeasuredProcessOutput(
+          state=output.state,
+          result=output.result,
+          measurements=output.measurements,
+      )
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def with_restart_forced(aggregator_state):
+  """`aggregator_state` set to restart its stream at the next round."""
+  state = collections.OrderedDict(aggregator_state)
+  state['force_restart'] = True
+  return state

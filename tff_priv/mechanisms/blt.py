@@ -1,0 +1,341 @@
+"""Buffered Linear Toeplitz (BLT) matrix factorization for DP-FTRL (no TFF).
+
+References: Dvijotham, McMahan, Pillutla, Steinke, Thakurta, "Efficient and
+near-optimal noise generation for streaming differential privacy" (arXiv
+2404.16706); McMahan, Xu, Zhang et al., "Hassle-free DP-FTRL for production"
+(arXiv 2408.08868); the open implementation in jax_privacy
+(`jax_privacy/matrix_factorization/buffered_toeplitz.py`, `toeplitz.py`,
+`sensitivity.py`), whose math this module follows in numpy / TensorFlow.
+
+Matrix factorization. The prefix sums of the clients' clipped sums x_1..x_T
+are A x, A the all-ones lower-triangular T x T matrix. A = B C with C
+lower-triangular Toeplitz; the mechanism releases A (x + C^{-1} sigma z)
+= A x + B sigma z, z ~ N(0, I): a post-processing of C x + sigma z, a Gaussian
+mechanism whose sensitivity is that of C (`blt_sensitivity`). In training the
+server adds, at round t, the noise sigma (C^{-1} z)_t to the round's sum.
+
+The BLT. `buf_decay` theta (num_buffers values in (0, 1)) and `output_scale`
+omega define C's Toeplitz coefficients
+    c_0 = 1,  c_k = sum_i omega_i theta_i^(k-1)  (k >= 1)
+(jax_privacy `BufferedToeplitz.toeplitz_coefs`). C^{-1} is again lower
+triangular Toeplitz and again a BLT (`inverse`: 2404.16706 Lemma 5.2 /
+jax_privacy `BufferedToeplitz.inverse`, diagonalising Theta - omega 1^T).
+Its product with a stream needs no matrix: Algorithm 3 of 2408.08868
+(jax_privacy `StreamingMatrixBuilder.build_inverse`), with num_buffers
+buffers of the value's shape, each round
+    x_t = z_t - sum_i omega_i buf_i ;  buf_i <- theta_i buf_i + x_t,
+O(num_buffers x d) work and state; x_t = (C^{-1} z)_t.
+
+Error. With unit noise the released prefix sums' noise is B z, B = A C^{-1},
+lower-triangular Toeplitz with coefficients b = cumsum(C^{-1} coefs); the
+variance of prefix sum t is sum_{j<=t} b_j^2 (increasing in t, so the max
+error is the last round's). The optimiser minimises error x sensitivity^2
+(the noise std is proportional to the sensitivity at a fixed privacy level).
+
+Constraints (as in jax_privacy `LossFn.compute_penalties`, after "An
+inversion theorem for BLT matrices", arXiv 2504.21413, Thm 1(a)): theta in
+(0, 1), omega > 0, sum_i omega_i / theta_i < 1 (the "Pillutla score"). Then
+c_k > 0 and non-increasing (c_1 = sum omega < sum omega / theta < 1 = c_0) and
+C^{-1}'s decays lie in (0, 1): the streaming inverse is stable. The
+parameterization theta = sigmoid(a), omega_i = theta_i s p_i, s = sigmoid(u),
+p = softmax(v) satisfies all of them for any real (a, v, u), so scipy's
+L-BFGS-B runs unconstrained.
+"""
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+import scipy.special
+import tensorflow as tf
+
+from tff_priv.mechanisms import blt_sensitivity
+
+ERRORS = ('max', 'mean')
+
+
+@dataclasses.dataclass(frozen=True)
+class BLT:
+  """A lower-triangular Toeplitz C = BLT(buf_decay, output_scale), float64."""
+
+  buf_decay: np.ndarray
+  output_scale: np.ndarray
+
+  def __post_init__(self):
+    theta = np.atleast_1d(np.asarray(self.buf_decay, np.float64))
+    omega = np.atleast_1d(np.asarray(self.output_scale, np.float64))
+    if theta.ndim != 1 or theta.shape != omega.shape:
+      raise ValueError(
+          'buf_decay and output_scale must be 1-D of one length, got '
+          f'{theta.shape} and {omega.shape}'
+      )
+    if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(omega))):
+      raise ValueError('buf_decay and output_scale must be finite')
+    object.__setattr__(self, 'buf_decay', theta)
+    object.__setattr__(self, 'output_scale', omega)
+
+  @classmethod
+  def identity(cls) -> 'BLT':
+    """C = I (no buffers): independent noise each round, plain DP-SGD."""
+    return cls(np.zeros(0), np.zeros(0))
+
+  @property
+  def num_buffers(self) -> int:
+    return int(self.buf_decay.size)
+
+  def toeplitz_coefs(self, n: int) -> np.ndarray:
+    """c_0..c_{n-1}: c_0 = 1, c_k = sum_i omega_i theta_i^(k-1)."""
+    powers = np.arange(max(n - 1, 0))[:, None]
+    tail = (self.buf_decay[None, :] ** powers * self.output_scale).sum(axis=1)
+    return np.concatenate([[1.0], tail])[:n]
+
+  def materialize(self, n: int) -> np.ndarray:
+    """The n x n matrix C."""
+    return lower_triangular_toeplitz(self.toeplitz_coefs(n))
+
+  def inverse_coefs(self, n: int) -> np.ndarray:
+    """C^{-1}'s Toeplitz coefficients: the streaming inverse of e_0."""
+    impulse = np.zeros(n)
+    impulse[0] = 1.0
+    return self.streaming_inverse(impulse)
+
+  def inverse(self) -> 'BLT':
+    """The BLT of C^{-1} (jax_privacy `BufferedToeplitz.inverse`).
+
+    C^{-1} is the BLT-like stream with state matrix Theta - omega 1^T and
+    output -omega; diagonalising it (its eigenvectors have the closed form
+    omega_i / (lambda_j - theta_i)) gives buf_decay lambda and output scale
+    (E^{-1} (-omega)) * (E^T 1). Needs distinct decays.
+    """
+    if self.num_buffers == 0:
+      return self
+    theta, omega = self.buf_decay, self.output_scale
+    if self.num_buffers > 1:
+      gaps = np.abs(theta[:, None] - theta[None, :]) + np.eye(theta.size)
+      if np.min(gaps) < 1e-9:
+        raise ValueError('inverse needs buf_decay values at least 1e-9 apart')
+    evals = np.linalg.eigvals(np.diag(theta) - np.outer(omega, np.ones_like(omega)))
+    if np.max(np.abs(evals.imag)) > 1e-9:
+      raise ValueError(f'the inverse of this BLT is not a real BLT: {evals}')
+    evals = evals.real
+    evecs = omega[:, None] / (evals[None, :] - theta[:, None])
+    out = np.linalg.solve(evecs, -omega) * (evecs.T @ np.ones_like(omega))
+    order = np.argsort(evals)[::-1]
+    return BLT(evals[order], out[order])
+
+  def inverse_buf_decay(self) -> np.ndarray:
+    """Eigenvalues of Theta - omega 1^T: C^{-1}'s decays (stable if |.| < 1)."""
+    if self.num_buffers == 0:
+      return np.zeros(0)
+    theta, omega = self.buf_decay, self.output_scale
+    return np.linalg.eigvals(np.diag(theta) - np.outer(omega, np.ones_like(omega)))
+
+  def check_stable(self) -> 'BLT':
+    """self, if theta in (0,1), C >= 0 non-increasing and C^{-1} stable."""
+    if self.num_buffers and not np.all((self.buf_decay > 0) & (self.buf_decay < 1)):
+      raise ValueError(f'buf_decay must lie in (0, 1), got {self.buf_decay}')
+    if self.num_buffers and np.max(np.abs(self.inverse_buf_decay())) >= 1:
+      raise ValueError(
+          'the streaming inverse of this BLT is unstable (C^{-1} has a decay '
+          f'of modulus >= 1: {self.inverse_buf_decay()})'
+      )
+    return self
+
+  def streaming_inverse(self, z) -> np.ndarray:
+    """C^{-1} z for z of shape [T, ...], round by round (Alg. 3, 2408.08868)."""
+    z = np.asarray(z, np.float64)
+    buffers = np.zeros((self.num_buffers,) + z.shape[1:])
+    out = np.empty_like(z)
+    for t in range(z.shape[0]):
+      out[t], buffers = inverse_step(buffers, z[t], self.buf_decay, self.output_scale)
+    return out
+
+  def prefix_errors(self, n: int) -> np.ndarray:
+    """Variance of each released prefix sum's noise, unit noise, C's scale."""
+    return prefix_errors_from_noising(self.inverse_coefs(n))
+
+  def sensitivity(self, n: int, min_sep: int = 1, max_participations: int = 1):
+    """The L2 sensitivity of C over n rounds, (k, b) participation."""
+    if max_participations == 1:
+      return blt_sensitivity.single_participation_sensitivity(
+          self.toeplitz_coefs(n)
+      )
+    return blt_sensitivity.minsep_sensitivity(
+        self.toeplitz_coefs(n), min_sep, max_participations
+    )
+
+  def loss(self, n, error='max', min_sep=1, max_participations=1) -> float:
+    """max (or mean) prefix-sum variance x sensitivity^2 (unit noise)."""
+    errors = self.prefix_errors(n)
+    value = errors[-1] if error == 'max' else errors.mean()
+    return float(value * self.sensitivity(n, min_sep, max_participations) ** 2)
+
+
+def lower_triangular_toeplitz(coefs) -> np.ndarray:
+  coefs = np.asarray(coefs, np.float64)
+  return scipy.linalg.toeplitz(coefs, np.zeros_like(coefs))
+
+
+def prefix_errors_from_noising(noising_coefs) -> np.ndarray:
+  """Row norms^2 of B = A C^{-1} from C^{-1}'s Toeplitz coefficients."""
+  b = np.cumsum(np.asarray(noising_coefs, np.float64))
+  return np.cumsum(b * b)
+
+
+def inverse_step(buffers, z, buf_decay, output_scale):
+  """One round of C^{-1}: (x_t, new buffers), numpy or TF tensors.
+
+  Args:
+    buffers: [num_buffers, *shape], zeros before the first round.
+    z: this round's input, [*shape].
+    buf_decay, output_scale: C's BLT parameters, [num_buffers].
+
+  Returns:
+    x_t = z_t - sum_i omega_i buf_i, and buf_i <- theta_i buf_i + x_t.
+  """
+  if isinstance(z, np.ndarray) or np.isscalar(z):
+    theta = np.reshape(buf_decay, (-1,) + (1,) * np.ndim(z))
+    omega = np.reshape(output_scale, (-1,) + (1,) * np.ndim(z))
+    x = z - np.sum(omega * buffers, axis=0)
+    return x, theta * buffers + x
+  z = tf.convert_to_tensor(z)
+  shape = tf.concat([[-1], tf.ones([tf.rank(z)], tf.int32)], axis=0)
+  theta = tf.reshape(tf.cast(buf_decay, z.dtype), shape)
+  omega = tf.reshape(tf.cast(output_scale, z.dtype), shape)
+  x = z - tf.reduce_sum(omega * buffers, axis=0)
+  return x, theta * buffers + x[tf.newaxis]
+
+
+# ---------------------------------------------------------------------------
+# Optimisation.
+
+
+def rational_approx_init(num_buffers: int) -> BLT:
+  """jax_privacy's `BufferedToeplitz.from_rational_approx_to_sqrt_x` init.
+
+  The BLT of C^{-1} from the rational approximation of sqrt(1 - x)
+  (2404.16706 Prop. 4.5), inverted, then scaled to max decay 1 - 1e-6 and
+  Pillutla score 1 - 1e-6 (jax_privacy `get_init_blt`).
+  """
+  d1 = (num_buffers + 1) // 2
+  h = 1.6 * np.pi / np.sqrt(2 * (d1 + 1))
+  ks = np.arange(-d1 + 1, num_buffers - d1 + 1) - 1
+  decay = 1 / (1 + np.exp(2 * h * ks))
+  scale = -(decay ** 2) * np.exp(3 * h * ks) / np.sum(np.exp(h * ks) * decay)
+  blt = BLT(decay, scale).inverse()
+  theta = blt.buf_decay * min(1.0, (1 - 1e-6) / np.max(blt.buf_decay))
+  omega = blt.output_scale
+  omega = omega * min(1.0, (1 - 1e-6) / np.sum(omega / theta))
+  return BLT(theta, omega)
+
+
+def _to_params(blt: BLT) -> np.ndarray:
+  theta = np.clip(blt.buf_decay, 1e-12, 1 - 1e-12)
+  ratios = np.maximum(blt.output_scale / theta, 1e-300)
+  score = np.clip(ratios.sum(), 1e-12, 1 - 1e-12)
+  return np.concatenate([
+      scipy.special.logit(theta), np.log(ratios / score), [scipy.special.logit(score)]
+  ])
+
+
+def _from_params(params: np.ndarray) -> BLT:
+  nbuf = (params.size - 1) // 2
+  theta = scipy.special.expit(params[:nbuf])
+  p = scipy.special.softmax(params[nbuf:2 * nbuf])
+  score = scipy.special.expit(params[-1])
+  return BLT(theta, theta * score * p)
+
+
+def _default_init(num_buffers: int) -> BLT:
+  try:
+    blt = rational_approx_init(num_buffers)
+    if np.all(blt.output_scale > 0) and np.all(
+        (blt.buf_decay > 0) & (blt.buf_decay < 1)
+    ):
+      return blt
+  except (ValueError, np.linalg.LinAlgError):
+    pass
+  theta = 1 - np.logspace(-0.3, -3, num_buffers)
+  return BLT(theta, theta * 0.5 / num_buffers)
+
+
+def optimize(
+    n: int,
+    *,
+    error: str = 'max',
+    min_sep: int = 1,
+    max_participations: Optional[int] = 1,
+    num_buffers: Optional[int] = None,
+    max_buffers: int = 5,
+    rtol: float = 1.01,
+    init: Optional[BLT] = None,
+    max_iterations: int = 500,
+) -> BLT:
+  """A BLT minimising (max or mean) prefix-sum error x sensitivity^2 for n rounds.
+
+  scipy's L-BFGS-B (finite-difference gradients, float64) over the
+  constrained parameterization above, from jax_privacy's rational-approx
+  init. With `num_buffers` None, 1, 2, ... buffers are tried while each adds
+  at least `rtol`'s improvement (jax_privacy `_optimize_increasing_nbuf`).
+
+  Args:
+    n: number of rounds T.
+    error: 'max' (last round's variance) or 'mean' (over rounds).
+    min_sep, max_participations: the participation pattern (b, k) of the
+      sensitivity (k = 1: single participation).
+    num_buffers: a fixed number of buffers, or None to choose.
+    max_buffers: the most buffers tried when choosing.
+    rtol: relative improvement needed to accept one more buffer.
+    init: a start for a fixed `num_buffers`.
+    max_iterations: L-BFGS-B iterations per buffer count.
+
+  Returns:
+    The best BLT found; its loss is `blt.loss(n, error, min_sep, k)`.
+  """
+  if error not in ERRORS:
+    raise ValueError(f'error must be one of {ERRORS}, got {error!r}')
+  k = blt_sensitivity.true_max_participations(n, min_sep, max_participations)
+
+  def loss_of(blt):
+    errors = blt.prefix_errors(n)
+    value = errors[-1] if error == 'max' else errors.mean()
+    # The parameterization keeps C >= 0 and non-increasing: no check needed.
+    return value * blt_sensitivity.minsep_sensitivity_squared(
+        blt.toeplitz_coefs(n), min_sep, k, n, check=False
+    )
+
+  def fit(nbuf, start):
+    if nbuf == 0:
+      return BLT.identity(), loss_of(BLT.identity())
+    x0 = _to_params(start or _default_init(nbuf))
+    scale = loss_of(_from_params(x0))
+
+    def objective(params):
+      value = loss_of(_from_params(np.clip(params, -40, 40))) / scale
+      return value if np.isfinite(value) else 1e30
+
+    result = scipy.optimize.minimize(
+        objective, x0, method='L-BFGS-B',
+        bounds=[(-40, 40)] * x0.size,
+        options=dict(maxiter=max_iterations, ftol=1e-13, gtol=1e-10),
+    )
+    blt = _from_params(result.x)
+    return blt, loss_of(blt)
+
+  if num_buffers is not None:
+    return fit(num_buffers, init)[0].check_stable()
+  best, best_loss = fit(0, None)
+  for nbuf in range(1, max_buffers + 1):
+    blt, value = fit(nbuf, None)
+    if rtol * value < best_loss:
+      best, best_loss = blt, value
+    else:
+      break
+  return best.check_stable()
+
+
+def blt_from_lists(buf_decay: Sequence[float], output_scale: Sequence[float]) -> BLT:
+  """A checked BLT from plain lists (flags, configs)."""
+  return BLT(np.asarray(buf_decay), np.asarray(output_scale)).check_stable()

@@ -1,0 +1,125 @@
+"""BLT DP-FTRL: matrix-factorization noise from a Buffered Linear Toeplitz strategy.
+
+`tff_priv.aggregators.blt.BLTFactory` in unweighted FedAvg (McMahan et al.
+2024, "Hassle-free DP-FTRL for production"; docs/blt.md). Clients are drawn
+epoch by epoch ('epoch' sampling: each at most once per epoch of N // K
+rounds), and each epoch is one BLT stream: single participation per stream,
+the BLT optimised for the epoch's rounds (`tff_priv.mechanisms.blt.optimize`,
+max prefix-sum error), charged `GaussianDpEvent(z / sensitivity)` once at its
+first round under dp_accounting's REPLACE_SPECIAL relation. No amplification
+by sampling. The server adds the noise: no guarantee against it. A target
+`epsilon` is calibrated exactly: the run composes ceil(T / n) stream
+Gaussians, unsampled.
+"""
+
+import dataclasses
+import math
+from typing import Optional
+
+from tff_priv.accounting import target_noise
+from tff_priv.aggregators import blt as blt_factory
+from tff_priv.mechanisms import blt as blt_lib
+from tff_priv.program.mechanisms import base
+
+NAME = 'blt'
+SAMPLING = 'epoch'
+UNIT = 'client'
+# The server adds the correlated noise.
+NOISE = 'central'
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """BLT DP-FTRL's parameters.
+
+  Attributes:
+    epsilon: the run's target eps at delta (exclusive with
+      noise_multiplier; default when neither is given).
+    noise_multiplier: z > 0: z_t's std is z C per round.
+    delta: the delta of the target and the report.
+    clip: L2 clip C of each client's update.
+    num_buffers: the BLT's buffers (None: chosen by the optimiser, at most
+      5).
+  """
+
+  epsilon: Optional[float] = None
+  noise_multiplier: Optional[float] = None
+  delta: float = base.DEFAULT_DELTA
+  clip: float = base.DEFAULT_CLIP
+  num_buffers: Optional[int] = None
+
+  def __post_init__(self):
+    base.fill_noise_target(self, NAME, ('epsilon', 'noise_multiplier'))
+    self.validate()
+
+  def validate(self) -> None:
+    base.check_fields(self)
+    if self.noise_multiplier is not None and self.noise_multiplier <= 0:
+      raise ValueError(
+          f"mechanism 'blt' needs noise_multiplier > 0, got "
+          f'{self.noise_multiplier}'
+      )
+    if self.num_buffers is not None and not 1 <= self.num_buffers <= 10:
+      raise ValueError(
+          f'num_buffers must be in 1..10, got {self.num_buffers}'
+      )
+
+
+def canary_refusal(config: Config) -> Optional[str]:
+  """No canary clients: they would join a stream more than once."""
+  del config
+  return (
+      "audit_canaries does not apply to mechanism 'blt': its guarantee "
+      'needs each client at most once per stream, which canary clients drawn '
+      'every round would break'
+  )
+
+
+def build(config: Config, context: base.BuildContext) -> base.Mechanism:
+  """One BLT stream per epoch in unweighted FedAvg."""
+  rounds_per_stream = context.sampling.rounds_per_epoch
+  strategy = blt_lib.optimize(
+      rounds_per_stream, error='max', num_buffers=config.num_buffers
+  )
+  sensitivity = strategy.sensitivity(rounds_per_stream, 1, 1)
+  streams = math.ceil(context.total_rounds / rounds_per_stream)
+  noise_multiplier = config.noise_multiplier
+  if noise_multiplier is None:
+    # The run releases `streams` unsampled Gaussians of multiplier
+    # z / sensitivity: z is their noise std relative to that sensitivity.
+    noise_multiplier = target_noise.noise_for_target(
+        config.epsilon, config.delta, streams, sensitivity=sensitivity
+    )
+  factory = blt_factory.BLTFactory(
+      noise_multiplier,
+      context.sampling.clients_per_round,
+      config.clip,
+      list(strategy.buf_decay),
+      list(strategy.output_scale),
+      rounds_per_stream,
+  )
+  process = context.fed_avg(factory)
+
+  def on_resume(state):
+    return state._replace(
+        aggregator=blt_factory.with_restart_forced(state.aggregator)
+    )
+
+  mech = base.Mechanism(
+      NAME, config, context.sampling, process,
+      base.count_parameters(context.model_fn), factory.guarantee,
+      resolved={
+          'noise_multiplier': noise_multiplier,
+          'rounds_per_stream': rounds_per_stream,
+          'sensitivity': sensitivity,
+          'buf_decay': [float(x) for x in strategy.buf_decay],
+          'output_scale': [float(x) for x in strategy.output_scale],
+      },
+      on_resume=on_resume,
+  )
+  mech.caveats.append(
+      'a resumed run restarts the stream (fresh noise for the rounds run '
+      'again) and charges one more stream: it over-counts, never '
+      'under-counts'
+  )
+  return mech
