@@ -304,3 +304,35 @@ class Mechanism:
       self.upload_bytes_per_client = BYTES_PER_FLOAT32 * self.num_parameters
     if self.preprocess is None:
       self.preprocess = lambda dataset, round_num, client_index: dataset
+
+
+def restarting_on_resume(
+    name: str,
+    config: Any,
+    context: BuildContext,
+    factory: Any,
+    restart_forced: Callable[[Any], Any],
+    resolved: dict[str, Any],
+    what: str,
+) -> Mechanism:
+  """A DP-FTRL mechanism (a noise `what` per epoch) in unweighted FedAvg.
+
+  A resumed run restarts the `what` (`restart_forced` of the aggregator
+  state: fresh noise for the rounds run again) and charges one more: the
+  ledger over-counts, never under-counts. The tree of `dp_ftrl` and the
+  stream of `blt` share this.
+  """
+  def on_resume(state):
+    return state._replace(aggregator=restart_forced(state.aggregator))
+
+  mech = Mechanism(
+      name, config, context.sampling, context.fed_avg(factory),
+      count_parameters(context.model_fn), factory.guarantee,
+      resolved=resolved, on_resume=on_resume,
+  )
+  mech.caveats.append(
+      f'a resumed run restarts the {what} (fresh noise for the rounds run '
+      f'again) and charges one more {what}: it over-counts, never '
+      'under-counts'
+  )
+  return mech

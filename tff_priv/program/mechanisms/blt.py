@@ -98,16 +98,8 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       list(strategy.output_scale),
       rounds_per_stream,
   )
-  process = context.fed_avg(factory)
-
-  def on_resume(state):
-    return state._replace(
-        aggregator=blt_factory.with_restart_forced(state.aggregator)
-    )
-
-  mech = base.Mechanism(
-      NAME, config, context.sampling, process,
-      base.count_parameters(context.model_fn), factory.guarantee,
+  return base.restarting_on_resume(
+      NAME, config, context, factory, blt_factory.with_restart_forced,
       resolved={
           'noise_multiplier': noise_multiplier,
           'rounds_per_stream': rounds_per_stream,
@@ -115,11 +107,5 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
           'buf_decay': [float(x) for x in strategy.buf_decay],
           'output_scale': [float(x) for x in strategy.output_scale],
       },
-      on_resume=on_resume,
+      what='stream',
   )
-  mech.caveats.append(
-      'a resumed run restarts the stream (fresh noise for the rounds run '
-      'again) and charges one more stream: it over-counts, never '
-      'under-counts'
-  )
-  return mech

@@ -71,24 +71,11 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       config.clip,
       rounds_per_epoch,
   )
-  process = context.fed_avg(factory)
-
-  def on_resume(state):
-    return state._replace(
-        aggregator=dp_ftrl.with_restart_forced(state.aggregator)
-    )
-
-  mech = base.Mechanism(
-      NAME, config, context.sampling, process,
-      base.count_parameters(context.model_fn), factory.guarantee,
+  return base.restarting_on_resume(
+      NAME, config, context, factory, dp_ftrl.with_restart_forced,
       resolved={
           'noise_multiplier': config.noise_multiplier,
           'rounds_per_tree': rounds_per_epoch,
       },
-      on_resume=on_resume,
+      what='tree',
   )
-  mech.caveats.append(
-      'a resumed run restarts the tree (fresh noise for the rounds run '
-      'again) and charges one more tree: it over-counts, never under-counts'
-  )
-  return mech
