@@ -131,5 +131,10 @@ def main(argv):
     sys.exit(1)
 
 
-if __name__ == '__main__':
+def entry():
+  """The `tff-priv-audit` console command (pyproject.toml)."""
   _CLI.run(main)
+
+
+if __name__ == '__main__':
+  entry()

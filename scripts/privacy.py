@@ -109,5 +109,10 @@ def main(argv):
     _print_text(report)
 
 
-if __name__ == '__main__':
+def entry():
+  """The `tff-priv-privacy` console command (pyproject.toml)."""
   _CLI.run(main)
+
+
+if __name__ == '__main__':
+  entry()

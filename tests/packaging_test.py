@@ -1,6 +1,7 @@
 """The wheel: built from the clone, installed outside it, it runs the quickstart and the commands."""
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -80,9 +81,19 @@ class WheelTest(absltest.TestCase):
     bad = _run([os.path.join(self.bin, 'tff-priv-train'), '--mechanism=nope'],
                cwd=self.tmp)
     self.assertEqual(bad.returncode, 2)
-    plotted = _run([os.path.join(self.bin, 'tff-priv-plot'), '--help'],
-                   cwd=self.tmp)
-    self.assertEqual(plotted.returncode, 0, plotted.stderr[-2000:])
+    for command, shown in (('tff-priv-plot', '--run_dirs'),
+                           ('tff-priv-privacy', '--mechanism'),
+                           ('tff-priv-audit', '--trials')):
+      helped = _run([os.path.join(self.bin, command), '--help'], cwd=self.tmp)
+      self.assertEqual(helped.returncode, 0, helped.stderr[-2000:])
+      self.assertIn(shown, helped.stdout)
+    # The privacy calculator answers from the installed package.
+    report = _run([os.path.join(self.bin, 'tff-priv-privacy'),
+                   '--mechanism=blt', '--epsilon=2', '--population=100',
+                   '--clients_per_round=10', '--rounds=30', '--format=json'],
+                  cwd=self.tmp)
+    self.assertEqual(report.returncode, 0, report.stderr[-2000:])
+    self.assertEqual(json.loads(report.stdout)['blt']['streams'], 3)
 
   def test_the_readme_quickstart_runs_on_the_installed_wheel(self):
     claimed = readme_snippets.claimed_after('## Quickstart')

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_priv.aggregators import blt as blt_factory
 from tff_priv.aggregators import gaussian_udp
 from tff_priv.auditing import aggregator_audit
 
@@ -95,6 +96,37 @@ class AggregatorAuditTest(absltest.TestCase):
         result.epsilon_lower_bound, result.max_epsilon_lower_bound)
     self.assertStartsWith(result.statistic, 'measurements/')
 
+  def test_blt_runs_start_from_fresh_states(self):
+    # BLTFactory's noise is a function of its state's seed: each run starts
+    # from its own initialize(). Round 1 releases z C N(0, I) on the clipped
+    # sum (z = 0.5: mu 2 against the canary, eps ~ 8 > the 4.1 showable), the
+    # claim is the stream's Gaussian(z / s), s = 1.12 (eps ~ 9.8): an honest
+    # claim, failed with probability <= alpha = 1e-7 per path.
+    def factory():
+      return blt_factory.BLTFactory(0.5, 5, 1.0, [0.9], [0.5], 10)
+
+    for vectorized in (False, True):
+      with self.subTest(vectorized=vectorized):
+        result = aggregator_audit.audit_aggregator(
+            factory(), value_type=_VALUE, num_clients=5, trials=1000,
+            delta=_DELTA, alpha=1e-7, vectorized=vectorized, warn=False)
+        self.assertEqual(result.vectorized, vectorized)
+        self.assertEqual(result.neighboring_relation, 'replace_special')
+        result.raise_if_failed()
+        self.assertGreater(result.epsilon_lower_bound, 1.0)  # Not vacuous.
+    # Every run from one state draws the same noise: the two sets then
+    # differ by exactly the canary, which no real run of the factory shows.
+    # z = 5 (claim eps ~ 0.9): the identical runs refute it.
+    quiet = blt_factory.BLTFactory(5.0, 5, 1.0, [0.9], [0.5], 10)
+    state = quiet.create(_VALUE).initialize()
+    result = aggregator_audit.audit_aggregator(
+        quiet, value_type=_VALUE, num_clients=5, trials=200,
+        delta=_DELTA, initial_state=state, warn=False)
+    self.assertFalse(result.passed)
+    self.assertEqual((result.false_positives, result.false_negatives), (0, 0))
+    self.assertAlmostEqual(
+        result.mu_lower_bound, result.max_mu_lower_bound, places=6)
+
   @pytest.mark.slow
   def test_vectorised_trials_are_unbatched_trials(self):
     # The assumption of the vectorised path: a block of one call is
@@ -117,7 +149,7 @@ class AggregatorAuditTest(absltest.TestCase):
       with self.subTest(name):
         process = factory.create(_VALUE)
         state = process.initialize()
-        run = aggregator_audit._batched_runner(process, 50, False)
+        run = aggregator_audit._batched_runner(process, 50, False, fresh_state=False)
         unit = (canary - other) / np.linalg.norm(canary - other)
         if kind == 'central_sum':
           sets = {0: [np.zeros(20)] * clients,

@@ -49,6 +49,15 @@ class TradeoffTest(absltest.TestCase):
     self.assertLessEqual(exceed, 5)
     self.assertGreater(np.median(seen), 0.85)
 
+  def test_separated_samples_give_the_largest_mu(self):
+    # Constant statistics 0 and 1 are separated by any threshold in [0, 1):
+    # the best test makes no error, whichever way round.
+    for sign in (1.0, -1.0):
+      test, mu = tradeoff.best_mu_threshold_test(
+          np.zeros(100), sign * np.ones(100), 0.05)
+      self.assertEqual(test.errors(np.zeros(100), sign * np.ones(100)), (0, 0))
+      self.assertAlmostEqual(mu, tradeoff.max_mu_lower_bound(100, 100, 0.05))
+
   def test_violates_profile(self):
     # A pure eps = 1 claim: FPR + e FNR >= 1. The point (0.1, 0.1) breaks it,
     # (0.3, 0.3) does not.

@@ -30,6 +30,7 @@ from tff_priv.program.mechanisms import base
 from tff_priv.program.mechanisms import ldp
 from tff_priv.program.mechanisms import smp
 from tff_priv.learning import ldp_fl
+from tff_priv.mechanisms import blt as blt_lib
 
 P = dict
 
@@ -459,7 +460,8 @@ class PrivacyReportTest(tf.test.TestCase):
 
   def test_reports(self):
     self.assertEqual(
-        set(mechanisms.REPORTS), {'dp_fedavg', 'smp', 'udp', 'distortion', 'ldp'}
+        set(mechanisms.REPORTS),
+        {'dp_fedavg', 'blt', 'smp', 'udp', 'distortion', 'ldp'},
     )
     params = mechanisms.report_parameters()
     self.assertIn('sensitivity', params)
@@ -507,6 +509,45 @@ class PrivacyReportTest(tf.test.TestCase):
     self.assertAllClose(report['calibration']['rdp_noise_stddev'], z * 0.0125)
     self.assertFalse(report['paper']['holds'])
     self.assertGreater(report['paper']['true_rdp_epsilon'], 8.0)
+
+  def test_blt_report_counts_streams(self):
+    # N = 100, K = 10: streams of 10 rounds; 25 rounds are 3 streams, each an
+    # unsampled Gaussian of multiplier z / sensitivity.
+    report = mechanisms.privacy_report(
+        'blt', delta=1e-5, rounds=25, noise_multiplier=3.0, population=100,
+        sample_size=10,
+    )
+    plan = report['blt']
+    self.assertEqual((plan['rounds_per_stream'], plan['streams']), (10, 3))
+    strategy = blt_lib.BLT(
+        np.array(plan['buf_decay']), np.array(plan['output_scale'])
+    )
+    self.assertAllClose(plan['sensitivity'], strategy.sensitivity(10))
+    direct = rdp_privacy_accountant.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+    ).compose(dp_accounting.GaussianDpEvent(3.0 / plan['sensitivity']), 3)
+    self.assertAllClose(report['rdp_epsilon'], direct.get_epsilon(1e-5))
+    self.assertEqual(report['neighboring_relation'], 'replace_special')
+    self.assertEqual(report['rounds'], 25)
+    # A target eps: the noise the program would run at meets it.
+    target = mechanisms.privacy_report(
+        'blt', rounds=25, epsilon=2.0, population=100, sample_size=10
+    )
+    z = target['blt']['noise_multiplier']
+    self.assertAllClose(
+        z, target['calibration']['rdp_noise_multiplier'] * plan['sensitivity']
+    )
+    check = mechanisms.privacy_report(
+        'blt', rounds=25, noise_multiplier=z, population=100, sample_size=10
+    )
+    self.assertBetween(check['rdp_epsilon'], 1.99, 2.0)
+    json.dumps(report)
+    with self.assertRaisesRegex(ValueError, 'population'):
+      mechanisms.privacy_report(
+          'blt', rounds=5, epsilon=1.0, sampling_probability=0.1
+      )
+    with self.assertRaisesRegex(ValueError, 'epsilon or noise_multiplier'):
+      mechanisms.privacy_report('blt', rounds=5, population=10, sample_size=2)
 
   def test_ldp_report(self):
     report = mechanisms.privacy_report(

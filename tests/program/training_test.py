@@ -476,16 +476,37 @@ class DpFtrlRunTest(_TempDirTestCase):
         rtol=1e-9,
     )
 
-  def test_needs_a_noise_multiplier(self):
+  def test_needs_one_noise_target(self):
     root = os.path.join(self._make_tempdir(), 'run')
     with self.assertRaises(training.ConfigError) as raised:
-      training.run(_config(mechanism='dp_ftrl', params={'epsilon': 2.0}),
-                   root, progress=False)
-    self.assertIn('epsilon does not apply', str(raised.exception))
+      training.run(
+          _config(mechanism='dp_ftrl',
+                  params={'epsilon': 2.0, 'noise_multiplier': 1.0}),
+          root, progress=False)
+    self.assertIn('give one of noise_multiplier, epsilon', str(raised.exception))
     with self.assertRaises(training.ConfigError) as raised:
       training.run(_config(mechanism='dp_ftrl', params={}), root,
                    progress=False)
-    self.assertIn('needs noise_multiplier', str(raised.exception))
+    self.assertIn('needs noise_multiplier > 0 or a target epsilon',
+                  str(raised.exception))
+
+  def test_target_epsilon_is_met_exactly(self):
+    # 10 clients, K = 3, 7 rounds: 3 trees of 3 leaves, z calibrated so that
+    # the charged trees give eps 4 (the calibration's tolerance below it).
+    config = _config(
+        mechanism='dp_ftrl', params=dict(epsilon=4.0, clip=1.0),
+        clients_per_round=3, total_rounds=7, eval_every=7, sampling_seed=1,
+    )
+    summary = training.run(
+        config, os.path.join(self._make_tempdir(), 'run'), progress=False
+    )
+    z = summary['parameters']['resolved']['noise_multiplier']
+    accountant = dp_accounting.rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+    ).compose(dp_accounting.SingleEpochTreeAggregationDpEvent(z, 3), 3)
+    epsilon = summary['privacy']['guarantees'][0]['epsilon']
+    self.assertAllClose(epsilon, accountant.get_epsilon(1e-5), rtol=1e-9)
+    self.assertBetween(epsilon, 3.99, 4.0)
 
 
 class BltRunTest(_TempDirTestCase):

@@ -15,6 +15,10 @@ Events used by tff_priv:
     `SampledWithoutReplacementDpEvent(N, K, ...)`, counted under replace-one
     adjacency (Wang, Balle, Kasiviswanathan 2019).
   - no sampling (every client, every round): the bare Gaussian event.
+* One tree of DP-FTRL's tree aggregation over `steps` rounds, each client in
+  at most one: `SingleEpochTreeAggregationDpEvent(z, steps)`, counted by
+  dp_accounting's RDP accountant under REPLACE_SPECIAL as a Gaussian of
+  multiplier z / sqrt(S), S = `tree_sensitivity_squared(steps)`.
 * A pure eps-DP release, such as one eps-LDP report of one value (LDP-FL's
   two-point encoder): `PureEpsilonDpEvent(epsilon)`, defined here because
   dp_accounting 0.4.3 has no event for it. Its Renyi divergence is bounded by
@@ -25,6 +29,7 @@ import math
 from typing import Optional
 
 import attr
+import dp_accounting
 from dp_accounting import dp_event
 import numpy as np
 
@@ -177,3 +182,28 @@ def pure_epsilon_event(epsilon: float) -> PureEpsilonDpEvent:
   if not math.isfinite(epsilon):
     raise ValueError(f'epsilon must be finite, got {epsilon}')
   return PureEpsilonDpEvent(epsilon)
+
+
+def tree_sensitivity_squared(steps: int) -> float:
+  """S of one tree of `steps` leaves, as dp_accounting's RDP accountant counts it.
+
+  `SingleEpochTreeAggregationDpEvent(z, steps)` has the Renyi divergence of
+  a Gaussian of multiplier z / sqrt(S): S is read off the accountant (its RDP
+  over a Gaussian's of the same z at one order), so that a calibration
+  through it charges exactly what the ledger will. S is the number of
+  complete tree nodes one leaf can lie in, ceil(log2(steps + 1)).
+  """
+  steps = validation.int_at_least('steps', steps, 1)
+  relation = dp_accounting.NeighboringRelation
+  orders = [2.0]
+
+  def rdp(event, neighboring_relation):
+    accountant = dp_accounting.rdp.RdpAccountant(orders, neighboring_relation)
+    accountant.compose(event)
+    return float(accountant._rdp[0])  # pylint: disable=protected-access
+
+  tree = rdp(
+      dp_accounting.SingleEpochTreeAggregationDpEvent(1.0, steps),
+      relation.REPLACE_SPECIAL,
+  )
+  return tree / rdp(dp_accounting.GaussianDpEvent(1.0), relation.ADD_OR_REMOVE_ONE)

@@ -139,6 +139,11 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
     return self._sensitivity
 
   @property
+  def clip(self) -> float:
+    """The L2 clip C of each client's update."""
+    return self._clip
+
+  @property
   def blt(self) -> blt_lib.BLT:
     return self._blt
 

@@ -110,6 +110,11 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
   def rounds_per_tree(self) -> int:
     return self._rounds
 
+  @property
+  def clip(self) -> float:
+    """The L2 clip C of each client's update."""
+    return self._clip
+
   def create(self, value_type):
     specs = tf.nest.map_structure(
         lambda t: tf.TensorSpec(t.shape, t.dtype),
@@ -185,9 +190,10 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(np.bool_, tree_type, tree_type)
     def pick(restart, fresh, carried):
-      return tf.nest.map_structure(
-          lambda a, b: tf.where(restart, a, b), fresh, carried
-      )
+      # tf.cond, not tf.where: the tree's level buffers grow with its leaves
+      # ([levels, ...]), and tf.where would broadcast a fresh one-leaf tree
+      # to the old tree's levels (copies of its one node: twice its noise).
+      return tf.cond(restart, lambda: fresh, lambda: carried)
 
     @tff.tensorflow.computation(np.bool_, np.int64, tree_type, nonce_type)
     def new_state(restart, rounds_done, tree, nonce):

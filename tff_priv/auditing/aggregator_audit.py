@@ -190,12 +190,17 @@ def _default_canary(factory, initial_state, dimension, rng):
   return canary, -canary, np.zeros(dimension)
 
 
-def _batched_runner(process, batch_size, weighted):
+def _batched_runner(process, batch_size, weighted, fresh_state):
   """A federated computation running `process.next` `batch_size` times.
 
   Every call is a genuine, independent run of the factory's `next` on the
-  same state and client values (fresh client and server randomness each);
-  gathering them in one computation only saves TFF's per-call overhead.
+  same client values (fresh client and server randomness each); gathering
+  them in one computation only saves TFF's per-call overhead. With
+  `fresh_state` each run starts from its own `process.initialize()` (the
+  state argument is ignored): a factory whose noise seed lives in its state
+  (BLTFactory, TreeRestartFactory: a fresh nonce per `initialize()`) would
+  otherwise draw the same noise in every run from one state, which no real
+  run does. Without it every run starts from the given state.
   """
   state_type = process.next.type_signature.parameter[0]
   value_type = process.next.type_signature.parameter[1]
@@ -203,7 +208,8 @@ def _batched_runner(process, batch_size, weighted):
   def outputs(state, *args):
     results = []
     for _ in range(batch_size):
-      out = process.next(state, *args)
+      start = process.initialize() if fresh_state else state
+      out = process.next(start, *args)
       results.append((out.result, out.measurements))
     return tff.federated_zip(tuple(results))
 
@@ -239,6 +245,10 @@ def _batched_runner(process, batch_size, weighted):
 #     canary clients of a / m per block (each of norm <= C, not clipped):
 #     their sum, all the factory reads, is the canary in every block. The
 #     other clients hold 0 (their fixed values only shift both sets alike).
+#     BLTFactory too, under replace-special (the canary against a client
+#     holding 0, which adds nothing to the sum), in its first round from a
+#     fresh state (C^{-1}'s first row is e_1: the round's noise is z C times
+#     fresh N(0, 1) per coordinate); each call starts from `initialize()`.
 #   'single_client': one client under replace-one whose upload is noised per
 #     coordinate with nothing coupling coordinates: tff_priv's
 #     ClientNoiseFactory without a clip (udp: N(0, s^2) per coordinate, s not
@@ -257,6 +267,8 @@ def _vector_kind(factory, relation, num_clients, initial_state):
   if (name == 'DifferentiallyPrivateFactory'
       and _tff_gaussian_clip(factory) is not None
       and relation == 'add_or_remove_one'):
+    return 'central_sum'
+  if name == 'BLTFactory' and relation == 'replace_special':
     return 'central_sum'
   if num_clients != 1 or relation != 'replace_one':
     return None
@@ -285,7 +297,7 @@ def _vectorized_statistics(
   """The canary-direction statistic of `trials` releases per set, blocks of one call."""
   d = canary.size
   if kind == 'central_sum':
-    clip = _tff_gaussian_clip(factory)
+    clip = _tff_gaussian_clip(factory) or factory.clip
     if np.any(center != 0):
       raise ValueError('the vectorised central sum needs the center at 0')
     norm = float(np.linalg.norm(canary))
@@ -316,12 +328,14 @@ def _vectorized_statistics(
     process = factory.create(value_type, tff.TensorType(np.float32))
   else:
     process = factory.create(value_type)
-  state = process.initialize()
   statistics = {}
   for world, values in worlds.items():
     args = (values, [np.float32(1.0)] * len(values)) if weighted else (values,)
     out = []
     for _ in range(-(-trials // blocks)):
+      # A fresh state per call: see `_batched_runner` (BLTFactory's noise is
+      # a function of its state's seed).
+      state = process.initialize()
       result = np.asarray(process.next(state, *args).result, np.float64)
       out.append(result.reshape(blocks, d) @ unit)
     statistics[world] = np.concatenate(out)[:trials]
@@ -459,6 +473,9 @@ def _canary_values(
           f'canary has {canary_flat.size} values, value_type {dimension}'
       )
     replaced, center = -canary_flat, np.zeros(dimension)
+  if relation == 'replace_special':
+    # Zero-out: the neighbouring client's update is the special value 0.
+    replaced = np.zeros(dimension)
   if replaced_value is not None:
     if relation != 'replace_one':
       raise ValueError('replaced_value applies only under replace_one')
@@ -481,7 +498,7 @@ def _client_sets(
   drawn once from `rng` and fixed for every run (known to the adversary).
   Under add-or-remove-one the canary joins them (num_clients + 1 clients);
   under replace-one it replaces client 0, which holds the replaced value in
-  the other set.
+  the other set (under replace-special, zero-out, the value 0).
   """
   canary, replaced, center = _canary_values(
       factory, state, dimension, rng, canary, replaced_value, relation)
@@ -525,9 +542,14 @@ def _read_claim(
   claimed_epsilon = float(claim_accountant.get_epsilon(delta))
   plain_claim = guarantees.plain_event(claimed_dp_event)
   claimed_mu = math.nan
-  if isinstance(plain_claim, dp_accounting.GaussianDpEvent) and (
-      plain_claim.noise_multiplier > 0):
-    claimed_mu = 1.0 / plain_claim.noise_multiplier
+  gaussian, count = plain_claim, 1
+  if isinstance(gaussian, dp_accounting.SelfComposedDpEvent):
+    # c Gaussians of multiplier z compose to the Gaussian of mu sqrt(c) / z
+    # (BLTFactory's and TreeRestartFactory's stream or tree events).
+    gaussian, count = gaussian.event, gaussian.count
+  if isinstance(gaussian, dp_accounting.GaussianDpEvent) and (
+      gaussian.noise_multiplier > 0 and count >= 1):
+    claimed_mu = math.sqrt(count) / gaussian.noise_multiplier
   return _Claim(
       event=plain_claim, accountant=claim_accountant,
       accountant_name=accountant, epsilon=claimed_epsilon, mu=claimed_mu,
@@ -594,15 +616,17 @@ def _vectorized_candidates(
 
 def _per_run_releases(
     process, state, batch_size, weighted, sets, trials, shape, dtype,
+    fresh_state,
 ):
   """(leaf names, {set: [runs x leaf values] per leaf}) of `trials` runs per set.
 
-  Every run starts from `state`, `batch_size` runs per TFF call
-  (`_batched_runner`, about 5 ms a run); each run's released values (the
-  aggregate and every measurement leaf) are flattened. `sets` maps 0 and 1
-  to the clients without and with the canary.
+  Every run starts from `state`, or from its own `process.initialize()` with
+  `fresh_state`, `batch_size` runs per TFF call (`_batched_runner`, about
+  5 ms a run); each run's released values (the aggregate and every
+  measurement leaf) are flattened. `sets` maps 0 and 1 to the clients
+  without and with the canary.
   """
-  run = _batched_runner(process, batch_size, weighted)
+  run = _batched_runner(process, batch_size, weighted, fresh_state)
   calls = -(-trials // batch_size)
   leaves = {0: [], 1: []}
   for world, values in sets:
@@ -625,12 +649,13 @@ def _per_run_releases(
 
 def _per_run_candidates(
     process, state, batch_size, weighted, clients, trials, shape, dtype,
-    selection_fraction, rng,
+    selection_fraction, rng, fresh_state,
 ):
   """(candidates, choose, held) of `trials` runs per set of `process`.
 
-  The process is run `trials` times on each set, every run from the same
-  `state` (`process.initialize()` or `initial_state`; `_per_run_releases`),
+  The process is run `trials` times on each set, every run from its own
+  `process.initialize()` (`fresh_state`) or from `initial_state`
+  (`_per_run_releases`),
   and then `rng` splits the runs (`tradeoff.split`). The candidate statistics
   are the projection of the aggregate onto the canary's direction and, for
   every released leaf, the projection onto the difference of its means
@@ -639,7 +664,8 @@ def _per_run_candidates(
   """
   names, data = _per_run_releases(
       process, state, batch_size, weighted,
-      ((0, clients.without), (1, clients.with_canary)), trials, shape, dtype)
+      ((0, clients.without), (1, clients.with_canary)), trials, shape, dtype,
+      fresh_state)
   dimension = clients.canary.size  # The value type's (`_canary_values`).
   direction = clients.direction
   pick, held = tradeoff.split(trials, selection_fraction, rng)
@@ -810,13 +836,14 @@ def audit_aggregator(
     seed: seeds the canary direction, the other clients and the split.
     replaced_value: replace-one only: the value the canary replaces; default
       the reflection of the canary through the domain center.
-    neighboring_relation: 'add_or_remove_one' or 'replace_one', for a factory
-      whose relation is not known.
+    neighboring_relation: 'add_or_remove_one', 'replace_one' or
+      'replace_special' (the canary against a client whose update is 0), for
+      a factory whose relation is not known.
     alpha: a true claim fails with probability <= alpha (each bound at
       alpha / 2).
     batch_size: runs of `next` per TFF call (>= 1).
-    initial_state: the state every run starts from; default
-      `process.initialize()` (e.g. a top_k state with its mask set).
+    initial_state: the state every run starts from (e.g. a top_k state with
+      its mask set); default: each run its own `process.initialize()`.
     warn: warn and log a failed audit.
     vectorized: None (vectorise when the factory is known coordinatewise and
       no `initial_state` is given), True (require it) or False (per run).
@@ -855,7 +882,7 @@ def audit_aggregator(
   else:
     candidates, choose, held = _per_run_candidates(
         process, state, batch_size, weighted, clients, trials, shape, dtype,
-        selection_fraction, rng)
+        selection_fraction, rng, fresh_state=initial_state is None)
   decision = tradeoff.decide(candidates, choose, held, delta, alpha)
   result = _audit_result(
       factory, decision, claim, relation, guarantee, delta, alpha, trials,

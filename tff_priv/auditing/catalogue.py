@@ -17,11 +17,13 @@ import tensorflow_federated as tff
 
 from tff_priv import validation
 from tff_priv.accounting import calibration
+from tff_priv.aggregators import blt as blt_factory
 from tff_priv.aggregators import distortion
 from tff_priv.aggregators import gaussian_udp
 from tff_priv.aggregators import ldp_encode
 from tff_priv.aggregators import sparsified_secure_sum
 from tff_priv.auditing import aggregator_audit
+from tff_priv.mechanisms import blt as blt_lib
 
 QUICKSTART_EPSILON = 8.0
 QUICKSTART_DELTA = 1e-5
@@ -71,6 +73,12 @@ def quickstart_settings(
   else:
     z = validation.positive('noise_multiplier', noise_multiplier)
   k = QUICKSTART_CLIENTS
+  # BLT: the strategy --mechanism=blt runs for a stream of the quickstart's
+  # rounds, its noise scaled so that the stream's claim is Gaussian(z). The
+  # audit sees the stream's first round only (noise z s C, s the stream's
+  # sensitivity > 1), so it is loose by s in mu.
+  blt = blt_lib.optimize(QUICKSTART_ROUNDS, error='max')
+  blt_sensitivity = blt.sensitivity(QUICKSTART_ROUNDS)
 
   def udp_canary(d):
     return np.full(d, 0.5 / math.sqrt(d))
@@ -80,6 +88,14 @@ def quickstart_settings(
           'dp_fedavg (TFF gaussian_fixed)', f'z={z:.3f}, C=1, K={k}',
           lambda: tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
               noise_multiplier=z, clients_per_round=k, clip=1.0),
+          dimension, k),
+      Setting(
+          'blt (BLTFactory)',
+          f'z={z * blt_sensitivity:.3f}, C=1, K={k}, round 1 of a '
+          f'{QUICKSTART_ROUNDS}-round stream',
+          lambda: blt_factory.BLTFactory(
+              z * blt_sensitivity, k, 1.0, list(blt.buf_decay),
+              list(blt.output_scale), QUICKSTART_ROUNDS),
           dimension, k),
       Setting(
           'smp (SparsifiedSecureSumFactory)',

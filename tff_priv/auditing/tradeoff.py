@@ -66,7 +66,12 @@ def best_mu_threshold_test(
   best, best_mu = None, -1.0
   for sign in (1.0, -1.0):
     a, b = np.sort(sign * s0), np.sort(sign * s1)
-    thresholds = np.concatenate([[min(a[0], b[0]) - 1.0], np.unique(b)])
+    # Every sample value of either input: fp only drops at a's values and fn
+    # only rises at b's, so the best test sits at one of them (b's alone
+    # miss it when the inputs are separated, e.g. constant statistics).
+    thresholds = np.concatenate(
+        [[min(a[0], b[0]) - 1.0], np.unique(np.concatenate([a, b]))]
+    )
     fp = a.size - np.searchsorted(a, thresholds, side='right')
     fn = np.searchsorted(b, thresholds, side='right')
     mu = mu_lower_bound(fp, a.size, fn, b.size, alpha)

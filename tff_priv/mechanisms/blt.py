@@ -48,6 +48,7 @@ from typing import Optional, Sequence
 import numpy as np
 import scipy.linalg
 import scipy.optimize
+import scipy.signal
 import scipy.special
 import tensorflow as tf
 
@@ -96,10 +97,33 @@ class BLT:
     return lower_triangular_toeplitz(self.toeplitz_coefs(n))
 
   def inverse_coefs(self, n: int) -> np.ndarray:
-    """C^{-1}'s Toeplitz coefficients: the streaming inverse of e_0."""
+    """C^{-1}'s Toeplitz coefficients (= the streaming inverse of e_0).
+
+    C's generating function is the rational 1 + sum_i omega_i x / (1 -
+    theta_i x) = P(x) / Q(x), Q = prod_i (1 - theta_i x), so C^{-1}'s is
+    Q / P: scipy's `lfilter` expands it in O(n num_buffers) compiled work
+    (the Python loop of `streaming_inverse` is what the optimiser would
+    otherwise call at every loss evaluation; tests check the two agree).
+    """
     impulse = np.zeros(n)
-    impulse[0] = 1.0
-    return self.streaming_inverse(impulse)
+    if n:
+      impulse[0] = 1.0
+    if self.num_buffers == 0:
+      return impulse
+    poly = np.polynomial.polynomial
+    factors = [np.array([1.0, -theta]) for theta in self.buf_decay]
+    q = np.array([1.0])
+    for factor in factors:
+      q = poly.polymul(q, factor)
+    p = q
+    for i, omega in enumerate(self.output_scale):
+      others = np.array([0.0, omega])  # omega_i x
+      for j, factor in enumerate(factors):
+        if j != i:
+          others = poly.polymul(others, factor)
+      p = poly.polyadd(p, others)
+    # Coefficients in increasing powers of x, as lfilter takes them.
+    return scipy.signal.lfilter(q, p, impulse)
 
   def inverse(self) -> 'BLT':
     """The BLT of C^{-1} (jax_privacy `BufferedToeplitz.inverse`).

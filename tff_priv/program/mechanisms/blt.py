@@ -14,11 +14,13 @@ Gaussians, unsampled.
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Any, Optional
 
+from tff_priv.accounting import reports
 from tff_priv.accounting import target_noise
 from tff_priv.aggregators import blt as blt_factory
 from tff_priv.mechanisms import blt as blt_lib
+from tff_priv.program import sampling as sampling_lib
 from tff_priv.program.mechanisms import base
 
 NAME = 'blt'
@@ -26,6 +28,8 @@ SAMPLING = 'epoch'
 UNIT = 'client'
 # The server adds the correlated noise.
 NOISE = 'central'
+# The `Config` fields `privacy_report` reads.
+REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta', 'num_buffers')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,14 +79,13 @@ def canary_refusal(config: Config) -> Optional[str]:
   )
 
 
-def build(config: Config, context: base.BuildContext) -> base.Mechanism:
-  """One BLT stream per epoch in unweighted FedAvg."""
-  rounds_per_stream = context.sampling.rounds_per_epoch
+def _plan(config: Config, rounds_per_stream: int, total_rounds: int):
+  """(strategy, sensitivity, streams, noise_multiplier) of a run."""
   strategy = blt_lib.optimize(
       rounds_per_stream, error='max', num_buffers=config.num_buffers
   )
   sensitivity = strategy.sensitivity(rounds_per_stream, 1, 1)
-  streams = math.ceil(context.total_rounds / rounds_per_stream)
+  streams = math.ceil(total_rounds / rounds_per_stream)
   noise_multiplier = config.noise_multiplier
   if noise_multiplier is None:
     # The run releases `streams` unsampled Gaussians of multiplier
@@ -90,6 +93,75 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
     noise_multiplier = target_noise.noise_for_target(
         config.epsilon, config.delta, streams, sensitivity=sensitivity
     )
+  return strategy, sensitivity, streams, noise_multiplier
+
+
+def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+  """eps of a run's streams by every accountant, or the noise for a target.
+
+  The run's epochs (N // K rounds, from `population` N and `sample_size` K)
+  are its streams: ceil(T / epoch) unsampled Gaussians of multiplier
+  noise_multiplier / sensitivity (no amplification: the sampling only sets
+  the epoch). No paper closed form.
+
+  Args:
+    params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given).
+    rounds: T >= 1.
+    **sampling: `population` and `sample_size` (needed).
+  """
+  if sampling.get('sampling_probability') is not None or not (
+      sampling.get('population') and sampling.get('sample_size')
+  ):
+    raise ValueError(
+        "mechanism 'blt' needs --population and --clients_per_round (its "
+        'epoch sampling: one stream per epoch of N // K rounds), not a '
+        'sampling rate'
+    )
+  epoch = sampling_lib.ClientSampling(
+      SAMPLING, sampling['population'], sampling['sample_size']
+  ).rounds_per_epoch
+  given = dict(params)
+  if given.get('epsilon') is None and given.get('noise_multiplier') is None:
+    raise ValueError("mechanism 'blt' needs epsilon or noise_multiplier")
+  config = Config(**given)
+  strategy, sensitivity, streams, noise_multiplier = _plan(
+      config, epoch, rounds
+  )
+  report = reports.gaussian_mechanism_report(
+      NAME, delta=config.delta, rounds=streams,
+      **({'epsilon': config.epsilon} if config.noise_multiplier is None
+         else {'noise_stddev': noise_multiplier}),
+      scale=sensitivity,
+  )
+  report['rounds'] = rounds
+  if 'neighboring_relation' in report:
+    # The sensitivity is for a client's updates replaced by zero; an
+    # unsampled Gaussian's eps is the same under either relation.
+    report['neighboring_relation'] = (
+        blt_factory.GUARANTEE.neighboring_relation
+    )
+  report['blt'] = {
+      'rounds_per_stream': epoch,
+      'streams': streams,
+      'sensitivity': sensitivity,
+      'noise_multiplier': noise_multiplier,
+      'buf_decay': [float(x) for x in strategy.buf_decay],
+      'output_scale': [float(x) for x in strategy.output_scale],
+      'note': (
+          'noise_multiplier is the std of each round\'s z in units of clip; '
+          'the accountants count the streams, each a Gaussian of multiplier '
+          'noise_multiplier / sensitivity'
+      ),
+  }
+  return report
+
+
+def build(config: Config, context: base.BuildContext) -> base.Mechanism:
+  """One BLT stream per epoch in unweighted FedAvg."""
+  rounds_per_stream = context.sampling.rounds_per_epoch
+  strategy, sensitivity, _, noise_multiplier = _plan(
+      config, rounds_per_stream, context.total_rounds
+  )
   factory = blt_factory.BLTFactory(
       noise_multiplier,
       context.sampling.clients_per_round,

@@ -9,13 +9,18 @@ most once per epoch of N // K rounds); each epoch's tree is charged
 `SingleEpochTreeAggregationDpEvent(z, N // K)` at its first round, under
 dp_accounting's REPLACE_SPECIAL relation. No amplification by sampling: the
 guarantee holds whoever is drawn. The server adds the noise: no guarantee
-against it. The paper's server optimizer is SGD (momentum optional) on the
+against it. A target `epsilon` is calibrated exactly: the run composes
+ceil(T / epoch) trees, each counted by dp_accounting as a Gaussian of
+multiplier z / sqrt(S) (`events.tree_sensitivity_squared`). The paper's server optimizer is SGD (momentum optional) on the
 noised residual sums: the program's server optimizer and rate.
 """
 
 import dataclasses
+import math
 from typing import Optional
 
+from tff_priv.accounting import events
+from tff_priv.accounting import target_noise
 from tff_priv.aggregators import dp_ftrl
 from tff_priv.program.mechanisms import base
 
@@ -32,11 +37,13 @@ class Config:
 
   Attributes:
     noise_multiplier: z > 0: each tree node's noise std is z C.
-    delta: the delta of the report.
+    epsilon: instead of noise_multiplier, the run's target eps at delta.
+    delta: the delta of the target and the report.
     clip: L2 clip C of each client's update.
   """
 
   noise_multiplier: Optional[float] = None
+  epsilon: Optional[float] = None
   delta: float = base.DEFAULT_DELTA
   clip: float = base.DEFAULT_CLIP
 
@@ -45,10 +52,13 @@ class Config:
 
   def validate(self) -> None:
     base.check_fields(self)
-    if not self.noise_multiplier:
+    if self.noise_multiplier is not None and self.epsilon is not None:
       raise ValueError(
-          "mechanism 'dp_ftrl' needs noise_multiplier > 0 (a target epsilon "
-          'is not calibrated for tree aggregation)'
+          "give one of noise_multiplier, epsilon for mechanism 'dp_ftrl'"
+      )
+    if not self.noise_multiplier and self.epsilon is None:
+      raise ValueError(
+          "mechanism 'dp_ftrl' needs noise_multiplier > 0 or a target epsilon"
       )
 
 
@@ -65,8 +75,17 @@ def canary_refusal(config: Config) -> Optional[str]:
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   """The restarted tree factory in unweighted FedAvg, one tree per epoch."""
   rounds_per_epoch = context.sampling.rounds_per_epoch
+  noise_multiplier = config.noise_multiplier
+  if noise_multiplier is None:
+    # ceil(T / R) unsampled trees, each a Gaussian of z / sqrt(S) to the
+    # accountant: z is their noise std relative to sensitivity sqrt(S).
+    noise_multiplier = target_noise.noise_for_target(
+        config.epsilon, config.delta,
+        math.ceil(context.total_rounds / rounds_per_epoch),
+        sensitivity=math.sqrt(events.tree_sensitivity_squared(rounds_per_epoch)),
+    )
   factory = dp_ftrl.TreeRestartFactory(
-      config.noise_multiplier,
+      noise_multiplier,
       context.sampling.clients_per_round,
       config.clip,
       rounds_per_epoch,
@@ -74,7 +93,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   return base.restarting_on_resume(
       NAME, config, context, factory, dp_ftrl.with_restart_forced,
       resolved={
-          'noise_multiplier': config.noise_multiplier,
+          'noise_multiplier': noise_multiplier,
           'rounds_per_tree': rounds_per_epoch,
       },
       what='tree',
