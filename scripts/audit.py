@@ -12,7 +12,9 @@ and the largest eps its trials can show. `--power_plot` and
 `--calibration_plot` replay audits of Gaussian factories
 (`tff_priv.auditing.power`) instead.
 `--one_run` adds a row for a tiny udp training run audited by Steinke et al.'s
-one-run bound (`tff_priv.experiments.one_run_audit`). Exit
+one-run bound and the f-DP one of Mahloujifar et al.
+(`tff_priv.experiments.one_run_audit`); `--one_run_sweep=1,0.5,0.1,0` repeats
+that run at fractions of its noise instead. Exit
 status 1 when an audit fails (a lower bound above its claim).
 """
 
@@ -86,12 +88,58 @@ _ONE_RUN_EPSILON = flags.DEFINE_float(
     'Accounted eps of the --one_run run (whole run, delta 1e-5); keep it '
     'below what its canaries can show (3.80 for 200), or the row cannot fail.',
 )
+_ONE_RUN_SWEEP = flags.DEFINE_list(
+    'one_run_sweep', None,
+    'Instead of the table: noise fractions (e.g. 1,0.5,0.2,0.1,0.05,0.02,0,'
+    ' of the noise --one_run_epsilon needs) at which the --one_run run is '
+    'repeated, printing Steinke et al.\'s and the f-DP bound for each '
+    '(a few minutes).',
+)
+_ONE_RUN_CANARY_TASK = flags.DEFINE_enum(
+    'one_run_canary_task', 'digits', ['digits', 'mnist5k_softmax'],
+    "The --one_run run's task: digits (64 inputs: 200 canaries interfere) or "
+    "mnist5k's softmax regression over 10 clients (784 inputs).",
+)
 _CLI = cli.Cli('audit.py')
+
+
+def _one_run_task():
+  if _ONE_RUN_CANARY_TASK.value == 'digits':
+    return {}
+  return dict(one_run_audit.LOW_INTERFERENCE)
+
+
+def _print_sweep():
+  """The --one_run_sweep table (Markdown)."""
+  print('| noise fraction | z | Steinke eps lower bound | f-DP mu lower bound '
+        '(its eps) |')
+  print('|---|---|---|---|')
+  with tempfile.TemporaryDirectory() as tmp:
+    rows = one_run_audit.noise_sweep(
+        [float(f) for f in _ONE_RUN_SWEEP.value], tmp,
+        canaries=_ONE_RUN_CANARIES.value, rounds=_ONE_RUN_ROUNDS.value,
+        epsilon=_ONE_RUN_EPSILON.value, **_one_run_task(),
+        progress=lambda r: print(
+            f"| {r['fraction']:g} | {r['noise_multiplier']:.4g} | "
+            f"{r['steinke_epsilon_lower_bound']:.3f} | "
+            f"{r['fdp_mu_lower_bound']:.3f} "
+            f"({r['fdp_epsilon_lower_bound']:.3f}) |", flush=True),
+    )
+  for key in ('steinke_epsilon_lower_bound', 'fdp_epsilon_lower_bound'):
+    print(f'{key}: refutes eps {_ONE_RUN_EPSILON.value:g} up to noise '
+          f'fraction {one_run_audit.largest_refuted(rows, key)}')
 
 
 def main(argv):
   if len(argv) > 1:
     _CLI.fail(f'unexpected arguments: {argv[1:]}')
+  if _ONE_RUN_SWEEP.value:
+    try:
+      command.set_context()
+      _print_sweep()
+    except ValueError as e:
+      _CLI.fail(str(e))
+    return
   if _POWER_PLOT.value or _CALIBRATION_PLOT.value:
     if _POWER_PLOT.value:
       table = power.plot_power(_POWER_PLOT.value, seeds=_SEEDS.value,
@@ -112,7 +160,7 @@ def main(argv):
     if _ONE_RUN.value:
       config = one_run_audit.config(
           _ONE_RUN_CANARIES.value, _ONE_RUN_ROUNDS.value,
-          _ONE_RUN_EPSILON.value,
+          _ONE_RUN_EPSILON.value, **_one_run_task(),
       )
       with tempfile.TemporaryDirectory() as tmp:
         summary = training.run(config, f'{tmp}/run', progress=False)
@@ -124,7 +172,7 @@ def main(argv):
     cli.exit_now(1)
   print(catalogue.format_table(rows, _FORMAT.value, extra))
   if _PLOT.value:
-    catalogue.plot(rows, _PLOT.value)
+    catalogue.plot(rows, _PLOT.value, extra)
   if not all(result.passed for _, result in rows) or any(
       r['verdict'] != 'pass' for r in extra
   ):

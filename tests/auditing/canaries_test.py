@@ -32,6 +32,22 @@ class CanariesTest(absltest.TestCase):
     full = canaries.Canaries(seed=1, num_inserted=5, dimension=3, rate=1.0)
     np.testing.assert_array_equal(full.participants(9), np.arange(5))
 
+  def test_epoch_canaries_join_exactly_once_per_epoch(self):
+    # DP-FTRL's trees and BLT's streams hold for clients at most once per
+    # epoch: each inserted canary joins one round of each epoch of 4 rounds,
+    # which round following the seed.
+    c = canaries.Canaries(seed=3, num_inserted=40, dimension=3, rate=0.25,
+                          rounds_per_epoch=4)
+    for epoch in range(5):
+      joined = np.concatenate(
+          [c.participants(4 * epoch + t) for t in range(1, 5)])
+      np.testing.assert_array_equal(np.sort(joined), np.arange(40))
+    firsts = [tuple(c.participants(4 * e + 1)) for e in range(5)]
+    self.assertGreater(len(set(firsts)), 1)  # A fresh draw per epoch.
+    with self.assertRaisesRegex(ValueError, 'rounds_per_epoch'):
+      canaries.Canaries(seed=3, num_inserted=4, dimension=3, rate=0.5,
+                        rounds_per_epoch=0)
+
   def test_seed_from_is_a_separate_stream(self):
     self.assertEqual(canaries.seed_from(5), canaries.seed_from(5))
     self.assertNotEqual(canaries.seed_from(5), canaries.seed_from(6))

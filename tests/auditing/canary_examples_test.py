@@ -72,14 +72,22 @@ class CanaryExamplesTest(tf.test.TestCase):
     scores = included * 1.0 + rng.normal(size=m)
     entry = canary_examples.audit(scores, included, delta, accounted_epsilon=3.0)
     grid = canary_examples.GUESS_FRACTIONS
-    bounds = []
+    bounds, mus = [], []
     for f in grid:
       guess, _ = canary_examples.guesses(scores, f)
       right = int(np.sum((guess == 1) & included) + np.sum((guess == -1) & ~included))
       bounds.append(one_run.epsilon_lower_bound(
           m, int(np.sum(guess != 0)), right, delta, 0.05 / len(grid)
       ))
+      mus.append(one_run.fdp_mu_lower_bound(
+          m, int(np.sum(guess != 0)), right, 0.05 / len(grid)
+      ))
     self.assertEqual(entry['epsilon_lower_bound'], max(bounds))
+    # The f-DP bound of the same guesses, its best grid row, beside.
+    self.assertEqual(entry['fdp_mu_lower_bound'], max(mus))
+    self.assertGreater(entry['fdp_epsilon_lower_bound'],
+                       entry['epsilon_lower_bound'])
+    self.assertIn('Gaussian', entry['fdp_meaning'])
     self.assertGreater(entry['epsilon_lower_bound'], 0.0)
     self.assertEqual([r['epsilon_lower_bound'] for r in entry['grid']], bounds)
     self.assertEqual(entry['accounted_epsilon'], 3.0)

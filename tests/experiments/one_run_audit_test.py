@@ -1,5 +1,6 @@
 """Tests for tff_priv.experiments.one_run_audit: the run and its table row."""
 
+import pytest
 import tensorflow as tf
 
 from tff_priv.auditing import canary_examples
@@ -34,14 +35,44 @@ class OneRunAuditTest(tf.test.TestCase):
     summary = {'privacy': {'empirical': {
         'accounted_epsilon': 4.0, 'epsilon_lower_bound': 0.2,
         'num_canaries': 200, 'delta': 1e-5, 'guesses': 100, 'correct': 66,
+        'fdp_mu_lower_bound': 0.1, 'fdp_epsilon_lower_bound': 0.3,
     }}}
     row = one_run_audit.row(config, summary)
     self.assertEqual(row['verdict'], 'pass')
     self.assertEqual(row['empirical_lower_bound'], 0.2)
     self.assertEqual(row['accounted_epsilon'], 4.0)
     self.assertIn('200 canary examples', row['setting'])
+    self.assertEqual(row['fdp_epsilon_lower_bound'], 0.3)
     summary['privacy']['empirical']['epsilon_lower_bound'] = 4.5
     self.assertEqual(one_run_audit.row(config, summary)['verdict'], 'FAIL')
+
+
+  def test_low_interference_config(self):
+    config = one_run_audit.config(
+        canaries=50, rounds=2, **one_run_audit.LOW_INTERFERENCE)
+    self.assertEqual(config.task, 'mnist5k')
+    self.assertEqual(config.task_options['model'], 'softmax')
+
+  def test_largest_refuted(self):
+    rows = [
+        {'fraction': f, 'claimed_epsilon': 1.0, 'b': b}
+        for f, b in ((1.0, 0.1), (0.1, 0.8), (0.05, 1.5), (0.0, 2.4))
+    ]
+    self.assertEqual(one_run_audit.largest_refuted(rows, 'b'), 0.05)
+    self.assertIsNone(one_run_audit.largest_refuted(rows[:2], 'b'))
+
+  @pytest.mark.slow
+  def test_noise_sweep_runs_each_fraction(self):
+    # Tiny runs: the noise of fraction f is z f, the bounds come from the
+    # summary's one-run entry; no noise shows at least as much.
+    rows = one_run_audit.noise_sweep(
+        [1.0, 0.0], self.get_temp_dir(), canaries=40, rounds=2)
+    self.assertEqual([r['fraction'] for r in rows], [1.0, 0.0])
+    self.assertGreater(rows[0]['noise_multiplier'], 0.0)
+    self.assertEqual(rows[1]['noise_multiplier'], 0.0)
+    for row in rows:
+      self.assertGreaterEqual(row['steinke_epsilon_lower_bound'], 0.0)
+      self.assertGreaterEqual(row['fdp_mu_lower_bound'], 0.0)
 
 
 if __name__ == '__main__':

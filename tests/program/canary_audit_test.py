@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -110,6 +111,23 @@ class CanaryAuditTest(tf.test.TestCase):
     self.assertEqual(audited['sampling']['num_clients'], 10)
     self.assertEqual(audited['uplink_bytes'], plain['uplink_bytes'])
     _assert_same_columns(self, audited_root, plain_root)
+
+  def test_dp_ftrl_and_blt_canaries_join_once_per_epoch(self):
+    # 10 clients, K = 2: epochs (trees, streams) of 5 rounds, 10 rounds. The
+    # canaries join once per epoch as a real client does, so the guarantee
+    # they estimate is the one accounted; the ledger is the real clients'.
+    for mechanism in ('dp_ftrl', 'blt'):
+      with self.subTest(mechanism):
+        changes = dict(
+            mechanism=mechanism, params={'clip': 1.0, 'epsilon': 4.0},
+            clients_per_round=2, total_rounds=10, eval_every=10)
+        audited, _ = self._run(_config(audit_canaries=100, **changes))
+        plain, _ = self._run(_config(**changes))
+        empirical = audited['privacy'].pop('empirical')
+        self.assertEqual(audited['privacy'], plain['privacy'])
+        self.assertEqual(empirical['num_inserted'], 100)
+        self.assertAlmostEqual(empirical['accounted_epsilon'], 4.0, delta=0.01)
+        self.assertTrue(np.isfinite(empirical['final_model_epsilon']))
 
   def test_refused_mechanisms_in_one_line(self):
     for mechanism, params, reason in (

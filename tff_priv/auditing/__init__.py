@@ -2,7 +2,9 @@
 
 Public names (imported on first use): `audit_aggregator`, `AuditResult`,
 `AuditFailedError`, `one_shot_epsilon`, `one_shot_epsilon_all_iterates`,
-`one_run_epsilon_lower_bound` (`one_run.epsilon_lower_bound`).
+`one_run_epsilon_lower_bound` (`one_run.epsilon_lower_bound`, Steinke et
+al.), `one_run_fdp_mu_lower_bound` and `one_run_fdp_epsilon_lower_bound`
+(`one_run.fdp_*`, Mahloujifar et al.).
 """
 
 from tff_priv import _exports
@@ -14,6 +16,10 @@ _EXPORTS = {
     'one_shot_epsilon': 'tff_priv.auditing.one_shot',
     'one_shot_epsilon_all_iterates': 'tff_priv.auditing.one_shot',
     'one_run_epsilon_lower_bound': ('tff_priv.auditing.one_run', 'epsilon_lower_bound'),
+    'one_run_fdp_mu_lower_bound': ('tff_priv.auditing.one_run', 'fdp_mu_lower_bound'),
+    'one_run_fdp_epsilon_lower_bound': (
+        'tff_priv.auditing.one_run', 'fdp_epsilon_lower_bound'
+    ),
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = _exports.lazy(__name__, _EXPORTS)

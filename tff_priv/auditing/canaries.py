@@ -44,6 +44,7 @@ from tff_priv.auditing import one_shot
 
 _DIRECTION_STREAM = 0
 _PARTICIPATION_STREAM = 1
+_EPOCH_STREAM = 2
 # Above any seed `secrets.randbits(62)` or a user gives (< 2**63): the
 # canary seed's stream in `seed_from`.
 _SEED_STREAM = 2**63
@@ -142,18 +143,26 @@ class Canaries:
     dimension: d, the model's trainable scalars.
     rate: q in (0, 1]: each inserted canary joins each round with
       probability q.
+    rounds_per_epoch: None, or n >= 1 for a run whose clients come epoch by
+      epoch (each at most once per epoch of n rounds: DP-FTRL's trees, BLT's
+      streams): then each inserted canary joins exactly one round of each
+      epoch, drawn uniformly from the secret seed, as a real client does
+      (`rate` is not used).
   """
 
   seed: int
   num_inserted: int
   dimension: int
   rate: float
+  rounds_per_epoch: Optional[int] = None
 
   def __post_init__(self):
     validation.int_at_least('seed', self.seed, 0)
     validation.int_at_least('num_inserted', self.num_inserted, 2)
     validation.int_at_least('dimension', self.dimension, 1)
     validation.half_open_unit('rate', self.rate)
+    if self.rounds_per_epoch is not None:
+      validation.int_at_least('rounds_per_epoch', self.rounds_per_epoch, 1)
 
   def direction(self, j: int) -> np.ndarray:
     """Canary j's unit direction (float64, [d]), j in [0, 2N)."""
@@ -167,6 +176,11 @@ class Canaries:
   def participants(self, round_num: int) -> np.ndarray:
     """The inserted canaries of round `round_num` (sorted indices in [0, N))."""
     round_num = validation.int_at_least('round_num', round_num, 1)
+    if self.rounds_per_epoch is not None:
+      epoch, position = divmod(round_num - 1, self.rounds_per_epoch)
+      rng = np.random.default_rng([self.seed, _EPOCH_STREAM, epoch])
+      rounds = rng.integers(0, self.rounds_per_epoch, self.num_inserted)
+      return np.flatnonzero(rounds == position)
     rng = np.random.default_rng([self.seed, _PARTICIPATION_STREAM, round_num])
     return np.flatnonzero(rng.random(self.num_inserted) < self.rate)
 

@@ -212,8 +212,12 @@ def format_table(rows, fmt: str = 'text', extra_rows=()) -> str:
             f"{'-' if claimed_mu is None else format(claimed_mu, '.3f')} "
             f"({d['mu_epsilon_lower_bound']:.2f})")
       largest = f"{d['max_showable_epsilon']:.1f}"
-    else:  # A one-run row.
-      mu, largest = '-', f"{d['max_showable']:.2f}"
+    else:  # A one-run row: the f-DP (Gaussian curve) bound in the mu column.
+      mu = '-'
+      if d.get('fdp_mu_lower_bound') is not None:
+        mu = (f"{d['fdp_mu_lower_bound']:.3f} f-DP one run "
+              f"({d['fdp_epsilon_lower_bound']:.2f})")
+      largest = f"{d['max_showable']:.2f}"
     trials = d['trials'] if d['trials'] == 1 else f"{d['trials']:,} x 2"
     if d.get('vectorized'):
       trials += ' (vectorised)'
@@ -227,38 +231,69 @@ def format_table(rows, fmt: str = 'text', extra_rows=()) -> str:
   return '\n'.join(lines)
 
 
-def plot(rows, path: str) -> None:
-  """Empirical lower bound vs accounted eps, one point per mechanism (PNG).
+def plot(rows, path: str, extra_rows=()) -> None:
+  """`figure` of the rows (and `extra_rows`, `_row`'s form) saved as a PNG."""
+  fig = figure([_row(s, r) for s, r in rows] + list(extra_rows))
+  fig.savefig(path, dpi=120)
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  A point above the diagonal is a failed audit; the dashed line of each point
-  is the largest bound its trial count can show (a claim above it cannot be
-  refuted by this audit).
+  plt.close(fig)
+
+
+def figure(dicts):
+  """Each audit as one line of a dot chart on a log eps axis.
+
+  Per row: the claimed eps (black bar), the (eps, delta) lower bound (dot;
+  a cross when the audit failed), the eps of the Gaussian-DP mu bound
+  (diamond; for a Gaussian claim), and the largest eps the trials can show
+  (grey line from the bound). A bound of 0 sits at the left edge (an arrow).
+  One line per row, so that rows with one claim do not hide each other.
   """
   import matplotlib  # pylint: disable=g-import-not-at-top
 
   matplotlib.use('Agg')
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  dicts = [_row(s, r) for s, r in rows]
-  fig, ax = plt.subplots(figsize=(6, 4.5))
-  claims = [d['accounted_epsilon'] for d in dicts]
-  finite = [c for c in claims if math.isfinite(c)] or [1.0]
-  top = max(max(finite), max(d['max_showable'] for d in dicts)) * 1.5
-  ax.plot([1e-2, top], [1e-2, top], 'k-', lw=0.8, label='bound = claim')
-  for i, d in enumerate(dicts):
-    x = min(d['accounted_epsilon'], top)
-    color = f'C{i % 10}'
-    ax.scatter([x], [max(d['empirical_lower_bound'], 1e-2)], color=color,
-               marker='o' if d['verdict'] == 'pass' else 'x', s=50,
-               label=f"{d['mechanism']} ({d['setting']})")
-    ax.plot([x * 0.8, x * 1.25], [d['max_showable']] * 2, '--', color=color,
-            lw=1)
+  values = [v for d in dicts for v in (
+      d['accounted_epsilon'], d['empirical_lower_bound'], d['max_showable'],
+      d.get('mu_epsilon_lower_bound') or 0.0,
+  ) if v > 0 and math.isfinite(v)]
+  low, high = min(values) / 2, max(values) * 2
+  fig, ax = plt.subplots(figsize=(7, 0.45 * len(dicts) + 2.0))
+  for y, d in enumerate(dicts):
+    bound = d['empirical_lower_bound']
+    shown = bound if bound > low else low
+    ax.plot([shown, d['max_showable']], [y, y], '-', color='0.75', lw=3,
+            zorder=1)
+    ax.scatter([min(d['accounted_epsilon'], high)], [y], marker='|', s=300,
+               color='k', zorder=3)
+    ax.scatter([shown], [y], zorder=4, s=45,
+               marker=('o' if bound > low else '<')
+               if d['verdict'] == 'pass' else 'x',
+               color='C0' if d['verdict'] == 'pass' else 'C3')
+    mu_eps = d.get('mu_epsilon_lower_bound')
+    if d.get('claimed_mu') is not None and mu_eps and mu_eps > low:
+      ax.scatter([mu_eps], [y], marker='D', s=35, facecolors='none',
+                 edgecolors='C2', zorder=4)
   ax.set_xscale('log')
-  ax.set_yscale('log')
-  ax.set_xlabel('accounted eps of one round (the factory\'s DpEvent)')
-  ax.set_ylabel('empirical lower bound (Clopper-Pearson)')
-  ax.set_title('Factory audits: dashes = the most the trials can show')
-  ax.legend(fontsize=6, loc='upper left')
+  ax.set_xlim(low, high)
+  ax.set_ylim(len(dicts) - 0.5, -0.5)
+  ax.set_yticks(range(len(dicts)))
+  ax.set_yticklabels([f"{d['mechanism']}\n{d['setting']}" for d in dicts],
+                     fontsize=6)
+  ax.set_xlabel('eps at delta')
+  ax.set_title('Factory audits: the claim and what the trials show', fontsize=9)
+  handles = [
+      plt.Line2D([], [], color='k', marker='|', ls='', ms=12,
+                 label='claimed eps'),
+      plt.Line2D([], [], color='C0', marker='o', ls='',
+                 label='(eps, delta) lower bound'),
+      plt.Line2D([], [], color='C2', marker='D', ls='', mfc='none',
+                 label='eps of the mu lower bound (Gaussian claims)'),
+      plt.Line2D([], [], color='0.75', lw=3,
+                 label='up to the largest showable eps'),
+  ]
+  ax.legend(handles=handles, fontsize=6, loc='upper center',
+            bbox_to_anchor=(0.5, -0.25), ncol=2)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  return fig

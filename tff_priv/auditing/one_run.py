@@ -1,10 +1,22 @@
-"""Steinke, Nasr, Jagielski's eps lower bound from one run with m canaries.
+"""Lower bounds from one run with m canaries: Steinke et al.'s and the f-DP one.
 
-"Privacy Auditing with One (1) Training Run" (NeurIPS 2023,
-arXiv:2305.08846): m canaries each enter the training data independently with
-probability 1/2; after one run the auditor guesses in or out for r of them
-(abstaining on the rest) and v guesses are right. Their main theorem turns v
-into a lower bound on eps.
+m canaries each enter the training data independently with probability 1/2;
+after one run the auditor guesses in or out for r of them (abstaining on the
+rest) and v guesses are right.
+
+* `epsilon_lower_bound`: Steinke, Nasr, Jagielski, "Privacy Auditing with One
+  (1) Training Run" (NeurIPS 2023, arXiv:2305.08846), main theorem: refutes
+  "(eps, delta)-DP".
+* `fdp_mu_lower_bound` / `fdp_epsilon_lower_bound`: Mahloujifar, Melis,
+  Chaudhuri, "Auditing f-Differential Privacy in One Run" (arXiv:2410.22235),
+  the recursion of its `audit_rh_with_cap` for the Gaussian trade-off curve
+  G_mu (as jax_privacy's `auditing._epsilon_one_run_fdp`, parameterized here by
+  mu): refutes "mu-GDP". A whole trade-off curve constrains the guesses more
+  than one (eps, delta) point, so at equal (m, r, v) it refutes more; the
+  price is its premise: its eps (the eps at delta of G_mu, `tradeoff`) bounds
+  the eps of a run only if the run's trade-off curve is Gaussian (a Gaussian
+  mechanism, or many compositions of sampled Gaussians, close to it by the
+  central limit theorem of Dong, Roth and Su).
 """
 
 import math
@@ -13,6 +25,7 @@ from scipy import optimize
 from scipy import stats
 
 from tff_priv import validation
+from tff_priv.auditing import tradeoff
 
 
 def p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
@@ -76,3 +89,67 @@ def epsilon_lower_bound(
   return optimize.brentq(
       lambda e: p_value(m, r, v, e, delta) - alpha, 0.0, high, xtol=1e-9
   )
+
+
+def _fdp_gap(m: int, r: int, v: int, mu: float, alpha: float) -> float:
+  """> 0 when v correct of r guesses refute mu-GDP at level alpha.
+
+  Mahloujifar et al.'s recursion for the curve f = G_mu, whose inverse
+  blow-up is x -> Phi(Phi^-1(x) - mu): starting from the scaled counts
+  r' = alpha v / m (right) and h = alpha (r - v) / m (wrong), it raises h to
+  what the curve forces given r' and r' by what the next wrong guess could
+  have been, for i = v - 1 .. 0; the claim is refuted when r' + h still
+  exceeds r / m.
+  """
+  right = alpha * v / m
+  wrong = alpha * (r - v) / m
+  for i in range(v - 1, -1, -1):
+    raised = max(wrong, float(stats.norm.cdf(stats.norm.ppf(right) - mu)))
+    if raised == wrong:
+      break  # Neither changes again.
+    right = min(right + (i / (r - i)) * (raised - wrong), 1.0)
+    wrong = raised
+  return right + wrong - r / m
+
+
+def fdp_mu_lower_bound(m: int, r: int, v: int, alpha: float = 0.05) -> float:
+  """The largest mu whose mu-GDP claim v correct of r guesses refute (0: none).
+
+  With probability >= 1 - alpha over the canaries' inclusion and the run, a
+  mu-GDP run does not give a bound above its mu (Mahloujifar et al.,
+  `_fdp_gap`). The gap decreases in mu, so the boundary is a root.
+
+  Args:
+    m, r, v: canaries, guesses, correct guesses (0 <= v <= r <= m).
+    alpha: in (0, 1), one minus the confidence.
+  """
+  m = validation.int_at_least('m', m, 1)
+  r = validation.int_at_least('r', r, 0)
+  v = validation.int_at_least('v', v, 0)
+  if not v <= r <= m:
+    raise ValueError(f'need 0 <= v <= r <= m, got v={v}, r={r}, m={m}')
+  alpha = validation.open_unit('alpha', alpha)
+  if r == 0 or _fdp_gap(m, r, v, 0.0, alpha) <= 0:
+    return 0.0
+  high = 1.0
+  while _fdp_gap(m, r, v, high, alpha) > 0:
+    high *= 2.0
+    if high > 64:
+      return math.inf
+  return optimize.brentq(
+      lambda mu: _fdp_gap(m, r, v, mu, alpha), 0.0, high, xtol=1e-9
+  )
+
+
+def fdp_epsilon_lower_bound(
+    m: int, r: int, v: int, delta: float, alpha: float = 0.05
+) -> float:
+  """The eps at delta of the mu-GDP curve `fdp_mu_lower_bound` refutes.
+
+  A lower bound on the run's eps only if its trade-off curve is Gaussian
+  (see the module docstring); otherwise it refutes the claim "mu-GDP" only.
+  """
+  mu = fdp_mu_lower_bound(m, r, v, alpha)
+  if math.isinf(mu):
+    return math.inf
+  return tradeoff.gdp_epsilon(mu, validation.open_unit('delta', delta))

@@ -11,21 +11,43 @@ against the analyst, the one-run lower bound, the largest bound m canaries
 can show, the verdict).
 """
 
+import dataclasses
 import math
-from typing import Any, Mapping
+import os
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tff_priv import validation
 from tff_priv.auditing import canary_examples
 from tff_priv.auditing import one_run
 from tff_priv.program import training
 
+# Canaries that interfere less: 784 input values per canary (>= 200 canaries),
+# one linear layer, 10 clients as digits has.
+LOW_INTERFERENCE = {
+    'task': 'mnist5k',
+    'task_options': {'num_clients': 10, 'model': 'softmax'},
+}
+
 
 def config(
-    canaries: int = 200, rounds: int = 30, epsilon: float = 1.0, seed: int = 1
+    canaries: int = 200,
+    rounds: int = 30,
+    epsilon: float = 1.0,
+    seed: int = 1,
+    *,
+    task: str = 'digits',
+    task_options: Optional[Mapping[str, Any]] = None,
 ) -> training.RunConfig:
-  """The run: udp at `epsilon` (whole run, delta 1e-5) with m canary examples."""
+  """The run: udp at `epsilon` (whole run, delta 1e-5) with m canary examples.
+
+  `task` / `task_options`: 'digits' (10 clients, 8x8 inputs: 200 canaries of
+  64 values interfere) by default; `LOW_INTERFERENCE` is mnist5k's softmax
+  regression over 10 clients (784 inputs >= the canaries: nearly orthogonal
+  canary gradients).
+  """
   return training.RunConfig(
-      task='digits',
+      task=task,
+      task_options=dict(task_options or {}),
       batch_size=20,
       mechanism='udp',
       params={'clip': 1.0, 'epsilon': validation.positive('epsilon', epsilon)},
@@ -71,5 +93,59 @@ def row(run_config: training.RunConfig, summary: Mapping[str, Any]) -> dict:
       'delta': entry['delta'],
       'guesses': entry['guesses'],
       'correct': entry['correct'],
+      # Mahloujifar et al.'s f-DP bound from the same canaries (a bound on
+      # eps for a run whose trade-off curve is Gaussian).
+      'fdp_mu_lower_bound': entry['fdp_mu_lower_bound'],
+      'fdp_epsilon_lower_bound': entry['fdp_epsilon_lower_bound'],
   }
 
+
+def noise_sweep(
+    fractions: Sequence[float],
+    root: str,
+    *,
+    canaries: int = 200,
+    rounds: int = 30,
+    epsilon: float = 1.0,
+    task: str = 'digits',
+    task_options: Optional[Mapping[str, Any]] = None,
+    progress: Optional[Callable[[dict], None]] = None,
+) -> list[dict]:
+  """Both one-run bounds of the run at fractions of the noise eps needs.
+
+  The run of `config` is calibrated to `epsilon` (its noise multiplier z);
+  each fraction f runs it again with z f (0: no noise) and reads Steinke et
+  al.'s bound and the f-DP one from the same canaries. A claim of `epsilon`
+  is refuted by a bound above it: the larger the fractions a bound refutes,
+  the stronger the audit (`largest_refuted`). Runs go to `root`/<f>
+  (resumable).
+  """
+  base = config(canaries, rounds, epsilon, task=task, task_options=task_options)
+  summary = training.run(base, os.path.join(root, 'calibrated'), progress=False)
+  z = summary['parameters']['resolved']['noise_multiplier']
+  rows = []
+  for f in fractions:
+    f = validation.non_negative('fraction', f)
+    params = {'clip': base.params['clip'], 'noise_multiplier': z * f}
+    run_config = dataclasses.replace(base, params=params)
+    entry = training.run(
+        run_config, os.path.join(root, f'fraction_{f:g}'), progress=False
+    )['privacy']['empirical']
+    row = {
+        'fraction': f,
+        'noise_multiplier': z * f,
+        'steinke_epsilon_lower_bound': entry['epsilon_lower_bound'],
+        'fdp_mu_lower_bound': entry['fdp_mu_lower_bound'],
+        'fdp_epsilon_lower_bound': entry['fdp_epsilon_lower_bound'],
+        'claimed_epsilon': epsilon,
+    }
+    rows.append(row)
+    if progress is not None:
+      progress(row)
+  return rows
+
+
+def largest_refuted(rows: Sequence[dict], key: str) -> Optional[float]:
+  """The largest noise fraction whose bound `key` refutes the claim (None)."""
+  refuted = [r['fraction'] for r in rows if r[key] > r['claimed_epsilon']]
+  return max(refuted) if refuted else None

@@ -73,8 +73,8 @@ class RunConfig:
       draws are reproducible, and whoever reads config.json knows them.
     audit_canaries: N > 0: estimate eps empirically from this run (Andrew et
       al., ICLR 2024): N canary clients whose model delta is a secret random
-      direction at the clip join the rounds at the real clients' rate, N more
-      are held out, and summary.json's privacy['empirical'] gives the
+      direction at the clip join the rounds at the real clients' rate (under
+      epoch sampling once per epoch, as a real client), N more are held out, and summary.json's privacy['empirical'] gives the
       one-shot estimates for the final model and for all iterates
       (`tff_priv.auditing.canaries`). For udp (record-level): N canary
       examples and the one-run lower bound of Steinke et al.

@@ -510,11 +510,15 @@ class _Run:
       ))
     elif setup.canary_kind == 'clients':
       # Inserted canaries join each round at the real clients' rate q = K / N
-      # (Andrew et al.'s code samples them with the real clients).
+      # (Andrew et al.'s code samples them with the real clients); under
+      # epoch sampling once per epoch, as a real client (DP-FTRL's trees and
+      # BLT's streams hold for clients at most once per epoch).
+      epoch = (setup.sampling.rounds_per_epoch
+               if setup.sampling.kind == 'epoch' else None)
       self.canary_hook = hooks_lib.CanaryClients(
           canaries_lib.Canaries(
               self.canary_seed, n, self.mechanism.num_parameters,
-              setup.sampling.rate,
+              setup.sampling.rate, rounds_per_epoch=epoch,
           ),
           self.mechanism,
           lambda: setup.task.datasets.train_preprocess_fn(

@@ -329,6 +329,8 @@ def restarting_on_resume(
       name, config, context.sampling, context.fed_avg(factory),
       count_parameters(context.model_fn), factory.guarantee,
       resolved=resolved, on_resume=on_resume,
+      # At the clip: clipping leaves it whole, a worst-case client.
+      canary_norm=factory.clip if context.canary_clients else None,
   )
   mech.caveats.append(
       f'a resumed run restarts the {what} (fresh noise for the rounds run '

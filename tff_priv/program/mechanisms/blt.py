@@ -69,16 +69,6 @@ class Config:
       )
 
 
-def canary_refusal(config: Config) -> Optional[str]:
-  """No canary clients: they would join a stream more than once."""
-  del config
-  return (
-      "audit_canaries does not apply to mechanism 'blt': its guarantee "
-      'needs each client at most once per stream, which canary clients drawn '
-      'every round would break'
-  )
-
-
 def _plan(config: Config, rounds_per_stream: int, total_rounds: int):
   """(strategy, sensitivity, streams, noise_multiplier) of a run."""
   strategy = blt_lib.optimize(

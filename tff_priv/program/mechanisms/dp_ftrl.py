@@ -62,16 +62,6 @@ class Config:
       )
 
 
-def canary_refusal(config: Config) -> Optional[str]:
-  """No canary clients: they would join trees beyond once per epoch."""
-  del config
-  return (
-      "audit_canaries does not apply to mechanism 'dp_ftrl': its guarantee "
-      'needs each client at most once per tree, which canary clients drawn '
-      'every round would break'
-  )
-
-
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   """The restarted tree factory in unweighted FedAvg, one tree per epoch."""
   rounds_per_epoch = context.sampling.rounds_per_epoch
