@@ -21,20 +21,22 @@ status 1 when an audit fails (a lower bound above its claim).
 import sys
 import tempfile
 
-from tff_priv.program import command
+from tff_priv import cli
 
-_VERBOSE_ARGV = command.quiet_environment(sys.argv)
+cli.quiet(sys.argv)  # Before TensorFlow is imported.
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import flags
 
-from tff_priv import cli
 from tff_priv import remote
 from tff_priv.auditing import catalogue
 from tff_priv.auditing import power
 from tff_priv.experiments import one_run_audit
+from tff_priv.program import command
 from tff_priv.program import training
 # pylint: enable=g-import-not-at-top,g-bad-import-order
+
+_VERBOSE = cli.define_verbose()
 
 _TRIALS = flags.DEFINE_integer(
     'trials', 1000,

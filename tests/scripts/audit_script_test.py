@@ -28,7 +28,7 @@ class AuditScriptTest(unittest.TestCase):
     rows = json.loads(result.stdout)
     self.assertEqual(
         [r['mechanism'].split()[0] for r in rows],
-        ['dp_fedavg', 'smp', 'udp', 'distortion', 'ldp', 'ldp'])
+        ['dp_fedavg', 'blt', 'smp', 'udp', 'distortion', 'ldp', 'ldp'])
     for row in rows:
       self.assertEqual(row['trials'], 4)
       self.assertEqual(row['verdict'], 'pass')  # 2 trials can show nothing.
@@ -38,7 +38,7 @@ class AuditScriptTest(unittest.TestCase):
       self.assertGreaterEqual(row['max_showable_epsilon'], row['max_showable'])
       self.assertGreater(row['accounted_epsilon'], 0.0)
     self.assertEqual([r['vectorized'] for r in rows],
-                     [True, False, True, False, True, True])
+                     [True, True, False, True, False, True, True])
 
   def test_power_plot(self):
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,13 +57,30 @@ class AuditScriptTest(unittest.TestCase):
     )
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     rows = json.loads(result.stdout)
-    self.assertEqual(len(rows), 7)
+    self.assertEqual(len(rows), 8)
     last = rows[-1]
     self.assertEqual(last['mechanism'], 'udp training run (one-run audit)')
     self.assertEqual(last['unit'], 'example')
     self.assertEqual(last['verdict'], 'pass')
     self.assertAlmostEqual(last['accounted_epsilon'], 2.0, places=3)
     self.assertLessEqual(last['empirical_lower_bound'], last['max_showable'])
+    self.assertGreaterEqual(last['fdp_mu_lower_bound'], 0.0)
+    # Quiet without --verbose: no TF or absl log line from the training run.
+    self.assertNotIn('INFO', result.stderr)
+    self.assertNotIn('I1', result.stderr[:2])
+
+  def test_one_run_sweep_prints_both_bounds(self):
+    result = script_runs.run(
+        'audit.py', '--one_run_sweep=1,0', '--one_run_canaries=20',
+        '--one_run_rounds=1', '--one_run_epsilon=2',
+    )
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    lines = result.stdout.strip().splitlines()
+    self.assertIn('Steinke eps lower bound', lines[0])
+    self.assertTrue(lines[2].startswith('| 1 |'))
+    self.assertTrue(lines[3].startswith('| 0 | 0 |'))
+    self.assertIn('steinke_epsilon_lower_bound: refutes eps 2', lines[4])
+    self.assertIn('fdp_epsilon_lower_bound: refutes eps 2', lines[5])
 
 
 if __name__ == '__main__':

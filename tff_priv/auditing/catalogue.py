@@ -234,7 +234,7 @@ def format_table(rows, fmt: str = 'text', extra_rows=()) -> str:
 def plot(rows, path: str, extra_rows=()) -> None:
   """`figure` of the rows (and `extra_rows`, `_row`'s form) saved as a PNG."""
   fig = figure([_row(s, r) for s, r in rows] + list(extra_rows))
-  fig.savefig(path, dpi=120)
+  fig.savefig(path, dpi=120, bbox_inches='tight')
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
   plt.close(fig)
@@ -259,7 +259,7 @@ def figure(dicts):
       d.get('mu_epsilon_lower_bound') or 0.0,
   ) if v > 0 and math.isfinite(v)]
   low, high = min(values) / 2, max(values) * 2
-  fig, ax = plt.subplots(figsize=(7, 0.45 * len(dicts) + 2.0))
+  fig, ax = plt.subplots(figsize=(7, 0.45 * len(dicts) + 1.2))
   for y, d in enumerate(dicts):
     bound = d['empirical_lower_bound']
     shown = bound if bound > low else low
@@ -282,7 +282,6 @@ def figure(dicts):
   ax.set_yticklabels([f"{d['mechanism']}\n{d['setting']}" for d in dicts],
                      fontsize=6)
   ax.set_xlabel('eps at delta')
-  ax.set_title('Factory audits: the claim and what the trials show', fontsize=9)
   handles = [
       plt.Line2D([], [], color='k', marker='|', ls='', ms=12,
                  label='claimed eps'),
@@ -293,7 +292,9 @@ def figure(dicts):
       plt.Line2D([], [], color='0.75', lw=3,
                  label='up to the largest showable eps'),
   ]
-  ax.legend(handles=handles, fontsize=6, loc='upper center',
-            bbox_to_anchor=(0.5, -0.25), ncol=2)
+  ax.legend(handles=handles, fontsize=6, loc='lower center',
+            bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False,
+            title='Factory audits: the claim and what the trials show',
+            title_fontsize=8)
   fig.tight_layout()
   return fig

@@ -28,6 +28,16 @@ from tff_priv import validation
 from tff_priv.auditing import tradeoff
 
 
+def _counts(m: int, r: int, v: int) -> tuple[int, int, int]:
+  """(m, r, v) checked: 0 <= v <= r <= m, m >= 1."""
+  m = validation.int_at_least('m', m, 1)
+  r = validation.int_at_least('r', r, 0)
+  v = validation.int_at_least('v', v, 0)
+  if not v <= r <= m:
+    raise ValueError(f'need 0 <= v <= r <= m, got v={v}, r={r}, m={m}')
+  return m, r, v
+
+
 def p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
   """P[>= v correct of r guesses] under the null "the run is (eps, delta)-DP".
 
@@ -46,11 +56,7 @@ def p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
     epsilon: eps >= 0 of the null.
     delta: delta in [0, 1] of the null.
   """
-  m = validation.int_at_least('m', m, 1)
-  r = validation.int_at_least('r', r, 0)
-  v = validation.int_at_least('v', v, 0)
-  if not v <= r <= m:
-    raise ValueError(f'need 0 <= v <= r <= m, got v={v}, r={r}, m={m}')
+  m, r, v = _counts(m, r, v)
   epsilon = validation.non_negative('epsilon', epsilon)
   if not 0 <= delta <= 1:
     raise ValueError(f'delta must be in [0, 1], got {delta}')
@@ -123,11 +129,7 @@ def fdp_mu_lower_bound(m: int, r: int, v: int, alpha: float = 0.05) -> float:
     m, r, v: canaries, guesses, correct guesses (0 <= v <= r <= m).
     alpha: in (0, 1), one minus the confidence.
   """
-  m = validation.int_at_least('m', m, 1)
-  r = validation.int_at_least('r', r, 0)
-  v = validation.int_at_least('v', v, 0)
-  if not v <= r <= m:
-    raise ValueError(f'need 0 <= v <= r <= m, got v={v}, r={r}, m={m}')
+  m, r, v = _counts(m, r, v)
   alpha = validation.open_unit('alpha', alpha)
   if r == 0 or _fdp_gap(m, r, v, 0.0, alpha) <= 0:
     return 0.0
