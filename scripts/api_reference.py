@@ -34,7 +34,7 @@ _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', os.path.join('docs', 'api'),
     'Where the HTML pages are written (created; index.html is the start).',
 )
-_CLI = cli.Cli('api_reference.py')
+_CLI = cli.Cli('api_reference.py', doc=__doc__, key_modules=(__name__,))
 # The packages a user imports from (each documents its exported names).
 MODULES = ('tff_priv',)
 

@@ -102,7 +102,7 @@ _ONE_RUN_CANARY_TASK = flags.DEFINE_enum(
     "The --one_run run's task: digits (64 inputs: 200 canaries interfere) or "
     "mnist5k's softmax regression over 10 clients (784 inputs).",
 )
-_CLI = cli.Cli('audit.py')
+_CLI = cli.Cli('audit.py', doc=__doc__, key_modules=(__name__,))
 
 
 def _one_run_task():

@@ -68,7 +68,7 @@ _ROUNDS = flags.DEFINE_integer('rounds', None, 'Number of rounds T.')
 _FORMAT = flags.DEFINE_enum('format', 'text', ['text', 'json'], 'Output format.')
 
 
-_CLI = cli.Cli('privacy.py')
+_CLI = cli.Cli('privacy.py', doc=__doc__, key_modules=(__name__,))
 _fail = _CLI.fail
 _parse_flags = _CLI.parse_flags
 

@@ -42,15 +42,17 @@ runpy.run_module('tff_priv.worker', run_name='__main__', alter_sys=True)
 
 def _launch(port, holding_poll=False, ignore_sigint=False):
   start = ['-c', _HOLDING_POLL] if holding_poll else ['-m', 'tff_priv.worker']
-
-  def preexec():
-    if ignore_sigint:  # As in a background job of a non-interactive shell.
-      signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-  return subprocess.Popen(  # pylint: disable=subprocess-popen-preexec-fn
-      [sys.executable, *start, f'--port={port}'],
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-      cwd=_ROOT, env=_ENV, preexec_fn=preexec,
+  command = [sys.executable, *start, f'--port={port}']
+  if ignore_sigint:
+    # As in a background job of a non-interactive shell: the shell ignores
+    # SIGINT and the launcher inherits that through exec. (Not a Python
+    # preexec_fn: in a test process that has loaded gRPC, a preexec_fn runs
+    # gRPC's after-fork handler in the child, which can print "Kick failed:
+    # eventfd_write: Bad file descriptor" into the launcher's output.)
+    command = ['sh', '-c', 'trap "" INT; exec "$0" "$@"', *command]
+  return subprocess.Popen(
+      command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      cwd=_ROOT, env=_ENV,
   )
 
 

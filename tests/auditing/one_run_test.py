@@ -68,6 +68,7 @@ class OneRunTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'v <= r <= m'):
       one_run.fdp_mu_lower_bound(10, 5, 6)
 
+  @pytest.mark.slow
   def test_fdp_coverage_on_a_gaussian_mechanism(self):
     # The per-canary Gaussian mechanism of `_guesses` is exactly mu-GDP: the
     # mu bound must not exceed mu in >= 95% of 100 fixed-seed runs (a
