@@ -10,7 +10,11 @@ samples clients from a secret seed, and `PrivacyLedger.record_round` charging
 each round from the event the factory keeps in its state, under the
 sampling that matches its guarantee (Poisson for add-or-remove-one events,
 K of N for replace-one ones; LDP's pure-eps events have no known
-amplification and are charged unsampled).
+amplification and are charged unsampled). BLT's stream (DP-FTRL) holds for
+clients that take part at most once per stream: the loop draws a secret
+permutation and takes the next K clients each round (no client twice in the
+5-round stream), and charges the stream unsampled under its zero-out
+relation (`factory.guarantee.neighboring_relation`).
 """
 
 import sys
@@ -21,6 +25,7 @@ import tensorflow_federated as tff
 
 from tff_priv import runtime
 from tff_priv.accounting import PrivacyLedger
+from tff_priv.aggregators import BLTFactory
 from tff_priv.aggregators import DistortionFactory
 from tff_priv.aggregators import LDPEncodeFactory
 from tff_priv.aggregators import SparsifiedSecureSumFactory
@@ -28,6 +33,7 @@ from tff_priv.learning import build_udp_process
 from tff_priv.learning import no_client_metrics
 from tff_priv.learning import sparse_categorical_crossentropy
 from tff_priv.learning import udp_sensitivity
+from tff_priv.mechanisms import blt as blt_lib
 
 ROUNDS, POPULATION, K, EXAMPLES = 5, 50, 5, 20
 DELTA = 1e-5
@@ -66,8 +72,18 @@ def udp():
   )
 
 
-# name -> (process, sampling): 'poisson' (q = K / N), 'fixed' (K of N) or
-# None (every round charged unsampled).
+def blt():
+  # The BLT for one stream of ROUNDS rounds, single participation.
+  strategy = blt_lib.optimize(ROUNDS)
+  return fed_avg(BLTFactory(
+      noise_multiplier=2.0, clients_per_round=K, clip=1.0,
+      buf_decay=list(strategy.buf_decay),
+      output_scale=list(strategy.output_scale), rounds_per_stream=ROUNDS))
+
+
+# name -> (process, sampling): 'poisson' (q = K / N), 'fixed' (K of N),
+# 'once' (each client at most once in the run, charged unsampled) or None
+# (every round charged unsampled).
 MECHANISMS = {
     'smp': (lambda: fed_avg(SparsifiedSecureSumFactory(
         noise_multiplier=1.0, clip=1.0, compression=0.5,
@@ -81,6 +97,7 @@ MECHANISMS = {
         noise_stddev=0.5, parameter_variance=1e-2, clip=0.25)), 'fixed'),
     'ldp': (lambda: fed_avg(LDPEncodeFactory(
         epsilon=1.0, range_mode='fixed', center=0.0, radius=0.5)), None),
+    'blt': (blt, 'once'),
 }
 
 
@@ -90,9 +107,12 @@ def run(name: str, clients, sampler) -> float:
   process = build()
   ledger = PrivacyLedger()
   state = process.initialize()
-  for _ in range(ROUNDS):
+  order = sampler.permutation(POPULATION)  # For 'once': K new clients a round.
+  for t in range(ROUNDS):
     if sampling == 'poisson':
       chosen = np.flatnonzero(sampler.random(POPULATION) < K / POPULATION)
+    elif sampling == 'once':
+      chosen = order[t * K:(t + 1) * K]
     else:
       chosen = sampler.choice(POPULATION, size=K, replace=False)
     output = process.next(state, [clients[i] for i in chosen])
@@ -103,6 +123,11 @@ def run(name: str, clients, sampler) -> float:
     elif sampling == 'fixed':
       ledger.record_round(state.aggregator, population=POPULATION,
                           sample_size=K)
+    elif sampling == 'once':
+      # BLT's stream event holds under its zero-out relation (its factory's
+      # `guarantee.neighboring_relation`), which its state does not name.
+      ledger.record_round(state.aggregator,
+                          neighboring_relation='replace_special')
     else:
       ledger.record_round(state.aggregator)
   return ledger.epsilon(DELTA)

@@ -7,9 +7,11 @@ import sys
 import tempfile
 
 from absl.testing import absltest
+import dp_accounting
 import pytest
 
 from tests import script_runs
+from tff_priv.mechanisms import blt as blt_lib
 
 pytestmark = pytest.mark.slow
 
@@ -31,10 +33,17 @@ class ExamplesTest(absltest.TestCase):
     lines = result.stdout.strip().splitlines()
     self.assertEqual(
         [line.split(':')[0] for line in lines],
-        ['smp', 'dp_fedavg', 'udp', 'distortion', 'ldp'],
+        ['smp', 'dp_fedavg', 'udp', 'distortion', 'ldp', 'blt'],
     )
     for line in lines:
       self.assertRegex(line, r'eps = \d+\.\d{3} at delta = 1e-05 after 5 rounds')
+    # BLT: one stream charged once, Gaussian(z / sensitivity) under zero-out.
+    sensitivity = blt_lib.optimize(5).sensitivity(5)
+    stream = dp_accounting.rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+    ).compose(dp_accounting.GaussianDpEvent(2.0 / sensitivity))
+    self.assertEqual(lines[-1], f'blt: eps = {stream.get_epsilon(1e-5):.3f} '
+                     'at delta = 1e-05 after 5 rounds')
     bad = _example('own_loop.py', 'nope', cwd=tempfile.mkdtemp())
     self.assertNotEqual(bad.returncode, 0)
     self.assertIn("unknown mechanism 'nope'", bad.stderr)
