@@ -40,6 +40,32 @@ runpy.run_module('tff_priv.worker', run_name='__main__', alter_sys=True)
 '''
 
 
+# (launcher, port) of every launch of the running test, for `_no_leftovers`.
+_LAUNCHED = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers():
+  """Kills what a test leaves running, whether it passed or failed.
+
+  A test that failed before its stop (e.g. at `_ready`) used to leave its
+  launcher and TFF worker running, holding the test run's output open.
+  """
+  yield
+  while _LAUNCHED:
+    launcher, port = _LAUNCHED.pop()
+    if launcher.poll() is None:
+      launcher.kill()
+      launcher.wait()
+    for pid, _ in _workers_on(port):
+      try:
+        os.kill(pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+    if launcher.stdout is not None:
+      launcher.stdout.close()
+
+
 def _launch(port, holding_poll=False, ignore_sigint=False):
   start = ['-c', _HOLDING_POLL] if holding_poll else ['-m', 'tff_priv.worker']
   command = [sys.executable, *start, f'--port={port}']
@@ -50,10 +76,12 @@ def _launch(port, holding_poll=False, ignore_sigint=False):
     # gRPC's after-fork handler in the child, which can print "Kick failed:
     # eventfd_write: Bad file descriptor" into the launcher's output.)
     command = ['sh', '-c', 'trap "" INT; exec "$0" "$@"', *command]
-  return subprocess.Popen(
+  launcher = subprocess.Popen(
       command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
       cwd=_ROOT, env=_ENV,
   )
+  _LAUNCHED.append((launcher, port))
+  return launcher
 
 
 def _workers_on(port):
