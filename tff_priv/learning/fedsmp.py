@@ -85,6 +85,10 @@ _LOOP = tff.learning.LoopImplementation.DATASET_REDUCE
 # The factory's aggregator is unweighted (the sum is divided by the fixed K);
 # the client work's update weights are not used.
 _WEIGHTING = tff.learning.ClientWeighting.UNIFORM
+# A round's four TFF components, in the order of LearningAlgorithmState.
+_Components = collections.namedtuple(
+    '_Components', ['distributor', 'client_work', 'aggregator', 'finalizer']
+)
 
 
 def build_fedsmp_process(
@@ -147,23 +151,10 @@ def build_fedsmp_process(
       `public_data` missing or empty or infinite with top_k, or given with
       rand_k, or `client_work_wrapper` with `local_epochs` > 1.
   """
-  if not callable(model_fn):
-    raise TypeError(f'model_fn must be callable, got {type(model_fn).__name__}')
-  _check_optimizer('client_optimizer_fn', client_optimizer_fn)
-  if server_optimizer_fn is None:
-    server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
-  _check_optimizer('server_optimizer_fn', server_optimizer_fn)
-  if not isinstance(aggregator_factory, sss.SparsifiedSecureSumFactory):
-    raise TypeError(
-        'aggregator_factory must be a SparsifiedSecureSumFactory, got '
-        f'{type(aggregator_factory).__name__}'
-    )
-  local_epochs = validation.int_at_least('local_epochs', local_epochs, 1)
-  if metrics_aggregator is not None and not callable(metrics_aggregator):
-    raise TypeError(
-        'metrics_aggregator must be callable, got '
-        f'{type(metrics_aggregator).__name__}'
-    )
+  server_optimizer_fn, local_epochs = _checked_arguments(
+      model_fn, client_optimizer_fn, server_optimizer_fn, aggregator_factory,
+      local_epochs, metrics_aggregator,
+  )
   top_k = aggregator_factory.mask == 'top_k'
 
   with tf.Graph().as_default():
@@ -181,20 +172,10 @@ def build_fedsmp_process(
         'draws its mask from a public seed)'
     )
 
-  client_work = tff.learning.templates.build_model_delta_client_work(
-      model_fn,
-      client_optimizer_fn,
-      client_weighting=_WEIGHTING,
-      metrics_aggregator=metrics_aggregator,
-      loop_implementation=_LOOP,
+  client_work = _client_work(
+      model_fn, client_optimizer_fn, metrics_aggregator, client_work_wrapper,
+      local_epochs,
   )
-  if client_work_wrapper is not None:
-    if local_epochs > 1:
-      raise ValueError(
-          'client_work_wrapper applies only with local_epochs=1 (repeat the '
-          "clients' datasets instead)"
-      )
-    client_work = client_work_wrapper(client_work)
   update_type = client_work.next.type_signature.result.result.member.update
   aggregator = aggregator_factory.create(update_type)
   distributor = tff.learning.templates.build_broadcast_process(weights_type)
@@ -205,9 +186,48 @@ def build_fedsmp_process(
       int(np.prod(t.shape)) for t in tff.structure.flatten(update_type)
   )
   k = sparsify.num_kept(dimension, aggregator_factory.compression)
-  hparams_type = client_work.initialize.type_signature.result.member
-  aggregator_state_type = aggregator.initialize.type_signature.result.member
   data_type = tff.SequenceType(element_type)
+  top_k_mask = _top_k_mask_computations(
+      model_fn, client_optimizer_fn, public_runs, local_epochs, k,
+      metric_finalizers, weights_type,
+      client_work.initialize.type_signature.result.member,
+      aggregator.initialize.type_signature.result.member,
+  ) if top_k else None
+
+  if client_work_wrapper is None:
+    client_data_type = tff.FederatedType(data_type, tff.CLIENTS)
+  else:
+    client_data_type = client_work.next.type_signature.parameter[2]
+  init_fn, next_fn = _round_computations(
+      model_fn,
+      _Components(distributor, client_work, aggregator, finalizer),
+      data_type, client_data_type, local_epochs,
+      top_k_mask, k,
+  )
+  get_model_weights, set_model_weights, get_hparams, set_hparams = (
+      _state_accessors(init_fn.type_signature.result.member, client_work,
+                       finalizer)
+  )
+  return tff.learning.templates.LearningProcess(
+      init_fn,
+      next_fn,
+      get_model_weights,
+      set_model_weights,
+      get_hparams_fn=get_hparams,
+      set_hparams_fn=set_hparams,
+  )
+
+
+def _round_computations(
+    model_fn, components, data_type, client_data_type, local_epochs,
+    top_k_mask, k,
+):
+  """(init_fn, next_fn) of the process: one Fed-SMP round (module docstring).
+
+  `top_k_mask`: `_top_k_mask_computations`' pair, or None for rand_k (the
+  aggregator draws its mask itself).
+  """
+  distributor, client_work, aggregator, finalizer = components
 
   @tff.tensorflow.computation
   def initial_weights():
@@ -216,41 +236,6 @@ def build_fedsmp_process(
   @tff.tensorflow.computation(data_type)
   def repeat_local_period(dataset):
     return dataset.repeat(local_epochs)
-
-  if top_k:
-
-    @tff.tensorflow.computation(weights_type, hparams_type)
-    def public_mask(global_weights, hparams):
-      build_update = tff_model_delta.build_model_delta_update_with_tff_optimizer
-      client_update = build_update(
-          model_fn, weighting=_WEIGHTING, loop_implementation=_LOOP
-      )
-      dataset = _embedded_dataset(public_runs).repeat(local_epochs)
-      result, unfinalized = client_update(
-          client_optimizer_fn, global_weights, dataset, hparams
-      )
-      theta = list(global_weights.trainable)
-      # u_pub = theta - theta_pub, as TFF's client update returns it.
-      theta_pub = [t - u for t, u in zip(theta, result.update)]
-      indices = sparsify.top_k_mask_from_public_update(theta_pub, theta, k)
-      public_train = collections.OrderedDict(
-          (name, finalizer_fn(unfinalized[name]))
-          for name, finalizer_fn in metric_finalizers.items()
-      )
-      return indices, collections.OrderedDict(
-          mask_size=tf.size(indices, out_type=tf.int32),
-          public_train=public_train,
-      )
-
-    @tff.tensorflow.computation(
-        aggregator_state_type, tff.TensorType(np.int32, [k])
-    )
-    def set_round_mask(state, indices):
-      # What `sss._with_top_k_mask` does outside TFF; the aggregator's `next`
-      # checks that the indices are sorted, distinct and in [0, d).
-      return state._replace(
-          mask_indices=indices, mask_is_fresh=tf.constant(True)
-      )
 
   @tff.federated_computation
   def init_fn():
@@ -266,14 +251,10 @@ def build_fedsmp_process(
         )
     )
 
-  if client_work_wrapper is None:
-    client_data_type = tff.FederatedType(data_type, tff.CLIENTS)
-  else:
-    client_data_type = client_work.next.type_signature.parameter[2]
-
   @tff.federated_computation(init_fn.type_signature.result, client_data_type)
   def next_fn(state, client_data):
-    if top_k:
+    if top_k_mask is not None:
+      public_mask, set_round_mask = top_k_mask
       indices, mask_measurements = tff.federated_map(
           public_mask, (state.global_model_weights, state.client_work)
       )
@@ -319,7 +300,106 @@ def build_fedsmp_process(
     )
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
-  state_type = init_fn.type_signature.result.member
+  return init_fn, next_fn
+
+
+def _checked_arguments(
+    model_fn, client_optimizer_fn, server_optimizer_fn, aggregator_factory,
+    local_epochs, metrics_aggregator,
+):
+  """(server optimizer, local epochs), after `build_fedsmp_process`'s checks."""
+  if not callable(model_fn):
+    raise TypeError(f'model_fn must be callable, got {type(model_fn).__name__}')
+  _check_optimizer('client_optimizer_fn', client_optimizer_fn)
+  if server_optimizer_fn is None:
+    server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+  _check_optimizer('server_optimizer_fn', server_optimizer_fn)
+  if not isinstance(aggregator_factory, sss.SparsifiedSecureSumFactory):
+    raise TypeError(
+        'aggregator_factory must be a SparsifiedSecureSumFactory, got '
+        f'{type(aggregator_factory).__name__}'
+    )
+  local_epochs = validation.int_at_least('local_epochs', local_epochs, 1)
+  if metrics_aggregator is not None and not callable(metrics_aggregator):
+    raise TypeError(
+        'metrics_aggregator must be callable, got '
+        f'{type(metrics_aggregator).__name__}'
+    )
+  return server_optimizer_fn, local_epochs
+
+
+def _client_work(
+    model_fn, client_optimizer_fn, metrics_aggregator, client_work_wrapper,
+    local_epochs,
+) -> tff.learning.templates.ClientWorkProcess:
+  """TFF's model-delta client work, wrapped by `client_work_wrapper` if given."""
+  client_work = tff.learning.templates.build_model_delta_client_work(
+      model_fn,
+      client_optimizer_fn,
+      client_weighting=_WEIGHTING,
+      metrics_aggregator=metrics_aggregator,
+      loop_implementation=_LOOP,
+  )
+  if client_work_wrapper is None:
+    return client_work
+  if local_epochs > 1:
+    raise ValueError(
+        'client_work_wrapper applies only with local_epochs=1 (repeat the '
+        "clients' datasets instead)"
+    )
+  return client_work_wrapper(client_work)
+
+
+def _top_k_mask_computations(
+    model_fn, client_optimizer_fn, public_runs, local_epochs, k,
+    metric_finalizers, weights_type, hparams_type, aggregator_state_type,
+):
+  """(public_mask, set_round_mask): the server's top_k mask of a round.
+
+  `public_mask(global weights, client-work hyperparameters)` trains on the
+  public data as the clients train and returns the k largest coordinates of
+  the public update and the `mask` measurements; `set_round_mask` puts them
+  into the aggregator state.
+  """
+
+  @tff.tensorflow.computation(weights_type, hparams_type)
+  def public_mask(global_weights, hparams):
+    build_update = tff_model_delta.build_model_delta_update_with_tff_optimizer
+    client_update = build_update(
+        model_fn, weighting=_WEIGHTING, loop_implementation=_LOOP
+    )
+    dataset = _embedded_dataset(public_runs).repeat(local_epochs)
+    result, unfinalized = client_update(
+        client_optimizer_fn, global_weights, dataset, hparams
+    )
+    theta = list(global_weights.trainable)
+    # u_pub = theta - theta_pub, as TFF's client update returns it.
+    theta_pub = [t - u for t, u in zip(theta, result.update)]
+    indices = sparsify.top_k_mask_from_public_update(theta_pub, theta, k)
+    public_train = collections.OrderedDict(
+        (name, finalizer_fn(unfinalized[name]))
+        for name, finalizer_fn in metric_finalizers.items()
+    )
+    return indices, collections.OrderedDict(
+        mask_size=tf.size(indices, out_type=tf.int32),
+        public_train=public_train,
+    )
+
+  @tff.tensorflow.computation(
+      aggregator_state_type, tff.TensorType(np.int32, [k])
+  )
+  def set_round_mask(state, indices):
+    # What `sss._with_top_k_mask` does outside TFF; the aggregator's `next`
+    # checks that the indices are sorted, distinct and in [0, d).
+    return state._replace(
+        mask_indices=indices, mask_is_fresh=tf.constant(True)
+    )
+
+  return public_mask, set_round_mask
+
+
+def _state_accessors(state_type, client_work, finalizer):
+  """The process's get/set model weights and get/set hparams computations."""
 
   @tff.tensorflow.computation(state_type)
   def get_model_weights(state):
@@ -356,14 +436,7 @@ def build_fedsmp_process(
         finalizer=finalizer.set_hparams(state.finalizer, hparams['finalizer']),
     )
 
-  return tff.learning.templates.LearningProcess(
-      init_fn,
-      next_fn,
-      get_model_weights,
-      set_model_weights,
-      get_hparams_fn=get_hparams,
-      set_hparams_fn=set_hparams,
-  )
+  return get_model_weights, set_model_weights, get_hparams, set_hparams
 
 
 def _check_optimizer(name: str, optimizer: Any) -> None:
