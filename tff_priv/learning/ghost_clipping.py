@@ -160,14 +160,24 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
   def grads(base_grads, weights):
     x = _scaled_rows(tf.cast(weights > 0, inputs.dtype), inputs)
     g = _scaled_rows(weights, base_grads)
-    kernel = tf.compat.v1.nn.conv2d_backprop_filter(
-        x,
-        tf.shape(layer.kernel),
-        g,
-        strides=[1, *layer.strides, 1],
-        padding=layer.padding.upper(),
-        dilations=[1, *layer.dilation_rate, 1],
-    )
+    if tuple(layer.dilation_rate) == (1, 1):
+      kernel = tf.compat.v1.nn.conv2d_backprop_filter(
+          x,
+          tf.shape(layer.kernel),
+          g,
+          strides=[1, *layer.strides, 1],
+          padding=layer.padding.upper(),
+      )
+    else:
+      # TF's CPU Conv2DBackpropFilter without oneDNN (which TF enables only
+      # on CPUs with AVX-512 VNNI and the like: not on most AMD machines)
+      # refuses dilations > 1: the kernel gradient as sum_t a_t g_t^T over
+      # the input patches instead (the same sum, more memory).
+      a = _conv2d_patches(layer, x)
+      flat_g = tf.reshape(g, [tf.shape(g)[0], -1, g.shape[-1]])
+      kernel = tf.reshape(
+          tf.einsum('bpk,bpo->ko', a, flat_g), tf.shape(layer.kernel)
+      )
     out = [(layer.kernel, kernel)]
     if layer.use_bias:
       out.append((layer.bias, tf.reduce_sum(g, axis=[0, 1, 2])))
