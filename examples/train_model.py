@@ -7,12 +7,12 @@ Fed-SMP at eps = 8 (delta = 1e-5) over 20 rounds of 10 of 100 clients.
 each round and writes the ledger to ROOT_DIR before anything of the round is
 released, and reads it back when the same command runs again (after an
 interruption too), so the ledger never counts fewer rounds than were
-released. The process releases no client metric; the model output is the
+released (and at most one more per interruption). Ctrl-C stops it in one
+line. The process releases no client metric; the model output is the
 model alone (the learning state also holds the aggregator's state), and the
 training metrics pass the release filter of a private run.
 """
 
-import asyncio
 import sys
 
 import numpy as np
@@ -64,7 +64,9 @@ def main(root_dir: str) -> None:
   accounting = TrainModelAccounting(root_dir, population=POPULATION,
                                     clients_per_round=K)
   models = tff.program.MemoryReleaseManager()
-  asyncio.run(tff.learning.programs.train_model(
+  # run: asyncio.run with the program's arguments checked against the
+  # accounting (K, N), one line on Ctrl-C / SIGTERM, and planned vs spent.
+  accounting.run(tff.learning.programs.train_model(
       train_process=process,
       train_data_source=ClientArraysSource(clients, batch_size=5),
       train_per_round_clients=K,
@@ -76,7 +78,7 @@ def main(root_dir: str) -> None:
           tff.program.LoggingReleaseManager()),
       evaluation_manager=None,  # It would release exact client metrics.
       evaluation_periodicity=1,
-  ))
+  ), name='train_model.py')
   print(f'eps = {accounting.epsilon(1e-5):.3f} at delta = 1e-5 after '
         f'{accounting.rounds} charged rounds ({root_dir})')
 

@@ -14,11 +14,18 @@ directory that is not a run directory.
 """
 
 import os
-
-from absl import flags
+import sys
 
 from tff_priv import cli
+
+# A run without summary.json is read through TensorFlow: its C++ logs off.
+cli.quiet_environment(sys.argv)
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+from absl import flags
+
 from tff_priv.program import plotting
+# pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _RUN_DIRS = flags.DEFINE_list(
     'run_dirs', None, 'Comma-separated run directories of scripts/train.py.'

@@ -32,6 +32,7 @@ from tff_priv.program import command
 
 _VERBOSE_ARGV = command.quiet_environment(sys.argv)
 command.refuse_busy_directory('train.py', sys.argv)
+command.probe_workers('train.py', sys.argv)
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import flags
@@ -61,12 +62,24 @@ _PROGRESS = flags.DEFINE_bool(
     'progress', True,
     'Progress on stderr: a bar on a terminal, one line per round otherwise.',
 )
+_RESTART_MODEL = flags.DEFINE_bool(
+    'restart_model', False,
+    'Train a new model from round 0 in a run directory whose privacy ledger '
+    'holds charges (needed when no checkpoint there is readable; readable '
+    'ones are set aside): every earlier charge stays, and --epsilon '
+    'calibrates the new rounds to the budget left.',
+)
 _VERBOSE = flags.DEFINE_bool(
     'verbose', False, "TF's and the program's logs (quiet by default)."
 )
 
 _CLI = cli.Cli('train.py', doc=__doc__,
                key_modules=(__name__, run_flags, command))
+
+
+def _short(value):
+  """A float in 4 significant digits (the summary keeps every digit)."""
+  return f'{value:.4g}' if isinstance(value, float) else value
 
 
 def main(argv):
@@ -93,19 +106,23 @@ def main(argv):
           keep_checkpoints=_KEEP_CHECKPOINTS.value,
           progress=_PROGRESS.value,
           cache_dir=_CACHE_DIR.value,
+          restart_model=_RESTART_MODEL.value,
       ),
       root,
       verbose,
   )
   privacy = summary['privacy']
   guarantees = ' '.join(
-      f"{g['adversary']}_epsilon={g['epsilon']}" for g in privacy['guarantees']
+      f"{g['adversary']}_epsilon={_short(g['epsilon'])}"
+      for g in privacy['guarantees']
   )
   print(
       f"{layout.path(root, layout.SUMMARY)}: {summary['task']} "
       f"{summary['mechanism']} rounds={summary['rounds_run']} "
-      f"test_accuracy={summary['final_test_accuracy']} "
+      f"test_accuracy={_short(summary['final_test_accuracy'])} "
       f"{guarantees} at delta={privacy['delta']}"
+      + (f" (target epsilon={privacy['target_epsilon']})"
+         if privacy.get('target_epsilon') is not None else '')
       + (f" {privacy['empirical']['headline']}" if 'empirical' in privacy
          else '')
   )

@@ -34,19 +34,24 @@ def source(population):
 def train_model(process, *, population, clients_per_round, rounds,
                 should_discard_round=lambda output: False,
                 state_dir=None, train_metrics_manager=None,
-                model_output_manager=None):
+                model_output_manager=None, accounting=None):
   """`tff.learning.programs.train_model` over `population` array clients.
 
   Runs in the installed context (a `tff.program.NativeFederatedContext`),
   without evaluation, with its program state in `state_dir` (a new temporary
   directory by default); returns the release manager of the training
-  metrics.
+  metrics. With a `TrainModelAccounting` (`accounting`, or the owner of
+  `should_discard_round`), the source is its checked `data_source`.
   """
   release = train_metrics_manager or tff.program.MemoryReleaseManager()
+  data = source(population)
+  owner = accounting or getattr(should_discard_round, '__self__', None)
+  if hasattr(owner, 'data_source'):
+    data = owner.data_source(data)
   asyncio.run(
       tff.learning.programs.train_model(
           train_process=process,
-          train_data_source=source(population),
+          train_data_source=data,
           train_per_round_clients=clients_per_round,
           train_total_rounds=rounds,
           should_discard_round=should_discard_round,

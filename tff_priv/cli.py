@@ -53,6 +53,26 @@ def define_verbose():
   )
 
 
+def silence_output() -> int:
+  """Sends what any thread writes to stdout / stderr to /dev/null; the real stderr.
+
+  For a stop: TFF's and gRPC's threads report the workers the stop ends
+  (finalizers disposing values on a worker already gone print "Exception
+  ignored in ..." tracebacks; gRPC logs from C++). Everything the process
+  writes from here on is dropped, but for what the caller writes to the
+  returned file descriptor (a duplicate of stderr).
+  """
+  sys.stdout.flush()
+  sys.stderr.flush()
+  real = os.dup(2)
+  devnull = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, 1)
+  os.dup2(devnull, 2)
+  os.close(devnull)
+  sys.unraisablehook = lambda unraisable: None
+  return real
+
+
 def exit_now(code: int) -> None:
   """Stops tff_priv's TFF workers, flushes, and exits without teardown."""
   runtime = sys.modules.get('tff_priv.runtime')
@@ -120,6 +140,12 @@ class Cli:
     try:
       app.run(main, flags_parser=self.parse_flags)
     except SystemExit as e:
+      if 'tensorflow_federated' in sys.modules:
+        # Imported by `main` (a run's files read through TF): the same exit
+        # hook, registered now, still runs before interpreter teardown.
+        from tff_priv import runtime  # pylint: disable=g-import-not-at-top
+
+        runtime.track_workers()
       if asked_help and e.code == 1:
         exit_now(0)  # Without teardown (TFF's noisy __del__), as failures.
       if e.code not in (None, 0):

@@ -216,7 +216,13 @@ class _AsyncFace(tff.framework.AsyncContext):
     return await asyncio.to_thread(self._context.invoke, comp, arg)
 
 
+# At start a worker that answers nothing in this long is not there: a run
+# reports it at once (`timeout` is for a worker lost mid-run).
+_START_TIMEOUT_SECONDS = 10.0
+
+
 def _connect(address: str, timeout: float) -> grpc.Channel:
+  timeout = min(timeout, _START_TIMEOUT_SECONDS)
   channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
   try:
     grpc.channel_ready_future(channel).result(timeout=timeout)
@@ -242,8 +248,8 @@ def create_context(
     workers: the workers' 'host:port' addresses.
     default_num_clients: the CLIENTS cardinality of computations that take no
       client-placed argument (as TFF's local contexts set it).
-    timeout: seconds to wait for each worker at start, and for a worker that
-      stops answering before the computation fails.
+    timeout: seconds to wait for a worker that stops answering before the
+      computation fails, and for each worker at start (at most 10 s).
     program: wrap the context in `tff.program.NativeFederatedContext`.
 
   Returns:

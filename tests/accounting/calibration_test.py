@@ -53,6 +53,55 @@ class CalibrationTest(tf.test.TestCase, parameterized.TestCase):
     self.assertLess(zs[0], zs[1])
     self.assertLess(zs[1], zs[2])
 
+  def test_rounds_left_after_spent_releases_meet_the_target(self):
+    self._check_rounds_left(dict(sampling_probability=0.1), local=False)
+
+  @pytest.mark.slow
+  def test_local_noise_rounds_left_meet_the_smaller_bound(self):
+    # dp_accounting's fixed-size sampling RDP is slow (~30 s here).
+    self._check_rounds_left(dict(population=50, sample_size=10), local=True)
+
+  def _check_rounds_left(self, sampling, local):
+    # 6 rounds charged at the planned z (of a 10-round plan), 2 of them to
+    # run again: the 6 rounds left share what the first 6 left.
+    planned = calibration.calibrate_noise_multiplier(
+        4.0, 1e-5, 10, min_with_unsampled=local, **sampling
+    )
+    ledger = ledger_lib.PrivacyLedger()
+    ledger.record_gaussian(planned, count=6, **sampling)
+    spent = calibration.Spent.of_ledger(ledger)
+    z = calibration.calibrate_noise_multiplier(
+        4.0, 1e-5, 6, min_with_unsampled=local, spent=spent, **sampling
+    )
+    self.assertGreater(z, planned)
+
+    def eps(z_left, read_unsampled=False):
+      whole = ledger_lib.PrivacyLedger()
+      whole.extend(ledger)
+      whole.record_gaussian(z_left, count=6, **sampling)
+      if read_unsampled:  # Each client in every round: no sampling.
+        whole = ledger_lib.PrivacyLedger()
+        whole.record_gaussian(planned, count=6)
+        whole.record_gaussian(z_left, count=6)
+      return whole.epsilon(1e-5)
+
+    met = min(eps(z), eps(z, True)) if local else eps(z)
+    self.assertBetween(met, 3.99, 4.0)
+    # The smallest such z (the calibration's tolerance).
+    under = min(eps(z - 2e-4), eps(z - 2e-4, True)) if local else eps(
+        z - 2e-4)
+    self.assertGreater(under, 4.0)
+
+  def test_a_spent_budget_is_one_error(self):
+    ledger = ledger_lib.PrivacyLedger()
+    ledger.record_gaussian(0.5, count=20, sampling_probability=0.5)
+    with self.assertRaisesRegex(calibration.BudgetSpentError,
+                                r'20 releases charged already spend eps'):
+      calibration.calibrate_noise_multiplier(
+          1.0, 1e-5, 5, sampling_probability=0.5,
+          spent=calibration.Spent.of_ledger(ledger),
+      )
+
   def test_bad_arguments(self):
     cases = [
         (dict(target_epsilon=0.0), 'target_epsilon'),

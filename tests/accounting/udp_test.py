@@ -34,10 +34,13 @@ class CrdBudgetTest(absltest.TestCase):
     budget = udp.crd_budget(
         4.0, 1e-5, 0.05, 6, Sampling.fixed(10, 3), table_size=16
     )
-    self.assertLen(budget.sigma_table, 16)
+    # 16 levels up to sigma0 (what the plan uses), then a few up to 4 x
+    # sigma0 (for a resumed run's budget left).
+    self.assertLen(budget.sigma_table, 16 + 3)
     self.assertTrue(np.all(np.diff(budget.sigma_table) > 0))
     self.assertTrue(np.all(np.diff(budget.cost_table) < 0))
-    self.assertAlmostEqual(budget.cost_table[-1], budget.total_budget / 6)
+    self.assertAlmostEqual(budget.cost_table[15], budget.total_budget / 6)
+    self.assertAlmostEqual(budget.sigma_table[-1], 4 * budget.sigma_table[15])
     self.assertGreater(budget.order, 1)
 
   def test_noise_ledger_charges_each_round(self):

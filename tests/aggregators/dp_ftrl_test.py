@@ -42,6 +42,21 @@ class TreeRestartFactoryTest(tf.test.TestCase):
     state = process.next(state, values).state
     self.assertEqual(guarantees.extract_dp_event(state), _tree(0))
 
+  def test_a_forced_restart_in_the_same_process_draws_fresh_noise(self):
+    # A user's loop restores a saved state and restarts its tree: the
+    # restarted tree's first release must not repeat the one it replaces
+    # (zero updates: a release is its noise alone).
+    d = 20_000
+    process = dp_ftrl.TreeRestartFactory(1.0, 1, 1.0, 10).create(
+        tff.TensorType(np.float32, [d]))
+    zeros = [np.zeros(d, np.float32)]
+    state = process.next(process.initialize(), zeros).state
+    saved = dp_ftrl.with_restart_forced(state)
+    first = np.asarray(process.next(saved, zeros).result)
+    second = np.asarray(process.next(saved, zeros).result)
+    # Independent draws: corr ~ N(0, 1 / d), |corr| < 0.05 is 7 sigma.
+    self.assertLess(abs(np.corrcoef(first, second)[0, 1]), 0.05)
+
   def test_each_tree_draws_fresh_noise(self):
     # All-zero updates: a round's result is the tree's noise residual; the
     # first round of every tree is one fresh node of std z C / K.

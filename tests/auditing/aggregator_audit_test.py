@@ -114,18 +114,14 @@ class AggregatorAuditTest(absltest.TestCase):
         self.assertEqual(result.neighboring_relation, 'replace_special')
         result.raise_if_failed()
         self.assertGreater(result.epsilon_lower_bound, 1.0)  # Not vacuous.
-    # Every run from one state draws the same noise: the two sets then
-    # differ by exactly the canary, which no real run of the factory shows.
-    # z = 5 (claim eps ~ 0.9): the identical runs refute it.
+    # Every run from one state draws fresh noise too (a state restored and
+    # run again never repeats a draw): z = 5 (claim eps ~ 0.9) holds.
     quiet = blt_factory.BLTFactory(5.0, 5, 1.0, [0.9], [0.5], 10)
     state = quiet.create(_VALUE).initialize()
     result = aggregator_audit.audit_aggregator(
         quiet, value_type=_VALUE, num_clients=5, trials=200,
         delta=_DELTA, initial_state=state, warn=False)
-    self.assertFalse(result.passed)
-    self.assertEqual((result.false_positives, result.false_negatives), (0, 0))
-    self.assertAlmostEqual(
-        result.mu_lower_bound, result.max_mu_lower_bound, places=6)
+    result.raise_if_failed()
 
   @pytest.mark.slow
   def test_vectorised_trials_are_unbatched_trials(self):

@@ -62,6 +62,15 @@ class PlottingTest(tf.test.TestCase):
     self.assertEqual(run.label, 'smp eps=4')
     self.assertIsNotNone(run.summary)
 
+  def test_smp_masks_have_their_own_labels(self):
+    labels = []
+    for mask in ('rand_k', 'top_k'):
+      root = os.path.join(self.tmp, mask)
+      write_run(root, 'smp', [(1, 0.5, 1.0)],
+                params={'epsilon': 8.0, 'compression': 0.1, 'mask': mask})
+      labels.append(plotting.load_run(root).label)
+    self.assertEqual(labels, ['smp eps=8 p=0.1 rand_k', 'smp eps=8 p=0.1 top_k'])
+
   def test_incomplete_and_non_private_runs(self):
     root = os.path.join(self.tmp, 'b')
     write_run(root, 'none', [(1, 0.7, 'inf')], summary=False)

@@ -1,5 +1,6 @@
 """`TrainModelAccounting` and `ClientArraysSource` in TFF's `train_model`."""
 
+import asyncio
 import json
 import os
 import signal
@@ -130,7 +131,7 @@ class TrainModelAccountingTest(tf.test.TestCase):
       array_clients.train_model(
           process, population=_N, clients_per_round=_K, rounds=5,
           should_discard_round=crash_after_third, state_dir=state_dir,
-          train_metrics_manager=released,
+          train_metrics_manager=released, accounting=accounting,
       )
     first = len(released.values())
     self.assertEqual(first, 2)
@@ -163,6 +164,66 @@ class TrainModelAccountingTest(tf.test.TestCase):
     self.assertEqual(released.values(), {})
     self.assertEqual(accounting.rounds, 0)
     self.assertFalse(os.path.exists(os.path.join(root, tma.LEDGER_FILE)))
+
+  def test_debug_measurements_are_refused_before_any_release(self):
+    # TFF's debug measurements release exact statistics of the clients'
+    # updates (average_client_norm, std_dev_client_norm) beside a charged
+    # DP round: refused at the first round, before its charge or release.
+    dp = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+        _SIGMA, _K, 1.0)
+    process = tff.learning.algorithms.build_unweighted_fed_avg(
+        _model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        model_aggregator=tff.learning.add_debug_measurements(dp),
+        metrics_aggregator=client_metrics.no_client_metrics,
+    )
+    root = tempfile.mkdtemp()
+    accounting = tma.TrainModelAccounting(root, population=_N,
+                                          clients_per_round=_K)
+    released = tff.program.MemoryReleaseManager()
+    with self.assertRaisesRegex(ValueError, 'average_client_norm'):
+      array_clients.train_model(
+          process, population=_N, clients_per_round=_K, rounds=2,
+          should_discard_round=accounting.should_discard_round,
+          train_metrics_manager=accounting.public_metrics(released),
+      )
+    self.assertEqual(released.values(), {})
+    self.assertEqual(accounting.rounds, 0)
+
+  def test_a_k_other_than_the_draws_is_refused_before_any_round(self):
+    # TrainModelAccounting(clients_per_round=2) with train_per_round_clients
+    # 5 would charge rounds of 2 where 5 were drawn (an under-count).
+    root = tempfile.mkdtemp()
+    accounting = tma.TrainModelAccounting(root, population=_N,
+                                          clients_per_round=_K)
+    released = tff.program.MemoryReleaseManager()
+
+    def program(k, source):
+      return tff.learning.programs.train_model(
+          train_process=_process(), train_data_source=source,
+          train_per_round_clients=k, train_total_rounds=2,
+          should_discard_round=accounting.should_discard_round,
+          program_state_manager=accounting.program_state_manager(),
+          model_output_manager=tff.program.MemoryReleaseManager(),
+          train_metrics_manager=released, evaluation_manager=None,
+          evaluation_periodicity=1,
+      )
+
+    with self.assertRaisesRegex(
+        ValueError, r'train_per_round_clients=5 .* clients_per_round=2'):
+      accounting.run(program(5, array_clients.source(_N)))
+    with self.assertRaisesRegex(
+        ValueError, r'holds 7 clients .* population of 6'):
+      accounting.run(program(_K, array_clients.source(7)))
+    # Without run: the checked data source refuses the draw, and an
+    # unchecked one is refused at the first charge.
+    with self.assertRaisesRegex(ValueError, r'draws 5 clients .* clients_per_round=2'):
+      asyncio.run(program(5, accounting.data_source(
+          array_clients.source(_N))))
+    with self.assertRaisesRegex(ValueError, 'were not checked'):
+      asyncio.run(program(_K, array_clients.source(_N)))
+    self.assertEqual(released.values(), {})
+    self.assertEqual(accounting.rounds, 0)
 
   def test_noised_client_metrics_are_charged_and_released(self):
     metrics = client_metrics.dp_client_metrics(2.0, _K, loss_bound=5.0)
@@ -257,9 +318,9 @@ class ClientArraysSourceTest(tf.test.TestCase):
 class TrainModelKilledTest(tf.test.TestCase):
   """`train_model` killed (SIGKILL) at several points, then resumed."""
 
-  def _run(self, root, kill_at=None):
+  def _run(self, root, kill_at=None, signal_name='SIGKILL'):
     args = [sys.executable, '-m', 'tests.program.train_model_run',
-            '--root', root, '--rounds', '5']
+            '--root', root, '--rounds', '5', '--signal', signal_name]
     if kill_at:
       args += ['--kill_at', kill_at]
     return subprocess.run(
@@ -269,10 +330,13 @@ class TrainModelKilledTest(tf.test.TestCase):
 
   def test_the_ledger_never_counts_fewer_rounds_than_were_released(self):
     root = tempfile.mkdtemp()
+    state = os.path.join(root, 'state')
     # Killed: right after round 2's charge; right after round 3's state save
-    # completes; right after round 4's metrics release. train_model saves
-    # and releases in background tasks, so other rounds are in flight at
-    # each point (a save lags its round's release by a round or more).
+    # completes; right after round 4's metrics release. Each kill may leave
+    # charged rounds whose state was not saved: the resumed run trains
+    # (and charges) them again. The saves are on disk when train_model's
+    # save call returns, so that is at most the one round in flight.
+    over_counts, before = {}, 0
     for kill_at in ('charged:2', 'saved:3', 'released:4', None):
       result = self._run(root, kill_at)
       if kill_at:
@@ -286,13 +350,48 @@ class TrainModelKilledTest(tf.test.TestCase):
           root, population=_N, clients_per_round=_K
       ).rounds
       self.assertGreaterEqual(charged, released, kill_at)
-      # Every round run was charged (round 2 twice: killed before its
-      # state was saved, it ran again).
+      # Every round run was charged.
       with open(os.path.join(root, 'ran.log')) as f:
         self.assertEqual(charged, len(f.read().split()), kill_at)
-    self.assertGreaterEqual(charged, 6)
+      saved = max(int(v.rsplit('_', 1)[1]) for v in os.listdir(state)
+                  if v.rsplit('_', 1)[1].isdigit())
+      self.assertFalse([v for v in os.listdir(state) if 'temp' in v])
+      over_counts[kill_at] = (charged - saved) - before
+      before = charged - saved
+    # Round 2 charged, not saved: once; after a save or a release: none.
+    self.assertEqual(over_counts, {'charged:2': 1, 'saved:3': 0,
+                                   'released:4': 0, None: 0})
+    self.assertEqual(charged, 6)
     with open(os.path.join(root, 'released.log')) as f:
       self.assertIn('5', f.read().split())
+
+  def test_sigint_and_sigterm_stop_in_one_line_then_resume(self):
+    root = tempfile.mkdtemp()
+    for signal_name, kill_at in (('SIGINT', 'charged:2'),
+                                 ('SIGTERM', 'released:3')):
+      result = self._run(root, kill_at, signal_name)
+      signum = signal.Signals[signal_name]
+      self.assertEqual(result.returncode, 128 + signum, result.stderr[-2000:])
+      # One line of its own (TF's C++ start-up lines aside).
+      self.assertEqual(
+          script_runs.last_line(result.stderr),
+          f'train_model_run: stopped by {signal_name}; the ledger '
+          f'({"2" if kill_at == "charged:2" else "4"} charged rounds) and '
+          f'the program state in {root} are kept: run the same command to '
+          'resume',
+      )
+      self.assertNotIn('Traceback', result.stderr)
+      self.assertNotIn('Exception ignored', result.stderr)
+      state = os.path.join(root, 'state')
+      self.assertFalse([v for v in os.listdir(state) if 'temp' in v])
+    result = self._run(root)
+    self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+    # Round 2 ran twice (stopped between its charge and its save): planned
+    # (5 rounds) and spent (6 charged) are told apart at the end.
+    self.assertRegex(
+        script_runs.last_line(result.stderr),
+        r'^train_model_run: epsilon \S+ spent at delta 1e-05 over 6 charged '
+        r'rounds, planned \S+ for the 5 rounds trained')
 
 
 if __name__ == '__main__':

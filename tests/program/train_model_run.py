@@ -1,17 +1,17 @@
 """A `train_model` run with `TrainModelAccounting`, killed where told (test helper).
 
   python -m tests.program.train_model_run --root DIR --rounds R
-      [--kill_at charged:N | saved:N | released:N]
+      [--kill_at charged:N | saved:N | released:N] [--signal SIGINT]
 
 Runs (or resumes) R rounds of Fed-SMP in `train_model` over 6 array clients,
-2 a round, with its state and ledger under DIR. Appends each round that ran
-to DIR/ran.log (before its charge) and each release of training metrics to
-DIR/released.log (fsync'd), and sends itself SIGKILL right after round N's
-charge, state save or metrics release.
+2 a round, with its state and ledger under DIR, through
+`TrainModelAccounting.run`. Appends each round that ran to DIR/ran.log
+(before its charge) and each release of training metrics to
+DIR/released.log (fsync'd), and sends itself SIGKILL (or `--signal`) right
+after round N's charge, state save or metrics release.
 """
 
 import argparse
-import asyncio
 import os
 import signal
 
@@ -32,9 +32,12 @@ def _append(path, line):
     os.fsync(f.fileno())
 
 
+_SIGNAL = [signal.SIGKILL]
+
+
 def _kill_if(kill_at, point, round_num):
   if kill_at == f'{point}:{round_num}':
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), _SIGNAL[0])
 
 
 class _LoggedRelease(tff.program.ReleaseManager):
@@ -54,9 +57,10 @@ class _KilledStateManager(tma.SerialFileProgramStateManager):
     super().__init__(root_dir)
     self._kill_at = kill_at
 
-  async def save(self, program_state, version):
-    await super().save(program_state, version)
+  def save(self, program_state, version):
+    done = super().save(program_state, version)  # On disk when it returns.
     _kill_if(self._kill_at, 'saved', version)
+    return done
 
 
 def main():
@@ -64,7 +68,9 @@ def main():
   parser.add_argument('--root', required=True)
   parser.add_argument('--rounds', type=int, required=True)
   parser.add_argument('--kill_at')
+  parser.add_argument('--signal', default='SIGKILL')
   args = parser.parse_args()
+  _SIGNAL[0] = signal.Signals[args.signal]
   runtime.set_context('simulation', program=True)
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       tiny_models.softmax_model_fn,
@@ -81,10 +87,10 @@ def main():
     _kill_if(args.kill_at, 'charged', accounting.rounds)
     return discard
 
-  asyncio.run(
+  accounting.run(
       tff.learning.programs.train_model(
           train_process=process,
-          train_data_source=array_clients.source(6),
+          train_data_source=accounting.data_source(array_clients.source(6)),
           train_per_round_clients=2,
           train_total_rounds=args.rounds,
           should_discard_round=should_discard_round,
@@ -95,7 +101,8 @@ def main():
           train_metrics_manager=_LoggedRelease(args.root, args.kill_at),
           evaluation_manager=None,
           evaluation_periodicity=1,
-      )
+      ),
+      name='train_model_run',
   )
 
 

@@ -542,14 +542,27 @@ class BltRunTest(_TempDirTestCase):
     self.assertNotEmpty(resolved['buf_decay'])
     self.assertGreater(resolved['sensitivity'], 1.0)
     # Stopped after round 5 (mid-stream) and resumed: the stream restarts at
-    # round 6 with fresh noise and is charged again (4 streams).
+    # round 6 with fresh noise and is charged again (4 streams), the two
+    # streams left (rounds 6 and 7) noised for the budget the first two
+    # left, so the run still meets its target.
     root = os.path.join(self._make_tempdir(), 'run')
     self.assertIsNone(training.run_until(config, root, 5, progress=False))
     resumed = training.run(config, root, progress=False)
-    self.assertAllClose(
-        resumed['privacy']['guarantees'][0]['epsilon'], rdp_epsilon(4),
-        rtol=1e-5,
+    first, second = resumed['sessions']
+    self.assertEqual((first['start_round'], second['start_round']), (0, 5))
+    self.assertAllClose(first['noise_multiplier'],
+                        resolved['noise_multiplier'])
+    self.assertGreater(second['noise_multiplier'], first['noise_multiplier'])
+    accountant = dp_accounting.rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
     )
+    for session in (first, second):
+      accountant.compose(dp_accounting.GaussianDpEvent(
+          session['noise_multiplier'] / resolved['sensitivity']), 2)
+    self.assertAllClose(resumed['privacy']['guarantees'][0]['epsilon'],
+                        accountant.get_epsilon(1e-5), rtol=1e-9)
+    self.assertBetween(resumed['privacy']['guarantees'][0]['epsilon'],
+                       3.99, 4.0)
 
 
 class DpClientMetricsRunTest(_TempDirTestCase):

@@ -44,6 +44,9 @@ class PlotScriptTest(tf.test.TestCase):
     out = os.path.join(self.tmp, 'plots')
     result = _run(f'--run_dirs={",".join(dirs)}', f'--output_dir={out}')
     self.assertEqual(result.returncode, 0, result.stderr)
+    # Runs without a summary are read through the registry (TensorFlow and
+    # TFF imported): the exit stays quiet.
+    self.assertEqual(result.stderr, '')
     paths = result.stdout.split()
     self.assertEqual(
         [os.path.basename(p) for p in paths],

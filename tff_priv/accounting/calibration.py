@@ -14,6 +14,7 @@ z * 2 eta C / |D_i|; for Fed-SMP and DP-FedAvg, the std of the summed noise is
 z * C.
 """
 
+import dataclasses
 from typing import Optional
 
 import dp_accounting
@@ -24,6 +25,51 @@ from tff_priv.accounting import accountants
 from tff_priv.accounting import events
 
 _PLD_MIN_NOISE_MULTIPLIER = 0.1
+
+
+# A resumed run recalibrated to its target stops rather than run the rounds
+# it has left at more than this times the planned noise (a rule of tff_priv's
+# training program: such noise would make the rounds left worthless).
+MAX_NOISE_INCREASE = 4.0
+
+
+class BudgetSpentError(ValueError):
+  """The releases already charged leave no budget for the rounds left."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Spent:
+  """What a run charged before a session calibrates the releases it has left.
+
+  Read from the run's ledger alone (the composition of the events charged so
+  far: a function of the configuration and of how many rounds were charged,
+  never of the data or of who was sampled).
+
+  Attributes:
+    event: the charged releases as one DpEvent, as the analyst's ledger
+      counts them (under their sampling).
+    releases: how many releases that is.
+    relation: the neighbouring relation the ledger counts under.
+  """
+
+  event: dp_event.DpEvent
+  releases: int
+  relation: str
+
+  @classmethod
+  def of_ledger(cls, ledger) -> 'Spent':
+    """The releases a `PrivacyLedger` holds."""
+    return cls(ledger.dp_event(), ledger.num_releases,
+               ledger.neighboring_relation)
+
+  def as_unsampled(self) -> 'Spent':
+    """The same releases read without their client sampling.
+
+    As if one client took part in every one of them: what bounds the worst
+    client's view for noise added on each client (a function of the ledger
+    alone, not of who was in fact sampled).
+    """
+    return dataclasses.replace(self, event=events.unsampled(self.event))
 
 
 def gaussian_rounds_event(
@@ -82,6 +128,7 @@ def calibrate_noise_multiplier(
     accountant: str = 'rdp',
     tol: float = 1e-4,
     min_with_unsampled: bool = False,
+    spent: Optional['Spent'] = None,
 ) -> float:
   """The smallest noise multiplier z whose eps at target_delta is <= target.
 
@@ -99,36 +146,69 @@ def calibrate_noise_multiplier(
       when the noise is added on each client under replace-one adjacency; at
       large sampling rates dp_accounting's fixed-size sampling bound exceeds
       the unsampled one, and calibrating to it alone over-noises.
+    spent: what earlier rounds of the same run were charged (a resumed run's
+      ledger, `Spent`): z is calibrated so that those releases composed with
+      `rounds` more rounds at z meet the target; with `min_with_unsampled`,
+      the unsampled composition starts from `spent.as_unsampled()`.
 
   Returns:
     z with eps(z) <= target_epsilon, within `tol` of the smallest such z.
+
+  Raises:
+    BudgetSpentError: `spent` alone reaches the target.
   """
   if min_with_unsampled:
-    sampled = calibrate_noise_multiplier(
-        target_epsilon, target_delta, rounds,
-        sampling_probability=sampling_probability, population=population,
-        sample_size=sample_size, accountant=accountant, tol=tol,
-    )
-    unsampled = calibrate_noise_multiplier(
-        target_epsilon, target_delta, rounds, accountant=accountant, tol=tol
-    )
-    return min(sampled, unsampled)
+    # Either bound meets the target; with releases spent, one of them may
+    # have no budget left while the other has.
+    found, spent_error = [], None
+    for kwargs in (
+        dict(sampling_probability=sampling_probability, population=population,
+             sample_size=sample_size, spent=spent),
+        dict(spent=None if spent is None else spent.as_unsampled()),
+    ):
+      try:
+        found.append(calibrate_noise_multiplier(
+            target_epsilon, target_delta, rounds, accountant=accountant,
+            tol=tol, **kwargs,
+        ))
+      except BudgetSpentError as e:
+        spent_error = e
+    if not found:
+      raise spent_error
+    return min(found)
   target_epsilon = validation.positive('target_epsilon', target_epsilon)
   target_delta = validation.open_unit('target_delta', target_delta)
   tol = validation.positive('tol', tol)
-  make_event = lambda z: gaussian_rounds_event(  # pylint: disable=g-long-lambda
-      z,
-      rounds,
-      sampling_probability=sampling_probability,
-      population=population,
-      sample_size=sample_size,
+  prior = spent.event if spent is not None and spent.releases else None
+
+  def make_event(z):
+    event = gaussian_rounds_event(
+        z,
+        rounds,
+        sampling_probability=sampling_probability,
+        population=population,
+        sample_size=sample_size,
+    )
+    return event if prior is None else dp_event.ComposedDpEvent([prior, event])
+
+  relation = accountants.relation_for(make_event(1.0)) or (
+      spent.relation if prior is not None else 'add_or_remove_one'
   )
-  relation = accountants.relation_for(make_event(1.0)) or 'add_or_remove_one'
   validation.one_of('accountant', accountant, accountants.ACCOUNTANTS)
   if not accountants.make_accountant(accountant, relation).supports(
       make_event(1.0)
   ):
     raise ValueError(f'the {accountant} accountant cannot count this sampling')
+  if prior is not None:
+    # The charged releases alone (the rounds left noised away entirely).
+    floor = accountants.make_accountant(accountant, relation).compose(
+        prior
+    ).get_epsilon(target_delta)
+    if floor >= target_epsilon:
+      raise BudgetSpentError(
+          f'the {spent.releases} releases charged already spend eps '
+          f'{floor:.4g} of the target {target_epsilon:g}'
+      )
 
   def calibrate(name, bracket):
     return dp_accounting.calibrate_dp_mechanism(

@@ -145,6 +145,38 @@ def sampled_event(
   return event
 
 
+def unsampled(event: dp_event.DpEvent) -> dp_event.DpEvent:
+  """`event` with every client-sampling wrapper removed (a unit in every round)."""
+  if isinstance(event, (dp_event.PoissonSampledDpEvent,
+                        dp_event.SampledWithoutReplacementDpEvent)):
+    return unsampled(event.event)
+  if isinstance(event, dp_event.SelfComposedDpEvent):
+    return dp_event.SelfComposedDpEvent(unsampled(event.event), event.count)
+  if isinstance(event, dp_event.ComposedDpEvent):
+    return dp_event.ComposedDpEvent([unsampled(e) for e in event.events])
+  return event
+
+
+def gaussian_releases(event: dp_event.DpEvent) -> list[tuple[float, int]]:
+  """(noise multiplier, count) of each Gaussian release in `event`, in order.
+
+  Client sampling is read through (a sampled Gaussian is its Gaussian).
+
+  Raises:
+    TypeError: `event` holds a release other than a Gaussian.
+  """
+  event = unsampled(event)
+  if isinstance(event, dp_event.GaussianDpEvent):
+    return [(float(event.noise_multiplier), 1)]
+  if isinstance(event, dp_event.SelfComposedDpEvent):
+    return [(z, n * event.count) for z, n in gaussian_releases(event.event)]
+  if isinstance(event, dp_event.ComposedDpEvent):
+    return [r for e in event.events for r in gaussian_releases(e)]
+  if isinstance(event, dp_event.NoOpDpEvent):
+    return []
+  raise TypeError(f'not a composition of Gaussian releases: {event}')
+
+
 def sampled_gaussian_event(
     noise_multiplier: float,
     *,

@@ -35,6 +35,7 @@ import numpy as np
 from tff_priv import validation
 from tff_priv.accounting import accountants
 from tff_priv.accounting import events
+from tff_priv.accounting import wrapped_states
 
 UNITS = ('example', 'client', 'value')
 NOISE_PLACEMENTS = ('local', 'secure_sum', 'central')
@@ -148,16 +149,66 @@ _STATE_RELATIONS = {
 }
 
 
+# The states of the stream factories (dicts), by their fields: their events
+# hold under zero-out (REPLACE_SPECIAL) for a participation schedule the
+# caller keeps, and claim no amplification by sampling.
+_STREAM_STATES = {
+    frozenset(('buffers', 'nonce', 'rounds_done', 'force_restart', 'dp_event',
+               'is_init_state')): 'BLTFactory',
+    frozenset(('tree', 'nonce', 'rounds_done', 'force_restart', 'dp_event',
+               'is_init_state')): 'TreeRestartFactory',
+}
+
+
+def stream_factory_of_state(aggregator_state: Any) -> Optional[str]:
+  """'BLTFactory' or 'TreeRestartFactory' for their states, else None."""
+  if isinstance(aggregator_state, dict):
+    return _STREAM_STATES.get(frozenset(aggregator_state))
+  return None
+
+
+def factory_kind_of_state(aggregator_state: Any) -> str:
+  """'tff_priv' or 'tff_dp': whose state this is (inside TFF's wrappers).
+
+  Raises:
+    TypeError: a state of no factory tff_priv knows (the message says what
+      it knows).
+    wrapped_states.UnnoisedWrapperError: a wrapper tracks its norm without
+      noise.
+  """
+  inner, _ = wrapped_states.unwrap(aggregator_state)
+  if _is_tff_dp_state(inner):
+    return 'tff_dp'
+  if stream_factory_of_state(inner) is not None:
+    return 'tff_priv'
+  cls = type(inner)
+  for (module, name) in _STATE_RELATIONS:
+    if cls.__name__ == name and cls.__module__.startswith(module):
+      return 'tff_priv'
+  raise TypeError(
+      f'unknown aggregator state {cls.__module__}.{cls.__name__}: tff_priv '
+      'charges the states of its factories and of TFF\'s '
+      'DifferentiallyPrivateFactory (also inside tff.aggregators.'
+      'zeroing_factory / clipping_factory with a public norm); a state of '
+      'your own factory needs its neighboring_relation (factory.guarantee)'
+  )
+
+
 def relation_of_state(aggregator_state: Any) -> str:
-  """The neighbouring relation of the event in a known factory's state."""
-  cls = type(aggregator_state)
+  """The neighbouring relation of the event in a known factory's state.
+
+  TFF's zeroing and clipping wrappers are seen through
+  (`wrapped_states.unwrap`).
+  """
+  inner, _ = wrapped_states.unwrap(aggregator_state)
+  if stream_factory_of_state(inner) is not None:
+    return 'replace_special'
+  cls = type(inner)
   for (module, name), relation in _STATE_RELATIONS.items():
     if cls.__name__ == name and cls.__module__.startswith(module):
       return relation
-  raise TypeError(
-      f'unknown aggregator state {cls.__module__}.{cls.__name__}: give its '
-      "factory's neighboring_relation (factory.guarantee)"
-  )
+  factory_kind_of_state(inner)  # Raises the TypeError naming what is known.
+  raise AssertionError('unreachable')
 
 
 def extract_dp_event(
@@ -185,6 +236,11 @@ def extract_dp_event(
       (and `allow_initial_state` is False).
     TypeError: the state carries no DpEvent, or one of an unknown class.
   """
+  aggregator_state, extras = wrapped_states.unwrap(aggregator_state)
+  if extras:
+    event = extract_dp_event(aggregator_state,
+                             allow_initial_state=allow_initial_state)
+    return dp_event.ComposedDpEvent([event, *extras])
   try:
     named = _field(aggregator_state, 'dp_event')
     is_init = _field(aggregator_state, 'is_init_state')

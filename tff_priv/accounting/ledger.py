@@ -135,14 +135,19 @@ class PrivacyLedger:
       sample_size: K, for fixed-size sampling.
       neighboring_relation: the relation the state's event holds under
         (`factory.guarantee.neighboring_relation`); None: known from the
-        state of tff_priv's factories and TFF's DP factory.
+        state of tff_priv's factories and TFF's DP factory, also inside
+        TFF's zeroing and clipping wrappers with a public (or noised,
+        then charged) norm.
 
     Returns:
       The event recorded.
 
     Raises:
       ValueError: Poisson sampling of an event that holds under replace-one
-        (noise added on each client: sample K of N instead); an explicit
+        (noise added on each client: sample K of N instead); any sampling
+        of a BLT or tree stream (no amplification is claimed); a TFF
+        wrapper that tracks its norm without noise
+        (`wrapped_states.UnnoisedWrapperError`); an explicit
         `neighboring_relation` that contradicts the state's; a sampling under
         which the accountant cannot count the event (refused here, not later
         in `epsilon`).
@@ -154,6 +159,18 @@ class PrivacyLedger:
       raise TypeError(
           'record_round takes the aggregator\'s state: pass '
           'output.state.aggregator, not output.state'
+      )
+    stream = guarantees.stream_factory_of_state(aggregator_state)
+    if stream is not None and (
+        sampling_probability is not None or population is not None
+        or sample_size is not None
+    ):
+      raise ValueError(
+          f'{stream} claims no amplification by sampling: its event holds '
+          'for each client at most once per stream (or the (k, b) schedule '
+          'it was built for) whoever is sampled; call record_round(state) '
+          'without sampling arguments, and draw the clients with '
+          'tff_priv.program.StreamSampler'
       )
     try:
       known = guarantees.relation_of_state(aggregator_state)
@@ -179,6 +196,12 @@ class PrivacyLedger:
         sample_size=sample_size,
     )
     relation = accountants.relation_for(event) or self.neighboring_relation
+    stream_relation = (self._relation is None
+                       and neighboring_relation == 'replace_special'
+                       and accountants.relation_for(event) is None)
+    if stream_relation:
+      # A stream's zero-out event (BLT, a tree): counted under it.
+      relation = neighboring_relation
     reason = accountants.can_count('rdp', event, relation)
     if reason is not None:
       raise ValueError(
@@ -186,6 +209,8 @@ class PrivacyLedger:
           'state\'s event; record it without sampling arguments (an upper '
           'bound)'
       )
+    if stream_relation:
+      self._relation = neighboring_relation
     self.record(event)
     return event
 

@@ -20,6 +20,7 @@ def noise_for_target(
     sensitivity: float = 1.0,
     calibration: str = 'tight',
     min_with_unsampled: bool = False,
+    spent: Optional[calibration_lib.Spent] = None,
 ) -> float:
   """The noise std of a Gaussian release that meets (eps, delta) over `rounds`.
 
@@ -45,17 +46,25 @@ def noise_for_target(
     min_with_unsampled: ('tight' only) meet the target with the smaller of the
       sampled and the unsampled eps, which both bound the released models of
       noise added on each client under replace-one adjacency.
+    spent: ('tight' only) the releases a resumed run has charged already
+      (`calibration.Spent`, read from its ledger): the noise of the `rounds`
+      left is calibrated so that everything together meets the target.
 
   Returns:
     The noise std sigma (z * sensitivity).
 
   Raises:
     ValueError: a bad value (the message names it).
+    calibration.BudgetSpentError: `spent` alone reaches the target.
   """
   validation.one_of('calibration', calibration, CALIBRATIONS)
   sensitivity = validation.positive('sensitivity', sensitivity)
   sampling = sampling or sampling_lib.Sampling.none()
   if calibration == 'paper':
+    if spent is not None and spent.releases:
+      raise ValueError(
+          "calibration='paper' cannot account for releases already charged"
+      )
     return closed_forms.udp_theorem1_sigma(
         epsilon, delta, sampling.rate, rounds, sensitivity
     )
@@ -65,5 +74,6 @@ def noise_for_target(
       rounds,
       **sampling.kwargs(),
       min_with_unsampled=min_with_unsampled,
+      spent=spent,
   )
   return z * sensitivity

@@ -8,6 +8,7 @@ import numpy as np
 
 from tff_priv import validation
 from tff_priv.accounting import accountants
+from tff_priv.accounting import calibration
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import events
 from tff_priv.accounting import filters
@@ -122,16 +123,24 @@ def _rdp_table_budget(
   sigma_low = sigma0 / 2
   while cost(sigma_low) < budget:
     sigma_low /= 2
-  sigmas = np.geomspace(sigma_low, sigma0, table_size)
+  planned = np.geomspace(sigma_low, sigma0, table_size)
+  # Above sigma0: the plan never needs it (its share of the budget only
+  # grows), a resumed run whose budget left must also cover the rounds it
+  # runs again may (up to MAX_NOISE_INCREASE x sigma0).
+  above = np.geomspace(
+      sigma0, calibration.MAX_NOISE_INCREASE * sigma0, table_size // 8 + 2
+  )[1:]
+  sigmas = np.concatenate([planned, above])
   costs = np.array([cost(s) for s in sigmas])
-  costs[-1] = budget / initial_rounds  # Exactly sigma0's share.
+  costs[table_size - 1] = budget / initial_rounds  # Exactly sigma0's share.
   return CrdBudget(
       budget, initial_rounds, sigma_table=sigmas, cost_table=costs,
       order=alpha,
   )
 
 
-def crd_bounds(schedule, sensitivity: float) -> tuple[
+def crd_bounds(schedule, sensitivity: float,
+               max_rounds: Optional[int] = None) -> tuple[
     filters.RdpBound, filters.RdpBound
 ]:
   """What every path of a CRD schedule guarantees: (analyst, server).
@@ -147,13 +156,16 @@ def crd_bounds(schedule, sensitivity: float) -> tuple[
     sampled release is no less private than an unsampled one).
   * server (each client over the rounds it took part in, no amplification):
     with the cost 1 / sigma^2 the same sum bounds it; with the table, a client
-    in every round gets at most min(T_0 / sigma_min^2, max_k (1 / sigma_k^2) /
-    cost_k * B) of 1 / sigma^2: the worst case the plan allows.
+    in every round gets at most min(R / sigma_min^2, max_k (1 / sigma_k^2) /
+    cost_k * B) of 1 / sigma^2 over R released rounds: the worst case the
+    plan allows.
 
   Args:
     schedule: the run's `noise_schedule.BudgetSchedule` (read: `max_spent`,
       the most any path spends, and the `CrdBudget` fields).
     sensitivity: Delta of a client's update, in the units of sigma.
+    max_rounds: R, the most rounds the run releases (None: the plan's T_0; a
+      resumed run that runs rounds again releases more).
 
   Returns:
     (analyst bound, server-view bound), `filters.RdpBound`s.
@@ -175,7 +187,7 @@ def crd_bounds(schedule, sensitivity: float) -> tuple[
   )
   sigmas, costs = schedule.sigma_table, schedule.cost_table
   inverse_variance = min(
-      schedule.initial_rounds / sigmas[0] ** 2,
+      (max_rounds or schedule.initial_rounds) / sigmas[0] ** 2,
       float(np.max(1.0 / (sigmas**2 * costs))) * spent,
   )
   server = filters.gaussian(

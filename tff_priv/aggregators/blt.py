@@ -27,10 +27,14 @@ Choquette-Choo et al. bounds). The state's `dp_event` is
 anything of it is released. No amplification by sampling is claimed: the
 event is for the pattern (k, b), which the caller's sampling must guarantee.
 
-Noise seeds, as `TreeRestartFactory`: round r's z is drawn from
-`fold_in(fold_in(fold_in(key, nonce[0]), nonce[1]), r)`, `key` 63 bits from
-Python's `secrets` per `create()`, `nonce` TF's nondeterministic integers per
-`initialize()` (kept in the state). Neither is released.
+Noise seeds: round r's z is drawn from `fold_in(fold_in(fold_in(key,
+n[0]), n[1]), r)`, `key` 63 bits from Python's `secrets` per `create()`, `n`
+TF's nondeterministic integers drawn anew at every call of `next`, so that a
+round run again (after `with_restart_forced`, or from a state restored in
+the same process) never releases a z it released before (the difference of
+two such releases would be noise-free). Neither is released. With a fixed
+`noise_seed` (tests only) `n` is the state's nonce, moved at each forced
+restart.
 
 Adversary: the server adds the noise and sees the clipped updates ('central').
 """
@@ -208,7 +212,19 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
       buffers = tf.nest.map_structure(
           lambda b: tf.where(restart, tf.zeros_like(b), b), state['buffers']
       )
-      seed = round_seed(key, state['nonce'], state['rounds_done'])
+      nonce = state['nonce']
+      if fixed:
+        # Tests: deterministic, but a forced restart moves to new draws.
+        nonce = tf.where(state['force_restart'],
+                         nonce + tf.constant([0, 1], tf.int64), nonce)
+        seed = round_seed(key, nonce, state['rounds_done'])
+      else:
+        # A fresh draw every call: a round run again (a restart, or a
+        # state restored in the same process) never repeats a released z.
+        seed = round_seed(
+            key, tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64),
+            state['rounds_done'],
+        )
       z = gaussian.add_gaussian_noise(
           tf.nest.map_structure(tf.zeros_like, total), 1.0, seed=seed
       )
@@ -224,7 +240,7 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
       ]
       new_state = collections.OrderedDict(
           buffers=tf.nest.pack_sequence_as(buffers, flat_buffers),
-          nonce=state['nonce'],
+          nonce=nonce,
           rounds_done=state['rounds_done'] + 1,
           force_restart=tf.constant(False),
           dp_event=charged(tf.cast(restart, tf.int32)),

@@ -26,8 +26,10 @@ sum of noise. TFF's factory never restarts its tree and its state reports
   (TF's stateless Philox hash): `key` is 63 bits from the operating system
   (Python's `secrets`) drawn when the process is built (`create`), so a run
   resumed in a new process draws new ones; `nonce` is drawn by `initialize()`
-  (TF's nondeterministic integers) and kept in the state, so two runs of one
-  process differ. Neither is released; the nonce is in the checkpoints.
+  and again at every forced restart (TF's nondeterministic integers) and
+  kept in the state, so two runs of one process differ, and a restart from a
+  state restored in the same process does not repeat its tree's noise.
+  Neither is released; the nonce is in the checkpoints.
 * If every client takes part at most once per tree (the training program's
   'epoch' sampling: a fresh permutation of the clients per epoch, K per
   round, `rounds_per_tree` = N // K rounds per epoch), one tree is
@@ -195,6 +197,17 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
       # to the old tree's levels (copies of its one node: twice its noise).
       return tf.cond(restart, lambda: fresh, lambda: carried)
 
+    @tff.tensorflow.computation(np.bool_, nonce_type)
+    def restart_nonce(force_restart, nonce):
+      # A forced restart (a resumed run, or a state restored in the same
+      # process) seeds its tree anew: the restarted tree's rounds are
+      # released again, never with the noise they had.
+      if fixed:
+        return tf.where(force_restart, nonce + tf.constant([0, 1], tf.int64),
+                        nonce)
+      fresh = tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
+      return tf.where(force_restart, fresh, nonce)
+
     @tff.tensorflow.computation(np.bool_, np.int64, tree_type, nonce_type)
     def new_state(restart, rounds_done, tree, nonce):
       return collections.OrderedDict(
@@ -219,15 +232,18 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
       restart = tff.federated_map(
           restarts, (state.rounds_done, state.force_restart)
       )
+      nonce = tff.federated_map(
+          restart_nonce, (state.force_restart, state.nonce)
+      )
       fresh = tff.federated_map(
-          reseed, (inner.initialize(), state.rounds_done, state.nonce)
+          reseed, (inner.initialize(), state.rounds_done, nonce)
       )
       tree = tff.federated_map(pick, (restart, fresh, state.tree))
       output = inner.next(tree, tff.federated_map(finite, value))
       return tff.templates.MeasuredProcessOutput(
           state=tff.federated_map(
               new_state,
-              (restart, state.rounds_done, output.state, state.nonce),
+              (restart, state.rounds_done, output.state, nonce),
           ),
           result=output.result,
           measurements=output.measurements,

@@ -144,6 +144,24 @@ class BudgetSchedule:
     sigmas = tf.constant(self.sigma_table, tf.float64)
     return tf.gather(sigmas, index), tf.gather(costs, index)
 
+  def cost_of(self, sigma: float) -> float:
+    """The cost the schedule charges a round at `sigma` (one of its own).
+
+    Raises:
+      ValueError: `sigma` is below every tabulated one (the schedule never
+        releases it).
+    """
+    if self.sigma_table is None:
+      return 1.0 / sigma**2
+    # The largest tabulated sigma <= sigma (a relative slack for the round
+    # trip through a ledger's noise multiplier): its cost is >= sigma's.
+    index = np.searchsorted(
+        self.sigma_table, sigma * (1.0 + 1e-9), side='right'
+    ) - 1
+    if index < 0:
+      raise ValueError(f'sigma {sigma} is below the tabulated noise levels')
+    return float(self.cost_table[index])
+
   @staticmethod
   def after_round(state: ScheduleState, cost: tf.Tensor) -> ScheduleState:
     """The state after a round that was charged `cost`."""

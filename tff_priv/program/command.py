@@ -80,6 +80,56 @@ def refuse_busy_directory(prog: str, argv: list[str]) -> None:
     fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def probe_workers(prog: str, argv: list[str], seconds: float = 5.0) -> None:
+  """Exits 1 in one line when a `--workers` address takes no connection.
+
+  Runs before TensorFlow is imported, so an unreachable worker is reported
+  in seconds: each address must accept a TCP connection within `seconds`
+  (retried, for a worker still starting). The run itself then connects
+  through TFF (`remote.create_context`).
+  """
+  import socket  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+
+  workers = []
+  for i, arg in enumerate(argv):
+    if arg.startswith('--workers='):
+      workers = arg.split('=', 1)[1].split(',')
+    elif arg == '--workers' and i + 1 < len(argv):
+      workers = argv[i + 1].split(',')
+  for address in [w.strip() for w in workers if w.strip()]:
+    host, _, port = address.rpartition(':')
+    if not host or not port.isdigit():
+      continue  # The flag's own check names it, in one line.
+    deadline = time.monotonic() + seconds
+    while True:
+      try:
+        with socket.create_connection((host, int(port)), timeout=seconds):
+          break
+      except OSError as e:
+        if time.monotonic() >= deadline:
+          print(
+              f'{prog}: error: no TFF worker answers at {address} '
+              f'({e.strerror or e}); start one there with: python -m '
+              'tff_priv.worker --port=PORT (nothing was run)',
+              file=sys.stderr,
+          )
+          sys.exit(1)
+        time.sleep(0.2)
+
+
+def kept_outputs(root_output_dir: str) -> str:
+  """What a stopped run leaves to resume from, naming only what exists."""
+  from tff_priv.program import layout  # pylint: disable=g-import-not-at-top
+
+  kept = [name for name in (layout.CHECKPOINTS, layout.PRIVACY)
+          if os.path.exists(layout.path(root_output_dir, name))]
+  if not kept:
+    return f'nothing was written to {root_output_dir}'
+  return (f'{" and ".join(kept)} in {root_output_dir} '
+          f'{"are" if len(kept) > 1 else "is"} kept')
+
+
 def _quiet_python_logs() -> None:
   logging.set_verbosity(logging.ERROR)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -115,15 +165,15 @@ def main(
   received = []
 
   def stop(signum):
-    # The worker first: its shutdown may log (gRPC's fork notice); the
-    # resume hint is the last line.
+    # Everything else quiet first: ending the workers makes TFF's threads
+    # (finalizers disposing values on them, gRPC) report it, racing this
+    # line. Then the workers; the resume hint is the only line.
+    stderr = cli.silence_output()
     runtime.stop_workers()
-    print(
-        f'{prog}: stopped by {signal.Signals(signum).name}; the checkpoints '
-        f'and the privacy ledger in {root_output_dir} are kept: run the same '
-        'command to resume',
-        file=sys.stderr,
-    )
+    os.write(stderr, (
+        f'{prog}: stopped by {signal.Signals(signum).name}; '
+        f'{kept_outputs(root_output_dir)}: run the same command to resume\n'
+    ).encode())
     # The interrupted TF/TFF objects fail noisily in interpreter teardown:
     # leave without it (everything is on disk).
     cli.exit_now(128 + signum)
@@ -152,18 +202,30 @@ def main(
   except remote.WorkerLostError as e:
     # The merged context's threads may still wait on the other workers:
     # leave without teardown.
-    print(
-        f'{prog}: error: {e}; the checkpoints and the privacy ledger in '
-        f'{root_output_dir} are kept: run the same command to resume once the '
-        'worker answers',
-        file=sys.stderr,
-    )
+    stderr = cli.silence_output()
+    os.write(stderr, (
+        f'{prog}: error: {e}; {kept_outputs(root_output_dir)}: run the same '
+        'command to resume once the worker answers\n'
+    ).encode())
     cli.exit_now(1)
   except BaseException as e:  # pylint: disable=broad-except
     if received:
       stop(received[0])
-    if isinstance(e, OSError) and e.filename is not None:
-      print(f'{prog}: error: cannot use {e.filename}: {e.strerror}',
+    reason = _write_failure(e)
+    if reason is not None:
+      print(f'{prog}: error: {reason}; {kept_outputs(root_output_dir)}: '
+            'run the same command to resume once it can write',
             file=sys.stderr)
-      sys.exit(1)
+      cli.exit_now(1)
     raise
+
+
+def _write_failure(e: BaseException):
+  """The one line of a failure to write the run's files, else None."""
+  if isinstance(e, OSError) and e.filename is not None:
+    return f'cannot use {e.filename}: {e.strerror}'
+  text = str(e)
+  if 'No space left on device' in text:
+    # TF's own savers and writers (ResourceExhaustedError ...): many lines.
+    return 'cannot write the run\'s files: No space left on device'
+  return None

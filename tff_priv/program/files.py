@@ -27,13 +27,22 @@ def write_json(path: str, value: Any, durable: bool = False) -> None:
       returns (fsync), as a write-ahead record must be.
   """
   tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w') as f:
-    json.dump(finite_or_str(value), f, indent=2, sort_keys=True)
-    f.write('\n')
-    if durable:
-      f.flush()
-      os.fsync(f.fileno())
-  os.replace(tmp, path)
+  try:
+    with open(tmp, 'w') as f:
+      json.dump(finite_or_str(value), f, indent=2, sort_keys=True)
+      f.write('\n')
+      if durable:
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException as e:
+    # A full disk, an interruption: no partial file left behind (and `path`
+    # keeps its previous content).
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    if isinstance(e, OSError) and e.filename == tmp:
+      raise OSError(e.errno, e.strerror, path) from None
+    raise
   if durable:
     fd = os.open(os.path.dirname(path) or '.', os.O_RDONLY)
     try:

@@ -42,13 +42,46 @@ def release_locks() -> None:
     _held_locks.pop().close()  # Closing the file releases its flock.
 
 
+# The fields every write-ahead record has (`training._Run.charge`).
+_RECORD_FIELDS = ('round', 'sampling_seed', 'privacy')
+
+
 def read_privacy(root_output_dir: str) -> Optional[dict[str, Any]]:
-  """The write-ahead ledgers (`layout.PRIVACY`), None before the first round."""
+  """The write-ahead ledgers (`layout.PRIVACY`), None before the first round.
+
+  Raises:
+    ConfigError: the file is damaged (not JSON, or not a record of this
+      program): one line; the file is left as it is (a run never writes
+      over a ledger it cannot read, which would drop its charges).
+  """
   path = layout.path(root_output_dir, layout.PRIVACY)
   if not os.path.exists(path):
     return None
-  with open(path) as f:
-    return json.load(f)
+  try:
+    with open(path) as f:
+      record = json.load(f)
+    missing = [k for k in _RECORD_FIELDS if k not in record]
+    if missing:
+      raise ValueError(f'no {", ".join(missing)}')
+  except (ValueError, TypeError, UnicodeDecodeError) as e:
+    reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+    raise config_lib.ConfigError(
+        f'{path} is damaged ({reason}); it holds the charges of every '
+        'released round and is never overwritten: restore it (e.g. from a '
+        'backup) or use another root_output_dir'
+    ) from None
+  return record
+
+
+def set_aside(path: str, what: str) -> Optional[str]:
+  """Renames `path` to the first free `<path>.<what>.<n>`; None if absent."""
+  if not os.path.exists(path):
+    return None
+  n = 1
+  while os.path.exists(f'{path}.{what}.{n}'):
+    n += 1
+  os.replace(path, f'{path}.{what}.{n}')
+  return f'{path}.{what}.{n}'
 
 
 def write_privacy(root_output_dir: str, record: dict[str, Any]) -> None:

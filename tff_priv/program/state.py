@@ -1,8 +1,11 @@
 """A training run's program state, and the state manager that skips a corrupt one."""
 
 import collections
+import errno
 import json
 import os
+import re
+import shutil
 import sys
 from typing import Optional
 
@@ -19,7 +22,7 @@ def program_state(
     best_round: int,
     uplink_bytes: int,
     wall_seconds: float,
-    sessions: list[int],
+    sessions: list[dict],
     sampling_seed: int,
     canary: Optional[tuple[int, np.ndarray]] = None,
 ):
@@ -41,6 +44,41 @@ def program_state(
     state['canary_seed'] = np.int64(canary[0])
     state['canary_max_cosines'] = np.asarray(canary[1], np.float64)
   return state
+
+
+def remove_temporary_states(root_dir: str) -> None:
+  """Removes the `<state>_temp<n>` folders a failed or cut-short save left.
+
+  TFF writes a state into such a folder and renames it when complete: one
+  left behind holds no complete state.
+  """
+  if not os.path.isdir(root_dir):
+    return
+  for entry in os.listdir(root_dir):
+    if re.fullmatch(rf'{re.escape(layout.CHECKPOINT_PREFIX)}\d+_temp\d+',
+                    entry):
+      shutil.rmtree(os.path.join(root_dir, entry), ignore_errors=True)
+
+
+def sessions_from(value) -> list[dict]:
+  """Sessions as dicts ({'start_round': r, ...}); older runs kept ints."""
+  return [v if isinstance(v, dict) else {'start_round': int(v)}
+          for v in value]
+
+
+def save_error(error: BaseException, root_dir: str) -> BaseException:
+  """A failed state save as one line: an `OSError` naming `root_dir`.
+
+  TF reports a full disk as a `ResourceExhaustedError` of many lines. An
+  interruption (KeyboardInterrupt, SystemExit) is returned as it is.
+  """
+  if not isinstance(error, Exception):
+    return error
+  text = str(error)
+  full = 'No space left' in text
+  reason = ('No space left on device' if full
+            else (text.strip().splitlines() or [type(error).__name__])[-1][:200])
+  return OSError(errno.ENOSPC if full else errno.EIO, reason, root_dir)
 
 
 def text(value) -> str:
@@ -66,8 +104,22 @@ class IntactStateManager(tff.program.FileProgramStateManager):
         keep_first=False,
     )
 
+  async def save(self, program_state, version: int) -> None:
+    """Saves a state; a failed save leaves no temporary folder behind.
+
+    Raises:
+      OSError: the save failed (a full disk, an unwritable folder): one
+        line naming the checkpoint folder (TF's own errors are many lines).
+    """
+    try:
+      await super().save(program_state, version)
+    except Exception as e:  # pylint: disable=broad-except
+      remove_temporary_states(self._root_dir)
+      raise save_error(e, self._root_dir) from None
+
   async def load_intact(self, template):
     """(state, version) of the newest state that loads; (None, None): none."""
+    remove_temporary_states(self._root_dir)  # A save cut short.
     versions = await self.get_versions() or []
     for version in sorted(versions, reverse=True):
       try:

@@ -44,6 +44,10 @@ def build(
       'final_test_metrics': final_metrics,
       'privacy': {
           'delta': delta,
+          # Planned and spent: a run that resumed after charges it ran again
+          # is recalibrated to stay within its target (the sessions below
+          # give each one's noise).
+          'target_epsilon': getattr(mechanism.config, 'epsilon', None),
           'guarantees': privacy.report(),
           # The analyst's figure (the first guarantee's epsilon).
           'rdp_epsilon': analyst_eps,
@@ -87,5 +91,5 @@ def build(
       'wall_time_seconds': (
           wall_seconds if mechanism.guarantee is None else None
       ),
-      'sessions': [{'start_round': r} for r in sessions],
+      'sessions': sessions,
   }

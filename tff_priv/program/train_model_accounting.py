@@ -36,6 +36,9 @@ What `train_model` releases, and what is private with a tff_priv process:
 import asyncio
 import json
 import os
+import signal
+import sys
+import threading
 from typing import Any, Optional
 
 import tensorflow_federated as tff
@@ -43,8 +46,10 @@ import tensorflow_federated as tff
 from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import wrapped_states
 from tff_priv.learning import client_metrics as client_metrics_lib
 from tff_priv.program import files
+from tff_priv.program import state as state_lib
 
 LEDGER_FILE = 'train_model_ledger.json'
 _DP_METRICS = (client_metrics_lib.DP_LOSS, client_metrics_lib.DP_ACCURACY,
@@ -74,22 +79,158 @@ class _ModelWeightsOnly(tff.program.ReleaseManager):
 
 
 class SerialFileProgramStateManager(tff.program.FileProgramStateManager):
-  """A `FileProgramStateManager` whose saves run one at a time.
+  """A `FileProgramStateManager` whose `save` writes the state before it returns.
 
-  `train_model` saves each round's state in a background task; TFF 0.87's
-  saves, run concurrently, each remove the versions beyond `keep_total` and
-  race to delete the same directory (`NotFoundError` tracebacks on stderr).
+  `train_model` creates each round's save (`save(...)`) right after the
+  round's charge (`should_discard_round`) and awaits it in a background
+  task; TFF 0.87's saves then lag the charges by up to five rounds, so a
+  resumed run would redo (and charge again) up to five rounds, and
+  concurrent saves race to delete the same old versions. Here the state is
+  on disk when `save` returns (its coroutine is already done): a run
+  stopped anywhere has saved every charged round but at most the last one,
+  so a resume charges at most one round again.
+
+  A save that fails (a full disk) leaves no temporary folder behind and
+  raises `OSError` in one line; a load first removes the temporary folders a
+  save cut short left.
   """
 
   def __init__(self, root_dir: str):
     super().__init__(root_dir)
-    self._lock = None
 
-  async def save(self, program_state, version: int) -> None:
-    if self._lock is None:
-      self._lock = asyncio.Lock()
-    async with self._lock:
-      await super().save(program_state, version)
+  def save(self, program_state, version: int):  # pylint: disable=invalid-overridden-method
+    """Writes `program_state` now; returns an awaitable that is done."""
+    failure = []
+
+    def write():
+      try:
+        asyncio.run(tff.program.FileProgramStateManager.save(
+            self, program_state, version
+        ))
+      except BaseException as e:  # pylint: disable=broad-except
+        failure.append(e)
+
+    # TFF's save is a coroutine: it runs to its end on an event loop of its
+    # own in a thread, while this one (train_model's loop) waits.
+    thread = threading.Thread(target=write, name='tff_priv-state-save')
+    thread.start()
+    thread.join()
+    if failure:
+      state_lib.remove_temporary_states(self._root_dir)
+      raise state_lib.save_error(failure[0], self._root_dir)
+    return _done()
+
+  async def load_latest(self, structure):
+    state_lib.remove_temporary_states(self._root_dir)
+    return await super().load_latest(structure)
+
+
+async def _done() -> None:
+  return None
+
+
+class _CheckedIterator(tff.program.FederatedDataSourceIterator):
+  """An iterator whose `select(k)` must draw the accounting's K.
+
+  `_CheckedSource` makes a subclass per wrapped iterator class and
+  accounting (`_inner` and `_owner`), so that `from_bytes` (a classmethod:
+  TFF restores a checkpointed iterator from the class of the one it was
+  given) restores the wrapped iterator and wraps it again.
+  """
+
+  _inner = None
+  _owner = None
+
+  def __init__(self, iterator, accounting):
+    self._iterator, self._accounting = iterator, accounting
+
+  @property
+  def federated_type(self):
+    return self._iterator.federated_type
+
+  def select(self, k=None):
+    if k != self._accounting._k:  # pylint: disable=protected-access
+      raise ValueError(
+          f'train_model draws {k} clients a round but its accounting charges '
+          f'rounds of clients_per_round={self._accounting._k}: give both the '  # pylint: disable=protected-access
+          'same K'
+      )
+    self._accounting._k_checked = True  # pylint: disable=protected-access
+    return self._iterator.select(k)
+
+  def to_bytes(self) -> bytes:
+    return self._iterator.to_bytes()
+
+  @classmethod
+  def from_bytes(cls, buffer: bytes):
+    return cls(cls._inner.from_bytes(buffer), cls._owner)
+
+  def __eq__(self, other) -> bool:
+    return (isinstance(other, _CheckedIterator)
+            and self._iterator == other._iterator)
+
+
+class _CheckedSource(tff.program.FederatedDataSource):
+  """A data source whose iterators check each draw's size (`data_source`)."""
+
+  def __init__(self, source, accounting):
+    population = getattr(source, 'population', None)
+    if isinstance(population, int) and population != accounting._population:  # pylint: disable=protected-access
+      raise ValueError(
+          f'the data source holds {population} clients but its accounting '
+          f'charges a population of {accounting._population}: give both the '  # pylint: disable=protected-access
+          'same N'
+      )
+    self._source, self._accounting = source, accounting
+
+  @property
+  def federated_type(self):
+    return self._source.federated_type
+
+  def iterator(self):
+    inner = self._source.iterator()
+    checked = type('CheckedIterator', (_CheckedIterator,), {
+        '_inner': type(inner), '_owner': self._accounting,
+    })
+    return checked(inner, self._accounting)
+
+
+class _OneLineStop:
+  """SIGINT / SIGTERM during `TrainModelAccounting.run`: one line, then exit."""
+
+  def __init__(self, accounting, name: str):
+    self._accounting, self._name = accounting, name
+    self._previous = {}
+
+  def _on_signal(self, signum, frame):
+    del frame
+    # pylint: disable=g-import-not-at-top
+    from tff_priv import cli
+    from tff_priv import runtime
+    # pylint: enable=g-import-not-at-top
+    stderr = cli.silence_output()  # TFF's threads report the stop.
+    runtime.stop_workers()
+    state_lib.remove_temporary_states(
+        os.path.join(self._accounting._root_dir, 'state')  # pylint: disable=protected-access
+    )
+    os.write(stderr, (
+        f'{self._name}: stopped by {signal.Signals(signum).name}; the ledger '
+        f'({self._accounting.rounds} charged rounds) and the program state in '
+        f'{self._accounting._root_dir} are kept: run the same command to '  # pylint: disable=protected-access
+        'resume\n'
+    ).encode())
+    os._exit(128 + signum)  # pylint: disable=protected-access
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      for signum in (signal.SIGINT, signal.SIGTERM):
+        self._previous[signum] = signal.signal(signum, self._on_signal)
+    return self
+
+  def __exit__(self, *exc):
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+    return False
 
 
 class TrainModelAccounting:
@@ -166,17 +307,28 @@ class TrainModelAccounting:
     self._path = os.path.join(root_dir, LEDGER_FILE)
     self._ledger = ledger_lib.PrivacyLedger()
     self._rounds = 0
+    self._k_checked = False
+    self._public_aggregator_paths = frozenset()
     if os.path.exists(self._path):
-      with open(self._path) as f:
-        saved = json.load(f)
-      if saved['config'] != self._config:
+      try:
+        with open(self._path) as f:
+          saved = json.load(f)
+        ledger = ledger_lib.PrivacyLedger.from_json(saved['ledger'])
+        rounds = int(saved['rounds'])
+        config = saved['config']
+      except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            f'{self._path} is damaged ({str(e).splitlines()[0][:120]}); it '
+            'holds the charges of every released round and is never '
+            'overwritten: restore it or use another root_dir'
+        ) from None
+      if config != self._config:
         raise ValueError(
             f'{self._path} was written with {saved["config"]}, not '
             f'{self._config}: resume with the same arguments or use another '
             'root_dir'
         )
-      self._ledger = ledger_lib.PrivacyLedger.from_json(saved['ledger'])
-      self._rounds = saved['rounds']
+      self._ledger, self._rounds = ledger, rounds
 
   @property
   def ledger(self) -> ledger_lib.PrivacyLedger:
@@ -188,6 +340,107 @@ class TrainModelAccounting:
     """The rounds charged, over every run in `root_dir`."""
     return self._rounds
 
+  def data_source(
+      self, source: tff.program.FederatedDataSource
+  ) -> tff.program.FederatedDataSource:
+    """`source`, whose draws are checked to be K clients (before any release).
+
+    For a program that does not run through `run` (which checks
+    `train_per_round_clients` itself).
+    """
+    return _CheckedSource(source, self)
+
+  def run(self, program, *, name: str = 'train_model') -> None:
+    """Runs `program` to its end (as `asyncio.run` does), checked, stopping in one line.
+
+    `program` is the coroutine `tff.learning.programs.train_model(...)`.
+    Before it starts, its arguments are checked against this accounting
+    (each a one-line ValueError): `train_per_round_clients` must be K (the
+    sampling every round is charged under), a data source that knows its
+    population (`population`) must hold N; an `evaluation_manager` gets a
+    one-line warning (its clients' exact metrics are released uncharged).
+
+    SIGINT and SIGTERM end the program with one line saying what is kept
+    (exit status 128 + the signal; everything charged is on disk, and the
+    same command resumes). At the end, when the ledger charged more rounds
+    than the program trained (rounds run again after interruptions), one
+    line gives the planned and the spent epsilon (at delta 1e-5, or
+    `delta`).
+
+    Args:
+      program: the `train_model(...)` coroutine (not started); another
+        coroutine runs unchecked (then give `train_data_source=
+        data_source(...)`, or its first round is refused).
+      name: the program's name in its lines.
+    """
+    total = self._check_program(program)
+    stop = _OneLineStop(self, name)
+    with stop:
+      asyncio.run(program)
+    if total is not None:
+      line = self.planned_and_spent(total)
+      if line:
+        print(f'{name}: {line}', file=sys.stderr)
+
+  def planned_and_spent(self, total_rounds: int,
+                        delta: float = 1e-5) -> Optional[str]:
+    """One line when the ledger charged more than `total_rounds` rounds, else None.
+
+    Planned: the eps of the first `total_rounds` rounds' charges (what an
+    uninterrupted run spends); spent: the eps of every charge.
+    """
+    if self._rounds <= total_rounds or not self._rounds:
+      return None
+    releases = [e for e, n in self._ledger.entries for _ in range(n)]
+    per_round = len(releases) // self._rounds
+    planned = ledger_lib.PrivacyLedger(self._ledger.neighboring_relation)
+    for event in releases[:per_round * total_rounds]:
+      planned.record(event)
+    return (
+        f'epsilon {self.epsilon(delta):.4g} spent at delta {delta:g} over '
+        f'{self._rounds} charged rounds, planned {planned.epsilon(delta):.4g} '
+        f'for the {total_rounds} rounds trained (rounds run again after an '
+        'interruption are charged again)'
+    )
+
+  def _check_program(self, program) -> Optional[int]:
+    """Checks a `train_model` coroutine's arguments; its total rounds."""
+    # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.learning.programs import training_program_logic
+    # pylint: enable=g-import-not-at-top
+    if not asyncio.iscoroutine(program):
+      raise TypeError(
+          'run takes the coroutine train_model(...) returns (not awaited), '
+          f'got {type(program).__name__}'
+      )
+    if program.cr_code is not training_program_logic.train_model.__code__:
+      return None
+    # A coroutine not started yet holds its arguments as its frame's locals.
+    args = program.cr_frame.f_locals
+    k = args['train_per_round_clients']
+    if k != self._k:
+      program.close()
+      raise ValueError(
+          f'train_per_round_clients={k} but this accounting charges rounds of '
+          f'clients_per_round={self._k}: give both the same K'
+      )
+    population = getattr(args['train_data_source'], 'population', None)
+    if isinstance(population, int) and population != self._population:
+      program.close()
+      raise ValueError(
+          f'the data source holds {population} clients but this accounting '
+          f'charges a population of {self._population}: give both the same N'
+      )
+    if args['evaluation_manager'] is not None:
+      print(
+          f'tff_priv: warning: train_model\'s evaluation_manager releases the '
+          'exact metrics of its evaluation clients, uncharged: use '
+          'evaluation_manager=None unless they are public data',
+          file=sys.stderr,
+      )
+    self._k_checked = True
+    return args['train_total_rounds']
+
   def epsilon(self, delta: float) -> float:
     """The analyst's eps at `delta` over every charged round."""
     return self._ledger.epsilon(delta)
@@ -197,10 +450,22 @@ class TrainModelAccounting:
 
     Raises (before anything of the round is released):
       ValueError: the round's metrics carry the clients' exact training
-        metrics, or noised ones without `client_metrics`.
+        metrics, or noised ones without `client_metrics`; its draw of
+        clients was not checked to be K (see `run`, `data_source`); its
+        aggregator's measurements hold an exact client statistic
+        (`wrapped_states.UnnoisedWrapperError`: TFF's debug measurements,
+        a wrapper norm tracked without noise) or one tff_priv does not
+        know.
       TypeError / ValueError: as `PrivacyLedger.record_round` (an aggregator
         without a DP event, ...).
     """
+    if not self._k_checked:
+      raise ValueError(
+          'the clients drawn each round were not checked to be '
+          f'clients_per_round={self._k}: run the program with '
+          'accounting.run(train_model(...)), or give train_model '
+          'train_data_source=accounting.data_source(source)'
+      )
     train = _client_train_metrics(output.metrics)
     exact = sorted(k for k in train if k not in _DP_METRICS)
     if exact:
@@ -214,6 +479,14 @@ class TrainModelAccounting:
           'the process releases noised client metrics: pass its '
           'DpClientMetrics as client_metrics so that they are charged'
       )
+    # Which aggregator measurements may leave (refused: an exact client
+    # statistic, or one tff_priv does not know), before anything is charged
+    # or released.
+    aggregator = output.state.aggregator
+    self._public_aggregator_paths = wrapped_states.public_measurement_paths(
+        aggregator, output.metrics.get('aggregator'),
+        guarantees.factory_kind_of_state(aggregator),
+    )
     round_ledger = ledger_lib.PrivacyLedger()
     round_ledger.record_round(
         output.state.aggregator, population=self._population,
@@ -256,9 +529,16 @@ class TrainModelAccounting:
   ) -> tff.program.ReleaseManager:
     """`release_manager` given only the round metrics a private run may release.
 
-    Kept: the aggregator's measurements, and the noised client metrics
+    Kept: the aggregator's measurements tff_priv knows to be public for the
+    factory it recognised in the round's state
+    (`wrapped_states.public_measurement_paths`: a tff_priv factory's, TFF's
+    DP factory's query metrics, a TFF wrapper's public norm; not a
+    wrapper's exact count of clients), and the noised client metrics
     (`model_metrics/dp_*`) when `client_metrics` is charged; everything else
-    (another process part's measurements) is dropped.
+    (another process part's measurements) is dropped. A round whose
+    aggregator measurements hold an exact client statistic tff_priv cannot
+    drop (TFF's debug measurements), or one it does not know, is refused by
+    `should_discard_round`, before any release.
     """
     charged = self._client_metrics is not None
 
@@ -266,7 +546,7 @@ class TrainModelAccounting:
       if not path:
         return False
       if path[0] == 'aggregator':
-        return True
+        return tuple(path[1:]) in self._public_aggregator_paths
       return (charged and path[0] == 'model_metrics' and len(path) == 2
               and path[1] in _DP_METRICS)
 

@@ -72,6 +72,7 @@ manager that skips a corrupt checkpoint), `releases` (the release boundary),
 import asyncio
 import collections
 import dataclasses
+import functools
 import json
 import secrets
 import sys
@@ -87,6 +88,7 @@ import tensorflow_federated as tff
 import tasks
 from tff_priv import runtime
 from tff_priv import validation
+from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
 from tff_priv.auditing import canaries as canaries_lib
 from tff_priv.auditing import canary_examples as canary_examples_lib
@@ -114,6 +116,7 @@ TASK_OPTION_NAMES = config_lib.TASK_OPTION_NAMES
 CLIENT_METRICS = config_lib.CLIENT_METRICS
 
 _NO_ACCURACY = -1.0
+MAX_NOISE_INCREASE = calibration.MAX_NOISE_INCREASE
 _EVAL_BATCH = 256
 
 def _build_task(config: RunConfig, cache_dir: Optional[str]):
@@ -180,6 +183,7 @@ def run(
     keep_checkpoints: int = 3,
     progress: bool = True,
     cache_dir: Optional[str] = None,
+    restart_model: bool = False,
 ) -> dict[str, Any]:
   """Runs (or resumes) the training program; see the module docstring.
 
@@ -190,6 +194,10 @@ def run(
     keep_checkpoints: program states kept on disk (the latest ones).
     progress: show a tqdm bar (only when stderr is a terminal).
     cache_dir: where cached data sets are read (online tasks only).
+    restart_model: train a new model from round 0 in a directory whose
+      ledger holds charges (needed when no checkpoint is readable; readable
+      ones are set aside, unread): every earlier charge stays, and a target
+      epsilon calibrates the new rounds to the budget left.
 
   Sets the global Python, NumPy and TensorFlow seeds to `config.seed`
   (`tf.keras.utils.set_random_seed`) before building the model. Runs in the
@@ -208,7 +216,7 @@ def run(
   return run_until(
       config, root_output_dir, None, checkpoint_every=checkpoint_every,
       keep_checkpoints=keep_checkpoints, progress=progress,
-      cache_dir=cache_dir,
+      cache_dir=cache_dir, restart_model=restart_model,
   )
 
 
@@ -231,7 +239,7 @@ def run_until(
   except ValueError as e:
     raise ConfigError(str(e)) from e
   options = {'checkpoint_every': 1, 'keep_checkpoints': 3, 'progress': True,
-             'cache_dir': None, **options}
+             'cache_dir': None, 'restart_model': False, **options}
   for name in ('checkpoint_every', 'keep_checkpoints'):
     options[name] = validation.int_at_least(name, options[name], 1)
   if last_round is not None:
@@ -255,6 +263,7 @@ class _Setup:
   dp_metrics: Any
   canary_kind: Optional[str]
   test_data: tf.data.Dataset
+  context: Any = None  # The mechanism's `BuildContext` (to rebuild it).
 
 
 def _setup(config: RunConfig, cache_dir: Optional[str]) -> _Setup:
@@ -323,15 +332,17 @@ def _setup(config: RunConfig, cache_dir: Optional[str]) -> _Setup:
         local_epochs=config.num_epochs,
         seed=config.seed,
         public_data=public_data,
-        min_client_examples=lambda: min(client_examples(c) for c in client_ids),
+        min_client_examples=functools.cache(
+            lambda: min(client_examples(c) for c in client_ids)
+        ),
         validation_data=(
             (lambda: (test_x[:half], test_y[:half]))
             if config.holdout_validation else None
         ),
         canary_clients=canary_kind == 'clients',
-        mean_client_examples=lambda: float(np.mean([
+        mean_client_examples=functools.cache(lambda: float(np.mean([
             client_examples(c) for c in client_ids
-        ])),
+        ]))),
         metrics_aggregator=dp_metrics,
     )
     mechanism = mechanisms.build(config.mechanism, config.params, context)
@@ -357,6 +368,7 @@ def _setup(config: RunConfig, cache_dir: Optional[str]) -> _Setup:
       task, client_ids, client_index, sampling, mechanism, dp_metrics,
       canary_kind,
       tf.data.Dataset.from_tensor_slices((test_x, test_y)).batch(_EVAL_BATCH),
+      context,
   )
 
 
@@ -364,8 +376,10 @@ class _Run:
   """One session of a run: its state between rounds, and one round."""
 
   def __init__(self, config: RunConfig, setup: _Setup, root_output_dir: str,
-               checkpoint_every: int, keep_checkpoints: int):
+               checkpoint_every: int, keep_checkpoints: int,
+               restart_model: bool = False):
     self.config, self.setup, self.root = config, setup, root_output_dir
+    self.restart_model = restart_model
     self.mechanism = setup.mechanism
     self.process = setup.mechanism.process
     self.checkpoint_every = checkpoint_every
@@ -431,60 +445,140 @@ class _Run:
     )
 
   async def start_or_resume(self) -> int:
-    """Loads the newest intact checkpoint, or starts; the start round."""
+    """Loads the newest intact checkpoint, or starts; the start round.
+
+    The write-ahead ledger file holds every charge ever made in this
+    directory (`run_dir.read_privacy`): every start continues it, and
+    nothing here removes a charge. A resumed run (or a model restarted with
+    `restart_model`) whose ledger holds charges runs the rounds left at the
+    noise that meets the target after them (`recalibrate`).
+    """
+    written = run_dir.read_privacy(self.root)  # One line if damaged.
+    written_privacy = None
+    if written is not None:
+      written_privacy = privacy_lib.RunPrivacy.create(
+          self.mechanism.guarantee, self.setup.sampling.ledger_kwargs(),
+          self.delta, self.config.server_budget, self.mechanism.adaptive_bounds,
+      )
+      self._restore(written_privacy, json.dumps(written['privacy']),
+                    layout.PRIVACY)
+    charged = written_privacy.analyst.num_releases if written_privacy else 0
     self.train_state = self.process.initialize()
     self.best_accuracy, self.best_round = _NO_ACCURACY, 0
-    self.uplink_bytes, self.wall_before, self.sessions = 0, 0.0, [0]
+    self.uplink_bytes, self.wall_before = 0, 0.0
+    self.sessions = state_lib.sessions_from(
+        written.get('sessions', []) if written else []
+    )
     self.canary_seed = 0
     self.sampling_seed = 0
-    loaded, version = await self.state_manager.load_intact(
-        self.program_state(0)
-    )
-    if loaded is None:
-      self.sampling_seed = self.config.sampling_seed
-      if self.sampling_seed is None:
-        self.sampling_seed = secrets.randbits(62)
-        # Independent of the data and of who is sampled: a released function
-        # of the canaries is a post-processing of the released models.
-        self.canary_seed = secrets.randbits(62)
-      else:
-        self.canary_seed = canaries_lib.seed_from(self.sampling_seed)
-      # The model every run of this seed starts from (public: a function of
-      # the configuration), for comparisons with the final model.
-      model_io.write_model(
-          layout.path(self.root, layout.INITIAL_MODEL),
-          self.process.get_model_weights(self.train_state),
+    checkpoints = layout.path(self.root, layout.CHECKPOINTS)
+    if self.restart_model:
+      # A new model: any checkpoint of the old one is kept aside, unread.
+      moved = run_dir.set_aside(checkpoints, 'before_restart')
+      if moved:
+        print(f'tff_priv: {checkpoints} set aside as {moved}; training a new '
+              'model', file=sys.stderr)
+      loaded, version = None, None
+    else:
+      loaded, version = await self.state_manager.load_intact(
+          self.program_state(0)
       )
-      self.max_cosines = np.full(2 * self.config.audit_canaries, -1.0)
-      self.add_hooks()
-      await self.state_manager.save(self.program_state(0), version=0)
-      return 0
-    self.train_state = loaded['train_state']
-    if self.mechanism.on_resume is not None:
-      self.train_state = self.mechanism.on_resume(self.train_state)
+    if loaded is None:
+      if charged and not self.restart_model:
+        raise ConfigError(
+            f'no readable checkpoint in {checkpoints}, but '
+            f'{layout.path(self.root, layout.PRIVACY)} holds {charged} charged '
+            f'rounds (the last one round {written["round"]}): put the '
+            'checkpoints back, or run again with --restart_model to train a '
+            'new model keeping every charge (the rounds left get the budget '
+            'left)'
+        )
+      return await self._start(written_privacy)
+    return self._resume(loaded, version, written, written_privacy)
+
+  @staticmethod
+  def _restore(privacy, text: str, where: str) -> None:
+    try:
+      privacy.restore(text)
+    except (ValueError, KeyError, TypeError) as e:
+      raise ConfigError(
+          f'the privacy ledger in {where} cannot be read ({e}); it is never '
+          'overwritten: restore it or use another root_output_dir'
+      ) from None
+
+  async def _start(self, written_privacy) -> int:
+    """A new model at round 0 (with the earlier charges, if any)."""
+    self.sampling_seed = self.config.sampling_seed
+    if self.sampling_seed is None:
+      self.sampling_seed = secrets.randbits(62)
+      # Independent of the data and of who is sampled: a released function
+      # of the canaries is a post-processing of the released models.
+      self.canary_seed = secrets.randbits(62)
+    else:
+      self.canary_seed = canaries_lib.seed_from(self.sampling_seed)
+    if written_privacy is not None:
+      self.privacy = written_privacy
+    self.train_state = self.recalibrate(0, self.train_state)
+    self.sessions.append(self.session(0))
+    # The model every run of this seed starts from (public: a function of
+    # the configuration), for comparisons with the final model.
+    model_io.write_model(
+        layout.path(self.root, layout.INITIAL_MODEL),
+        self.process.get_model_weights(self.train_state),
+    )
+    self.max_cosines = np.full(2 * self.config.audit_canaries, -1.0)
+    self.add_hooks()
+    await self.state_manager.save(self.program_state(0), version=0)
+    return 0
+
+  def _resume(self, loaded, version, written, written_privacy) -> int:
+    """Continues from a loaded checkpoint, with every charge the ledger holds."""
     start_round = int(loaded['round_num'])
     self.sampling_seed = int(loaded['sampling_seed'])
     if self.config.audit_canaries:
       self.canary_seed = int(loaded['canary_seed'])
       self.max_cosines = np.asarray(loaded['canary_max_cosines'], np.float64)
-    self.privacy.restore(state_lib.text(loaded['ledger']))
-    # Rounds released after this checkpoint were charged first (write-ahead):
-    # their charges stay, and the rounds run again are charged again.
-    written = run_dir.read_privacy(self.root)
-    if written is not None and written['round'] > start_round:
-      self.privacy.restore(json.dumps(written['privacy']))
-      logging.warning(
-          'Rounds %d-%d were released after the last checkpoint: they stay '
-          'charged, and run again (charged again)',
-          start_round + 1, written['round'],
+    self._restore(self.privacy, state_lib.text(loaded['ledger']),
+                  f'checkpoint {version}')
+    in_checkpoint = self.privacy.analyst.num_releases
+    if written_privacy is None:
+      if in_checkpoint:
+        raise ConfigError(
+            f'{layout.path(self.root, layout.PRIVACY)} is missing, but '
+            f'checkpoint {version} holds {in_checkpoint} charged rounds: '
+            'restore the file (the charges after the checkpoint are only '
+            'there) or use another root_output_dir'
+        )
+    elif written_privacy.analyst.num_releases < in_checkpoint:
+      raise ConfigError(
+          f'{layout.path(self.root, layout.PRIVACY)} holds fewer charges '
+          f'({written_privacy.analyst.num_releases}) than checkpoint '
+          f'{version} ({in_checkpoint}): it is not this run\'s latest ledger; '
+          'restore the latest one or use another root_output_dir'
       )
+    else:
+      if written['round'] > start_round:
+        # Released after this checkpoint, charged first (write-ahead): the
+        # charges stay, and the rounds run again are charged again.
+        logging.warning(
+            'Rounds %d-%d were released after the last checkpoint: they stay '
+            'charged, and run again (charged again)',
+            start_round + 1, written['round'],
+        )
+      self.privacy = written_privacy
     self.best_accuracy = float(loaded['best_test_accuracy'])
     self.best_round = int(loaded['best_round'])
     self.uplink_bytes = int(loaded['uplink_bytes'])
     self.wall_before = float(loaded['wall_seconds'])
-    self.sessions = json.loads(state_lib.text(loaded['sessions'])) + [
-        start_round
-    ]
+    if not self.sessions:  # A run older than sessions in the ledger file.
+      self.sessions = state_lib.sessions_from(
+          json.loads(state_lib.text(loaded['sessions']))
+      )
+    state = self.recalibrate(start_round, loaded['train_state'])
+    if self.mechanism.on_resume is not None:
+      state = self.mechanism.on_resume(state)
+    self.train_state = state
+    self.sessions.append(self.session(start_round))
     logging.info(
         'Resuming %s from checkpoint %d (round %d, eps %.4g at delta %g)',
         self.root, version, start_round, self.privacy.analyst_epsilon(),
@@ -492,6 +586,78 @@ class _Run:
     )
     self.add_hooks()
     return start_round
+
+  def _spent_epsilon(self) -> float:
+    """The analyst's eps of the charges so far (for a run whose noise is
+    chosen adaptively, their composition, not the filter's bound)."""
+    if self.privacy.adaptive is not None:
+      return self.privacy.analyst.epsilon(self.delta)
+    return self.privacy.analyst_epsilon()
+
+  def session(self, start_round: int) -> dict[str, Any]:
+    """What this session runs at: its start, its noise, a new model or not."""
+    entry = {'start_round': start_round}
+    noise = self.mechanism.resolved.get('noise_multiplier')
+    if noise is not None:
+      entry['noise_multiplier'] = noise
+    if self.restart_model:
+      entry['restarted_model'] = True
+    return entry
+
+  def recalibrate(self, start_round: int, train_state):
+    """The state to continue from, its mechanism noised for the budget left.
+
+    With a target epsilon and charges in the ledger, the mechanism is built
+    again for the rounds after `start_round` with what the ledger spent
+    (`BuildContext.spent`), so that the whole run meets the target: the
+    choice reads the ledger alone (public), never the data. Stops in one
+    line (ConfigError) when the budget left is gone, or needs more than
+    `MAX_NOISE_INCREASE` times the planned noise multiplier.
+    """
+    spent = calibration.Spent.of_ledger(self.privacy.analyst)
+    if (not spent.releases or start_round >= self.config.total_rounds
+        or getattr(self.mechanism.config, 'epsilon', None) is None):
+      return train_state
+    target = self.mechanism.config.epsilon
+    context = dataclasses.replace(
+        self.setup.context, start_round=start_round, spent=spent
+    )
+    left = self.config.total_rounds - start_round
+    try:
+      rebuilt = mechanisms.build(self.config.mechanism, self.config.params,
+                                 context)
+      planned = self.mechanism.resolved.get('noise_multiplier')
+      noise = rebuilt.resolved.get('noise_multiplier')
+      if planned and noise and noise > MAX_NOISE_INCREASE * planned:
+        raise ValueError(
+            f'noise multiplier {noise:.4g} needed, {noise / planned:.1f}x the '
+            f'planned {planned:.4g} (at most {MAX_NOISE_INCREASE:g}x)'
+        )
+      if rebuilt.adopt_state is not None:
+        train_state = rebuilt.adopt_state(
+            train_state, rebuilt.process.initialize()
+        )
+    except ValueError as e:
+      raise ConfigError(
+          f'the budget left after the {spent.releases} charged releases in '
+          f'{layout.path(self.root, layout.PRIVACY)} (target epsilon '
+          f'{target:g}, spent {self._spent_epsilon():.4g}) cannot '
+          f'cover the {left} rounds left: {e}; the ledger is kept: use '
+          'another root_output_dir for a new run'
+      ) from None
+    self.mechanism, self.process = rebuilt, rebuilt.process
+    if rebuilt.adaptive_bounds is not None:
+      # Bounds that count the rounds run again (CRD's server view).
+      self.privacy.adaptive = rebuilt.adaptive_bounds
+    print(
+        f'tff_priv: {spent.releases} releases charged so far (epsilon '
+        f'{self._spent_epsilon():.4g} of the target {target:g}): the {left} '
+        'rounds left run at '
+        + (f'noise multiplier {noise:.4g} (planned {planned:.4g})'
+           if planned and noise else 'the budget left'),
+        file=sys.stderr,
+    )
+    return train_state
 
   def add_hooks(self) -> None:
     """The canary audit of `audit_canaries`, if any (its seed is known)."""
@@ -585,6 +751,7 @@ class _Run:
     self.done = self.finished(round_num)
     run_dir.write_privacy(self.root, {
         'round': round_num,
+        'sessions': self.sessions,
         'sampling_seed': self.sampling_seed,
         **({'canary_seed': self.canary_seed} if self.canary_hook else {}),
         'privacy': json.loads(self.privacy.to_json()),
@@ -675,17 +842,18 @@ class _Run:
 
 
 async def _run(config, root_output_dir, last_round, *, checkpoint_every,
-               keep_checkpoints, progress, cache_dir):
+               keep_checkpoints, progress, cache_dir, restart_model):
   """Sample -> admit -> process.next -> charge (write-ahead) -> release ->
   evaluate -> checkpoint, each round; the summary at the end."""
   # Refuse another run's directory first; create it only once the task and
   # the mechanism are known to build (a refused run leaves nothing behind).
   prepare_output_dir(root_output_dir, config, write=False)
+  run_dir.read_privacy(root_output_dir)  # A damaged ledger: refused now.
   setup = _setup(config, cache_dir)
   prepare_output_dir(root_output_dir, config)
   run_dir.lock(root_output_dir)
   this = _Run(config, setup, root_output_dir, checkpoint_every,
-              keep_checkpoints)
+              keep_checkpoints, restart_model)
   if setup.canary_kind == 'clients':
     warning = canaries_lib.small_count_warning(
         config.audit_canaries, this.delta,
@@ -694,7 +862,11 @@ async def _run(config, root_output_dir, last_round, *, checkpoint_every,
     if warning:
       print(f'tff_priv: warning: {warning}', file=sys.stderr)
   start_round = await this.start_or_resume()
-  planned_event = this.next_event(this.train_state)
+  # The first round's event, as this session's process releases it (a
+  # resumed state holds the last round's, of the noise planned before).
+  planned_event = this.next_event(
+      this.process.initialize() if start_round else this.train_state
+  )
   bar = progress_lib.Progress(progress, config.total_rounds, start_round)
   round_num = start_round
   this.done = this.finished(start_round)

@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
+from tff_priv.accounting import calibration
 from tff_priv.accounting import filters
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import target_noise
@@ -139,6 +140,12 @@ class BuildContext:
     metrics_aggregator: the `metrics_aggregator` of `fed_avg` (e.g. a
       `client_metrics.DpClientMetrics`); None: `no_client_metrics`. Only a
       mechanism module with `DP_CLIENT_METRICS` is built with one.
+    start_round: the rounds already run (a resumed session continues after
+      it): a target epsilon is calibrated for the rounds after it.
+    spent: what the run's ledger has charged already (a resumed session, or
+      a model restarted in a directory with charges); None: nothing. A
+      target epsilon is then met by everything together
+      (`calibration.Spent`: a function of the ledger alone).
   """
 
   model_fn: Callable[[], tff.learning.models.VariableModel]
@@ -157,9 +164,12 @@ class BuildContext:
   canary_clients: bool = False
   mean_client_examples: Optional[Callable[[], float]] = None
   metrics_aggregator: Optional[Callable[..., Any]] = None
+  start_round: int = 0
+  spent: Optional[calibration.Spent] = None
 
   def __post_init__(self):
     validation.int_at_least('total_rounds', self.total_rounds, 1)
+    validation.int_at_least('start_round', self.start_round, 0)
     validation.one_of('client_optimizer', self.client_optimizer, OPTIMIZERS)
     validation.one_of('server_optimizer', self.server_optimizer, OPTIMIZERS)
     validation.positive('client_learning_rate', self.client_learning_rate)
@@ -210,21 +220,37 @@ class BuildContext:
         metrics_aggregator=metrics_aggregator,
     )
 
+  @property
+  def rounds_left(self) -> int:
+    """The rounds this session runs at most: total_rounds - start_round (>= 1)."""
+    return max(1, self.total_rounds - self.start_round)
+
+  def streams_left(self, rounds_per_stream: int) -> int:
+    """The streams (trees) of `rounds_per_stream` rounds still to charge.
+
+    Those that start after `start_round`, and the one `start_round` falls
+    in, which a resumed session restarts (`restarting_on_resume`).
+    """
+    return max(1, math.ceil(self.total_rounds / rounds_per_stream)
+               - self.start_round // rounds_per_stream)
+
   def noise_multiplier(self, config: Any, local_noise: bool = False) -> float:
     """`config.noise_multiplier`, or the z that meets `config.epsilon`.
 
     Calibrated by `target_noise.noise_for_target` (the ledger's own events)
-    over `total_rounds` under this context's sampling; `local_noise`: also
-    against the server's unamplified view (`min_with_unsampled`).
+    over the `rounds_left` under this context's sampling, after what is
+    `spent`; `local_noise`: also against the server's unamplified view
+    (`min_with_unsampled`).
     """
     if config.noise_multiplier is not None:
       return config.noise_multiplier
     return target_noise.noise_for_target(
         config.epsilon,
         config.delta,
-        self.total_rounds,
+        self.rounds_left,
         self.sampling.ledger_sampling(),
         min_with_unsampled=local_noise,
+        spent=self.spent,
     )
 
 
@@ -271,6 +297,13 @@ class Mechanism:
     on_resume: the process state to continue from when a run resumes from a
       checkpoint (DP-FTRL: its tree restarted, so that rounds run again are
       released with fresh noise); None: the loaded state as it is.
+    adopt_state: `(loaded state, this process's initial state) -> state`:
+      a state saved by the same mechanism built with another noise (a
+      resumed run recalibrated to its budget left), carried over to this
+      one's noise where the state holds it (TFF's DP aggregator keeps its
+      stddev in its state); may raise ValueError (the state cannot continue
+      at this noise). None: the loaded state as it is (the noise is a
+      constant of the computations).
     adaptive_bounds: for a mechanism whose rounds' noise is chosen from
       earlier releases (CRD): the (analyst, server) `filters.RdpBound`s every
       path keeps, reported instead of the realised composition; None: the
@@ -295,6 +328,7 @@ class Mechanism:
   canary_norm: Optional[float] = None
   canary_weight: float = 1.0
   on_resume: Optional[Callable[[Any], Any]] = None
+  adopt_state: Optional[Callable[[Any, Any], Any]] = None
   adaptive_bounds: Optional[
       tuple[filters.RdpBound, filters.RdpBound]
   ] = None

@@ -69,8 +69,13 @@ class Config:
       )
 
 
-def _plan(config: Config, rounds_per_stream: int, total_rounds: int):
-  """(strategy, sensitivity, streams, noise_multiplier) of a run."""
+def _plan(config: Config, rounds_per_stream: int, total_rounds: int,
+          streams_left: Optional[int] = None, spent=None):
+  """(strategy, sensitivity, streams, noise_multiplier) of a run.
+
+  `streams_left` (default: every stream) are calibrated after `spent`
+  (`calibration.Spent`, a resumed run's ledger).
+  """
   strategy = blt_lib.optimize(
       rounds_per_stream, error='max', num_buffers=config.num_buffers
   )
@@ -81,7 +86,8 @@ def _plan(config: Config, rounds_per_stream: int, total_rounds: int):
     # The run releases `streams` unsampled Gaussians of multiplier
     # z / sensitivity: z is their noise std relative to that sensitivity.
     noise_multiplier = target_noise.noise_for_target(
-        config.epsilon, config.delta, streams, sensitivity=sensitivity
+        config.epsilon, config.delta, streams_left or streams,
+        sensitivity=sensitivity, spent=spent,
     )
   return strategy, sensitivity, streams, noise_multiplier
 
@@ -150,7 +156,8 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   """One BLT stream per epoch in unweighted FedAvg."""
   rounds_per_stream = context.sampling.rounds_per_epoch
   strategy, sensitivity, _, noise_multiplier = _plan(
-      config, rounds_per_stream, context.total_rounds
+      config, rounds_per_stream, context.total_rounds,
+      context.streams_left(rounds_per_stream), context.spent,
   )
   factory = blt_factory.BLTFactory(
       noise_multiplier,

@@ -78,6 +78,37 @@ def canary_refusal(config: Config) -> Optional[str]:
   return None
 
 
+def adopt_state(loaded, fresh):
+  """A saved state carried over to this process's noise (see `base.Mechanism`).
+
+  TFF's DP aggregator keeps its noise in its state (the query's global
+  state): the aggregator becomes this process's, with the adaptive clip's
+  current estimate (a noised state of the run) carried over.
+  """
+  aggregator = fresh.aggregator
+  query = aggregator.query_state
+  numerator = getattr(query, 'numerator_state', None)
+  if numerator is not None and hasattr(numerator, 'quantile_estimator_state'):
+    # TFF's gaussian_adaptive: NormalizedQuery(QuantileAdaptiveClipSumQuery).
+    old = loaded.aggregator.query_state.numerator_state
+    clip = old.sum_state.l2_norm_clip
+    numerator = numerator._replace(
+        sum_state=numerator.sum_state._replace(
+            l2_norm_clip=clip,
+            stddev=clip * numerator.noise_multiplier,
+        ),
+        quantile_estimator_state=numerator.quantile_estimator_state._replace(
+            current_estimate=(
+                old.quantile_estimator_state.current_estimate
+            ),
+        ),
+    )
+    aggregator = aggregator._replace(
+        query_state=query._replace(numerator_state=numerator)
+    )
+  return loaded._replace(aggregator=aggregator)
+
+
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   """TFF's DP aggregator in unweighted FedAvg, z calibrated to the target."""
   z = context.noise_multiplier(config)
@@ -104,6 +135,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       resolved={'noise_multiplier': z, 'clipping': clipping},
       # At the clip: clipping leaves it whole, a worst-case client.
       canary_norm=config.clip if context.canary_clients else None,
+      adopt_state=adopt_state,
   )
   if config.clip is None:
     mech.caveats.append(

@@ -71,8 +71,9 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
     # accountant: z is their noise std relative to sensitivity sqrt(S).
     noise_multiplier = target_noise.noise_for_target(
         config.epsilon, config.delta,
-        math.ceil(context.total_rounds / rounds_per_epoch),
+        context.streams_left(rounds_per_epoch),
         sensitivity=math.sqrt(events.tree_sensitivity_squared(rounds_per_epoch)),
+        spent=context.spent,
     )
   factory = dp_ftrl.TreeRestartFactory(
       noise_multiplier,

@@ -16,10 +16,13 @@ the plan is done.
 import dataclasses
 from typing import Any, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from tff_priv import validation
+from tff_priv.accounting import calibration
 from tff_priv.accounting import closed_forms
+from tff_priv.accounting import events
 from tff_priv.accounting import reports
 from tff_priv.accounting import target_noise
 from tff_priv.accounting import udp as udp_accounting
@@ -27,6 +30,7 @@ from tff_priv.aggregators import gaussian_udp
 from tff_priv.learning import crd
 from tff_priv.learning import udp
 from tff_priv.learning import udp_client_work
+from tff_priv.mechanisms import noise_schedule
 from tff_priv.program.mechanisms import base
 
 NAME = 'udp'
@@ -226,11 +230,14 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
     sigma = target_noise.noise_for_target(
         config.epsilon,
         config.delta,
-        context.total_rounds,
+        context.rounds_left,
         context.sampling.ledger_sampling(),
         sensitivity=sensitivity,
         calibration=config.udp_calibration,
         min_with_unsampled=True,
+        # The paper's closed form has no room for what is spent: it keeps
+        # the planned sigma (its target is a claim the ledger checks anyway).
+        spent=context.spent if config.udp_calibration == 'tight' else None,
     )
   process = crd.build_udp_process(
       context.model_fn,
@@ -294,6 +301,9 @@ def _build_crd(config, context, sensitivity, min_examples):
       beta=config.crd_beta,
       zeta=config.crd_zeta,
   )
+  # At most: what the ledger charged, and the rounds left of the plan.
+  max_rounds = (None if context.spent is None else
+                context.spent.releases + context.rounds_left)
   return base.Mechanism(
       NAME, config, context.sampling, process,
       base.count_parameters(context.model_fn),
@@ -317,5 +327,50 @@ def _build_crd(config, context, sensitivity, min_examples):
       ],
       aggregator_state=lambda state: state.learning.aggregator,
       is_done=crd.is_done,
-      adaptive_bounds=udp_accounting.crd_bounds(schedule, sensitivity),
+      adaptive_bounds=udp_accounting.crd_bounds(
+          schedule, sensitivity, max_rounds
+      ),
+      adopt_state=_crd_adopt(schedule, sensitivity, context.spent),
   )
+
+
+def _crd_adopt(schedule, sensitivity, spent):
+  """A resumed CRD run's state, its budget charged for the rounds run again.
+
+  The checkpoint's schedule state counts the cost of the rounds up to it;
+  the ledger holds every round released, the ones after the checkpoint
+  included, which run again. The schedule's `spent` becomes the ledger's
+  whole cost, so the filter (every released round within the budget) still
+  holds; the rounds left share what is left.
+  """
+  def adopt(loaded, fresh):
+    del fresh  # The schedule is the same: only its spent budget moves.
+    if spent is None or not spent.releases:
+      return loaded
+    charged = sum(
+        count * schedule.cost_of(z * sensitivity)
+        for z, count in events.gaussian_releases(spent.event)
+    )
+    aggregator = loaded.learning.aggregator
+    noise = noise_schedule.ScheduleState(*aggregator.noise)
+    if charged <= float(noise.spent):
+      return loaded
+    noise = noise._replace(spent=np.float64(charged))
+    try:
+      sigma, _ = schedule.round_noise(
+          tf.nest.map_structure(tf.constant, noise)
+      )
+    except tf.errors.InvalidArgumentError as e:
+      raise ValueError(e.message.splitlines()[0]) from None
+    planned = schedule.round_noise(schedule.initial_state())[0]
+    if float(sigma) > calibration.MAX_NOISE_INCREASE * float(planned):
+      raise ValueError(
+          f'sigma {float(sigma):.4g} needed, {float(sigma / planned):.1f}x '
+          f'the planned {float(planned):.4g}'
+      )
+    learning = loaded.learning._replace(
+        aggregator=aggregator._replace(noise=noise)
+    )
+    return loaded._replace(learning=learning)
+
+  return adopt

@@ -1,0 +1,218 @@
+"""A run's ledger through interruptions and faults (tff_priv.program.training).
+
+In process on 'digits' (dp_fedavg, 10 clients, 3 a round): the ledger file is
+append-only across every start of a run directory, a resumed run's rounds
+left are noised for the budget left (the finished run meets its target), and
+a damaged ledger, unreadable checkpoints or a spent budget stop the run in
+one line. The subprocess versions (kill -9, a full disk, signals) are in
+tests/scripts/train_faults_test.py.
+"""
+
+import collections
+import json
+import os
+import shutil
+import tempfile
+
+from unittest import mock
+
+import dp_accounting
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_priv.accounting import calibration
+from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import sampling as sampling_lib
+from tff_priv.aggregators import gaussian_udp
+from tff_priv.learning import crd
+from tff_priv.learning import udp as udp_learning
+from tff_priv.program import layout
+from tff_priv.program import training
+from tff_priv.program.mechanisms import udp as udp_mechanism
+
+_TARGET = 8.0
+
+
+def _config(total_rounds=4):
+  return training.RunConfig(
+      task='digits', mechanism='dp_fedavg', total_rounds=total_rounds,
+      clients_per_round=3, batch_size=20, client_learning_rate=0.1,
+      eval_every=100, params={'epsilon': _TARGET, 'clip': 1.0},
+  )
+
+
+def _ledger(root):
+  with open(layout.path(root, layout.PRIVACY)) as f:
+    return ledger_lib.PrivacyLedger.from_json(
+        json.dumps(json.load(f)['privacy']['analyst'])
+    )
+
+
+def _by_hand(sessions_rounds):
+  """eps of (noise multiplier, rounds) Poisson-sampled Gaussians, q = 3/10."""
+  accountant = dp_accounting.rdp.RdpAccountant()
+  for z, rounds in sessions_rounds:
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(
+        0.3, dp_accounting.GaussianDpEvent(z)), rounds)
+  return accountant.get_epsilon(1e-5)
+
+
+def _corrupt_checkpoints(root):
+  for dirpath, _, names in os.walk(layout.path(root, layout.CHECKPOINTS)):
+    for name in names:
+      with open(os.path.join(dirpath, name), 'wb') as f:
+        f.write(b'\0garbage')
+
+
+class _RootTestCase(tf.test.TestCase):
+
+  def _root(self):
+    path = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, path, ignore_errors=True)
+    return os.path.join(path, 'run')
+
+
+class DamagedLedgerTest(_RootTestCase):
+
+  def test_a_damaged_ledger_is_refused_before_anything_is_built(self):
+    root, config = self._root(), _config(total_rounds=2)
+    training.prepare_output_dir(root, config)
+    path = layout.path(root, layout.PRIVACY)
+    for damage in ('{"round": 1, "privacy"', '{"round": 1}', '\xff\xfe'):
+      with open(path, 'w') as f:
+        f.write(damage)
+      with self.assertRaisesRegex(
+          training.ConfigError, 'privacy_ledger.json is damaged .* never '
+          'overwritten'
+      ) as refused:
+        training.run(config, root, progress=False)
+      self.assertNotIn('\n', str(refused.exception))
+      with open(path) as f:
+        self.assertEqual(f.read(), damage)
+    self.assertFalse(os.path.exists(layout.path(root, layout.CHECKPOINTS)))
+
+
+class CrdResumeTest(tf.test.TestCase):
+
+  def test_the_schedule_is_charged_for_the_rounds_run_again(self):
+    # CRD's state counts the cost of the rounds up to its checkpoint; the
+    # ledger holds every release. A resume sets the schedule's spent budget
+    # to the ledger's whole cost, so the rounds left share what is left.
+    # Poisson sampling: the RDP of fixed-size sampling (the program's) is
+    # slow to tabulate; the schedule's arithmetic is the same.
+    sampling = sampling_lib.Sampling.poisson(0.3)
+    schedule = udp_learning.crd_schedule(4.0, 1e-5, 0.1, 8, sampling=sampling,
+                                         table_size=32)
+    planned, cost = (float(x) for x in schedule.round_noise(
+        schedule.initial_state()))
+    ledger = ledger_lib.PrivacyLedger()
+    ledger.record_gaussian(planned / 0.1, count=5, **sampling.kwargs())
+    checkpoint = schedule.initial_state()._replace(
+        rounds_done=tf.constant(3, tf.int32),
+        spent=tf.constant(3 * cost, tf.float64),
+    )
+    learning = collections.namedtuple('Learning', 'aggregator')(
+        gaussian_udp.ClientNoiseState(
+            noise=tuple(np.asarray(x) for x in checkpoint), mean=(),
+            dp_event=None, is_init_state=False,
+        )
+    )
+    loaded = crd.CRDState(learning=learning, validation_loss=0.0,
+                          discounts=0)
+    adopt = udp_mechanism._crd_adopt(  # pylint: disable=protected-access
+        schedule, 0.1, calibration.Spent.of_ledger(ledger)
+    )
+    state = adopt(loaded, None).learning.aggregator.noise
+    self.assertAllClose(state.spent, 5 * cost, rtol=1e-9)
+    self.assertEqual(int(state.rounds_done), 3)
+    # The 5 rounds left of the plan share 8 - 5 planned rounds' budget.
+    sigma, _ = schedule.round_noise(tf.nest.map_structure(tf.constant, state))
+    self.assertGreater(float(sigma), planned)
+    # With only the checkpoint's rounds in the ledger, nothing moves.
+    three = ledger_lib.PrivacyLedger()
+    three.record_gaussian(planned / 0.1, count=3, **sampling.kwargs())
+    same = udp_mechanism._crd_adopt(  # pylint: disable=protected-access
+        schedule, 0.1, calibration.Spent.of_ledger(three))(loaded, None)
+    self.assertIs(same, loaded)
+    # A budget the rounds left cannot share within 4x the planned sigma.
+    many = ledger_lib.PrivacyLedger()
+    many.record_gaussian(planned / 0.1, count=8, **sampling.kwargs())
+    with self.assertRaisesRegex(ValueError, 'planned|budget|tabulated'):
+      udp_mechanism._crd_adopt(  # pylint: disable=protected-access
+          schedule, 0.1, calibration.Spent.of_ledger(many))(loaded, None)
+
+
+@pytest.mark.slow
+class ResumeTest(_RootTestCase):
+
+  def test_rounds_run_again_are_charged_and_the_rest_meet_the_target(self):
+    root, config = self._root(), _config()
+    # Checkpoints at 0 and 2; round 3 released (charged) before the stop.
+    training.run_until(config, root, 3, checkpoint_every=2, progress=False)
+    self.assertEqual(_ledger(root).num_releases, 3)
+    summary = training.run(config, root, checkpoint_every=2, progress=False)
+    first, second = summary['sessions']
+    self.assertEqual((first['start_round'], second['start_round']), (0, 2))
+    # Rounds 1-3 at the planned z, then rounds 3-4 again at the z that the
+    # budget left allows: 5 charges, the whole at most the target.
+    self.assertGreater(second['noise_multiplier'], first['noise_multiplier'])
+    self.assertEqual(_ledger(root).num_releases, 5)
+    eps = summary['privacy']['rdp_epsilon']
+    self.assertAllClose(eps, _by_hand([(first['noise_multiplier'], 3),
+                                       (second['noise_multiplier'], 2)]),
+                        rtol=1e-9)
+    self.assertBetween(eps, _TARGET - 0.01, _TARGET)
+    self.assertEqual(summary['privacy']['target_epsilon'], _TARGET)
+    # Without the recalibration the run would end above its target.
+    self.assertGreater(_by_hand([(first['noise_multiplier'], 5)]), _TARGET)
+
+  def test_unreadable_checkpoints_never_reset_the_ledger(self):
+    root, config = self._root(), _config()
+    training.run_until(config, root, 2, progress=False)
+    _corrupt_checkpoints(root)
+    with open(layout.path(root, layout.PRIVACY)) as f:
+      before = f.read()
+    with self.assertRaisesRegex(
+        training.ConfigError,
+        r'no readable checkpoint .* holds 2 charged rounds .*--restart_model'
+    ) as refused:
+      training.run(config, root, progress=False)
+    self.assertNotIn('\n', str(refused.exception))
+    with open(layout.path(root, layout.PRIVACY)) as f:
+      self.assertEqual(f.read(), before)
+    # A new model, every charge kept: 2 + 4 charges, noised for the budget
+    # the first 2 left.
+    summary = training.run(config, root, progress=False, restart_model=True)
+    self.assertEqual(_ledger(root).num_releases, 6)
+    first, second = summary['sessions']
+    self.assertEqual(second, {'start_round': 0, 'restarted_model': True,
+                              'noise_multiplier': second['noise_multiplier']})
+    eps = summary['privacy']['rdp_epsilon']
+    self.assertAllClose(eps, _by_hand([(first['noise_multiplier'], 2),
+                                       (second['noise_multiplier'], 4)]),
+                        rtol=1e-9)
+    self.assertBetween(eps, _TARGET - 0.01, _TARGET)
+    # The old checkpoints are set aside, not removed.
+    self.assertTrue(os.path.isdir(
+        layout.path(root, layout.CHECKPOINTS) + '.before_restart.1'
+    ))
+
+  def test_a_budget_the_rounds_left_cannot_use_stops_in_one_line(self):
+    root, config = self._root(), _config()
+    # No checkpoint after round 0: rounds 1-3 charged, all four to run
+    # again on what 3 of 4 planned rounds left: 1.42x the planned z, over
+    # a limit of 1.3x (the program's is 4x).
+    training.run_until(config, root, 3, checkpoint_every=100, progress=False)
+    with mock.patch.object(training, 'MAX_NOISE_INCREASE', 1.3), \
+        self.assertRaisesRegex(
+        training.ConfigError,
+        r'cannot cover the 4 rounds left: noise multiplier .* the planned'
+    ) as refused:
+      training.run(config, root, checkpoint_every=100, progress=False)
+    self.assertNotIn('\n', str(refused.exception))
+    self.assertEqual(_ledger(root).num_releases, 3)
+
+
+if __name__ == '__main__':
+  tf.test.main()

@@ -1,0 +1,186 @@
+"""Aggregator states inside TFF's wrappers, and the measurements a round may release.
+
+TFF wraps a model aggregator in others: `tff.aggregators.zeroing_factory`
+and `clipping_factory` (state `{'zeroing_norm' | 'clipping_norm', 'inner_agg',
+'zeroed_count_agg' | 'clipped_count_agg'}`; `tff.learning.dp_aggregator`
+wraps its DP factory in adaptive zeroing by default) and
+`tff.learning.add_debug_measurements` (same state, more measurements). The
+DP factory inside still releases what its event describes: zeroing or
+clipping with a public norm before the DP factory's own clip changes no
+client's contribution by more than that clip. What the wrappers add is not
+private:
+
+* a norm tracked adaptively without noise
+  (`PrivateQuantileEstimationProcess.no_noise`, dp_aggregator's zeroing) is
+  an exact quantile of the clients' update norms, in the state and in the
+  `zeroing_norm` measurement: the next rounds' release depends on it through
+  which clients are zeroed, so no DpEvent describes the run. Refused
+  (`UnnoisedWrapperError`). A norm tracked with Gaussian noise is charged:
+  its count query is one more Gaussian release a round.
+* `zeroed_count` / `clipped_count` are exact counts of clients: dropped from
+  what a private round releases.
+* `add_debug_measurements`' `average_client_norm` and `std_dev_client_norm`
+  are exact statistics of the clients' updates: refused.
+
+`unwrap` finds the DP state and the extra events; `public_measurement_paths`
+says which measurement leaves of a recognised aggregator a round may
+release.
+"""
+
+from typing import Any, Mapping, Optional
+
+from dp_accounting import dp_event
+
+# (wrapper's norm key, its count key, its measurements key).
+_WRAPPERS = (
+    ('zeroing_norm', 'zeroed_count', 'zeroing'),
+    ('clipping_norm', 'clipped_count', 'clipping'),
+)
+_DEBUG = ('average_client_norm', 'std_dev_client_norm')
+
+
+class UnnoisedWrapperError(ValueError):
+  """A wrapper releases an exact client statistic that no DpEvent covers."""
+
+
+def _wrapper(state) -> Optional[tuple[str, str, str]]:
+  if not isinstance(state, Mapping) or 'inner_agg' not in state:
+    return None
+  for keys in _WRAPPERS:
+    if keys[0] in state:
+      return keys
+  return None
+
+
+def _empty(value) -> bool:
+  return value is None or (isinstance(value, (tuple, list, dict))
+                           and not value)
+
+
+def _norm_event(norm_key: str, norm_state) -> Optional[dp_event.DpEvent]:
+  """The release of a wrapper's norm: None (public), a Gaussian, or refused."""
+  if _empty(norm_state) or (
+      isinstance(norm_state, (tuple, list)) and all(map(_empty, norm_state))):
+    return None  # A fixed norm: a public number.
+  estimator = norm_state[0] if isinstance(norm_state, (tuple, list)) else (
+      norm_state)
+  below = getattr(estimator, 'below_estimate_state', None)
+  numerator = getattr(below, 'numerator_state', None)
+  stddev = getattr(numerator, 'stddev', None)
+  clip = getattr(numerator, 'l2_norm_clip', None)
+  if stddev is None or clip is None or float(stddev) <= 0:
+    wrapper = norm_key.split('_')[0]
+    raise UnnoisedWrapperError(
+        f'the aggregator\'s {wrapper} tracks its norm from the clients\' '
+        'update norms without noise (an exact client statistic, in its '
+        f'state and its {norm_key!r} measurement), as '
+        'tff.learning.dp_aggregator does by default: use '
+        'dp_aggregator(..., zeroing=False), a fixed (public) norm in '
+        f'tff.aggregators.{wrapper}_factory, or a noised quantile '
+        '(PrivateQuantileEstimationProcess.gaussian), which is charged'
+    )
+  # Its count query adds N(0, stddev^2) to a sum of records of norm <= clip.
+  return dp_event.GaussianDpEvent(float(stddev) / float(clip))
+
+
+def unwrap(state: Any) -> tuple[Any, list[dp_event.DpEvent]]:
+  """(the state inside TFF's zeroing / clipping wrappers, their extra events).
+
+  Raises:
+    UnnoisedWrapperError: a wrapper's norm is tracked without noise.
+  """
+  extras = []
+  while True:
+    keys = _wrapper(state)
+    if keys is None:
+      return state, extras
+    extra = _norm_event(keys[0], state[keys[0]])
+    if extra is not None:
+      extras.append(extra)
+    state = state['inner_agg']
+
+
+def _leaves(tree, prefix=()):
+  if isinstance(tree, Mapping):
+    for key, value in tree.items():
+      yield from _leaves(value, prefix + (key,))
+  elif hasattr(tree, '_fields'):
+    for key in tree._fields:
+      yield from _leaves(getattr(tree, key), prefix + (key,))
+  elif isinstance(tree, (tuple, list)):
+    for i, value in enumerate(tree):
+      yield from _leaves(value, prefix + (i,))
+  else:
+    yield prefix
+
+
+def public_measurement_paths(state: Any, measurements: Any,
+                             inner_public: str) -> set[tuple]:
+  """The paths of the measurement leaves a private round may release.
+
+  Args:
+    state: the aggregator's state after `next`.
+    measurements: the aggregator's measurements of that round.
+    inner_public: what the state inside the wrappers is: 'tff_priv' (a
+      tff_priv factory: every measurement is public, checked on
+      neighbouring inputs) or 'tff_dp' (TFF's DifferentiallyPrivateFactory:
+      `dp_query_metrics`, a function of its noised state, and an empty
+      `dp`).
+
+  Raises:
+    UnnoisedWrapperError: a measurement is an exact client statistic that
+      cannot be dropped (debug measurements), or a wrapper tracks its norm
+      without noise.
+    ValueError: a measurement tff_priv does not know.
+  """
+  paths = set()
+  prefix = ()
+  while True:
+    keys = _wrapper(state)
+    if keys is None:
+      break
+    norm_key, count_key, inner_key = keys
+    _norm_event(norm_key, state[norm_key])  # Refuses an unnoised norm.
+    if not isinstance(measurements, Mapping) or inner_key not in measurements:
+      raise ValueError(
+          f'unknown measurements of a TFF {inner_key} wrapper: '
+          f'{measurements}'
+      )
+    for key in measurements:
+      if key == norm_key:
+        paths.add(prefix + (key,))  # A public norm, or a charged one.
+      elif key not in (count_key, inner_key):
+        raise ValueError(
+            f'unknown aggregator measurement {"/".join(prefix + (key,))}: '
+            'tff_priv releases only the measurements it knows to be public'
+        )
+    # `count_key`: an exact count of clients: dropped.
+    state, measurements = state['inner_agg'], measurements[inner_key]
+    prefix += (inner_key,)
+  if isinstance(measurements, Mapping):
+    debug = [k for k in _DEBUG if k in measurements]
+    if debug:
+      raise UnnoisedWrapperError(
+          f'the aggregator\'s measurements {", ".join(debug)} (from '
+          'tff.learning.add_debug_measurements) are exact statistics of the '
+          'clients\' updates, released uncharged: build the process without '
+          'add_debug_measurements'
+      )
+  if inner_public == 'tff_priv':
+    return paths | {prefix + p for p in _leaves(measurements)}
+  if not isinstance(measurements, Mapping):
+    raise ValueError(f'unknown measurements of TFF\'s DP factory: '
+                     f'{measurements}')
+  for key, value in measurements.items():
+    if key == 'dp_query_metrics':
+      paths |= {prefix + (key,) + p for p in _leaves(value)}
+    elif key == 'dp' and _empty(value):
+      continue
+    else:
+      raise ValueError(
+          f'unknown aggregator measurement {"/".join(prefix + (key,))} '
+          f'({value!r}): tff_priv releases only the measurements it knows '
+          'to be public (TFF\'s DP factory with a secure inner sum reports '
+          'exact counts of clipped values)'
+      )
+  return paths
