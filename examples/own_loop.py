@@ -10,15 +10,22 @@ samples clients from a secret seed, and `PrivacyLedger.record_round` charging
 each round from the event the factory keeps in its state, under the
 sampling that matches its guarantee (Poisson for add-or-remove-one events,
 K of N for replace-one ones; LDP's pure-eps events have no known
-amplification and are charged unsampled). BLT's stream (DP-FTRL) holds for
-clients that take part at most once per stream: the loop draws a secret
-permutation and takes the next K clients each round (no client twice in the
-5-round stream), and charges the stream unsampled under its zero-out
-relation (`factory.guarantee.neighboring_relation`).
+amplification and are charged unsampled). BLT's stream (DP-FTRL) holds only
+for its participation schedule and claims no amplification: the loop draws
+its clients with `StreamSampler` (here 'cyclic': a secret permutation's
+groups of K take turns), the factory is calibrated to eps = 4 for that
+schedule (`BLTFactory.calibrated`), and each round is charged with
+`record_round(state)` and no sampling argument. Each line gives the eps
+spent and the accuracy of the final model on held-out examples.
 """
 
 import sys
 
+from tff_priv import cli
+
+cli.quiet(sys.argv)  # TF's logs off (before TF loads); --verbose keeps them.
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -33,10 +40,15 @@ from tff_priv.learning import build_udp_process
 from tff_priv.learning import no_client_metrics
 from tff_priv.learning import sparse_categorical_crossentropy
 from tff_priv.learning import udp_sensitivity
-from tff_priv.mechanisms import blt as blt_lib
+from tff_priv.program import StreamSampler
+# pylint: enable=g-import-not-at-top,g-bad-import-order
 
 ROUNDS, POPULATION, K, EXAMPLES = 5, 50, 5, 20
 DELTA = 1e-5
+BLT_EPSILON = 4.0
+# The task: 3 classes, the label the argmax of a fixed linear map of 4
+# features (learnable, so that accuracy moves).
+_LABEL_MAP = np.random.default_rng(1).normal(size=(4, 3))
 
 
 def model_fn():
@@ -73,17 +85,16 @@ def udp():
 
 
 def blt():
-  # The BLT for one stream of ROUNDS rounds, single participation.
-  strategy = blt_lib.optimize(ROUNDS)
-  return fed_avg(BLTFactory(
-      noise_multiplier=2.0, clients_per_round=K, clip=1.0,
-      buf_decay=list(strategy.buf_decay),
-      output_scale=list(strategy.output_scale), rounds_per_stream=ROUNDS))
+  # One stream of ROUNDS rounds for StreamSampler's 'cyclic' schedule,
+  # calibrated to BLT_EPSILON.
+  return fed_avg(BLTFactory.calibrated(
+      BLT_EPSILON, total_rounds=ROUNDS, population=POPULATION,
+      clients_per_round=K, participation='cyclic', delta=DELTA))
 
 
 # name -> (process, sampling): 'poisson' (q = K / N), 'fixed' (K of N),
-# 'once' (each client at most once in the run, charged unsampled) or None
-# (every round charged unsampled).
+# 'stream' (StreamSampler, charged unsampled) or None (every round charged
+# unsampled).
 MECHANISMS = {
     'smp': (lambda: fed_avg(SparsifiedSecureSumFactory(
         noise_multiplier=1.0, clip=1.0, compression=0.5,
@@ -97,22 +108,33 @@ MECHANISMS = {
         noise_stddev=0.5, parameter_variance=1e-2, clip=0.25)), 'fixed'),
     'ldp': (lambda: fed_avg(LDPEncodeFactory(
         epsilon=1.0, range_mode='fixed', center=0.0, radius=0.5)), None),
-    'blt': (blt, 'once'),
+    'blt': (blt, 'stream'),
 }
 
 
-def run(name: str, clients, sampler) -> float:
-  """`ROUNDS` rounds of mechanism `name`; eps at DELTA of what was released."""
+def accuracy(process, state, test) -> float:
+  """The released model's accuracy on held-out (public) examples."""
+  model = tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(4,)),
+      tf.keras.layers.Dense(3, activation='softmax'),
+  ])
+  process.get_model_weights(state).assign_weights_to(model)
+  x, y = test
+  return float(np.mean(np.argmax(model.predict(x, verbose=0), -1) == y))
+
+
+def run(name: str, clients, sampler, test) -> tuple[float, float]:
+  """`ROUNDS` rounds of `name`: (eps at DELTA of what was released, accuracy)."""
   build, sampling = MECHANISMS[name]
   process = build()
   ledger = PrivacyLedger()
   state = process.initialize()
-  order = sampler.permutation(POPULATION)  # For 'once': K new clients a round.
+  streams = StreamSampler(POPULATION, K, 'cyclic')  # A secret permutation.
   for t in range(ROUNDS):
     if sampling == 'poisson':
       chosen = np.flatnonzero(sampler.random(POPULATION) < K / POPULATION)
-    elif sampling == 'once':
-      chosen = order[t * K:(t + 1) * K]
+    elif sampling == 'stream':
+      chosen = streams.sample(t + 1)
     else:
       chosen = sampler.choice(POPULATION, size=K, replace=False)
     output = process.next(state, [clients[i] for i in chosen])
@@ -123,33 +145,32 @@ def run(name: str, clients, sampler) -> float:
     elif sampling == 'fixed':
       ledger.record_round(state.aggregator, population=POPULATION,
                           sample_size=K)
-    elif sampling == 'once':
-      # BLT's stream event holds under its zero-out relation (its factory's
-      # `guarantee.neighboring_relation`), which its state does not name.
-      ledger.record_round(state.aggregator,
-                          neighboring_relation='replace_special')
     else:
+      # A stream's state is known (its zero-out relation) and claims no
+      # amplification: no sampling arguments.
       ledger.record_round(state.aggregator)
-  return ledger.epsilon(DELTA)
+  return ledger.epsilon(DELTA), accuracy(process, state, test)
 
 
 def main(names):
   runtime.set_context()
   data_rng = np.random.default_rng(0)  # The clients' data (public here).
-  clients = [
-      tf.data.Dataset.from_tensor_slices((
-          data_rng.normal(size=(EXAMPLES, 4)).astype(np.float32),
-          data_rng.integers(0, 3, size=EXAMPLES).astype(np.int32),
-      )).batch(5)
-      for _ in range(POPULATION)
-  ]
+
+  def examples(n):
+    x = data_rng.normal(size=(n, 4)).astype(np.float32)
+    return x, np.argmax(x @ _LABEL_MAP, axis=1).astype(np.int32)
+
+  clients = [tf.data.Dataset.from_tensor_slices(examples(EXAMPLES)).batch(5)
+             for _ in range(POPULATION)]
+  test = examples(600)
   sampler = np.random.default_rng()  # Secret: seeded by the OS.
   for name in names or list(MECHANISMS):
     if name not in MECHANISMS:
       sys.exit(f'own_loop.py: unknown mechanism {name!r}; one of '
                f'{", ".join(MECHANISMS)}')
-    print(f'{name}: eps = {run(name, clients, sampler):.3f} at delta = '
-          f'{DELTA:g} after {ROUNDS} rounds')
+    eps, acc = run(name, clients, sampler, test)
+    print(f'{name}: eps = {eps:.3f} at delta = {DELTA:g} after {ROUNDS} '
+          f'rounds, accuracy {acc:.3f} on {len(test[1])} held-out examples')
 
 
 if __name__ == '__main__':

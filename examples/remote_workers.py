@@ -10,6 +10,13 @@ stops the workers. The workers listen on every interface of their host: keep
 them on a private network or behind a firewall (docs/remote.md).
 """
 
+import sys
+
+from tff_priv import cli
+
+cli.quiet(sys.argv)  # TF's logs off (before TF loads); --verbose keeps them.
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -19,6 +26,7 @@ from tff_priv import worker
 from tff_priv.accounting import PrivacyLedger
 from tff_priv.aggregators import SparsifiedSecureSumFactory
 from tff_priv.learning import no_client_metrics
+# pylint: enable=g-import-not-at-top,g-bad-import-order
 
 ROUNDS, POPULATION, Q = 3, 20, 0.25
 

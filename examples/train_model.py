@@ -15,6 +15,11 @@ training metrics pass the release filter of a private run.
 
 import sys
 
+from tff_priv import cli
+
+cli.quiet(sys.argv)  # TF's logs off (before TF loads); --verbose keeps them.
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -25,8 +30,12 @@ from tff_priv.aggregators import SparsifiedSecureSumFactory
 from tff_priv.learning import no_client_metrics
 from tff_priv.program import ClientArraysSource
 from tff_priv.program import TrainModelAccounting
+# pylint: enable=g-import-not-at-top,g-bad-import-order
 
 ROUNDS, POPULATION, K = 20, 100, 10
+# The task: 3 classes, the label the argmax of a fixed linear map of 4
+# features (learnable, so that accuracy moves).
+_LABEL_MAP = np.random.default_rng(1).normal(size=(4, 3))
 
 
 def model_fn():
@@ -42,11 +51,26 @@ def model_fn():
   )
 
 
+def examples(rng, n):
+  x = rng.normal(size=(n, 4)).astype(np.float32)
+  return x, np.argmax(x @ _LABEL_MAP, axis=1).astype(np.int32)
+
+
+def accuracy(weights, test) -> float:
+  """The released model's accuracy on held-out (public) examples."""
+  model = tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(4,)),
+      tf.keras.layers.Dense(3, activation='softmax'),
+  ])
+  weights.assign_weights_to(model)
+  x, y = test
+  return float(np.mean(np.argmax(model.predict(x, verbose=0), -1) == y))
+
+
 def main(root_dir: str) -> None:
   rng = np.random.default_rng(0)  # The clients' data (public here).
-  clients = [(rng.normal(size=(20, 4)).astype(np.float32),
-              rng.integers(0, 3, size=20).astype(np.int32))
-             for _ in range(POPULATION)]
+  clients = [examples(rng, 20) for _ in range(POPULATION)]
+  test = examples(rng, 600)
   # train_model draws exactly K of N clients a round: fixed-size sampling,
   # accounted under replace-one, where Fed-SMP's sum moves by 2C, so the
   # factory's noise multiplier is twice the calibrated one.
@@ -79,8 +103,14 @@ def main(root_dir: str) -> None:
       evaluation_manager=None,  # It would release exact client metrics.
       evaluation_periodicity=1,
   ), name='train_model.py')
-  print(f'eps = {accounting.epsilon(1e-5):.3f} at delta = 1e-5 after '
-        f'{accounting.rounds} charged rounds ({root_dir})')
+  released = models.values()
+  line = (f'eps = {accounting.epsilon(1e-5):.3f} at delta = 1e-5 after '
+          f'{accounting.rounds} charged rounds ({root_dir})')
+  if released:  # The model train_model released last (none when resumed
+    # after the end: nothing ran).
+    last = released[max(released, key=lambda k: int(k.rsplit('_', 1)[1]))]
+    line += f'; accuracy {accuracy(last, test):.3f} on 600 held-out examples'
+  print(line)
 
 
 if __name__ == '__main__':

@@ -28,7 +28,7 @@ _VERBOSE_ARGV = command.quiet_environment(sys.argv)
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import flags
 
-import tasks
+import tff_priv_tasks as tasks
 from tff_priv import cli
 from tff_priv.experiments import fedsmp
 from tff_priv.program import grid

@@ -6,9 +6,9 @@ neither cached nor downloadable raises `DatasetUnavailableError`, naming the
 file expected and where to put it.
 """
 
-from tasks.cache import DatasetUnavailableError
-from tasks.public_split import hold_out_public_clients
-from tasks.registry import get_task
-from tasks.registry import OFFLINE_TASK_NAMES
-from tasks.registry import TASK_NAMES
-from tasks.registry import task_options
+from tff_priv_tasks.cache import DatasetUnavailableError
+from tff_priv_tasks.public_split import hold_out_public_clients
+from tff_priv_tasks.registry import get_task
+from tff_priv_tasks.registry import OFFLINE_TASK_NAMES
+from tff_priv_tasks.registry import TASK_NAMES
+from tff_priv_tasks.registry import task_options

@@ -33,9 +33,9 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.cifar100 import image_classification_preprocessing
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_preprocessing
 
-from tasks import client_data
-from tasks import models
-from tasks import partition
+from tff_priv_tasks import client_data
+from tff_priv_tasks import models
+from tff_priv_tasks import partition
 
 GREY_MODELS = {
     'cnn': models.mcmahan_cnn,

@@ -31,7 +31,7 @@ from typing import Optional
 
 import numpy as np
 
-from tasks import cache
+from tff_priv_tasks import cache
 
 _KERAS_URL = 'https://storage.googleapis.com/tensorflow/tf-keras-datasets/'
 _CIFAR10_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz'

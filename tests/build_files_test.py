@@ -116,6 +116,8 @@ def _imported_files(path, own_files):
 
   def module_file(dotted):
     base = dotted.replace('.', '/')
+    if base.split('/')[0] == 'tff_priv_tasks':  # Installed name of tasks/.
+      base = 'tasks' + base[len('tff_priv_tasks'):]
     for candidate in (base + '.py', base + '/__init__.py'):
       if candidate in own_files:
         return candidate

@@ -59,15 +59,30 @@ class WheelTest(absltest.TestCase):
     listing = _run([sys.executable, '-m', 'zipfile', '-l', self.wheel],
                    cwd=self.tmp).stdout
     for name in ('tff_priv/py.typed', 'LICENSE', 'tff_priv_scripts/train.py',
-                 'tff_priv/program/training.py', 'tasks/registry.py'):
+                 'tff_priv/program/training.py', 'tff_priv_tasks/registry.py'):
       self.assertIn(name, listing)
+    # No top-level package of a common name: the repository's tasks/ is
+    # installed as tff_priv_tasks.
+    top = {line.split()[0].split('/')[0] for line in listing.splitlines()[1:]
+           if line.strip() and '/' in line.split()[0]}
+    self.assertNotIn('tasks', top)
+    self.assertNotIn('scripts', top)
 
   def test_imports_come_from_the_wheel_not_the_clone(self):
-    found = _run([self.python, '-c', 'import tff_priv, tasks; '
-                  'print(tff_priv.__file__, tasks.__file__)'], cwd=self.tmp)
+    # A user's own tasks.py beside their program changes nothing.
+    user = os.path.join(self.tmp, 'user')
+    os.makedirs(user, exist_ok=True)
+    with open(os.path.join(user, 'tasks.py'), 'w') as f:
+      f.write('TASK_NAMES = "a user\'s own module"\n')
+    found = _run([self.python, '-c',
+                  'import tff_priv, tff_priv_tasks; '
+                  'from tff_priv.program import config; '
+                  'print(tff_priv.__file__, tff_priv_tasks.__file__, '
+                  'config.tasks.__file__)'], cwd=user)
     self.assertEqual(found.returncode, 0, found.stderr[-2000:])
     for path in found.stdout.split():
       self.assertTrue(path.startswith(self.tmp), path)
+      self.assertNotIn('/user/', path)
 
   def test_the_training_command_runs_from_outside_the_clone(self):
     helped = _run([os.path.join(self.bin, 'tff-priv-train'), '--help'],
@@ -75,8 +90,11 @@ class WheelTest(absltest.TestCase):
     self.assertEqual(helped.returncode, 0, helped.stderr[-2000:])
     # The script's docstring and its flags, the mechanisms' too (not only
     # with --helpfull).
-    for shown in ('Trains a task', '--mechanism', '--compression'):
+    for shown in ('Trains a task', '--mechanism', '--compression',
+                  'tff-priv-train --mechanism=smp'):
       self.assertIn(shown, helped.stdout)
+    # Its usage lines name the command, not the clone's script.
+    self.assertNotIn('scripts/train.py', helped.stdout)
     self.assertNotIn('Exception ignored', helped.stderr)
     bad = _run([os.path.join(self.bin, 'tff-priv-train'), '--mechanism=nope'],
                cwd=self.tmp)

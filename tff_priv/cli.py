@@ -107,7 +107,11 @@ class Cli:
     """Makes `--help` show the script's docstring and its key flags."""
     main = sys.modules.get('__main__')
     if self._doc and main is not None and not getattr(main, '__doc__', None):
-      main.__doc__ = self._doc
+      # A console command (pip's stub is `__main__`): its usage lines name
+      # the command, not the clone's `.venv/bin/python scripts/<prog>`.
+      command = os.path.basename(sys.argv[0])
+      main.__doc__ = self._doc.replace(
+          f'.venv/bin/python scripts/{self.prog}', command)
     for module in self._key_modules:
       for flag in flags.FLAGS.get_key_flags_for_module(module):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tasks
+import tff_priv_tasks as tasks
 from tff_priv.aggregators import distortion
 from tff_priv.aggregators import gaussian_udp
 

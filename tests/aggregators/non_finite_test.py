@@ -20,6 +20,7 @@ from tff_priv.aggregators import gaussian_udp
 from tff_priv.aggregators import sparsified_secure_sum as sss
 from tff_priv.learning import client_metrics
 from tff_priv.mechanisms import clipping
+from tff_priv.mechanisms import sparsify
 
 _D = 6
 _TYPE = tff.TensorType(np.float32, [_D])
@@ -92,6 +93,23 @@ class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
     noised, weighted = _factories(1.0)[name]
     got, _ = _result(noised, weighted, _GOOD + [_BAD[bad]])
     self.assertTrue(np.all(np.isfinite(got)), got)
+
+  def test_smp_drops_a_client_whose_nan_the_mask_drops(self):
+    # rand_k keeps k of d coordinates: a client whose NaN sits in a dropped
+    # coordinate contributes zeros too (its kept values are not sent).
+    seed, k = 5, sparsify.num_kept(_D, 0.5)
+    kept = set(sparsify.rand_k_indices(
+        sparsify.round_seed(tf.constant([seed, 0], tf.int64), 0), _D, k
+    ).numpy().tolist())
+    bad = np.full(_D, 0.3, np.float32)
+    bad[min(set(range(_D)) - kept)] = np.nan
+    for secure in (False, True):
+      factory = lambda: sss.SparsifiedSecureSumFactory(  # pylint: disable=g-long-lambda
+          noise_multiplier=0.0, clip=1.0, compression=0.5,
+          expected_clients_per_round=3, secure=secure, mask_seed=seed)
+      got, _ = _result(factory(), False, _GOOD + [bad])
+      zeros, _ = _result(factory(), False, _GOOD + [np.zeros(_D, np.float32)])
+      self.assertAllClose(got, zeros, atol=1e-6, msg=f'secure={secure}')
 
   def test_clip_l2_policy(self):
     nested = collections.OrderedDict(a=tf.constant([3.0, 4.0]),

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from tasks import models
+from tff_priv_tasks import models
 from tff_priv.experiments import distortion
 from tff_priv.program import runs
 from tff_priv.program import layout

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tasks
+import tff_priv_tasks as tasks
 from tff_priv.learning import canary_clients
 
 _K = 2.0

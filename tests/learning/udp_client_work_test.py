@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import models
+from tff_priv_tasks import models
 from tests import tiny_models
 from tests import neighbours as neighbours_lib
 from tff_priv.learning import ghost_clipping

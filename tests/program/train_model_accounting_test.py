@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from unittest import mock
 
 from dp_accounting import dp_event
 import pytest
@@ -224,6 +225,24 @@ class TrainModelAccountingTest(tf.test.TestCase):
       asyncio.run(program(_K, array_clients.source(_N)))
     self.assertEqual(released.values(), {})
     self.assertEqual(accounting.rounds, 0)
+
+  def test_an_evaluation_manager_is_warned_about(self):
+    accounting = tma.TrainModelAccounting(tempfile.mkdtemp(), population=_N,
+                                          clients_per_round=_K)
+    with mock.patch('builtins.print') as printed:
+      accounting.run(tff.learning.programs.train_model(
+          train_process=_process(),
+          train_data_source=array_clients.source(_N),
+          train_per_round_clients=_K, train_total_rounds=1,
+          should_discard_round=accounting.should_discard_round,
+          program_state_manager=accounting.program_state_manager(),
+          model_output_manager=tff.program.MemoryReleaseManager(),
+          evaluation_manager=mock.AsyncMock(), evaluation_periodicity=1,
+      ))
+    lines = ' '.join(str(c.args[0]) for c in printed.call_args_list)
+    self.assertIn("warning: train_model's evaluation_manager releases the "
+                  'exact metrics of its evaluation clients', lines)
+    self.assertEqual(accounting.rounds, 1)
 
   def test_noised_client_metrics_are_charged_and_released(self):
     metrics = client_metrics.dp_client_metrics(2.0, _K, loss_bound=5.0)

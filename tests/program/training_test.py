@@ -464,17 +464,20 @@ class DpFtrlRunTest(_TempDirTestCase):
     self.assertEqual(analyst['neighboring_relation'], 'replace_special')
     self.assertAllClose(analyst['epsilon'], rdp_epsilon(3), rtol=1e-9)
     self.assertEqual(summary['sampling']['model'], 'epoch')
-    # Stopped after round 5 (mid-epoch) and resumed: the tree restarts at
-    # round 6 with fresh noise and is charged again (4 trees).
-    root = os.path.join(self._make_tempdir(), 'run')
-    self.assertIsNone(
-        training.run_until(config, root, 5, progress=False)
-    )
-    resumed = training.run(config, root, progress=False)
-    self.assertAllClose(
-        resumed['privacy']['guarantees'][0]['epsilon'], rdp_epsilon(4),
-        rtol=1e-9,
-    )
+    # Stopped after round 5 (mid-epoch), its checkpoint saved before its
+    # release: the resumed run continues the tree (3 trees). With its last
+    # checkpoint at round 4, round 5 was released after it: the tree
+    # restarts at round 5 with fresh noise and is charged again (4 trees).
+    for checkpoint_every, trees in ((1, 3), (2, 4)):
+      root = os.path.join(self._make_tempdir(), 'run')
+      self.assertIsNone(training.run_until(
+          config, root, 5, progress=False, checkpoint_every=checkpoint_every))
+      resumed = training.run(config, root, progress=False,
+                             checkpoint_every=checkpoint_every)
+      self.assertAllClose(
+          resumed['privacy']['guarantees'][0]['epsilon'], rdp_epsilon(trees),
+          rtol=1e-9,
+      )
 
   def test_needs_one_noise_target(self):
     root = os.path.join(self._make_tempdir(), 'run')
@@ -541,15 +544,25 @@ class BltRunTest(_TempDirTestCase):
     # A BLT with a buffer, not the identity (streams of 3 rounds).
     self.assertNotEmpty(resolved['buf_decay'])
     self.assertGreater(resolved['sensitivity'], 1.0)
-    # Stopped after round 5 (mid-stream) and resumed: the stream restarts at
-    # round 6 with fresh noise and is charged again (4 streams), the two
-    # streams left (rounds 6 and 7) noised for the budget the first two
-    # left, so the run still meets its target.
+    # Stopped after round 5 (mid-stream, its checkpoint saved before its
+    # release): the resumed run continues the stream, 3 streams in all.
     root = os.path.join(self._make_tempdir(), 'run')
     self.assertIsNone(training.run_until(config, root, 5, progress=False))
     resumed = training.run(config, root, progress=False)
+    self.assertAllClose(resumed['privacy']['guarantees'][0]['epsilon'],
+                        rdp_epsilon(3), rtol=1e-4)
+    self.assertLessEqual(resumed['privacy']['guarantees'][0]['epsilon'], 4.0)
+    # Stopped after round 5 with its last checkpoint at round 4: round 5 was
+    # released after it, so the resumed run restarts the stream at round 5
+    # with fresh noise, charged again (4 streams), the two streams left
+    # (rounds 5-6 and 7) noised for the budget the first two left, so the
+    # run still meets its target.
+    root = os.path.join(self._make_tempdir(), 'run')
+    self.assertIsNone(training.run_until(config, root, 5, progress=False,
+                                         checkpoint_every=2))
+    resumed = training.run(config, root, progress=False, checkpoint_every=2)
     first, second = resumed['sessions']
-    self.assertEqual((first['start_round'], second['start_round']), (0, 5))
+    self.assertEqual((first['start_round'], second['start_round']), (0, 4))
     self.assertAllClose(first['noise_multiplier'],
                         resolved['noise_multiplier'])
     self.assertGreater(second['noise_multiplier'], first['noise_multiplier'])

@@ -9,7 +9,7 @@ from unittest import mock
 
 import tensorflow as tf
 
-from tasks import cache
+from tff_priv_tasks import cache
 
 
 def _closed_loopback_url():

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import client_data
+from tff_priv_tasks import client_data
 
 
 def _data():

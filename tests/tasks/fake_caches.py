@@ -24,8 +24,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import keras_files
-from tasks import tff_datasets
+from tff_priv_tasks import keras_files
+from tff_priv_tasks import tff_datasets
 
 _RNG = np.random.default_rng(0)
 

@@ -5,8 +5,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import image_tasks
-from tasks import partition
+from tff_priv_tasks import image_tasks
+from tff_priv_tasks import partition
 
 _SPEC = tff.simulation.baselines.ClientSpec(num_epochs=2, batch_size=4)
 

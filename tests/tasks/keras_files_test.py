@@ -9,8 +9,8 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
-from tasks import cache
-from tasks import keras_files
+from tff_priv_tasks import cache
+from tff_priv_tasks import keras_files
 from tests.tasks import fake_caches
 
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_models
 
-from tasks import models
+from tff_priv_tasks import models
 
 
 def _dense(n_in, n_out):

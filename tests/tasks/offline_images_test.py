@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from tasks import offline_images
+from tff_priv_tasks import offline_images
 
 
 class Mnist5kTest(tf.test.TestCase):

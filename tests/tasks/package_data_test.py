@@ -4,8 +4,8 @@ import sys
 
 import tensorflow as tf
 
-from tasks import cache
-from tasks import package_data
+from tff_priv_tasks import cache
+from tff_priv_tasks import package_data
 
 
 class PackageDataTest(tf.test.TestCase):

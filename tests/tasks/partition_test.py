@@ -4,7 +4,7 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
-from tasks import partition
+from tff_priv_tasks import partition
 
 # 10 classes of unequal sizes (50..95 examples), shuffled.
 _SIZES = np.arange(50, 100, 5)

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tasks
+import tff_priv_tasks as tasks
 
 
 def _digits(num_epochs=1, batch_size=3, max_elements=None):

@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tasks
+import tff_priv_tasks as tasks
 from tests.tasks import fake_caches
 
 _SPEC = tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=8)

@@ -5,7 +5,7 @@ import collections
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import shakespeare_offline
+from tff_priv_tasks import shakespeare_offline
 
 _PLAY = r"""# The Test Play
 

@@ -8,8 +8,8 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
-from tasks import cache
-from tasks import tff_datasets
+from tff_priv_tasks import cache
+from tff_priv_tasks import tff_datasets
 from tests.tasks import fake_caches
 
 

@@ -40,6 +40,8 @@ Adversary: the server adds the noise and sees the clipped updates ('central').
 """
 
 import collections
+import dataclasses
+import functools
 import secrets
 from typing import Optional, Sequence
 
@@ -49,6 +51,7 @@ import tensorflow_federated as tff
 
 from tff_priv import validation
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import target_noise
 from tff_priv.mechanisms import blt as blt_lib
 from tff_priv.mechanisms import blt_sensitivity
 from tff_priv.mechanisms import clipping
@@ -69,6 +72,105 @@ GUARANTEE = guarantees.Guarantee(
 def stream_event(noise_multiplier: float, sensitivity: float):
   """The DpEvent of one stream: one Gaussian of multiplier z / sensitivity."""
   return dp_accounting.GaussianDpEvent(noise_multiplier / sensitivity)
+
+
+PARTICIPATIONS = ('epoch', 'cyclic')
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamPlan:
+  """A run of T rounds cut into BLT streams for a participation schedule.
+
+  Attributes:
+    participation: 'epoch' (a stream per epoch of b = N // K rounds, each
+      client at most once in it) or 'cyclic' (one stream of T rounds, each
+      client every b rounds: k = ceil(T / b) times, b apart).
+    rounds_per_stream: n.
+    max_participations: k, of one client in a stream.
+    min_sep: b, rounds between two participations of one client.
+    streams: the streams of the T rounds, each charged once.
+    strategy: the BLT optimised for (n, k, b) (`blt_lib.optimize`).
+    sensitivity: its (k, b) sensitivity (`blt_sensitivity`).
+    noise_multiplier: z: z_t's std is z C per round.
+  """
+
+  participation: str
+  rounds_per_stream: int
+  max_participations: int
+  min_sep: int
+  streams: int
+  strategy: blt_lib.BLT
+  sensitivity: float
+  noise_multiplier: float
+
+  def event(self) -> dp_accounting.DpEvent:
+    """The DpEvent of one stream."""
+    return stream_event(self.noise_multiplier, self.sensitivity)
+
+
+@functools.lru_cache(maxsize=16)
+def _optimized(n, min_sep, participations, num_buffers) -> blt_lib.BLT:
+  # Cached: a resumed run plans its streams twice (planned, recalibrated).
+  return blt_lib.optimize(
+      n, error='max', min_sep=min_sep, max_participations=participations,
+      num_buffers=num_buffers,
+  )
+
+
+def plan_streams(
+    total_rounds: int,
+    population: int,
+    clients_per_round: int,
+    *,
+    participation: str = 'epoch',
+    epsilon: Optional[float] = None,
+    noise_multiplier: Optional[float] = None,
+    delta: float = 1e-5,
+    num_buffers: Optional[int] = None,
+    streams_left: Optional[int] = None,
+    spent=None,
+) -> StreamPlan:
+  """The streams of a BLT run, its strategy, and z for a target eps (or given).
+
+  With `epsilon`, z is calibrated so that the run's streams, each
+  `GaussianDpEvent(z / sensitivity)` under zero-out (no amplification),
+  compose to eps at `delta` (dp_accounting's RDP accountant): the entry
+  point for a user's own loop, beside `StreamSampler` (the same schedule).
+  `streams_left` and `spent` (`calibration.Spent`): a resumed run's streams
+  still to charge after what its ledger holds.
+
+  Raises:
+    ValueError: bad arguments, neither or both of epsilon and
+      noise_multiplier; `calibration.BudgetSpentError`: `spent` alone meets
+      the target.
+  """
+  total_rounds = validation.int_at_least('total_rounds', total_rounds, 1)
+  population = validation.int_at_least('population', population, 1)
+  k = validation.int_at_least('clients_per_round', clients_per_round, 1)
+  validation.one_of('participation', participation, PARTICIPATIONS)
+  if (epsilon is None) == (noise_multiplier is None):
+    raise ValueError('give one of epsilon and noise_multiplier')
+  if k > population:
+    raise ValueError(
+        f'clients_per_round={k} exceeds population={population}')
+  b = population // k
+  if participation == 'epoch':
+    n, participations, min_sep = b, 1, 1
+  else:
+    n, participations, min_sep = total_rounds, -(-total_rounds // b), b
+  streams = -(-total_rounds // n)
+  strategy = _optimized(n, min_sep, participations, num_buffers)
+  sensitivity = strategy.sensitivity(n, min_sep, participations)
+  if noise_multiplier is None:
+    # `streams` unsampled Gaussians of multiplier z / sensitivity: z is
+    # their noise std relative to that sensitivity.
+    noise_multiplier = target_noise.noise_for_target(
+        epsilon, delta, streams_left or streams, sensitivity=sensitivity,
+        spent=spent,
+    )
+  return StreamPlan(participation, n, participations, min_sep, streams,
+                    strategy, sensitivity,
+                    validation.positive('noise_multiplier', noise_multiplier))
 
 
 def round_seed(key, nonce, round_index):
@@ -133,6 +235,44 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
         self._rounds, self._min_sep, self._participations
     )
     self._noise_seed = noise_seed
+
+  @classmethod
+  def calibrated(
+      cls,
+      epsilon: float,
+      *,
+      total_rounds: int,
+      population: int,
+      clients_per_round: int,
+      participation: str = 'epoch',
+      delta: float = 1e-5,
+      clip: float = 1.0,
+      num_buffers: Optional[int] = None,
+  ) -> 'BLTFactory':
+    """A BLTFactory whose run of `total_rounds` rounds meets (eps, delta).
+
+    For a loop that draws its clients with `tff_priv.program.StreamSampler`
+    of the same `participation` (and N, K), and charges each round's state
+    with `PrivacyLedger.record_round(state)` (no sampling arguments): the
+    ledger then holds the run's streams (`plan_streams`), whose eps at
+    `delta` is at most `epsilon`.
+    """
+    plan = plan_streams(
+        total_rounds, population, clients_per_round,
+        participation=participation, epsilon=epsilon, delta=delta,
+        num_buffers=num_buffers,
+    )
+    return cls.from_plan(plan, clients_per_round, clip)
+
+  @classmethod
+  def from_plan(cls, plan: StreamPlan, clients_per_round: int,
+                clip: float) -> 'BLTFactory':
+    """The factory of a `StreamPlan`."""
+    return cls(
+        plan.noise_multiplier, clients_per_round, clip,
+        list(plan.strategy.buf_decay), list(plan.strategy.output_scale),
+        plan.rounds_per_stream, plan.max_participations, plan.min_sep,
+    )
 
   @property
   def guarantee(self) -> guarantees.Guarantee:

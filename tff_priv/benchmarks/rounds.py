@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tasks
+import tff_priv_tasks as tasks
 from tff_priv import remote
 from tff_priv import runtime
 from tff_priv import validation

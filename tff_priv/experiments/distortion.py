@@ -45,8 +45,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tasks
-from tasks import models
+import tff_priv_tasks as tasks
+from tff_priv_tasks import models
 from tff_priv import validation
 from tff_priv.program import grid
 from tff_priv.program import layout

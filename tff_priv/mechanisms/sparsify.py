@@ -273,9 +273,16 @@ def sparsify_clip_noise(
   Returns:
     The upload `clip_l2(scale * flatten(update)[indices], C) + noise`: a
     tensor [k], or a structure like `update` when `indices` is None. An
-    update that is not finite is sent as noise alone (`clipping.clip_l2`).
+    update with any value that is not finite, kept by the mask or not, is
+    sent as noise alone (tff_priv's policy: the client contributes zeros).
   """
   kept = sparsify(update, indices, scale)
+  if indices is not None:
+    # A NaN the mask drops still makes the whole client non-finite.
+    finite = tf.reduce_all([
+        tf.reduce_all(tf.math.is_finite(t)) for t in tf.nest.flatten(update)
+    ])
+    kept = tf.where(finite, kept, tf.zeros_like(kept))
   return gaussian.add_gaussian_noise(
       clipping.clip_l2(kept, clip), noise_stddev, seed
   )

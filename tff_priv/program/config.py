@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any, Optional
 
-import tasks
+import tff_priv_tasks as tasks
 from tff_priv import validation
 from tff_priv.program import files
 from tff_priv.program import layout

@@ -14,7 +14,7 @@ from typing import Any
 
 from absl import flags
 
-import tasks
+import tff_priv_tasks as tasks
 from tff_priv.program import mechanisms
 from tff_priv.program import training
 from tff_priv.program.mechanisms import base

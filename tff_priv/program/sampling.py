@@ -21,6 +21,12 @@ charged with the same description (`ledger_sampling`, an accounting
   epoch. No amplification: the mechanism's event already covers an epoch
   (DP-FTRL's tree, Kairouz et al. 2021), under its own relation
   (`ledger_sampling` is `Sampling.none()`).
+* 'cyclic': one seeded permutation of the N clients for the whole run, cut
+  into b = N // K groups of K (the N - b K left over never take part);
+  round t trains group (t - 1) mod b. Each client takes part every b rounds,
+  exactly b apart: at most k = ceil(T / b) times in T rounds, the
+  (k, b)-participation of matrix-factorization DP-FTRL (Choquette-Choo et
+  al. 2023), whose one stream covers the whole run. No amplification.
 
 Round t's draw depends only on (seed, t): numpy's generator seeded with the
 sequence [seed, t]. A run resumed from a checkpoint therefore samples exactly
@@ -31,6 +37,7 @@ amplification by sampling assumes hidden from the analyst.
 """
 
 import dataclasses
+import secrets
 from typing import Sequence
 
 import numpy as np
@@ -38,7 +45,10 @@ import numpy as np
 from tff_priv import validation
 from tff_priv.accounting import sampling as sampling_lib
 
-KINDS = ('poisson', 'fixed', 'epoch')
+KINDS = ('poisson', 'fixed', 'epoch', 'cyclic')
+# The kinds whose mechanism's event covers a stream of rounds (no
+# amplification by sampling).
+STREAM_KINDS = ('epoch', 'cyclic')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,14 +83,24 @@ class ClientSampling:
 
   @property
   def rounds_per_epoch(self) -> int:
-    """R = N // K: the rounds of an 'epoch' sampling's epoch."""
+    """R = N // K: the rounds of an 'epoch' sampling's epoch, and the
+    separation b of a 'cyclic' sampling's participations."""
     return self.num_clients // self.clients_per_round
+
+  def participations(self, total_rounds: int) -> int:
+    """k: the most rounds of `total_rounds` one client takes part in."""
+    if self.kind == 'cyclic':
+      return -(-total_rounds // self.rounds_per_epoch)
+    if self.kind == 'epoch':
+      return -(-total_rounds // self.rounds_per_epoch)
+    return total_rounds
 
   def ledger_sampling(self) -> sampling_lib.Sampling:
     """The accounting `Sampling` this draw is charged under.
 
     'poisson': `Sampling.poisson(K / N)`; 'fixed': `Sampling.fixed(N, K)`;
-    'epoch': `Sampling.none()` (the mechanism's event covers an epoch).
+    'epoch', 'cyclic': `Sampling.none()` (the mechanism's event covers a
+    stream).
     """
     if self.kind == 'poisson':
       return sampling_lib.Sampling.poisson(self.rate)
@@ -108,6 +128,10 @@ class ClientSampling:
                 "the mechanism's event, each client at most once per epoch "
                 'of N // K rounds (no amplification)'
             ),
+            'cyclic': (
+                "the mechanism's event, each client every N // K rounds "
+                '(no amplification)'
+            ),
         }[self.kind],
     }
 
@@ -123,11 +147,16 @@ class ClientSampling:
     """
     seed = validation.int_at_least('seed', seed, 0)
     round_num = validation.int_at_least('round_num', round_num, 1)
-    if self.kind == 'epoch':
+    if self.kind in STREAM_KINDS:
       epoch, position = divmod(round_num - 1, self.rounds_per_epoch)
-      order = np.random.default_rng([seed, epoch, 0x45504F43]).permutation(
-          self.num_clients
-      )
+      if self.kind == 'cyclic':  # One permutation for the whole run.
+        order = np.random.default_rng([seed, 0x4359434C]).permutation(
+            self.num_clients
+        )
+      else:
+        order = np.random.default_rng([seed, epoch, 0x45504F43]).permutation(
+            self.num_clients
+        )
       k = self.clients_per_round
       return np.sort(order[position * k:(position + 1) * k]).astype(np.int64)
     rng = np.random.default_rng([seed, round_num])
@@ -148,3 +177,54 @@ class ClientSampling:
           f'expected {self.num_clients} client ids, got {len(client_ids)}'
       )
     return [client_ids[i] for i in self.sample_indices(seed, round_num)]
+
+
+class StreamSampler:
+  """Each round's clients of a BLT or DP-FTRL stream, for a user's own loop.
+
+  The streams' events (`BLTFactory`, `TreeRestartFactory`) hold only for
+  the participation they were built for, and claim no amplification by
+  sampling (`PrivacyLedger.record_round` refuses sampling arguments for
+  their states). This draws exactly that participation, from a seed drawn
+  from the operating system (secret: whoever knows it knows who took part):
+
+  * 'epoch': a new permutation each epoch of b = N // K rounds, K clients a
+    round: each client at most once per epoch (a stream per epoch:
+    `BLTFactory.calibrated(..., participation='epoch')`);
+  * 'cyclic': one permutation, round t takes group (t - 1) mod b: each
+    client every b rounds, at most ceil(T / b) times in T rounds (one
+    stream: `participation='cyclic'`).
+
+  The N mod K clients left over never take part. Round t's clients are a
+  function of (seed, t) only: a loop resumed with the same seed
+  (`to_seed` / `StreamSampler(..., seed=...)`, kept with the loop's
+  checkpoints, never released) draws what it would have.
+
+  Args:
+    population: N, the clients (indices 0 .. N - 1).
+    clients_per_round: K in 1..N.
+    participation: 'epoch' or 'cyclic'.
+    seed: None (drawn from the operating system), or a saved `seed`.
+  """
+
+  def __init__(self, population: int, clients_per_round: int,
+               participation: str = 'epoch', seed=None):
+    validation.one_of('participation', participation, STREAM_KINDS)
+    self._sampling = ClientSampling(participation, population,
+                                    clients_per_round)
+    if seed is None:
+      seed = secrets.randbits(62)
+    self.seed = validation.int_at_least('seed', seed, 0)
+
+  @property
+  def participation(self) -> str:
+    return self._sampling.kind
+
+  @property
+  def min_separation(self) -> int:
+    """b = N // K: the rounds of an epoch; the gap between participations."""
+    return self._sampling.rounds_per_epoch
+
+  def sample(self, round_num: int) -> list[int]:
+    """The clients (indices, sorted) of round `round_num` >= 1."""
+    return self._sampling.sample_indices(self.seed, round_num).tolist()

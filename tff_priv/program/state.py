@@ -103,6 +103,7 @@ class IntactStateManager(tff.program.FileProgramStateManager):
         root_dir, prefix=layout.CHECKPOINT_PREFIX, keep_total=keep_total,
         keep_first=False,
     )
+    self.set_aside = []  # The versions `load_intact` found unreadable.
 
   async def save(self, program_state, version: int) -> None:
     """Saves a state; a failed save leaves no temporary folder behind.
@@ -129,6 +130,7 @@ class IntactStateManager(tff.program.FileProgramStateManager):
         path = self._get_path_for_version(version)
         os.replace(path, os.path.join(os.path.dirname(path),
                                       f'corrupt_{os.path.basename(path)}'))
+        self.set_aside.append(version)
         print(
             f'tff_priv: checkpoint {version} is unreadable ({reason}); set '
             'aside, trying an older one',

@@ -85,7 +85,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tasks
+import tff_priv_tasks as tasks
 from tff_priv import runtime
 from tff_priv import validation
 from tff_priv.accounting import calibration
@@ -316,7 +316,7 @@ def _setup(config: RunConfig, cache_dir: Optional[str]) -> _Setup:
 
   try:
     sampling = sampling_lib.ClientSampling(
-        mechanisms.sampling_kind(config.mechanism),
+        mechanisms.sampling_kind(config.mechanism, config.params),
         len(client_ids),
         config.clients_per_round,
     )
@@ -380,6 +380,7 @@ class _Run:
                restart_model: bool = False):
     self.config, self.setup, self.root = config, setup, root_output_dir
     self.restart_model = restart_model
+    self.released_again = True  # Until a resume knows better.
     self.mechanism = setup.mechanism
     self.process = setup.mechanism.process
     self.checkpoint_every = checkpoint_every
@@ -574,8 +575,19 @@ class _Run:
       self.sessions = state_lib.sessions_from(
           json.loads(state_lib.text(loaded['sessions']))
       )
+    # Released after the checkpoint (and so released again now)? Not when
+    # the one round after it waited for its checkpoint before its release
+    # and that checkpoint is not on disk (nor set aside as unreadable).
+    last = written['round'] if written_privacy is not None else start_round
+    self.released_again = last > start_round and not (
+        last == start_round + 1
+        and written.get('released_after_its_checkpoint', False)
+        and not self.state_manager.set_aside
+    )
     state = self.recalibrate(start_round, loaded['train_state'])
-    if self.mechanism.on_resume is not None:
+    if self.released_again and self.mechanism.on_resume is not None:
+      # A stream with rounds released twice restarts (and is charged
+      # again); otherwise it goes on from its checkpoint.
       state = self.mechanism.on_resume(state)
     self.train_state = state
     self.sessions.append(self.session(start_round))
@@ -620,7 +632,12 @@ class _Run:
       return train_state
     target = self.mechanism.config.epsilon
     context = dataclasses.replace(
-        self.setup.context, start_round=start_round, spent=spent
+        self.setup.context, start_round=start_round, spent=spent,
+        restart_stream=self.released_again,
+        # A stream this session continues was charged in an earlier one.
+        noise_floor=max([s.get('noise_multiplier') or 0.0
+                         for s in self.sessions] + [0.0])
+        if start_round else 0.0,
     )
     left = self.config.total_rounds - start_round
     try:
@@ -639,7 +656,7 @@ class _Run:
         )
     except ValueError as e:
       raise ConfigError(
-          f'the budget left after the {spent.releases} charged releases in '
+          f'the budget left after the {spent.releases} rounds charged in '
           f'{layout.path(self.root, layout.PRIVACY)} (target epsilon '
           f'{target:g}, spent {self._spent_epsilon():.4g}) cannot '
           f'cover the {left} rounds left: {e}; the ledger is kept: use '
@@ -650,7 +667,7 @@ class _Run:
       # Bounds that count the rounds run again (CRD's server view).
       self.privacy.adaptive = rebuilt.adaptive_bounds
     print(
-        f'tff_priv: {spent.releases} releases charged so far (epsilon '
+        f'tff_priv: {spent.releases} rounds charged so far (epsilon '
         f'{self._spent_epsilon():.4g} of the target {target:g}): the {left} '
         'rounds left run at '
         + (f'noise multiplier {noise:.4g} (planned {planned:.4g})'
@@ -745,21 +762,35 @@ class _Run:
       hook.after_round(weights)
     return chosen, output.metrics, self.next_event(self.train_state)
 
-  def charge(self, round_num: int, chosen, event) -> None:
-    """Charges the round, then writes the ledgers durably (write-ahead)."""
+  def checkpoint_due(self, round_num: int) -> bool:
+    return (round_num % self.checkpoint_every == 0
+            or self.finished(round_num))
+
+  def charge(self, round_num: int, chosen, event, saving: bool) -> None:
+    """Charges the round, then writes the ledgers durably (write-ahead).
+
+    `saving`: the round's checkpoint is saved before anything of it is
+    released (the record says so: a resume from the checkpoint before knows
+    the round was not released).
+    """
     self.privacy.charge(event, chosen)
     self.done = self.finished(round_num)
     run_dir.write_privacy(self.root, {
         'round': round_num,
+        'released_after_its_checkpoint': saving,
         'sessions': self.sessions,
         'sampling_seed': self.sampling_seed,
         **({'canary_seed': self.canary_seed} if self.canary_hook else {}),
         'privacy': json.loads(self.privacy.to_json()),
     })
 
-  async def release(self, round_num: int, chosen, metrics,
-                    round_start: float) -> None:
-    """Releases the round's rows, and its evaluation when one is due."""
+  def release(self, round_num: int, chosen, metrics, round_start: float):
+    """The round's rows, and its evaluation when one is due: the releases.
+
+    Evaluates now (the program state saved next holds its best accuracy);
+    returns the release coroutines, not started (awaited after the
+    checkpoint).
+    """
     eps = self.privacy.analyst_epsilon()
     server_eps = self.privacy.server_epsilon()
     # A private run: public quantities only (the configured K, the nominal
@@ -794,7 +825,7 @@ class _Run:
           (layout.RDP_EPSILON, eps),
           ('eval', self.test),
       ]), round_num))
-    await asyncio.gather(*releases)
+    return releases
 
   def progress(self, bar, metrics) -> None:
     train = _train_metrics(metrics)
@@ -875,12 +906,16 @@ async def _run(config, root_output_dir, last_round, *, checkpoint_every,
       round_num += 1
       round_start = time.monotonic()
       chosen, metrics, planned_event = this.train(round_num, planned_event)
-      this.charge(round_num, chosen, planned_event)
-      await this.release(round_num, chosen, metrics, round_start)
-      if round_num % checkpoint_every == 0 or this.done:
+      saving = this.checkpoint_due(round_num)
+      this.charge(round_num, chosen, planned_event, saving)
+      releases = this.release(round_num, chosen, metrics, round_start)
+      if saving:
+        # Before the release: a round whose checkpoint is due is never
+        # released without it, so a resume never releases it twice.
         await this.state_manager.save(
             this.program_state(round_num), version=round_num
         )
+      await asyncio.gather(*releases)
       this.progress(bar, metrics)
       if last_round is not None and round_num >= last_round and not this.done:
         return None

@@ -68,9 +68,20 @@ def module(name: str):
   return REGISTRY[name]
 
 
-def sampling_kind(name: str) -> str:
-  """The client sampling mechanism `name`'s rounds are accounted under."""
-  return module(name).SAMPLING
+def sampling_kind(name: str, params: Any = None) -> str:
+  """The client sampling mechanism `name`'s rounds are accounted under.
+
+  Args:
+    name: one of MECHANISMS.
+    params: its parameters (see `config`; None: every default), for a module
+      whose sampling depends on them (its `sampling(config)`: blt's
+      participation).
+  """
+  mechanism_module = module(name)
+  of_config = getattr(mechanism_module, 'sampling', None)
+  if of_config is None:
+    return mechanism_module.SAMPLING
+  return of_config(config(name, params))
 
 
 def unit(name: str) -> Optional[str]:
@@ -177,10 +188,11 @@ def build(
   """
   mechanism_module = module(name)
   mechanism_config = config(name, params)
-  if context.sampling.kind != mechanism_module.SAMPLING:
+  kind = sampling_kind(name, mechanism_config)
+  if context.sampling.kind != kind:
     raise ValueError(
-        f'mechanism {name!r} is accounted under {mechanism_module.SAMPLING} '
-        f'sampling, got {context.sampling.kind}'
+        f'mechanism {name!r} is accounted under {kind} sampling, got '
+        f'{context.sampling.kind}'
     )
   if context.public_data is not None and not getattr(
       mechanism_config, 'public_clients', None

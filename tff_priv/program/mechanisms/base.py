@@ -146,6 +146,12 @@ class BuildContext:
       a model restarted in a directory with charges); None: nothing. A
       target epsilon is then met by everything together
       (`calibration.Spent`: a function of the ledger alone).
+    restart_stream: a resumed session restarts the stream (or tree) its
+      start round falls in (rounds after the checkpoint were released and
+      run again); False: it continues it (nothing was released twice).
+    noise_floor: a continued stream was charged at this noise multiplier:
+      its rounds left run at no less (more noise on a charged release is a
+      post-processing of it).
   """
 
   model_fn: Callable[[], tff.learning.models.VariableModel]
@@ -166,6 +172,8 @@ class BuildContext:
   metrics_aggregator: Optional[Callable[..., Any]] = None
   start_round: int = 0
   spent: Optional[calibration.Spent] = None
+  restart_stream: bool = True
+  noise_floor: float = 0.0
 
   def __post_init__(self):
     validation.int_at_least('total_rounds', self.total_rounds, 1)
@@ -228,11 +236,29 @@ class BuildContext:
   def streams_left(self, rounds_per_stream: int) -> int:
     """The streams (trees) of `rounds_per_stream` rounds still to charge.
 
-    Those that start after `start_round`, and the one `start_round` falls
-    in, which a resumed session restarts (`restarting_on_resume`).
+    Those that start after `start_round`, and, when the session restarts it
+    (`restart_stream`), the one `start_round` falls in (0: the session
+    continues the run's last stream, already charged).
     """
-    return max(1, math.ceil(self.total_rounds / rounds_per_stream)
-               - self.start_round // rounds_per_stream)
+    started = (self.start_round // rounds_per_stream if self.restart_stream
+               else -(-self.start_round // rounds_per_stream))
+    return max(0, math.ceil(self.total_rounds / rounds_per_stream) - started)
+
+  def stream_noise(self, rounds_per_stream: int,
+                   calibrate: Callable[..., float]) -> float:
+    """The noise multiplier of a stream mechanism's session.
+
+    `calibrate(streams, spent)` gives the z that meets the target over
+    `streams` streams after `spent`. A resumed session calibrates its
+    `streams_left` after `spent`, never below `noise_floor`; with none left
+    it continues at `noise_floor`.
+    """
+    if self.spent is None:
+      return calibrate(None, None)
+    left = self.streams_left(rounds_per_stream)
+    if not left:
+      return self.noise_floor
+    return max(calibrate(left, self.spent), self.noise_floor)
 
   def noise_multiplier(self, config: Any, local_noise: bool = False) -> float:
     """`config.noise_multiplier`, or the z that meets `config.epsilon`.
@@ -359,6 +385,9 @@ def restarting_on_resume(
   def on_resume(state):
     return state._replace(aggregator=restart_forced(state.aggregator))
 
+  # A session that continues a stream charged in an earlier one draws at
+  # least that noise (`BuildContext.noise_floor`).
+
   mech = Mechanism(
       name, config, context.sampling, context.fed_avg(factory),
       count_parameters(context.model_fn), factory.guarantee,
@@ -367,8 +396,9 @@ def restarting_on_resume(
       canary_norm=factory.clip if context.canary_clients else None,
   )
   mech.caveats.append(
-      f'a resumed run restarts the {what} (fresh noise for the rounds run '
-      f'again) and charges one more {what}: it over-counts, never '
-      'under-counts'
+      f'a run resumed after rounds released past its checkpoint restarts '
+      f'the {what} (fresh noise for the rounds run again) and charges one '
+      f'more {what} (an over-count, never an under-count); resumed from the '
+      f'checkpoint of its last released round, it continues the {what}'
   )
   return mech

@@ -1,35 +1,41 @@
 """BLT DP-FTRL: matrix-factorization noise from a Buffered Linear Toeplitz strategy.
 
 `tff_priv.aggregators.blt.BLTFactory` in unweighted FedAvg (McMahan et al.
-2024, "Hassle-free DP-FTRL for production"; docs/blt.md). Clients are drawn
-epoch by epoch ('epoch' sampling: each at most once per epoch of N // K
-rounds), and each epoch is one BLT stream: single participation per stream,
-the BLT optimised for the epoch's rounds (`tff_priv.mechanisms.blt.optimize`,
-max prefix-sum error), charged `GaussianDpEvent(z / sensitivity)` once at its
-first round under dp_accounting's REPLACE_SPECIAL relation. No amplification
-by sampling. The server adds the noise: no guarantee against it. A target
-`epsilon` is calibrated exactly: the run composes ceil(T / n) stream
-Gaussians, unsampled.
+2024, "Hassle-free DP-FTRL for production"; docs/blt.md), its streams,
+strategy and noise from `blt.plan_streams`:
+
+* participation 'epoch' ('epoch' sampling): a stream per epoch of b = N // K
+  rounds, each client at most once in it, the BLT optimised for b rounds;
+* participation 'cyclic' ('cyclic' sampling): one stream for the whole run,
+  a secret permutation's b = N // K groups of K taking turns, each client
+  every b rounds (k = ceil(T / b) times), the BLT optimised for (T, k, b)
+  and its (k, b) sensitivity (Choquette-Choo et al. 2023).
+
+Each stream is charged `GaussianDpEvent(z / sensitivity)` once, at its first
+round, under dp_accounting's REPLACE_SPECIAL relation (a client's updates
+replaced by zero). No amplification by sampling. The server adds the noise:
+no guarantee against it. A target `epsilon` is calibrated exactly over the
+run's unsampled stream Gaussians.
 """
 
 import dataclasses
-import math
 from typing import Any, Optional
 
+from tff_priv import validation
 from tff_priv.accounting import reports
-from tff_priv.accounting import target_noise
 from tff_priv.aggregators import blt as blt_factory
-from tff_priv.mechanisms import blt as blt_lib
-from tff_priv.program import sampling as sampling_lib
 from tff_priv.program.mechanisms import base
 
 NAME = 'blt'
+# The sampling of the default participation ('epoch'); `sampling(config)`
+# gives each config's.
 SAMPLING = 'epoch'
 UNIT = 'client'
 # The server adds the correlated noise.
 NOISE = 'central'
 # The `Config` fields `privacy_report` reads.
-REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta', 'num_buffers')
+REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta', 'num_buffers',
+                     'participation')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +50,9 @@ class Config:
     clip: L2 clip C of each client's update.
     num_buffers: the BLT's buffers (None: chosen by the optimiser, at most
       5).
+    participation: 'epoch' (a stream per epoch of N // K rounds, each
+      client at most once in it) or 'cyclic' (one stream for the run, each
+      client every N // K rounds).
   """
 
   epsilon: Optional[float] = None
@@ -51,13 +60,17 @@ class Config:
   delta: float = base.DEFAULT_DELTA
   clip: float = base.DEFAULT_CLIP
   num_buffers: Optional[int] = None
+  participation: str = 'epoch'
 
   def __post_init__(self):
     base.fill_noise_target(self, NAME, ('epsilon', 'noise_multiplier'))
     self.validate()
 
   def validate(self) -> None:
-    base.check_fields(self)
+    base.check_fields(self, {
+        'participation': lambda name, value: validation.one_of(
+            name, value, blt_factory.PARTICIPATIONS),
+    })
     if self.noise_multiplier is not None and self.noise_multiplier <= 0:
       raise ValueError(
           f"mechanism 'blt' needs noise_multiplier > 0, got "
@@ -69,67 +82,73 @@ class Config:
       )
 
 
-def _plan(config: Config, rounds_per_stream: int, total_rounds: int,
-          streams_left: Optional[int] = None, spent=None):
-  """(strategy, sensitivity, streams, noise_multiplier) of a run.
-
-  `streams_left` (default: every stream) are calibrated after `spent`
-  (`calibration.Spent`, a resumed run's ledger).
-  """
-  strategy = blt_lib.optimize(
-      rounds_per_stream, error='max', num_buffers=config.num_buffers
-  )
-  sensitivity = strategy.sensitivity(rounds_per_stream, 1, 1)
-  streams = math.ceil(total_rounds / rounds_per_stream)
-  noise_multiplier = config.noise_multiplier
-  if noise_multiplier is None:
-    # The run releases `streams` unsampled Gaussians of multiplier
-    # z / sensitivity: z is their noise std relative to that sensitivity.
-    noise_multiplier = target_noise.noise_for_target(
-        config.epsilon, config.delta, streams_left or streams,
-        sensitivity=sensitivity, spent=spent,
+def canary_refusal(config: Config) -> Optional[str]:
+  """Canary clients join once per epoch: not the cyclic schedule."""
+  if config.participation == 'cyclic':
+    return (
+        "audit_canaries with blt's participation='cyclic' is not supported: "
+        'canary clients join once per epoch at a random round, not every '
+        'N // K rounds as the stream\'s (k, b) guarantee needs'
     )
-  return strategy, sensitivity, streams, noise_multiplier
+  return None
 
 
-def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+def sampling(config: Config) -> str:
+  """The client sampling of `config`'s participation ('epoch', 'cyclic')."""
+  return config.participation
+
+
+def _plan(config: Config, total_rounds: int, population: int, k: int,
+          streams_left: Optional[int] = None, spent=None):
+  return blt_factory.plan_streams(
+      total_rounds, population, k, participation=config.participation,
+      epsilon=config.epsilon if config.noise_multiplier is None else None,
+      noise_multiplier=config.noise_multiplier, delta=config.delta,
+      num_buffers=config.num_buffers, streams_left=streams_left, spent=spent,
+  )
+
+
+def privacy_report(params: dict[str, Any], rounds: int, **sampling_) -> dict:
   """eps of a run's streams by every accountant, or the noise for a target.
 
-  The run's epochs (N // K rounds, from `population` N and `sample_size` K)
-  are its streams: ceil(T / epoch) unsampled Gaussians of multiplier
-  noise_multiplier / sensitivity (no amplification: the sampling only sets
-  the epoch). No paper closed form.
+  The run's streams (a stream per epoch of N // K rounds, or one stream of
+  T rounds with each client every N // K rounds; `population` N and
+  `sample_size` K) are unsampled Gaussians of multiplier noise_multiplier /
+  sensitivity (no amplification: the sampling only sets the schedule). No
+  paper closed form. `rounds` in the report is T; `blt.streams` the
+  releases the accountants count.
 
   Args:
     params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given).
     rounds: T >= 1.
-    **sampling: `population` and `sample_size` (needed).
+    **sampling_: `population` and `sample_size` (needed).
   """
-  if sampling.get('sampling_probability') is not None or not (
-      sampling.get('population') and sampling.get('sample_size')
+  if sampling_.get('sampling_probability') is not None or not (
+      sampling_.get('population') and sampling_.get('sample_size')
   ):
     raise ValueError(
         "mechanism 'blt' needs --population and --clients_per_round (its "
-        'epoch sampling: one stream per epoch of N // K rounds), not a '
-        'sampling rate'
+        'schedule: N // K rounds per epoch or between participations), not '
+        'a sampling rate'
     )
-  epoch = sampling_lib.ClientSampling(
-      SAMPLING, sampling['population'], sampling['sample_size']
-  ).rounds_per_epoch
   given = dict(params)
   if given.get('epsilon') is None and given.get('noise_multiplier') is None:
     raise ValueError("mechanism 'blt' needs epsilon or noise_multiplier")
   config = Config(**given)
-  strategy, sensitivity, streams, noise_multiplier = _plan(
-      config, epoch, rounds
-  )
+  plan = _plan(config, rounds, sampling_['population'],
+               sampling_['sample_size'])
   report = reports.gaussian_mechanism_report(
-      NAME, delta=config.delta, rounds=streams,
+      NAME, delta=config.delta, rounds=plan.streams,
       **({'epsilon': config.epsilon} if config.noise_multiplier is None
-         else {'noise_stddev': noise_multiplier}),
-      scale=sensitivity,
+         else {'noise_stddev': plan.noise_multiplier}),
+      scale=plan.sensitivity,
   )
   report['rounds'] = rounds
+  report['releases'] = plan.streams
+  for part in report.values():
+    if isinstance(part, dict) and 'rounds' in part:
+      # The accountants' releases are the streams, not the rounds.
+      part['streams'] = part.pop('rounds')
   if 'neighboring_relation' in report:
     # The sensitivity is for a client's updates replaced by zero; an
     # unsampled Gaussian's eps is the same under either relation.
@@ -137,44 +156,47 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
         blt_factory.GUARANTEE.neighboring_relation
     )
   report['blt'] = {
-      'rounds_per_stream': epoch,
-      'streams': streams,
-      'sensitivity': sensitivity,
-      'noise_multiplier': noise_multiplier,
-      'buf_decay': [float(x) for x in strategy.buf_decay],
-      'output_scale': [float(x) for x in strategy.output_scale],
+      **_resolved(plan),
+      'streams': plan.streams,
       'note': (
-          'noise_multiplier is the std of each round\'s z in units of clip; '
-          'the accountants count the streams, each a Gaussian of multiplier '
-          'noise_multiplier / sensitivity'
+          'rounds is T; the accountants count the streams, each a Gaussian '
+          'of multiplier noise_multiplier / sensitivity (noise_multiplier is '
+          "the std of each round's z in units of clip)"
       ),
   }
   return report
 
 
+def _resolved(plan) -> dict[str, Any]:
+  return {
+      'participation': plan.participation,
+      'noise_multiplier': plan.noise_multiplier,
+      'rounds_per_stream': plan.rounds_per_stream,
+      'max_participations': plan.max_participations,
+      'min_sep': plan.min_sep,
+      'sensitivity': plan.sensitivity,
+      'buf_decay': [float(x) for x in plan.strategy.buf_decay],
+      'output_scale': [float(x) for x in plan.strategy.output_scale],
+  }
+
+
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
-  """One BLT stream per epoch in unweighted FedAvg."""
-  rounds_per_stream = context.sampling.rounds_per_epoch
-  strategy, sensitivity, _, noise_multiplier = _plan(
-      config, rounds_per_stream, context.total_rounds,
-      context.streams_left(rounds_per_stream), context.spent,
-  )
-  factory = blt_factory.BLTFactory(
-      noise_multiplier,
-      context.sampling.clients_per_round,
-      config.clip,
-      list(strategy.buf_decay),
-      list(strategy.output_scale),
-      rounds_per_stream,
-  )
+  """The run's BLT streams in unweighted FedAvg."""
+  population = context.sampling.num_clients
+  k = context.sampling.clients_per_round
+  rounds_per_stream = (population // k if config.participation == 'epoch'
+                       else context.total_rounds)
+  plan = _plan(config, context.total_rounds, population, k)
+  if config.noise_multiplier is None and context.spent is not None:
+    noise = context.stream_noise(
+        rounds_per_stream,
+        lambda streams, spent: _plan(config, context.total_rounds,
+                                     population, k, streams,
+                                     spent).noise_multiplier,
+    )
+    plan = dataclasses.replace(plan, noise_multiplier=noise)
+  factory = blt_factory.BLTFactory.from_plan(plan, k, config.clip)
   return base.restarting_on_resume(
       NAME, config, context, factory, blt_factory.with_restart_forced,
-      resolved={
-          'noise_multiplier': noise_multiplier,
-          'rounds_per_stream': rounds_per_stream,
-          'sensitivity': sensitivity,
-          'buf_decay': [float(x) for x in strategy.buf_decay],
-          'output_scale': [float(x) for x in strategy.output_scale],
-      },
-      what='stream',
+      resolved=_resolved(plan), what='stream',
   )

@@ -69,11 +69,14 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   if noise_multiplier is None:
     # ceil(T / R) unsampled trees, each a Gaussian of z / sqrt(S) to the
     # accountant: z is their noise std relative to sensitivity sqrt(S).
-    noise_multiplier = target_noise.noise_for_target(
-        config.epsilon, config.delta,
-        context.streams_left(rounds_per_epoch),
-        sensitivity=math.sqrt(events.tree_sensitivity_squared(rounds_per_epoch)),
-        spent=context.spent,
+    sensitivity = math.sqrt(events.tree_sensitivity_squared(rounds_per_epoch))
+    noise_multiplier = context.stream_noise(
+        rounds_per_epoch,
+        lambda trees, spent: target_noise.noise_for_target(
+            config.epsilon, config.delta,
+            trees or math.ceil(context.total_rounds / rounds_per_epoch),
+            sensitivity=sensitivity, spent=spent,
+        ),
     )
   factory = dp_ftrl.TreeRestartFactory(
       noise_multiplier,
