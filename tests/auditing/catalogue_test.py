@@ -26,7 +26,7 @@ class CatalogueTest(absltest.TestCase):
     settings = [s for s in settings if not (
         s.mechanism.startswith('ldp') and s.dimension != 1)]
     rows = catalogue.audit_table(settings, trials=200, seed=0, alpha=_ALPHA)
-    self.assertLen(rows, 6)
+    self.assertLen(rows, 7)
     for setting, result in rows:
       with self.subTest(setting.mechanism):
         self.assertEqual(result.alpha, _ALPHA)
@@ -35,7 +35,8 @@ class CatalogueTest(absltest.TestCase):
     table = catalogue.format_table(rows)
     self.assertIn('| ldp (LDPEncodeFactory) | eps0=1, r=0.01, d=1', table)
     self.assertIn('| blt (BLTFactory) |', table)
-    self.assertLen(catalogue.format_table(rows, 'json').split('"verdict"'), 7)
+    self.assertIn('| dp_fedavg adaptive (TFF gaussian_adaptive) |', table)
+    self.assertLen(catalogue.format_table(rows, 'json').split('"verdict"'), 8)
 
 
 if __name__ == '__main__':

@@ -90,6 +90,18 @@ def quickstart_settings(
               noise_multiplier=z, clients_per_round=k, clip=1.0),
           dimension, k),
       Setting(
+          'dp_fedavg adaptive (TFF gaussian_adaptive)',
+          f'z={z:.3f} (value and clipped count), q=0.5, K={k}, clip 0.1 in '
+          'round 1',
+          # The clipped count's std z (its multiplier 2z): valid at any z
+          # (TFF's default 0.05 K needs z < 0.1 K).
+          lambda: (
+              tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+                  noise_multiplier=z, clients_per_round=k,
+                  target_unclipped_quantile=0.5, clipped_count_stddev=z)),
+          # A worst-case canary: at the clip of round 1 (TFF's initial 0.1).
+          dimension, k, lambda d: np.full(d, 0.1 / math.sqrt(d))),
+      Setting(
           'blt (BLTFactory)',
           f'z={z * blt_sensitivity:.3f}, C=1, K={k}, round 1 of a '
           f'{QUICKSTART_ROUNDS}-round stream',

@@ -47,7 +47,6 @@ from typing import Optional, Sequence
 
 import numpy as np
 import scipy.linalg
-import scipy.optimize
 import scipy.signal
 import scipy.special
 import tensorflow as tf
@@ -255,36 +254,6 @@ def rational_approx_init(num_buffers: int) -> BLT:
   return BLT(theta, omega)
 
 
-def _to_params(blt: BLT) -> np.ndarray:
-  theta = np.clip(blt.buf_decay, 1e-12, 1 - 1e-12)
-  ratios = np.maximum(blt.output_scale / theta, 1e-300)
-  score = np.clip(ratios.sum(), 1e-12, 1 - 1e-12)
-  return np.concatenate([
-      scipy.special.logit(theta), np.log(ratios / score), [scipy.special.logit(score)]
-  ])
-
-
-def _from_params(params: np.ndarray) -> BLT:
-  nbuf = (params.size - 1) // 2
-  theta = scipy.special.expit(params[:nbuf])
-  p = scipy.special.softmax(params[nbuf:2 * nbuf])
-  score = scipy.special.expit(params[-1])
-  return BLT(theta, theta * score * p)
-
-
-def _default_init(num_buffers: int) -> BLT:
-  try:
-    blt = rational_approx_init(num_buffers)
-    if np.all(blt.output_scale > 0) and np.all(
-        (blt.buf_decay > 0) & (blt.buf_decay < 1)
-    ):
-      return blt
-  except (ValueError, np.linalg.LinAlgError):
-    pass
-  theta = 1 - np.logspace(-0.3, -3, num_buffers)
-  return BLT(theta, theta * 0.5 / num_buffers)
-
-
 def optimize(
     n: int,
     *,
@@ -292,71 +261,83 @@ def optimize(
     min_sep: int = 1,
     max_participations: Optional[int] = 1,
     num_buffers: Optional[int] = None,
-    max_buffers: int = 5,
+    max_buffers: int = 6,
     rtol: float = 1.01,
     init: Optional[BLT] = None,
-    max_iterations: int = 500,
+    max_iterations: int = 600,
 ) -> BLT:
   """A BLT minimising (max or mean) prefix-sum error x sensitivity^2 for n rounds.
 
-  scipy's L-BFGS-B (finite-difference gradients, float64) over the
-  constrained parameterization above, from jax_privacy's rational-approx
-  init. With `num_buffers` None, 1, 2, ... buffers are tried while each adds
-  at least `rtol`'s improvement (jax_privacy `_optimize_increasing_nbuf`).
+  L-BFGS with exact gradients over jax_privacy's (theta, theta_hat)
+  parameterization (`blt_optimize`). With `num_buffers` None, 1, 2, ...
+  buffers are tried, each from the rational-approximation init and from the
+  previous count's optimum widened by a cancelling buffer (so more buffers
+  are never worse), while each adds at least `rtol`'s improvement
+  (jax_privacy `_optimize_increasing_nbuf`).
 
   Args:
     n: number of rounds T.
     error: 'max' (last round's variance) or 'mean' (over rounds).
     min_sep, max_participations: the participation pattern (b, k) of the
       sensitivity (k = 1: single participation).
-    num_buffers: a fixed number of buffers, or None to choose.
+    num_buffers: a fixed number of buffers (reached through 1, 2, ...:
+      each count warm-starts the next), or None to choose.
     max_buffers: the most buffers tried when choosing.
     rtol: relative improvement needed to accept one more buffer.
-    init: a start for a fixed `num_buffers`.
-    max_iterations: L-BFGS-B iterations per buffer count.
+    init: a start for a fixed `num_buffers` (beside the default one).
+    max_iterations: L-BFGS iterations per start.
 
   Returns:
     The best BLT found; its loss is `blt.loss(n, error, min_sep, k)`.
   """
+  # pylint: disable=g-import-not-at-top
+  from tff_priv.mechanisms import blt_optimize
+  # pylint: enable=g-import-not-at-top
   if error not in ERRORS:
     raise ValueError(f'error must be one of {ERRORS}, got {error!r}')
   k = blt_sensitivity.true_max_participations(n, min_sep, max_participations)
+  if n == 1:
+    return BLT.identity()
 
-  def loss_of(blt):
-    errors = blt.prefix_errors(n)
-    value = errors[-1] if error == 'max' else errors.mean()
-    # The parameterization keeps C >= 0 and non-increasing: no check needed.
-    return value * blt_sensitivity.minsep_sensitivity_squared(
-        blt.toeplitz_coefs(n), min_sep, k, n, check=False
-    )
+  def starts(nbuf, previous):
+    out = []
+    if init is not None and init.num_buffers == nbuf:
+      out.append((init.buf_decay, init.inverse().buf_decay))
+    rational = rational_approx_init(nbuf)
+    out.append((rational.buf_decay, rational.inverse().buf_decay))
+    if previous is not None:
+      out.append(blt_optimize.widened(*previous))
+    return out
 
-  def fit(nbuf, start):
-    if nbuf == 0:
-      return BLT.identity(), loss_of(BLT.identity())
-    x0 = _to_params(start or _default_init(nbuf))
-    scale = loss_of(_from_params(x0))
-
-    def objective(params):
-      value = loss_of(_from_params(np.clip(params, -40, 40))) / scale
-      return value if np.isfinite(value) else 1e30
-
-    result = scipy.optimize.minimize(
-        objective, x0, method='L-BFGS-B',
-        bounds=[(-40, 40)] * x0.size,
-        options=dict(maxiter=max_iterations, ftol=1e-13, gtol=1e-10),
-    )
-    blt = _from_params(result.x)
-    return blt, loss_of(blt)
+  def fit(nbuf, previous):
+    found = blt_optimize.optimize_buffers(
+        n, error, min_sep, k, starts(nbuf, previous), max_iterations)
+    if found is None:
+      return None
+    theta, omega, _, params = found
+    blt = BLT(theta, omega)
+    theta_hat = 1 / (1 + np.exp(-params[nbuf:]))
+    return blt, blt.loss(n, error, min_sep, k), (theta, theta_hat)
 
   if num_buffers is not None:
-    return fit(num_buffers, init)[0].check_stable()
-  best, best_loss = fit(0, None)
+    # Each count from its own init and from the one before, widened: the
+    # 1-buffer optimum warm-starts the 2-buffer search, and so on (from the
+    # rational init alone, a search can stall with a buffer switched off).
+    previous, found = None, (BLT.identity(), None, None)
+    for nbuf in range(1, num_buffers + 1):
+      found = fit(nbuf, previous)
+      if found is None:
+        raise RuntimeError(f'no stable BLT of {nbuf} buffers found')
+      previous = found[2]
+    return found[0].check_stable()
+  best = BLT.identity()
+  best_loss = best.loss(n, error, min_sep, k)
+  previous = None
   for nbuf in range(1, max_buffers + 1):
-    blt, value = fit(nbuf, None)
-    if rtol * value < best_loss:
-      best, best_loss = blt, value
-    else:
+    found = fit(nbuf, previous)
+    if found is None or not rtol * found[1] < best_loss:
       break
+    best, best_loss, previous = found
   return best.check_stable()
 
 

@@ -84,6 +84,8 @@ def _label(config: dict, summary: Optional[dict]) -> str:
     parts.append(f"z={params['noise_multiplier']:g}")
   if 'compression' in params:
     parts.append(f"p={params['compression']:g}")
+  if 'adaptive_clip_quantile' in params:
+    parts.append(f"adaptive q={params['adaptive_clip_quantile']:g}")
   if 'mask' in params:  # smp's rand_k and top_k runs differ by it alone.
     parts.append(str(params['mask']))
   if summary is None:

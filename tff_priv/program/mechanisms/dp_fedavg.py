@@ -1,11 +1,17 @@
 """DP-FedAvg: TFF's own DP aggregator, central Gaussian noise on the clipped sum.
 
-`tff.learning.dp_aggregator` (adaptive clipping) or
-`tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed` (a fixed clip),
-in `tff.learning.algorithms.build_unweighted_fed_avg`; client-level DP under
+`tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive` (adaptive
+clipping, Andrew et al., "Differentially Private Learning with Adaptive
+Clipping", NeurIPS 2021: the clip follows a target quantile of the clients'
+update norms, estimated from a noised count of the clients under it) or
+`gaussian_fixed` (a fixed clip), in
+`tff.learning.algorithms.build_unweighted_fed_avg`; client-level DP under
 Poisson sampling, add-or-remove-one client (McMahan et al., "Learning
-Differentially Private Recurrent Language Models", ICLR 2018). The server adds
-the noise: no guarantee against it.
+Differentially Private Recurrent Language Models", ICLR 2018). With adaptive
+clipping the round's event is TFF's: the value's Gaussian composed with the
+clipped count's, whose RDP is that of one Gaussian of the calibrated
+(effective) noise multiplier, so a target epsilon covers the quantile
+estimate too. The server adds the noise: no guarantee against it.
 """
 
 import dataclasses
@@ -13,6 +19,7 @@ from typing import Any, Optional
 
 import tensorflow_federated as tff
 
+from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import reports
 from tff_priv.program.mechanisms import base
@@ -26,6 +33,8 @@ NOISE = 'central'
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta')
 # The server adds the model's noise: it may add the client metrics' too.
 DP_CLIENT_METRICS = True
+# Adaptive clipping's target quantile when none is given (TFF's default).
+DEFAULT_QUANTILE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,20 +46,29 @@ class Config:
       `noise_multiplier` is not given).
     noise_multiplier: z, noise std of the sum / clip.
     delta: the delta of the target and the report.
-    clip: fixed L2 clip of an update; None: TFF's adaptive clipping.
+    clip: fixed L2 clip of an update; None: adaptive clipping.
+    adaptive_clip_quantile: adaptive clipping's target quantile of the
+      clients' update norms (the fraction of clients left unclipped), in
+      (0, 1); default 0.5 when clip is not given.
   """
 
   epsilon: Optional[float] = None
   noise_multiplier: Optional[float] = None
   delta: float = base.DEFAULT_DELTA
   clip: Optional[float] = None
+  adaptive_clip_quantile: Optional[float] = None
 
   def __post_init__(self):
     self.validate()
 
   def validate(self) -> None:
-    base.check_fields(self)
+    base.check_fields(self, {'adaptive_clip_quantile': validation.open_unit})
     base.fill_noise_target(self, NAME, ('epsilon', 'noise_multiplier'))
+    if self.clip is not None and self.adaptive_clip_quantile is not None:
+      raise ValueError(
+          'give clip (a fixed clip) or adaptive_clip_quantile (adaptive '
+          "clipping) for mechanism 'dp_fedavg', not both"
+      )
 
 
 def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
@@ -114,15 +132,29 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   z = context.noise_multiplier(config)
   k = float(context.sampling.clients_per_round)
   if config.clip is None:
+    quantile = config.adaptive_clip_quantile or DEFAULT_QUANTILE
+    # The clipped count's noise: TFF's default 0.05 K (Andrew et al.), at
+    # least z, so that the value's noise grows by at most sqrt(4 / 3) for
+    # the count's share of the budget (TFF refuses z >= 0.1 K otherwise).
+    count_stddev = max(0.05 * k, z)
     try:
-      factory = tff.learning.dp_aggregator(z, k, zeroing=False)
+      # tff.learning.dp_aggregator's adaptive clip (its initial clip and
+      # learning rate), without its zeroing, which tracks the clients'
+      # norms unnoised.
+      factory = (
+          tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+              z, k, target_unclipped_quantile=quantile,
+              clipped_count_stddev=count_stddev)
+      )
     except ValueError as e:
       raise ValueError(
           f'adaptive clipping cannot reach noise_multiplier={z:.4g} with '
-          f'{context.sampling.clients_per_round} clients per round ({e}); give '
-          'a fixed clip or more clients per round'
-      ) from e
-    clipping = 'adaptive (tff.learning.dp_aggregator, zeroing off)'
+          f'{context.sampling.clients_per_round} clients per round ('
+          f'{str(e).splitlines()[0]}); give a fixed clip or more clients per '
+          'round'
+      ) from None
+    clipping = (f'adaptive (TFF gaussian_adaptive, target quantile '
+                f'{quantile:g}, clipped count std {count_stddev:.4g})')
   else:
     factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
         z, k, config.clip
