@@ -10,6 +10,7 @@ import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+import tensorflow_privacy as tfp
 
 from tff_priv import runtime
 from tff_priv.accounting import guarantees
@@ -17,6 +18,7 @@ from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.accounting import wrapped_states
 from tff_priv.aggregators import blt
 from tff_priv.aggregators import dp_ftrl
+from tff_priv.aggregators import sparsified_secure_sum
 
 _TYPE = tff.TensorType(np.float32, [3])
 _VALUES = [np.ones(3, np.float32), np.full(3, 9.0, np.float32)]
@@ -84,6 +86,33 @@ class WrappedDpFactoryTest(tf.test.TestCase):
         self.assertEqual(paths, {(norm,)})
         self.assertIn(count, output.measurements)
 
+  def test_a_noised_zeroing_norm_is_charged(self):
+    # A quantile of the clients' norms estimated with a Gaussian count (std
+    # 2 on records of sensitivity 0.5: multiplier 4), around TFF's DP factory.
+    quantile = tff.aggregators.PrivateQuantileEstimationProcess(
+        tfp.QuantileEstimatorQuery(
+            initial_estimate=5.0, target_quantile=0.9, learning_rate=0.2,
+            below_estimate_stddev=2.0, expected_num_records=2.0,
+            geometric_update=True))
+    dp = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+        1.0, 2.0, 1.0)
+    output = _next(tff.aggregators.zeroing_factory(quantile, dp))
+    self.assertEqual(
+        ledger_lib.PrivacyLedger().record_round(output.state),
+        dp_accounting.ComposedDpEvent([
+            dp_accounting.GaussianDpEvent(1.0),
+            dp_accounting.GaussianDpEvent(4.0)]),
+    )
+    # Around another factory (whose noise may be added by the clients, or
+    # hold under another relation) the server's count is not charged as if
+    # it were the factory's: refused.
+    smp = sparsified_secure_sum.SparsifiedSecureSumFactory(
+        1.0, 1.0, 1.0, 2.0, secure=False)
+    output = _next(tff.aggregators.zeroing_factory(quantile, smp))
+    with self.assertRaisesRegex(wrapped_states.UnnoisedWrapperError,
+                                "around TFF's DifferentiallyPrivateFactory"):
+      ledger_lib.PrivacyLedger().record_round(output.state)
+
   def test_debug_measurements_are_refused(self):
     dp = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
         1.0, 2.0, 1.0)
@@ -132,6 +161,10 @@ class StreamStateTest(tf.test.TestCase):
             ledger.record_round(
                 state, neighboring_relation='replace_special', **sampling)
         self.assertEqual(ledger.num_releases, 1)
+        # Inside TFF's clipping wrapper (a public norm): still a stream.
+        wrapped = _next(tff.aggregators.clipping_factory(5.0, factory)).state
+        with self.assertRaisesRegex(ValueError, 'no amplification'):
+          ledger.record_round(wrapped, sampling_probability=0.1)
 
 
 if __name__ == '__main__':

@@ -79,6 +79,9 @@ class StrategiesTest(tf.test.TestCase):
     self.assertEqual(rows['tree_efficient'].sensitivity_squared, 20)
     self.assertLess(rows['blt_max'].ratio, 0.8)
     self.assertLess(rows['blt_stream'].ratio, 0.8)
+    self.assertLess(rows['blt_cyclic'].ratio, 0.8)
+    # The cyclic stream beats a stream per epoch at the same k.
+    self.assertLess(rows['blt_cyclic'].max_error, rows['blt_max'].max_error)
 
   def test_run_writes_table_and_json(self):
     lines = []

@@ -198,6 +198,32 @@ class ResumeTest(_RootTestCase):
         layout.path(root, layout.CHECKPOINTS) + '.before_restart.1'
     ))
 
+  def test_a_missing_ledger_is_refused_even_for_a_new_model(self):
+    root, config = self._root(), _config(total_rounds=3)
+    training.run_until(config, root, 2, progress=False)
+    os.remove(layout.path(root, layout.PRIVACY))
+    for restart_model in (False, True):
+      with self.assertRaisesRegex(
+          training.ConfigError,
+          r'privacy_ledger.json is missing, but checkpoint 2 holds 2 '
+      ):
+        training.run(config, root, progress=False,
+                     restart_model=restart_model)
+
+  def test_udp_paper_calibration_keeps_its_planned_noise(self):
+    # The paper's closed form cannot take what was spent: a resumed run
+    # keeps the sigma of its plan over all T rounds (never less).
+    config = training.RunConfig(
+        task='digits', mechanism='udp', total_rounds=4, clients_per_round=3,
+        batch_size=20, client_learning_rate=0.5, eval_every=100,
+        params={'epsilon': _TARGET, 'udp_calibration': 'paper'},
+    )
+    root = self._root()
+    training.run_until(config, root, 3, checkpoint_every=2, progress=False)
+    summary = training.run(config, root, checkpoint_every=2, progress=False)
+    first, second = summary['sessions']
+    self.assertEqual(first['noise_multiplier'], second['noise_multiplier'])
+
   def test_a_budget_the_rounds_left_cannot_use_stops_in_one_line(self):
     root, config = self._root(), _config()
     # No checkpoint after round 0: rounds 1-3 charged, all four to run

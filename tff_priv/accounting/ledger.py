@@ -27,6 +27,7 @@ from tff_priv import validation
 from tff_priv.accounting import accountants
 from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import wrapped_states
 
 _FORMAT = 'tff_priv.PrivacyLedger/1'
 
@@ -160,7 +161,9 @@ class PrivacyLedger:
           'record_round takes the aggregator\'s state: pass '
           'output.state.aggregator, not output.state'
       )
-    stream = guarantees.stream_factory_of_state(aggregator_state)
+    # Inside TFF's wrappers too: the stream's event is what gets charged.
+    stream = guarantees.stream_factory_of_state(
+        wrapped_states.unwrap(aggregator_state)[0])
     if stream is not None and (
         sampling_probability is not None or population is not None
         or sample_size is not None

@@ -62,8 +62,11 @@ def _norm_event(norm_key: str, norm_state) -> Optional[dp_event.DpEvent]:
   if _empty(norm_state) or (
       isinstance(norm_state, (tuple, list)) and all(map(_empty, norm_state))):
     return None  # A fixed norm: a public number.
-  estimator = norm_state[0] if isinstance(norm_state, (tuple, list)) else (
-      norm_state)
+  # The estimator's state (a namedtuple), alone or first of a plain tuple.
+  estimator = norm_state
+  if not hasattr(estimator, '_fields') and isinstance(estimator,
+                                                      (tuple, list)):
+    estimator = estimator[0]
   below = getattr(estimator, 'below_estimate_state', None)
   numerator = getattr(below, 'numerator_state', None)
   stddev = getattr(numerator, 'stddev', None)
@@ -86,13 +89,25 @@ def _norm_event(norm_key: str, norm_state) -> Optional[dp_event.DpEvent]:
 def unwrap(state: Any) -> tuple[Any, list[dp_event.DpEvent]]:
   """(the state inside TFF's zeroing / clipping wrappers, their extra events).
 
+  A noised norm's event (a Gaussian count, add-or-remove-one, the server
+  adding the noise) is accepted around TFF's `DifferentiallyPrivateFactory`
+  only, whose event it composes with (same relation, same adversary).
+
   Raises:
-    UnnoisedWrapperError: a wrapper's norm is tracked without noise.
+    UnnoisedWrapperError: a wrapper's norm is tracked without noise, or a
+      noised one wraps another factory.
   """
   extras = []
   while True:
     keys = _wrapper(state)
     if keys is None:
+      if extras and type(state).__name__ != 'DPAggregatorState':
+        raise UnnoisedWrapperError(
+            'a TFF wrapper with a noised norm is charged around TFF\'s '
+            'DifferentiallyPrivateFactory only (its count is an '
+            'add-or-remove-one Gaussian the server adds); use a fixed '
+            '(public) norm around this factory'
+        )
       return state, extras
     extra = _norm_event(keys[0], state[keys[0]])
     if extra is not None:

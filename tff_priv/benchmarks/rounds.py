@@ -28,8 +28,12 @@ TFF_DP_FEDAVG = 'tff_dp_fedavg'
 UDP_PER_EXAMPLE = 'udp_per_example'
 # The mechanism UDP_PER_EXAMPLE re-clips (its module's NAME in the registry).
 _UDP = 'udp'
+# BLT with one cyclic stream (--participation=cyclic), beside the registry's
+# blt (a stream per epoch).
+BLT_CYCLIC = 'blt_cyclic'
 # Every process `build_processes` knows, FEDAVG (the baseline) first.
-PROCESSES = (FEDAVG, TFF_DP_FEDAVG) + mechanisms.MECHANISMS + (UDP_PER_EXAMPLE,)
+PROCESSES = ((FEDAVG, TFF_DP_FEDAVG) + mechanisms.MECHANISMS
+             + (UDP_PER_EXAMPLE, BLT_CYCLIC))
 # The processes whose noise (or randomised encoding) is drawn on every client,
 # each upload noised alone: the registry's local-noise mechanisms
 # (`Guarantee.noise == 'local'`) and UDP_PER_EXAMPLE. K x d random draws per
@@ -59,6 +63,7 @@ def build_mechanism(
     clients_per_round: int,
     learning_rate: float,
     min_client_examples: int,
+    extra: Optional[Mapping[str, Any]] = None,
 ) -> mechanisms.Mechanism:
   """tff_priv mechanism `name` as the training program builds it (one call).
 
@@ -76,8 +81,9 @@ def build_mechanism(
     params['clip'] = CLIP
   if 'parameter_variance' in given:
     params['parameter_variance'] = PARAMETER_VARIANCE
+  params.update(extra or {})
   sampling = sampling_lib.ClientSampling(
-      mechanisms.sampling_kind(name), num_clients, clients_per_round
+      mechanisms.sampling_kind(name, params), num_clients, clients_per_round
   )
   return mechanisms.build(
       name,
@@ -158,6 +164,10 @@ def build_processes(
           clipping='per_example',
       )
       entries[name] = Entry(process, identity)
+    elif name == BLT_CYCLIC:
+      mechanism = build_mechanism('blt', extra={'participation': 'cyclic'},
+                                  **kwargs)
+      entries[name] = Entry(mechanism.process, mechanism.preprocess)
     else:
       mechanism = build_mechanism(name, **kwargs)
       entries[name] = Entry(mechanism.process, mechanism.preprocess)

@@ -129,6 +129,18 @@ async def _done() -> None:
   return None
 
 
+def _saved_rounds(state_dir: str) -> list[int]:
+  """The rounds >= 1 of the program states in `state_dir` (train_model's)."""
+  if not os.path.isdir(state_dir):
+    return []
+  rounds = []
+  for entry in os.listdir(state_dir):
+    prefix, _, number = entry.rpartition('_')
+    if prefix == 'program_state' and number.isdigit() and int(number) >= 1:
+      rounds.append(int(number))
+  return rounds
+
+
 class _CheckedIterator(tff.program.FederatedDataSourceIterator):
   """An iterator whose `select(k)` must draw the accounting's K.
 
@@ -309,6 +321,13 @@ class TrainModelAccounting:
     self._rounds = 0
     self._k_checked = False
     self._public_aggregator_paths = frozenset()
+    saved = _saved_rounds(os.path.join(root_dir, 'state'))
+    if saved and not os.path.exists(self._path):
+      raise ValueError(
+          f'{self._path} is missing, but {root_dir}/state holds the state '
+          f'of round {max(saved)}, whose rounds were charged there: restore '
+          'the ledger file or use another root_dir'
+      )
     if os.path.exists(self._path):
       try:
         with open(self._path) as f:

@@ -473,17 +473,20 @@ class _Run:
     self.canary_seed = 0
     self.sampling_seed = 0
     checkpoints = layout.path(self.root, layout.CHECKPOINTS)
+    loaded, version = await self.state_manager.load_intact(
+        self.program_state(0)
+    )
+    if loaded is not None:
+      # The ledger file holds at least the checkpoint's charges, or it is
+      # not this run's latest: refused either way (a new model too).
+      self._check_ledger_file(loaded, version, written_privacy)
     if self.restart_model:
-      # A new model: any checkpoint of the old one is kept aside, unread.
+      # A new model: the old one's checkpoints are kept aside, unused.
       moved = run_dir.set_aside(checkpoints, 'before_restart')
       if moved:
         print(f'tff_priv: {checkpoints} set aside as {moved}; training a new '
               'model', file=sys.stderr)
       loaded, version = None, None
-    else:
-      loaded, version = await self.state_manager.load_intact(
-          self.program_state(0)
-      )
     if loaded is None:
       if charged and not self.restart_model:
         raise ConfigError(
@@ -496,6 +499,31 @@ class _Run:
         )
       return await self._start(written_privacy)
     return self._resume(loaded, version, written, written_privacy)
+
+  def _check_ledger_file(self, loaded, version, written_privacy) -> None:
+    """Refuses a ledger file missing or older than checkpoint `version`'s."""
+    in_checkpoint = privacy_lib.RunPrivacy.create(
+        self.mechanism.guarantee, self.setup.sampling.ledger_kwargs(),
+        self.delta, self.config.server_budget, self.mechanism.adaptive_bounds,
+    )
+    self._restore(in_checkpoint, state_lib.text(loaded['ledger']),
+                  f'checkpoint {version}')
+    charged = in_checkpoint.analyst.num_releases
+    path = layout.path(self.root, layout.PRIVACY)
+    if written_privacy is None and charged:
+      raise ConfigError(
+          f'{path} is missing, but checkpoint {version} holds {charged} '
+          'charged rounds: restore the file (the charges after the '
+          'checkpoint are only there) or use another root_output_dir'
+      )
+    if (written_privacy is not None
+        and written_privacy.analyst.num_releases < charged):
+      raise ConfigError(
+          f'{path} holds fewer charges ({written_privacy.analyst.num_releases}'
+          f') than checkpoint {version} ({charged}): it is not this run\'s '
+          'latest ledger; restore the latest one or use another '
+          'root_output_dir'
+      )
 
   @staticmethod
   def _restore(privacy, text: str, where: str) -> None:
@@ -541,23 +569,7 @@ class _Run:
       self.max_cosines = np.asarray(loaded['canary_max_cosines'], np.float64)
     self._restore(self.privacy, state_lib.text(loaded['ledger']),
                   f'checkpoint {version}')
-    in_checkpoint = self.privacy.analyst.num_releases
-    if written_privacy is None:
-      if in_checkpoint:
-        raise ConfigError(
-            f'{layout.path(self.root, layout.PRIVACY)} is missing, but '
-            f'checkpoint {version} holds {in_checkpoint} charged rounds: '
-            'restore the file (the charges after the checkpoint are only '
-            'there) or use another root_output_dir'
-        )
-    elif written_privacy.analyst.num_releases < in_checkpoint:
-      raise ConfigError(
-          f'{layout.path(self.root, layout.PRIVACY)} holds fewer charges '
-          f'({written_privacy.analyst.num_releases}) than checkpoint '
-          f'{version} ({in_checkpoint}): it is not this run\'s latest ledger; '
-          'restore the latest one or use another root_output_dir'
-      )
-    else:
+    if written_privacy is not None:
       if written['round'] > start_round:
         # Released after this checkpoint, charged first (write-ahead): the
         # charges stay, and the rounds run again are charged again.
@@ -627,16 +639,24 @@ class _Run:
     `MAX_NOISE_INCREASE` times the planned noise multiplier.
     """
     spent = calibration.Spent.of_ledger(self.privacy.analyst)
-    if (not spent.releases or start_round >= self.config.total_rounds
-        or getattr(self.mechanism.config, 'epsilon', None) is None):
+    if (not spent.releases
+        or getattr(self.mechanism.config, 'epsilon', None) is None
+        # No round left: nothing to calibrate (but a bound that counts the
+        # rounds released, CRD's, is rebuilt below).
+        or (start_round >= self.config.total_rounds
+            and self.mechanism.adaptive_bounds is None)):
       return train_state
     target = self.mechanism.config.epsilon
     context = dataclasses.replace(
         self.setup.context, start_round=start_round, spent=spent,
         restart_stream=self.released_again,
-        # A stream this session continues was charged in an earlier one.
+        # A stream this session continues was charged in an earlier one: at
+        # the noise a session recorded, or (sessions of older versions) at
+        # the planned one.
         noise_floor=max([s.get('noise_multiplier') or 0.0
-                         for s in self.sessions] + [0.0])
+                         for s in self.sessions]
+                        + [self.mechanism.resolved.get('noise_multiplier')
+                           or 0.0])
         if start_round else 0.0,
     )
     left = self.config.total_rounds - start_round

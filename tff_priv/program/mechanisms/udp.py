@@ -227,17 +227,19 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   elif config.noise_multiplier is not None:
     sigma = config.noise_multiplier * sensitivity
   else:
+    tight = config.udp_calibration == 'tight'
     sigma = target_noise.noise_for_target(
         config.epsilon,
         config.delta,
-        context.rounds_left,
+        # The paper's closed form has no room for what is spent: a resumed
+        # run keeps the planned sigma, of all T rounds (its target is a
+        # claim the ledger checks anyway).
+        context.rounds_left if tight else context.total_rounds,
         context.sampling.ledger_sampling(),
         sensitivity=sensitivity,
         calibration=config.udp_calibration,
         min_with_unsampled=True,
-        # The paper's closed form has no room for what is spent: it keeps
-        # the planned sigma (its target is a claim the ledger checks anyway).
-        spent=context.spent if config.udp_calibration == 'tight' else None,
+        spent=context.spent if tight else None,
     )
   process = crd.build_udp_process(
       context.model_fn,
