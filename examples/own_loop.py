@@ -103,6 +103,13 @@ MECHANISMS = {
         tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
             noise_multiplier=1.0, clients_per_round=K, clip=1.0)),
                   'poisson'),
+    # Adaptive clipping (Andrew et al.): the event TFF keeps in the state is
+    # the value's Gaussian composed with the clipped count's. Its count noise
+    # (std 1 here) must exceed z / 2; TFF's default 0.05 K is for large K.
+    'dp_fedavg_adaptive': (lambda: fed_avg(
+        tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+            noise_multiplier=1.0, clients_per_round=K,
+            clipped_count_stddev=1.0)), 'poisson'),
     'udp': (udp, 'fixed'),
     'distortion': (lambda: fed_avg(DistortionFactory(
         noise_stddev=0.5, parameter_variance=1e-2, clip=0.25)), 'fixed'),

@@ -36,7 +36,8 @@ class ExamplesTest(absltest.TestCase):
     lines = result.stdout.strip().splitlines()
     self.assertEqual(
         [line.split(':')[0] for line in lines],
-        ['smp', 'dp_fedavg', 'udp', 'distortion', 'ldp', 'blt'],
+        ['smp', 'dp_fedavg', 'dp_fedavg_adaptive', 'udp', 'distortion', 'ldp',
+         'blt'],
     )
     for line in lines:
       self.assertRegex(line, r'eps = \d+\.\d{3} at delta = 1e-05 after 5 '

@@ -24,6 +24,10 @@ from tff_priv.program import training
 METHODS = {
     'dp_fedavg': ('dp_fedavg', {'clip': True}),
     'dp_fedavg_adaptive': ('dp_fedavg', {'adaptive_clip_quantile': 0.5}),
+    # Adaptive clipping from the fixed clip's value (TFF's first clip, 0.1,
+    # takes about 23 rounds to reach 1 at its learning rate).
+    'dp_fedavg_adaptive_c1': ('dp_fedavg', {'adaptive_clip_quantile': 0.5,
+                                            'adaptive_clip_initial': True}),
     'dp_ftrl': ('dp_ftrl', {'clip': True}),
     'blt_epoch': ('blt', {'clip': True, 'participation': 'epoch'}),
     'blt_cyclic': ('blt', {'clip': True, 'participation': 'cyclic'}),

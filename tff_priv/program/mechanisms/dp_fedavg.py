@@ -33,8 +33,10 @@ NOISE = 'central'
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta')
 # The server adds the model's noise: it may add the client metrics' too.
 DP_CLIENT_METRICS = True
-# Adaptive clipping's target quantile when none is given (TFF's default).
+# Adaptive clipping's target quantile and first clip when none is given
+# (TFF's defaults).
 DEFAULT_QUANTILE = 0.5
+DEFAULT_INITIAL_CLIP = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +52,8 @@ class Config:
     adaptive_clip_quantile: adaptive clipping's target quantile of the
       clients' update norms (the fraction of clients left unclipped), in
       (0, 1); default 0.5 when clip is not given.
+    adaptive_clip_initial: adaptive clipping's clip in round 1 (default
+      TFF's 0.1; it then moves by at most a factor exp(0.2 / 2) a round).
   """
 
   epsilon: Optional[float] = None
@@ -57,17 +61,21 @@ class Config:
   delta: float = base.DEFAULT_DELTA
   clip: Optional[float] = None
   adaptive_clip_quantile: Optional[float] = None
+  adaptive_clip_initial: Optional[float] = None
 
   def __post_init__(self):
     self.validate()
 
   def validate(self) -> None:
-    base.check_fields(self, {'adaptive_clip_quantile': validation.open_unit})
+    base.check_fields(self, {'adaptive_clip_quantile': validation.open_unit,
+                             'adaptive_clip_initial': validation.positive})
     base.fill_noise_target(self, NAME, ('epsilon', 'noise_multiplier'))
-    if self.clip is not None and self.adaptive_clip_quantile is not None:
+    adaptive = [k for k in ('adaptive_clip_quantile', 'adaptive_clip_initial')
+                if getattr(self, k) is not None]
+    if self.clip is not None and adaptive:
       raise ValueError(
-          'give clip (a fixed clip) or adaptive_clip_quantile (adaptive '
-          "clipping) for mechanism 'dp_fedavg', not both"
+          f'give clip (a fixed clip) or {adaptive[0]} (adaptive clipping) '
+          "for mechanism 'dp_fedavg', not both"
       )
 
 
@@ -144,7 +152,9 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       factory = (
           tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
               z, k, target_unclipped_quantile=quantile,
-              clipped_count_stddev=count_stddev)
+              clipped_count_stddev=count_stddev,
+              initial_l2_norm_clip=(config.adaptive_clip_initial
+                                    or DEFAULT_INITIAL_CLIP))
       )
     except ValueError as e:
       raise ValueError(
