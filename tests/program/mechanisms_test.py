@@ -273,10 +273,24 @@ class BuildTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, 'server_learning_rate=1'):
       _build('ldp', P(ldp_mode='weights'), server_learning_rate=0.5)
 
-  def test_adaptive_clipping_out_of_reach(self):
-    # TFF's adaptive clipping needs z < 2 * 0.05 * K = 0.4 with K = 4.
-    with self.assertRaisesRegex(ValueError, 'adaptive clipping'):
-      _build('dp_fedavg', P(noise_multiplier=0.5))
+  def test_adaptive_clipping_with_few_clients_noises_the_count_at_z(self):
+    # TFF's adaptive clipping refuses z >= 2 * clipped_count_stddev; its
+    # default count noise 0.05 K = 0.2 with K = 4 would refuse z = 0.5, so
+    # the count's noise is raised to z (the value's noise grows by
+    # sqrt(4 / 3)) and the event is still the calibrated z.
+    mech = _build('dp_fedavg', P(noise_multiplier=0.5))
+    self.assertIn('clipped count std 0.5', mech.resolved['clipping'])
+    event = guarantees.extract_dp_event(
+        mech.aggregator_state(mech.process.initialize()),
+        allow_initial_state=True,
+    )
+    # The value's and the count's Gaussians compose to noise multiplier z.
+    self.assertIsInstance(event, dp_event.ComposedDpEvent)
+    multipliers = [e.noise_multiplier for e in event.events]
+    self.assertAllClose(sorted(multipliers), [0.5 * (4 / 3) ** 0.5, 1.0],
+                        rtol=1e-5)
+    self.assertAllClose(sum(m**-2 for m in multipliers) ** -0.5, 0.5,
+                        rtol=1e-5)
 
   def test_distortion_resolves_a_tv_target(self):
     # sigma_e of a TV target is a function of the configuration: in resolved,
