@@ -346,22 +346,32 @@ class BuildTest(tf.test.TestCase):
     self.assertEqual(ledger.epsilon(1e-5), float('inf'))
     self.assertTrue(any('minmax' in c for c in mech.caveats))
 
-  def test_guarantees_of_the_mechanisms(self):
+  def test_guarantees_and_released_metrics_of_the_mechanisms(self):
+    # Each mechanism built once (a TFF process each): its guarantee's unit
+    # and noise, declared alike in its module, and no exact client metric
+    # in its rounds' output (a private one's train metrics are empty).
     expected = {
         'none': None,
         'dp_fedavg': ('client', 'central'),
+        'dp_ftrl': ('client', 'central'),
         'blt': ('client', 'central'),
         'smp': ('client', 'secure_sum'),
         'distortion': ('client', 'local'),
         'udp': ('example', 'local'),
         'ldp': ('client', 'local'),
     }
+    self.assertCountEqual(expected, mechanisms.MECHANISMS)
     extra = {
         'udp': dict(min_client_examples=lambda: 5),
         'distortion': dict(params=P(parameter_variance=0.1)),
         'dp_fedavg': dict(params=P(clip=1.0)),
         'dp_ftrl': dict(params=_REQUIRED['dp_ftrl']),
     }
+
+    def train_metrics_type(mech):
+      metrics = mech.process.next.type_signature.result.metrics.member
+      return metrics['client_work']['train']
+
     for name, want in expected.items():
       with self.subTest(name):
         kwargs = dict(extra.get(name, {}))
@@ -376,37 +386,18 @@ class BuildTest(tf.test.TestCase):
         self.assertEqual(
             mechanisms.noise(name), None if got is None else got.noise
         )
-
-  def test_build_refuses_a_module_whose_noise_is_not_its_factorys(self):
-    with mock.patch.object(mechanisms.module('none'), 'NOISE', 'local'):
-      with self.assertRaisesRegex(ValueError, 'noise'):
-        _build('none', P())
-
-  def test_private_mechanisms_release_no_client_metrics(self):
-    extra = {
-        'udp': dict(min_client_examples=lambda: 5),
-        'distortion': dict(params=P(parameter_variance=0.1)),
-        'dp_fedavg': dict(params=P(clip=1.0)),
-        'dp_ftrl': dict(params=_REQUIRED['dp_ftrl']),
-    }
-
-    def train_metrics_type(mech):
-      metrics = mech.process.next.type_signature.result.metrics.member
-      return metrics['client_work']['train']
-
-    for name in mechanisms.MECHANISMS:
-      with self.subTest(name):
-        kwargs = dict(extra.get(name, {}))
-        params = kwargs.pop('params', P())
-        released = tff.structure.name_list(
-            train_metrics_type(_build(name, params, **kwargs))
-        )
+        released = tff.structure.name_list(train_metrics_type(mech))
         if mechanisms.unit(name) is None:  # Not private.
           self.assertIn('loss', released)  # tff.learning's exact sums.
         else:
           self.assertEqual(released, [])
     top_k = _build('smp', P(mask='top_k'), public_data=_public_data(seed=0))
     self.assertEqual(tff.structure.name_list(train_metrics_type(top_k)), [])
+
+  def test_build_refuses_a_module_whose_noise_is_not_its_factorys(self):
+    with mock.patch.object(mechanisms.module('none'), 'NOISE', 'local'):
+      with self.assertRaisesRegex(ValueError, 'noise'):
+        _build('none', P())
 
   def test_smp_top_k_needs_public_data_and_rand_k_refuses_it(self):
     with self.assertRaisesRegex(ValueError, 'needs public_data'):

@@ -33,13 +33,24 @@ def _model_fn():
   )
 
 
-def _process(metrics_aggregator=client_metrics.no_client_metrics):
-  return tff.learning.algorithms.build_unweighted_fed_avg(
+def _process(metrics_aggregator=None):
+  """FedAvg with Fed-SMP, no client metrics (built once: each `initialize`
+  draws its own secret seeds) or `metrics_aggregator`'s."""
+  if metrics_aggregator is None and _BUILT:
+    return _BUILT[0]
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
       _model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
       model_aggregator=sss.SparsifiedSecureSumFactory(_SIGMA, 1.0, 0.5, _K),
-      metrics_aggregator=metrics_aggregator,
+      metrics_aggregator=(metrics_aggregator
+                          or client_metrics.no_client_metrics),
   )
+  if metrics_aggregator is None:
+    _BUILT.append(process)
+  return process
+
+
+_BUILT = []
 
 
 def _by_hand(rounds, extra=None):

@@ -514,7 +514,7 @@ class DpFtrlRunTest(_TempDirTestCase):
 
 class BltRunTest(_TempDirTestCase):
 
-  def test_one_stream_per_epoch_calibrated_and_one_more_on_resume(self):
+  def test_one_stream_per_epoch_calibrated(self):
     # 10 clients, K = 3: epochs (streams) of 3 rounds; 7 rounds are streams
     # at rounds 1, 4 and 7, each GaussianDpEvent(z / sensitivity) under
     # REPLACE_SPECIAL, z calibrated to eps 4 over 3 streams.
@@ -544,6 +544,26 @@ class BltRunTest(_TempDirTestCase):
     # A BLT with a buffer, not the identity (streams of 3 rounds).
     self.assertNotEmpty(resolved['buf_decay'])
     self.assertGreater(resolved['sensitivity'], 1.0)
+
+  @pytest.mark.slow
+  def test_a_resume_continues_the_stream_or_restarts_it_charged(self):
+    config = _config(
+        mechanism='blt', params=dict(epsilon=4.0, clip=1.0),
+        clients_per_round=3, total_rounds=7, eval_every=7, sampling_seed=1,
+    )
+    root = os.path.join(self._make_tempdir(), 'run')
+    summary = training.run(config, root, progress=False)
+    resolved = summary['parameters']['resolved']
+    stream = dp_accounting.GaussianDpEvent(
+        resolved['noise_multiplier'] / resolved['sensitivity']
+    )
+
+    def rdp_epsilon(streams):
+      accountant = dp_accounting.rdp.RdpAccountant(
+          neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+      )
+      return accountant.compose(stream, streams).get_epsilon(1e-5)
+
     # Stopped after round 5 (mid-stream, its checkpoint saved before its
     # release): the resumed run continues the stream, 3 streams in all.
     root = os.path.join(self._make_tempdir(), 'run')

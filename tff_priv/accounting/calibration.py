@@ -157,6 +157,32 @@ def calibrate_noise_multiplier(
   Raises:
     BudgetSpentError: `spent` alone reaches the target.
   """
+  key = (target_epsilon, target_delta, rounds, sampling_probability,
+         population, sample_size, accountant, tol, min_with_unsampled,
+         None if spent is None else repr(spent))
+  if key not in _CALIBRATED:
+    if len(_CALIBRATED) >= _CACHE_SIZE:
+      _CALIBRATED.pop(next(iter(_CALIBRATED)))
+    _CALIBRATED[key] = _calibrate(
+        target_epsilon, target_delta, rounds,
+        sampling_probability=sampling_probability, population=population,
+        sample_size=sample_size, accountant=accountant, tol=tol,
+        min_with_unsampled=min_with_unsampled, spent=spent)
+  return _CALIBRATED[key]
+
+
+# Calibrations done in this process, by their arguments: a pure function of
+# them, and tens of accountant compositions each (dp_accounting's RDP of
+# fixed-size sampling takes seconds), asked again by every build of the same
+# configuration (a resume, a report, a grid's runs).
+_CALIBRATED = {}
+_CACHE_SIZE = 256
+
+
+def _calibrate(target_epsilon, target_delta, rounds, *, sampling_probability,
+               population, sample_size, accountant, tol, min_with_unsampled,
+               spent):
+  """calibrate_noise_multiplier, computed."""
   if min_with_unsampled:
     # Either bound meets the target; with releases spent, one of them may
     # have no budget left while the other has.

@@ -18,8 +18,8 @@ conditions of the inversion theorem's Theorem 1(a) (omega > 0, omega_hat < 0,
 sum omega < 1, sum omega / theta < 1, distinct decays) are log barriers of
 strength 1e-8. Here the same loss, parameterization and barriers run in
 TensorFlow (float64; theta = sigmoid(a), so 0 < theta < 1 by construction)
-with TensorFlow Probability's L-BFGS (Hager-Zhang line search, which shrinks
-a step that leaves the barriers' domain); jax_privacy is not a dependency of
+with L-BFGS and a backtracking line search, which shrinks a step that leaves
+the barriers' domain (`minimize`); jax_privacy is not a dependency of
 this stack (TFF 0.87 pins JAX 0.4.13). The loss is computed from the
 materialised Toeplitz coefficients of C and C^{-1} (O(n x buffers) per
 evaluation; jax_privacy's closed forms for single participation give the
@@ -63,11 +63,13 @@ def _coefs(log_theta, omega, n):
 
 def _sensitivity_squared(c, n, min_sep, k):
   """||sum_{m < k} C[:, m b]||^2 (C >= 0 non-increasing: the worst pattern)."""
-  column = c
-  for m in range(1, k):
-    shift = m * min_sep
-    column = column + tf.concat(
-        [tf.zeros([shift], tf.float64), c[:n - shift]], 0)
+  # column[j] = sum_{m < k, m b <= j} c[j - m b], as one gather (k and b
+  # may be tensors: one trace serves every participation pattern).
+  shifts = tf.range(k)[:, None] * min_sep
+  index = tf.range(n)[None, :] - shifts
+  column = tf.reduce_sum(
+      tf.where(index >= 0, tf.gather(c, tf.maximum(index, 0)),
+               tf.zeros([], tf.float64)), axis=0)
   return tf.reduce_sum(column**2)
 
 
@@ -84,35 +86,25 @@ def _min_gap(theta):
       gaps, tf.fill(tf.shape(theta), tf.constant(np.inf, tf.float64))))
 
 
-def make_loss(n: int, error: str, min_sep: int, k: int, num_buffers: int):
-  """(params [2 nbuf] -> penalised normalised loss, params -> plain loss)."""
-  approx_optimum = k + (1 + np.log(n) / np.pi) ** 2
+# One traced loss per buffer count, shared by every n, error, k and b: a
+# trace (about a second) costs more than a whole search at small n.
+_TRACED = {}
 
-  def parts(params):
-    a, a_hat = params[:num_buffers], params[num_buffers:]
-    theta, theta_hat = tf.sigmoid(a), tf.sigmoid(a_hat)
-    omega = _output_scales(theta, theta_hat)
-    omega_hat = _output_scales(theta_hat, theta)
-    c = _coefs(_log_sigmoid(a), omega, n)
-    c_hat = _coefs(_log_sigmoid(a_hat), omega_hat, n)
-    per_query = tf.cumsum(tf.cumsum(c_hat)**2)
-    err = per_query[-1] if error == 'max' else tf.reduce_mean(per_query)
-    loss = err * _sensitivity_squared(c, n, min_sep, k)
-    penalty = (
-        tf.reduce_sum(_barrier(omega)) + tf.reduce_sum(_barrier(-omega_hat))
-        + _barrier(1 - tf.reduce_sum(omega))
-        + _barrier(1 - tf.reduce_sum(omega / theta))
-    )
-    if num_buffers > 1:
-      penalty += (_barrier(_min_gap(theta) - _MIN_GAP)
-                  + _barrier(_min_gap(theta_hat) - _MIN_GAP))
-    return loss, penalty
 
-  @tf.function(jit_compile=False, reduce_retracing=True)
-  def value_and_gradient(params):
+def _traced_loss(num_buffers: int):
+  """(params, n, max error?, b, k, approx optimum) -> (penalised loss, gradient)."""
+  if num_buffers in _TRACED:
+    return _TRACED[num_buffers]
+
+  @tf.function(autograph=False, input_signature=[
+      tf.TensorSpec([2 * num_buffers], tf.float64),
+      tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.bool),
+      tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32),
+      tf.TensorSpec([], tf.float64)])
+  def value_and_gradient(params, n, max_error, min_sep, k, approx_optimum):
     with tf.GradientTape() as tape:
       tape.watch(params)
-      loss, penalty = parts(params)
+      loss, penalty = _parts(params, n, max_error, min_sep, k, num_buffers)
       value = loss / approx_optimum + _PENALTY * penalty
     gradient = tape.gradient(value, params)
     finite = tf.math.is_finite(value) & tf.reduce_all(
@@ -121,8 +113,45 @@ def make_loss(n: int, error: str, min_sep: int, k: int, num_buffers: int):
     gradient = tf.where(finite, gradient, tf.zeros_like(gradient))
     return value, gradient
 
+  _TRACED[num_buffers] = value_and_gradient
+  return value_and_gradient
+
+
+def _parts(params, n, max_error, min_sep, k, num_buffers):
+  """(loss, barrier penalty) of the pair `params` = (logit theta, logit theta_hat)."""
+  a, a_hat = params[:num_buffers], params[num_buffers:]
+  theta, theta_hat = tf.sigmoid(a), tf.sigmoid(a_hat)
+  omega = _output_scales(theta, theta_hat)
+  omega_hat = _output_scales(theta_hat, theta)
+  c = _coefs(_log_sigmoid(a), omega, n)
+  c_hat = _coefs(_log_sigmoid(a_hat), omega_hat, n)
+  per_query = tf.cumsum(tf.cumsum(c_hat)**2)
+  err = tf.where(max_error, per_query[-1], tf.reduce_mean(per_query))
+  loss = err * _sensitivity_squared(c, n, min_sep, k)
+  penalty = (
+      tf.reduce_sum(_barrier(omega)) + tf.reduce_sum(_barrier(-omega_hat))
+      + _barrier(1 - tf.reduce_sum(omega))
+      + _barrier(1 - tf.reduce_sum(omega / theta))
+  )
+  if num_buffers > 1:
+    penalty += (_barrier(_min_gap(theta) - _MIN_GAP)
+                + _barrier(_min_gap(theta_hat) - _MIN_GAP))
+  return loss, penalty
+
+
+def make_loss(n: int, error: str, min_sep: int, k: int, num_buffers: int):
+  """(params [2 nbuf] -> penalised normalised loss, params -> plain loss)."""
+  traced = _traced_loss(num_buffers)
+  args = (tf.constant(n, tf.int32), tf.constant(error == 'max'),
+          tf.constant(min_sep, tf.int32), tf.constant(k, tf.int32),
+          tf.constant(k + (1 + np.log(n) / np.pi) ** 2, tf.float64))
+
+  def value_and_gradient(params):
+    return traced(params, *args)
+
   def plain(params):
-    return float(parts(tf.constant(params, tf.float64))[0])
+    return float(_parts(tf.constant(params, tf.float64), n, error == 'max',
+                        min_sep, k, num_buffers)[0])
 
   return value_and_gradient, plain
 
