@@ -28,7 +28,9 @@ class AuditScriptTest(unittest.TestCase):
     rows = json.loads(result.stdout)
     self.assertEqual(
         [r['mechanism'].split()[0] for r in rows],
-        ['dp_fedavg', 'blt', 'smp', 'udp', 'distortion', 'ldp', 'ldp'])
+        ['dp_fedavg', 'dp_fedavg', 'blt', 'smp', 'udp', 'distortion', 'ldp',
+         'ldp'])
+    self.assertIn('adaptive', rows[1]['mechanism'])
     for row in rows:
       self.assertEqual(row['trials'], 4)
       self.assertEqual(row['verdict'], 'pass')  # 2 trials can show nothing.
@@ -38,7 +40,7 @@ class AuditScriptTest(unittest.TestCase):
       self.assertGreaterEqual(row['max_showable_epsilon'], row['max_showable'])
       self.assertGreater(row['accounted_epsilon'], 0.0)
     self.assertEqual([r['vectorized'] for r in rows],
-                     [True, True, False, True, False, True, True])
+                     [True, False, True, False, True, False, True, True])
 
   def test_power_plot(self):
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,7 +59,7 @@ class AuditScriptTest(unittest.TestCase):
     )
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     rows = json.loads(result.stdout)
-    self.assertEqual(len(rows), 8)
+    self.assertEqual(len(rows), 9)  # The 8 factory rows and the run's.
     last = rows[-1]
     self.assertEqual(last['mechanism'], 'udp training run (one-run audit)')
     self.assertEqual(last['unit'], 'example')

@@ -14,9 +14,19 @@ from typing import Sequence
 
 import numpy as np
 from scipy import optimize
-from scipy import stats
+from scipy import special
 
 from tff_priv import validation
+
+
+# scipy.stats.norm's cdf and sf, as they compute them (special.ndtr), without
+# their argument handling: the search calls them hundreds of times per eps.
+def _cdf(x, mu, std):
+  return float(special.ndtr((x - mu) / std))
+
+
+def _sf(x, mu, std):
+  return float(special.ndtr((mu - x) / std))
 
 
 def _delta_one_order(mu1, std1, mu2, std2, epsilon):
@@ -25,15 +35,14 @@ def _delta_one_order(mu1, std1, mu2, std2, epsilon):
   a = 0.5 / std2**2 - 0.5 / std1**2
   b = mu1 / std1**2 - mu2 / std2**2
   c = 0.5 * (mu2 / std2) ** 2 - 0.5 * (mu1 / std1) ** 2 + math.log(std2 / std1)
-  norm = stats.norm
   if a == 0.0:
     if b == 0.0:
       return 0.0
     t = (epsilon - c) / b
     if b > 0:  # S = {y > t}.
-      p1, p2 = norm.sf(t, mu1, std1), norm.sf(t, mu2, std2)
+      p1, p2 = _sf(t, mu1, std1), _sf(t, mu2, std2)
     else:  # S = {y < t}.
-      p1, p2 = norm.cdf(t, mu1, std1), norm.cdf(t, mu2, std2)
+      p1, p2 = _cdf(t, mu1, std1), _cdf(t, mu2, std2)
   else:
     disc = b * b - 4.0 * a * (c - epsilon)
     if disc <= 0.0:
@@ -43,7 +52,7 @@ def _delta_one_order(mu1, std1, mu2, std2, epsilon):
     lo, hi = roots
 
     def inside(mu, std):
-      return norm.cdf(hi, mu, std) - norm.cdf(lo, mu, std)
+      return _cdf(hi, mu, std) - _cdf(lo, mu, std)
 
     if a > 0:  # Positive outside the roots.
       p1, p2 = 1.0 - inside(mu1, std1), 1.0 - inside(mu2, std2)
