@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import parameterized
 import dp_accounting
@@ -22,6 +23,7 @@ import tensorflow as tf
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.learning import client_metrics
 from tff_priv.program import layout
+from tff_priv.program import releases as releases_lib
 from tff_priv.program import mechanisms
 from tff_priv.program.mechanisms import base
 from tff_priv.program.mechanisms import ldp
@@ -240,6 +242,43 @@ class RunTest(_TempDirTestCase):
         json.dumps(summary['privacy']['ledger'])
     )
     self.assertEqual(ledger.num_releases, rounds)
+
+  def test_a_stop_between_a_checkpoint_and_its_release_loses_no_row(self):
+    # Round 2's checkpoint is saved before its rows are released; a stop in
+    # between (here the release fails) leaves them on disk, and the resume
+    # from that checkpoint releases them: every round has its row once.
+    root = os.path.join(self._make_tempdir(), 'run')
+    config = _config(total_rounds=3)
+    real_train = releases_lib.RunReleases.train
+
+    async def stop_at_round_2(releases, row, round_num):
+      if round_num == 2:
+        raise RuntimeError('stopped')
+      await real_train(releases, row, round_num)
+
+    with mock.patch.object(releases_lib.RunReleases, 'train',
+                           stop_at_round_2):
+      with self.assertRaisesRegex(RuntimeError, 'stopped'):
+        training.run(config, root, checkpoint_every=1, progress=False)
+    pending = layout.path(root, layout.PENDING_RELEASE)
+    self.assertTrue(os.path.exists(pending))
+    self.assertEqual(
+        [r[layout.ROUND] for r in _rows(layout.path(root, layout.TRAIN_CSV))],
+        ['1'])
+    summary = training.run(config, root, checkpoint_every=1, progress=False)
+    self.assertEqual([s['start_round'] for s in summary['sessions']], [0, 2])
+    train_rows = _rows(layout.path(root, layout.TRAIN_CSV))
+    self.assertEqual([r[layout.ROUND] for r in train_rows], ['1', '2', '3'])
+    # Round 2's row holds what its release holds: public columns only.
+    self.assertGreater(float(train_rows[1][layout.RDP_EPSILON]),
+                       float(train_rows[0][layout.RDP_EPSILON]))
+    for column in train_rows[1]:
+      self.assertTrue(column == layout.ROUND
+                      or releases_lib.is_public_train(column), column)
+    self.assertEqual(
+        [r[layout.ROUND] for r in _rows(layout.path(root, layout.EVAL_CSV))],
+        ['2', '3'])
+    self.assertFalse(os.path.exists(pending))
 
   def test_stop_and_resume_continues_rounds_and_ledger(self):
     root = os.path.join(self._make_tempdir(), 'run')

@@ -28,6 +28,9 @@ SUMMARY = 'summary.json'
 FINAL_MODEL = 'final_model.npz'
 INITIAL_MODEL = 'initial_model.npz'
 PRIVACY = 'privacy_ledger.json'
+# A checkpointed round's rows until they are released (a kill between its
+# checkpoint and its release: the resume releases them).
+PENDING_RELEASE = 'pending_release.json'
 # Held (flock) by the run using the directory; holds its pid.
 LOCK = '.lock'
 CHECKPOINT_PREFIX = 'program_state_'

@@ -15,8 +15,9 @@ clip, which its effective noise multiplier covers). Evaluation rows hold the
 released model's metrics on the server's test data.
 """
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
+import numpy as np
 import tensorflow_federated as tff
 
 from tff_priv.program import layout
@@ -90,9 +91,20 @@ class RunReleases:
     self._eval = tff.program.GroupingReleaseManager([
         eval_csv, _Prefixed('eval', tensorboard, flatten='eval'),
     ])
+    self._private = private
     if private:
       self._train = _filtered(self._train, is_public_train)
       self._eval = _filtered(self._eval, is_public_eval)
+
+  def pending(self, train_row: Mapping[str, Any],
+              eval_row: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """The rows as their release writes them (a private run's public
+    columns only), JSON-safe: what `write_pending` keeps on disk."""
+    return {
+        'train': _kept(train_row, is_public_train if self._private else None),
+        'eval': None if eval_row is None else _kept(
+            eval_row, is_public_eval if self._private else None),
+    }
 
   async def train(self, row: Mapping[str, Any], round_num: int) -> None:
     """Releases round `round_num`'s training row."""
@@ -101,6 +113,21 @@ class RunReleases:
   async def eval(self, row: Mapping[str, Any], round_num: int) -> None:
     """Releases round `round_num`'s evaluation row."""
     await self._eval.release(row, key=round_num)
+
+
+def _kept(row, is_public, prefix=()):
+  """`row`'s leaves that `is_public` keeps (all if None), as plain lists and
+  numbers, in the same nesting."""
+  kept = {}
+  for key, value in row.items():
+    path = (*prefix, key)
+    if isinstance(value, Mapping):
+      inner = _kept(value, is_public, path)
+      if inner:
+        kept[key] = inner
+    elif is_public is None or is_public(_column(path)):
+      kept[key] = None if value is None else np.asarray(value).tolist()
+  return kept
 
 
 class _Prefixed(tff.program.ReleaseManager):

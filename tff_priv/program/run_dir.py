@@ -89,3 +89,23 @@ def write_privacy(root_output_dir: str, record: dict[str, Any]) -> None:
   files.write_json(
       layout.path(root_output_dir, layout.PRIVACY), record, durable=True
   )
+
+
+def write_pending(root_output_dir: str, record: dict[str, Any]) -> None:
+  """Writes a checkpointed round's rows before its release (durably)."""
+  files.write_json(layout.path(root_output_dir, layout.PENDING_RELEASE),
+                   record, durable=True)
+
+
+def take_pending(root_output_dir: str) -> Optional[dict[str, Any]]:
+  """The rows `write_pending` left (None if none or unreadable), removed."""
+  path = layout.path(root_output_dir, layout.PENDING_RELEASE)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      record = json.load(f)
+  except (ValueError, UnicodeDecodeError):
+    record = None  # Written atomically: only a damaged disk gets here.
+  os.remove(path)
+  return record

@@ -407,6 +407,7 @@ class _Run:
     self.last_accuracy = None
     self.last_eval_round = None
     self.test = None
+    self.rows = None  # The last round's rows, as `releases.pending` keeps them.
 
   def next_event(self, train_state):
     """The event a round charges: the factory's, composed with the 'dp'
@@ -831,6 +832,7 @@ class _Run:
     if metrics is not None:
       row.update(metrics)
     releases = [self.releases.train(row, round_num)]
+    eval_row = None
     if round_num % self.config.eval_every == 0 or self.done:
       self.test = self.evaluate(self.train_state)
       key = _accuracy_key(self.test)
@@ -839,13 +841,27 @@ class _Run:
       if (self.last_accuracy is not None
           and self.last_accuracy > self.best_accuracy):
         self.best_accuracy, self.best_round = self.last_accuracy, round_num
-      releases.append(self.releases.eval(collections.OrderedDict([
+      eval_row = collections.OrderedDict([
           (layout.TEST_ACCURACY, self.last_accuracy),
           (layout.TEST_LOSS, self.test.get('loss')),
           (layout.RDP_EPSILON, eps),
           ('eval', self.test),
-      ]), round_num))
+      ])
+      releases.append(self.releases.eval(eval_row, round_num))
+    self.rows = self.releases.pending(row, eval_row)
     return releases
+
+  async def release_pending(self, start_round: int) -> None:
+    """Releases the rows of the checkpoint resumed from, if they were
+    written before its release and a stop came before that release
+    (released again, the same public values, if it came after)."""
+    pending = run_dir.take_pending(self.root)
+    if pending is None or pending.get('round') != start_round:
+      return  # None, or a round run again now.
+    releases = [self.releases.train(pending['train'], start_round)]
+    if pending.get('eval') is not None:
+      releases.append(self.releases.eval(pending['eval'], start_round))
+    await asyncio.gather(*releases)
 
   def progress(self, bar, metrics) -> None:
     train = _train_metrics(metrics)
@@ -913,6 +929,7 @@ async def _run(config, root_output_dir, last_round, *, checkpoint_every,
     if warning:
       print(f'tff_priv: warning: {warning}', file=sys.stderr)
   start_round = await this.start_or_resume()
+  await this.release_pending(start_round)
   # The first round's event, as this session's process releases it (a
   # resumed state holds the last round's, of the noise planned before).
   planned_event = this.next_event(
@@ -931,11 +948,15 @@ async def _run(config, root_output_dir, last_round, *, checkpoint_every,
       releases = this.release(round_num, chosen, metrics, round_start)
       if saving:
         # Before the release: a round whose checkpoint is due is never
-        # released without it, so a resume never releases it twice.
+        # released without it, so a resume never releases it twice; its
+        # rows wait on disk, for a resume from that checkpoint to release.
+        run_dir.write_pending(this.root, {'round': round_num, **this.rows})
         await this.state_manager.save(
             this.program_state(round_num), version=round_num
         )
       await asyncio.gather(*releases)
+      if saving:
+        run_dir.take_pending(this.root)
       this.progress(bar, metrics)
       if last_round is not None and round_num >= last_round and not this.done:
         return None
