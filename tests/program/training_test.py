@@ -8,6 +8,7 @@ tests/scripts/train_script_test.py.
 import collections
 import csv
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -551,29 +552,33 @@ class DpFtrlRunTest(_TempDirTestCase):
     self.assertBetween(epsilon, 3.99, 4.0)
 
 
+_BLT_CONFIG = dict(
+    mechanism='blt', params=dict(epsilon=4.0, clip=1.0),
+    clients_per_round=3, total_rounds=7, eval_every=7, sampling_seed=1,
+)
+
+
+def _stream_rdp_epsilon(resolved, streams):
+  """eps at 1e-5 of `streams` BLT streams of a run's resolved noise."""
+  stream = dp_accounting.GaussianDpEvent(
+      resolved['noise_multiplier'] / resolved['sensitivity'])
+  accountant = dp_accounting.rdp.RdpAccountant(
+      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+  return accountant.compose(stream, streams).get_epsilon(1e-5)
+
+
 class BltRunTest(_TempDirTestCase):
 
   def test_one_stream_per_epoch_calibrated(self):
     # 10 clients, K = 3: epochs (streams) of 3 rounds; 7 rounds are streams
     # at rounds 1, 4 and 7, each GaussianDpEvent(z / sensitivity) under
     # REPLACE_SPECIAL, z calibrated to eps 4 over 3 streams.
-    config = _config(
-        mechanism='blt', params=dict(epsilon=4.0, clip=1.0),
-        clients_per_round=3, total_rounds=7, eval_every=7, sampling_seed=1,
-    )
+    config = _config(**_BLT_CONFIG)
     root = os.path.join(self._make_tempdir(), 'run')
     summary = training.run(config, root, progress=False)
     resolved = summary['parameters']['resolved']
     self.assertEqual(resolved['rounds_per_stream'], 3)
-    stream = dp_accounting.GaussianDpEvent(
-        resolved['noise_multiplier'] / resolved['sensitivity']
-    )
-
-    def rdp_epsilon(streams):
-      accountant = dp_accounting.rdp.RdpAccountant(
-          neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
-      )
-      return accountant.compose(stream, streams).get_epsilon(1e-5)
+    rdp_epsilon = functools.partial(_stream_rdp_epsilon, resolved)
 
     analyst = summary['privacy']['guarantees'][0]
     self.assertEqual(analyst['neighboring_relation'], 'replace_special')
@@ -586,22 +591,11 @@ class BltRunTest(_TempDirTestCase):
 
   @pytest.mark.slow
   def test_a_resume_continues_the_stream_or_restarts_it_charged(self):
-    config = _config(
-        mechanism='blt', params=dict(epsilon=4.0, clip=1.0),
-        clients_per_round=3, total_rounds=7, eval_every=7, sampling_seed=1,
-    )
+    config = _config(**_BLT_CONFIG)
     root = os.path.join(self._make_tempdir(), 'run')
     summary = training.run(config, root, progress=False)
     resolved = summary['parameters']['resolved']
-    stream = dp_accounting.GaussianDpEvent(
-        resolved['noise_multiplier'] / resolved['sensitivity']
-    )
-
-    def rdp_epsilon(streams):
-      accountant = dp_accounting.rdp.RdpAccountant(
-          neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
-      )
-      return accountant.compose(stream, streams).get_epsilon(1e-5)
+    rdp_epsilon = functools.partial(_stream_rdp_epsilon, resolved)
 
     # Stopped after round 5 (mid-stream, its checkpoint saved before its
     # release): the resumed run continues the stream, 3 streams in all.
