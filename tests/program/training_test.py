@@ -210,6 +210,7 @@ class RunTest(_TempDirTestCase):
       training.run(_config(clients_per_round=11), root, progress=False)
     self.assertFalse(os.path.exists(root))  # A refused run leaves nothing.
 
+  @pytest.mark.slow
   def test_a_round_that_samples_nobody_runs_and_looks_like_any_other(self):
     # N = 10, K = 1 (Poisson q = 0.1): about a third of the rounds draw
     # nobody. Such a round releases the noise alone; a skipped round (empty
@@ -244,12 +245,18 @@ class RunTest(_TempDirTestCase):
     )
     self.assertEqual(ledger.num_releases, rounds)
 
+  @pytest.mark.slow
   def test_a_stop_between_a_checkpoint_and_its_release_loses_no_row(self):
     # Round 2's checkpoint is saved before its rows are released; a stop in
     # between (here the release fails) leaves them on disk, and the resume
     # from that checkpoint releases them: every round has its row once.
     root = os.path.join(self._make_tempdir(), 'run')
-    config = _config(total_rounds=3)
+    # DP-FedAvg: the analyst's eps grows with every charged round whoever is
+    # sampled (LDP's is the most-sampled client's, which may not).
+    config = _config(
+        mechanism='dp_fedavg', total_rounds=3,
+        params=dict(noise_multiplier=1.0, clip=1.0),
+    )
     real_train = releases_lib.RunReleases.train
 
     async def stop_at_round_2(releases, row, round_num):
@@ -281,6 +288,7 @@ class RunTest(_TempDirTestCase):
         ['2', '3'])
     self.assertFalse(os.path.exists(pending))
 
+  @pytest.mark.slow
   def test_stop_and_resume_continues_rounds_and_ledger(self):
     root = os.path.join(self._make_tempdir(), 'run')
     config = _config()
@@ -533,6 +541,7 @@ class DpFtrlRunTest(_TempDirTestCase):
     self.assertIn('needs noise_multiplier > 0 or a target epsilon',
                   str(raised.exception))
 
+  @pytest.mark.slow
   def test_target_epsilon_is_met_exactly(self):
     # 10 clients, K = 3, 7 rounds: 3 trees of 3 leaves, z calibrated so that
     # the charged trees give eps 4 (the calibration's tolerance below it).
@@ -569,6 +578,7 @@ def _stream_rdp_epsilon(resolved, streams):
 
 class BltRunTest(_TempDirTestCase):
 
+  @pytest.mark.slow
   def test_one_stream_per_epoch_calibrated(self):
     # 10 clients, K = 3: epochs (streams) of 3 rounds; 7 rounds are streams
     # at rounds 1, 4 and 7, each GaussianDpEvent(z / sensitivity) under
@@ -633,6 +643,7 @@ class BltRunTest(_TempDirTestCase):
 
 class DpClientMetricsRunTest(_TempDirTestCase):
 
+  @pytest.mark.slow
   def test_noised_metrics_are_released_and_charged(self):
     root = os.path.join(self._make_tempdir(), 'run')
     z, z_metrics, rounds = 1.0, 2.0, 2
