@@ -17,6 +17,7 @@ class CalibrationTest(tf.test.TestCase, parameterized.TestCase):
       ('udp_fixed_size', 4.0, 1e-3, 50, dict(population=50, sample_size=30)),
       ('small_eps', 0.3, 1e-6, 20, dict(sampling_probability=0.1)),
   )
+  @pytest.mark.slow
   def test_rdp_round_trip(self, eps, delta, rounds, sampling):
     z = calibration.calibrate_noise_multiplier(eps, delta, rounds, **sampling)
     # The same noise, charged round by round to a ledger.
@@ -53,6 +54,7 @@ class CalibrationTest(tf.test.TestCase, parameterized.TestCase):
     self.assertLess(zs[0], zs[1])
     self.assertLess(zs[1], zs[2])
 
+  @pytest.mark.slow
   def test_rounds_left_after_spent_releases_meet_the_target(self):
     self._check_rounds_left(dict(sampling_probability=0.1), local=False)
 

@@ -7,6 +7,7 @@ import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tff_priv.accounting import accountants
@@ -163,6 +164,7 @@ class LedgerTest(tf.test.TestCase, parameterized.TestCase):
     self.assertLess(many.epsilon(1e-5), 100.0)
     self.assertLess(many.epsilon(1e-5, 'pld'), many.epsilon(1e-5, 'rdp'))
 
+  @pytest.mark.slow
   def test_json_round_trip_is_exact(self):
     ledger = ledger_lib.PrivacyLedger()
     ledger.record_gaussian(10.0 / 11.0, sampling_probability=0.0123, count=17)

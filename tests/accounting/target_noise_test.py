@@ -2,6 +2,7 @@
 
 from absl.testing import absltest
 
+import pytest
 from tff_priv.accounting import calibration
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import target_noise
@@ -21,6 +22,7 @@ class NoiseForTargetTest(absltest.TestCase):
         delta=1e-6,
     )
 
+  @pytest.mark.slow
   def test_tight_is_the_calibrated_multiplier_times_the_sensitivity(self):
     sampling = Sampling.fixed(10, 3)
     z = calibration.calibrate_noise_multiplier(

@@ -3,6 +3,7 @@
 from absl.testing import absltest
 import numpy as np
 
+import pytest
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import target_noise
@@ -30,6 +31,7 @@ class CrdBudgetTest(absltest.TestCase):
     self.assertEqual(budget.initial_rounds, 6)
     self.assertIsNone(budget.cost_table)
 
+  @pytest.mark.slow
   def test_tight_sampled_tabulates_the_rdp_at_one_order(self):
     budget = udp.crd_budget(
         4.0, 1e-5, 0.05, 6, Sampling.fixed(10, 3), table_size=16

@@ -8,6 +8,7 @@ arguments. Each is charged exactly or refused in one line naming the fix.
 
 import dp_accounting
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
@@ -136,6 +137,7 @@ class StreamStateTest(tf.test.TestCase):
     super().setUpClass()
     runtime.set_context('simulation')
 
+  @pytest.mark.slow
   def test_streams_are_known_and_refuse_sampling(self):
     factories = {
         'BLTFactory': blt.BLTFactory(1.0, 2, 1.0, [0.9], [0.5], 10),

@@ -2,6 +2,7 @@
 
 import dp_accounting
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -101,6 +102,7 @@ class TreeRestartFactoryTest(tf.test.TestCase):
     ])
     self.assertAllClose(measured, expected, rtol=0.06)
 
+  @pytest.mark.slow
   def test_the_first_release_is_drawn_from_the_key_not_the_clock(self):
     # Zero inputs: round 1 releases the tree's first node over K. TFF's own
     # factory draws it from a seed read from tf.timestamp(). Here it is a

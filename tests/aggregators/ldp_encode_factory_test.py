@@ -18,6 +18,7 @@ from absl.testing import parameterized
 import dp_accounting
 import numpy as np
 from sklearn import datasets
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -311,6 +312,7 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
     else:
       self.assertGreater(new_radius, r0 * math.exp(lr * 0.25))
 
+  @pytest.mark.slow
   def test_range_event_is_a_gaussian_count_per_tensor_replace_one(self):
     n, stddev, eps = 50, 5.0, 1.0
     value_type = _list_type([2], [3], [4])
@@ -678,6 +680,7 @@ class BadArgumentsTest(tf.test.TestCase, parameterized.TestCase):
 
 class LearningTest(tf.test.TestCase):
 
+  @pytest.mark.slow
   def test_trains_with_unweighted_fed_avg_on_offline_digits(self):
     # sklearn's bundled 8x8 digits: real data, no network. 20 clients x 80.
     digits = datasets.load_digits()

@@ -11,6 +11,7 @@ import collections
 
 from absl.testing import parameterized
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -77,6 +78,7 @@ class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
             'dp_ftrl'),
       bad=('nan', 'inf'),
   )
+  @pytest.mark.slow
   def test_a_non_finite_client_contributes_zeros(self, name, bad):
     exact, weighted = _factories(0.0)[name]
     got, measurements = _result(exact, weighted, _GOOD + [_BAD[bad]])
@@ -94,6 +96,7 @@ class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
     got, _ = _result(noised, weighted, _GOOD + [_BAD[bad]])
     self.assertTrue(np.all(np.isfinite(got)), got)
 
+  @pytest.mark.slow
   def test_smp_drops_a_client_whose_nan_the_mask_drops(self):
     # rand_k keeps k of d coordinates: a client whose NaN sits in a dropped
     # coordinate contributes zeros too (its kept values are not sent).

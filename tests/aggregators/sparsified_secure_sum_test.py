@@ -9,6 +9,7 @@ import math
 
 from absl.testing import parameterized
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 # Test-only: TFF's own tree analysis finds the aggregation intrinsics of a
@@ -499,6 +500,7 @@ class DpEventTest(tf.test.TestCase, parameterized.TestCase):
 
 class OverTargetTest(tf.test.TestCase):
 
+  @pytest.mark.slow
   def test_the_charge_does_not_depend_on_how_many_clients_a_round_drew(self):
     # The audit found the old charge (sigma sqrt(n/K)) over the target in
     # 99.4% of sampler seeds (N = 100, K = 10, 20 rounds, target 8). Now the

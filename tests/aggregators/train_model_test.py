@@ -8,6 +8,7 @@ from the aggregator state of each round with one call.
 
 from dp_accounting import dp_event
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -24,6 +25,7 @@ class TrainModelTest(tf.test.TestCase):
     runtime.set_context('simulation')  # The suite's context (conftest.py).
     super().tearDown()
 
+  @pytest.mark.slow
   def test_three_rounds_of_train_model_charge_the_ledger(self):
     runtime.set_context('simulation', program=True)
     sigma, clients_per_round, population = 0.8, 2, 6

@@ -1,6 +1,7 @@
 """Tests for tff_priv.auditing.canary_examples: slots, guesses, the bound."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tff_priv.auditing import canary_examples
@@ -64,6 +65,7 @@ class CanaryExamplesTest(tf.test.TestCase):
     self.assertEqual(k, 3)
     self.assertAllEqual(guess, [-1, -1, -1, 1, 1, 1])
 
+  @pytest.mark.slow
   def test_audit_is_the_one_run_bound_of_the_best_grid_row(self):
     rng = np.random.default_rng(0)
     m, delta = 400, 1e-5

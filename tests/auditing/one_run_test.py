@@ -49,6 +49,7 @@ class OneRunTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'alpha'):
       one_run.epsilon_lower_bound(10, 5, 5, 0.0, alpha=1.5)
 
+  @pytest.mark.slow
   def test_fdp_refutes_more_than_steinke_from_the_same_guesses(self):
     # Mahloujifar et al.'s point: the Gaussian curve constrains the guesses
     # more than one (eps, delta) point. Same (m, r, v), same alpha.

@@ -4,6 +4,7 @@ from absl.testing import absltest
 import dp_accounting
 import numpy as np
 
+import pytest
 from tff_priv.auditing import bounds
 from tff_priv.auditing import tradeoff
 
@@ -33,6 +34,7 @@ class TradeoffTest(absltest.TestCase):
         tradeoff.max_mu_lower_bound(1000, 1000, 0.05),
         float(tradeoff.mu_lower_bound(0, 1000, 0, 1000, 0.05)))
 
+  @pytest.mark.slow
   def test_mu_bound_coverage_on_a_gaussian(self):
     # N(0, 1) vs N(1, 1) is exactly 1-GDP: the held-out bound at alpha = 0.05
     # must stay below 1 in >= 95% of fixed-seed repeats (here: all but 5 of

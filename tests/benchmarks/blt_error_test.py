@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from tensorflow_privacy.privacy.dp_query import tree_aggregation
 
@@ -59,6 +60,7 @@ class StrategiesTest(tf.test.TestCase):
         blt_error.restarted(np.array([1.0, 3.0]), 3), [1, 3, 4, 6, 7, 9]
     )
 
+  @pytest.mark.slow
   def test_rows_single_participation(self):
     rows = {r.strategy: r for r in blt_error.rows_for(100, 1)}
     self.assertAllClose(rows['identity'].rmse, np.sqrt(50.5))
@@ -72,6 +74,7 @@ class StrategiesTest(tf.test.TestCase):
     self.assertLess(rows['blt_mean'].ratio, 0.8)
     self.assertLessEqual(rows['blt_mean'].rmse, rows['blt_max'].rmse)
 
+  @pytest.mark.slow
   def test_rows_four_participations(self):
     rows = {r.strategy: r for r in blt_error.rows_for(100, 4)}
     self.assertEqual(rows['identity'].sensitivity_squared, 4)
@@ -83,6 +86,7 @@ class StrategiesTest(tf.test.TestCase):
     # The cyclic stream beats a stream per epoch at the same k.
     self.assertLess(rows['blt_cyclic'].max_error, rows['blt_max'].max_error)
 
+  @pytest.mark.slow
   def test_run_writes_table_and_json(self):
     lines = []
     rows = blt_error.run(

@@ -19,6 +19,7 @@ class OneRunAuditTest(tf.test.TestCase):
     with self.assertRaises(ValueError):
       one_run_audit.config(canaries=1)
 
+  @pytest.mark.slow
   def test_max_showable_is_the_all_right_bound_of_the_best_row(self):
     m, delta = 200, 1e-5
     alpha = canary_examples.ALPHA / len(canary_examples.GUESS_FRACTIONS)

@@ -1,6 +1,7 @@
 """Tests of canary clients in a TFF learning process (tff_priv.learning.canary_clients)."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -19,6 +20,7 @@ def _flat(process, state):
 
 class CanaryClientsTest(tf.test.TestCase):
 
+  @pytest.mark.slow
   def test_real_clients_unchanged_and_a_canary_uploads_its_update(self):
     # No shuffling: the two processes below must see the same batches. An
     # unseeded shuffle draws its order from TF's global seed and the count of

@@ -4,6 +4,7 @@ import collections
 
 from dp_accounting import dp_event
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -59,6 +60,7 @@ class DpClientMetricsTest(tf.test.TestCase):
     for key, value in _EXACT.items():
       self.assertAllClose(out[key], value, rtol=1e-6)
 
+  @pytest.mark.slow
   def test_noise_has_the_stated_std(self):
     # TFF's DP factory draws unseeded noise: the test is statistical. With
     # 3 x 150 standardised residuals, the mean is within 0.35 (> 6 standard

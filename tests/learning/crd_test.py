@@ -99,6 +99,7 @@ class CrdScheduleTest(tf.test.TestCase, parameterized.TestCase):
       udp_accounting.noise_ledger([1.0, -1.0], 0.1)
 
 
+@pytest.mark.slow
 class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
   """What CRD reports: the filter's guarantee, never the realised composition."""
 

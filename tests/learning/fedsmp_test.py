@@ -11,6 +11,7 @@ import collections
 from absl.testing import parameterized
 from dp_accounting import dp_event
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 # Test-only: TFF's own tree analysis finds the aggregation intrinsics of a
@@ -319,6 +320,7 @@ class SignAndLocalPeriodTest(tf.test.TestCase, parameterized.TestCase):
       ('dp_fedavg_two_epochs', 'rand_k', 1.0, 2),
       ('top_k_two_epochs', 'top_k', 0.4, 2),
   )
+  @pytest.mark.slow
   def test_model_moves_to_the_client_result(self, mask, compression, epochs):
     # One client (K = 1), no noise, no clipping, server SGD at rate 1: on the
     # round's mask the new model is the client's locally trained model (the
@@ -361,6 +363,7 @@ class TrainingTest(tf.test.TestCase, parameterized.TestCase):
       ('top_k', 'top_k', 0.4),
       ('dp_fedavg', 'rand_k', 1.0),
   )
+  @pytest.mark.slow
   def test_loss_decreases_noise_free(self, mask, compression):
     # Separable synthetic data, 3 clients, no noise: the loss of the global
     # model on all the clients' data (numpy) falls by a quarter in 4 rounds.
@@ -391,6 +394,7 @@ class TrainingTest(tf.test.TestCase, parameterized.TestCase):
 class MeasurementTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.parameters('rand_k', 'top_k')
+  @pytest.mark.slow
   def test_state_and_metrics(self, mask):
     sigma, k_clients, compression = 0.7, 4, 0.4
     process = _build(
@@ -437,6 +441,7 @@ class MeasurementTest(tf.test.TestCase, parameterized.TestCase):
 
 class ClientMetricsTest(tf.test.TestCase):
 
+  @pytest.mark.slow
   def test_no_client_metrics_leaves_only_secure_aggregation(self):
     # With secure=True and no client metrics, nothing computed from client
     # data reaches the server by a plain sum. The default metrics aggregator

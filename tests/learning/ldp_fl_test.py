@@ -2,6 +2,7 @@
 
 from absl.testing import parameterized
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -87,6 +88,7 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     for a, b in zip(_trainable(weights_proc, s1), _trainable(fedavg, s2)):
       self.assertAllClose(a, b, atol=1e-6, rtol=1e-6)
 
+  @pytest.mark.slow
   def test_client_work_returns_local_weights(self):
     # The local weights are the client's own training result: a client with
     # no data (an empty dataset) returns the global weights unchanged.
@@ -100,6 +102,7 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     )
     self.assertGreater(moved, 1e-4)
 
+  @pytest.mark.slow
   def test_large_epsilon_weights_mode_tracks_fedavg(self):
     # eps = 50: q = 1 + 2 / (e^50 - 1) = 1 in float, but the encoder is
     # still a two-point randomized rounding to c +- r (Lemma 3: Var = r^2 -
@@ -124,6 +127,7 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
       z = (got - values.mean(0)) / sd
       self.assertLess(np.max(np.abs(z)), 6.0)
 
+  @pytest.mark.slow
   def test_weights_mode_is_unbiased(self):
     # E[new model] = mean of the local weights (Lemma 2). Repeating one round
     # R times from the same state, the average of the R new models has, per

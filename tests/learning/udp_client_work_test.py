@@ -2,6 +2,7 @@
 
 from absl.testing import parameterized
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -135,6 +136,7 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
       ('mlp', _mlp_model_fn, (28, 28)),
       ('cnn', _keras_model_fn(_small_cnn, (12, 12, 1)), (12, 12, 1)),
   )
+  @pytest.mark.slow
   def test_ghost_update_equals_per_example_update(self, model_fn, shape):
     rng = np.random.default_rng(7)
     n, lr = 11, 0.5
@@ -177,6 +179,7 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
         rtol=1e-5,
     )
 
+  @pytest.mark.slow
   def test_unregistered_layer_falls_back_and_says_so(self):
     model_fn = _keras_model_fn(_prelu_classifier, (6,))
     rng = np.random.default_rng(8)

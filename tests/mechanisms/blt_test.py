@@ -140,6 +140,7 @@ def test_unstable_inverse_is_refused():
     blt.blt_from_lists([1.2], [0.1])
 
 
+@pytest.mark.slow
 def test_optimised_blt_beats_identity_and_restarts():
   n = 100
   strategy = blt.optimize(n)

@@ -6,6 +6,7 @@ import math
 
 from absl.testing import parameterized
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tff_priv.mechanisms import clipping
@@ -74,6 +75,7 @@ class RandKIndicesTest(tf.test.TestCase, parameterized.TestCase):
         sparsify.rand_k_indices(sparsify.round_seed(seed, 2), 10000, 50),
     )
 
+  @pytest.mark.slow
   def test_every_k_subset_equally_likely(self):
     # d = 5, k = 2: 10 subsets, each with probability 0.1 over 3000 seeds.
     # Tolerance: 5 standard errors of a frequency, 5 sqrt(0.1 * 0.9 / n).
@@ -91,6 +93,7 @@ class RandKIndicesTest(tf.test.TestCase, parameterized.TestCase):
     for subset, c in counts.items():
       self.assertAlmostEqual(c / n, 0.1, delta=tol, msg=str(subset))
 
+  @pytest.mark.slow
   def test_rescaled_rand_k_is_unbiased(self):
     # E_S[densify((d/k) x[S])] = x. Per coordinate the estimator is (d/k) x_i
     # with probability k/d and 0 otherwise: variance x_i^2 (d/k - 1).

@@ -305,6 +305,7 @@ class BuildTest(tf.test.TestCase):
     self.assertLess(mech.resolved['tv_lower'], 0.5)
     self.assertEqual(mech.closed_form['target_tv'], 0.5)
 
+  @pytest.mark.slow
   def test_dp_fedavg_calibrates_to_the_target(self):
     mech = _build('dp_fedavg', P(epsilon=3.0, clip=1.0))
     z = mech.resolved['noise_multiplier']
@@ -346,6 +347,7 @@ class BuildTest(tf.test.TestCase):
     self.assertEqual(ledger.epsilon(1e-5), float('inf'))
     self.assertTrue(any('minmax' in c for c in mech.caveats))
 
+  @pytest.mark.slow
   def test_guarantees_and_released_metrics_of_the_mechanisms(self):
     # Each mechanism built once (a TFF process each): its guarantee's unit
     # and noise, declared alike in its module, and no exact client metric
@@ -569,6 +571,7 @@ class PrivacyReportTest(tf.test.TestCase):
     self.assertIsNone(report['shuffle_epsilon'])
     json.dumps(report)
 
+  @pytest.mark.slow
   def test_built_closed_form_is_the_report(self):
     mech = _build('smp', P(noise_multiplier=1.0))
     self.assertEqual(

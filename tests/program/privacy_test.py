@@ -4,6 +4,7 @@ import math
 
 from absl.testing import parameterized
 from dp_accounting import dp_event
+import pytest
 import tensorflow as tf
 
 from tff_priv.accounting import accountants
@@ -165,6 +166,7 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
 class AdaptiveRunPrivacyTest(tf.test.TestCase):
   """A CRD run reports its schedule's bounds from round 1 on."""
 
+  @pytest.mark.slow
   def test_reports_the_filter_on_every_round_and_path(self):
     delta, sens = 1e-5, 0.05
     sampling = sampling_lib.ClientSampling('fixed', 10, 3)

@@ -7,6 +7,7 @@ import tempfile
 from unittest import mock
 
 from absl import logging
+import pytest
 import tensorflow as tf
 
 from tff_priv.program import layout
@@ -92,6 +93,7 @@ class RunReleasesTest(tf.test.TestCase):
 
 class PrivateRunBoundaryTest(tf.test.TestCase):
 
+  @pytest.mark.slow
   def test_a_value_the_loop_adds_reaches_no_output_of_a_private_run(self):
     # Every training row of a private run gets a non-public column, as a
     # bug in the loop would add one: the boundary keeps it out of the CSV,

@@ -81,6 +81,7 @@ class TrainModelAccountingTest(tf.test.TestCase):
     runtime.set_context('simulation')  # The suite's context (conftest.py).
     super().tearDown()
 
+  @pytest.mark.slow
   def test_charges_every_round_and_resumes_from_its_file(self):
     root = tempfile.mkdtemp()
     state_dir = os.path.join(root, 'state')
@@ -121,6 +122,7 @@ class TrainModelAccountingTest(tf.test.TestCase):
     self.assertAllClose(resumed.epsilon(1e-5), _by_hand(5).epsilon(1e-5),
                         rtol=1e-9)
 
+  @pytest.mark.slow
   def test_an_interruption_after_the_charge_never_under_counts(self):
     # The run stops after round 3's charge, before its state is saved and
     # its metrics released: the resumed run redoes round 3 and charges it
@@ -158,6 +160,7 @@ class TrainModelAccountingTest(tf.test.TestCase):
     self.assertEqual(sorted(released.values()), [1, 2, 3, 4, 5])
     self.assertEqual(resumed.rounds, 6)
 
+  @pytest.mark.slow
   def test_exact_client_metrics_are_refused_before_any_release(self):
     root = tempfile.mkdtemp()
     accounting = tma.TrainModelAccounting(
@@ -177,6 +180,7 @@ class TrainModelAccountingTest(tf.test.TestCase):
     self.assertEqual(accounting.rounds, 0)
     self.assertFalse(os.path.exists(os.path.join(root, tma.LEDGER_FILE)))
 
+  @pytest.mark.slow
   def test_debug_measurements_are_refused_before_any_release(self):
     # TFF's debug measurements release exact statistics of the clients'
     # updates (average_client_norm, std_dev_client_norm) beside a charged
@@ -202,6 +206,7 @@ class TrainModelAccountingTest(tf.test.TestCase):
     self.assertEqual(released.values(), {})
     self.assertEqual(accounting.rounds, 0)
 
+  @pytest.mark.slow
   def test_a_k_other_than_the_draws_is_refused_before_any_round(self):
     # TrainModelAccounting(clients_per_round=2) with train_per_round_clients
     # 5 would charge rounds of 2 where 5 were drawn (an under-count).
@@ -237,6 +242,7 @@ class TrainModelAccountingTest(tf.test.TestCase):
     self.assertEqual(released.values(), {})
     self.assertEqual(accounting.rounds, 0)
 
+  @pytest.mark.slow
   def test_an_evaluation_manager_is_warned_about(self):
     accounting = tma.TrainModelAccounting(tempfile.mkdtemp(), population=_N,
                                           clients_per_round=_K)
@@ -255,6 +261,7 @@ class TrainModelAccountingTest(tf.test.TestCase):
                   'exact metrics of its evaluation clients', lines)
     self.assertEqual(accounting.rounds, 1)
 
+  @pytest.mark.slow
   def test_noised_client_metrics_are_charged_and_released(self):
     metrics = client_metrics.dp_client_metrics(2.0, _K, loss_bound=5.0)
     uncharged = tma.TrainModelAccounting(

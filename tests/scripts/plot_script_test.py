@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 
+import pytest
 import tensorflow as tf
 
 from tests import script_runs
@@ -35,6 +36,7 @@ class PlotScriptTest(tf.test.TestCase):
     self.tmp = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
 
+  @pytest.mark.slow
   def test_writes_both_pngs(self):
     dirs = []
     for mechanism, eps in (('dp_fedavg', 1.0), ('smp', 0.5), ('none', 'inf')):
@@ -57,6 +59,7 @@ class PlotScriptTest(tf.test.TestCase):
       with open(path, 'rb') as f:
         self.assertEqual(f.read(8), _PNG_SIGNATURE)
 
+  @pytest.mark.slow
   def test_one_evaluation_and_a_far_off_eps(self):
     # One evaluated round each (markers, integer round ticks) and an LDP-FL
     # eps of millions (drawn off the axis of the others).

@@ -420,6 +420,7 @@ class _MechanismRunsChecks(_TempDirMixin):
 
 
 
+@pytest.mark.slow
 class InProcessRunsTest(_MechanismRunsChecks, tf.test.TestCase):
   """Every mechanism's run, from the script's flags, in this process."""
 
@@ -534,6 +535,7 @@ class TrainTerminalTest(tf.test.TestCase):
     self.assertIn('test_acc@2=', bar)
 
 
+@pytest.mark.slow
 class TrainSmokeTest(_TempDirMixin, tf.test.TestCase):
   """train.py as a user runs it: one run and one bad flag, in subprocesses."""
 

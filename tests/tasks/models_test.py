@@ -2,6 +2,7 @@
 
 from absl.testing import parameterized
 import numpy as np
+import pytest
 import tensorflow as tf
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_models
@@ -57,6 +58,7 @@ class ModelsTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(model.count_params(), expected)
     self.assertEqual(expected, 550_570)
 
+  @pytest.mark.slow
   def test_shakespeare_lstm_is_tffs_model(self):
     ours = models.shakespeare_lstm()
     tffs = char_prediction_models.create_recurrent_model(90, 80)
