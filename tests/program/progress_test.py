@@ -57,6 +57,24 @@ class ProgressTest(absltest.TestCase):
     self.assertEqual(stderr.getvalue().splitlines(),
                      ['round 1/2 eps=1', 'round 2/2 eps=2'])
 
+  def test_a_line_while_the_process_is_built_on_a_terminal_only(self):
+    master, slave = pty.openpty()
+    terminal = os.fdopen(slave, 'w', buffering=1)
+    self.addCleanup(os.close, master)
+    self.addCleanup(terminal.close)
+    with mock.patch.object(sys, 'stderr', terminal):
+      progress.starting(True, 'digits', 'dp_fedavg')
+      terminal.flush()
+      self.assertIn('building the task digits and the dp_fedavg process',
+                    _read_all(master))
+      progress.starting(False, 'digits', 'dp_fedavg')
+      terminal.flush()
+      self.assertEqual(_read_all(master), '')
+    log = io.StringIO()
+    with mock.patch.object(sys, 'stderr', log):
+      progress.starting(True, 'digits', 'dp_fedavg')
+    self.assertEqual(log.getvalue(), '')
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -21,6 +21,18 @@ def _terminal_size() -> os.terminal_size:
                            size.lines or _DEFAULT_SIZE.lines))
 
 
+def starting(enabled: bool, task: str, mechanism: str) -> None:
+  """One line on a terminal while the task loads and TFF traces the process.
+
+  (Before round 1 a run spends most of its time tracing TFF's computations,
+  with nothing else to show; a log that is not a terminal gets its first line
+  at round 1, as before.)
+  """
+  if enabled and sys.stderr.isatty():
+    print(f'building the task {task} and the {mechanism} process '
+          '(TFF traces its computations) ...', file=sys.stderr, flush=True)
+
+
 class Progress:
   """Per-round progress on stderr: a tqdm bar on a terminal, else one line.
 

@@ -398,9 +398,6 @@ class _Run:
     except ValueError as e:
       raise ConfigError(str(e)) from e
     self.releases = releases_lib.RunReleases(root_output_dir, self.private)
-    self.evaluation = tff.learning.algorithms.build_fed_eval(
-        setup.task.model_fn
-    )
     self.hooks: list[hooks_lib.RunHook] = []
     self.canary_hook = None
     self.canary_seed = None
@@ -422,6 +419,12 @@ class _Run:
     return dp_event.ComposedDpEvent(
         [model_event, self.setup.dp_metrics.dp_event]
     )
+
+  @functools.cached_property
+  def evaluation(self):
+    """TFF's evaluation process, built at the first evaluation (its tracing
+    is not on the way to round 1)."""
+    return tff.learning.algorithms.build_fed_eval(self.setup.task.model_fn)
 
   def evaluate(self, train_state) -> dict[str, float]:
     """The released model's metrics on the server's test data."""
@@ -916,6 +919,7 @@ async def _run(config, root_output_dir, last_round, *, checkpoint_every,
   # the mechanism are known to build (a refused run leaves nothing behind).
   prepare_output_dir(root_output_dir, config, write=False)
   run_dir.read_privacy(root_output_dir)  # A damaged ledger: refused now.
+  progress_lib.starting(progress, config.task, config.mechanism)
   setup = _setup(config, cache_dir)
   prepare_output_dir(root_output_dir, config)
   run_dir.lock(root_output_dir)
