@@ -144,6 +144,9 @@ class RoundsTest(tf.test.TestCase):
     )
     self.assertLen(lines, 4)  # A title and a table per K.
     self.assertIn('| smp |', lines[1])
+    for row in results[0]['rows']:
+      # This process and TFF's worker: at least what TensorFlow takes alone.
+      self.assertGreater(row['peak_rss_mb'], 100.0)
 
   def test_unknown_process(self):
     with self.assertRaisesRegex(ValueError, 'process'):

@@ -1,6 +1,8 @@
 """scripts/benchmark_*.py end to end at their smallest settings, in subprocesses."""
 
 import json
+import shutil
+import tempfile
 
 import pytest
 import tensorflow as tf
@@ -53,6 +55,22 @@ class BenchmarkScriptsTest(tf.test.TestCase):
     self.assertEqual(
         [row['name'] for row in run['rows']], ['fedavg', 'dp_fedavg']
     )
+
+  def test_train(self):
+    output = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, output)
+    result = script_runs.run(
+        'benchmark_train.py', '--rounds_shown=1,2',
+        f'--json_output={output}/memory.json', '--', '--task=digits',
+        '--total_rounds=2', f'--root_output_dir={output}/run',
+    )
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn('time to round 1:', result.stdout)
+    self.assertIn('round 2: ', result.stdout)
+    with open(f'{output}/memory.json') as f:
+      figures = json.load(f)
+    self.assertEqual(sorted(figures['rss_mb']), ['1', '2'])
+    self.assertGreater(figures['rss_mb']['1'], 100.0)
 
 
 if __name__ == '__main__':

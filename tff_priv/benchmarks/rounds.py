@@ -16,6 +16,7 @@ from tff_priv import runtime
 from tff_priv import validation
 from tff_priv import worker
 from tff_priv.benchmarks import harness
+from tff_priv.benchmarks import memory
 from tff_priv.learning import client_metrics
 from tff_priv.learning import crd
 from tff_priv.learning import udp_client_work
@@ -181,6 +182,7 @@ def time_rounds(
     rounds: int,
     warmup: int = 1,
     contexts: Optional[Mapping[str, Any]] = None,
+    sampler: Optional[memory.Sampler] = None,
 ) -> dict[str, list[float]]:
   """Seconds of `rounds` calls of `process.next` per entry, after `warmup`.
 
@@ -194,20 +196,25 @@ def time_rounds(
     warmup: untimed rounds first.
     contexts: name -> the TFF execution context its rounds run in (installed
       before each of them, untimed); None: all in the current one.
+    sampler: if given, labelled with an entry's name (untimed) before each of
+      its rounds: its `peaks` are then each entry's peak memory.
 
   Returns:
     name -> the `rounds` timed durations, in order.
   """
   rounds = validation.int_at_least('rounds', rounds, 1)
   warmup = validation.int_at_least('warmup', warmup, 0)
-  install = {
-      name: functools.partial(tff.framework.set_default_context, context)
-      for name, context in (contexts or {}).items()
-  }
+  contexts = contexts or {}
+
+  def before(name):
+    if name in contexts:
+      tff.framework.set_default_context(contexts[name])
+    if sampler is not None:
+      sampler.label = name
+
   states = {}
   for name, entry in entries.items():
-    if name in install:
-      install[name]()
+    before(name)
     states[name] = entry.process.initialize()
   data = {
       name: [e.preprocess(d, 1, i) for i, d in enumerate(client_datasets)]
@@ -221,7 +228,7 @@ def time_rounds(
       {name: functools.partial(next_round, name) for name in entries},
       rounds,
       warmup=warmup,
-      before=install,
+      before={name: functools.partial(before, name) for name in entries},
   )
 
 
@@ -292,14 +299,16 @@ def format_table(
   """A Markdown table of `summarize`'s rows."""
   lines = [
       f'| process | median s | spread | ratio to {baseline} | client-noise '
-      'floor |',
-      '|---|---|---|---|---|',
+      'floor | peak MB |',
+      '|---|---|---|---|---|---|',
   ]
   for r in rows:
     floor = '' if r['floor'] is None else f'{r["floor"]:.2f}x'
+    peak = r.get('peak_rss_mb')
     lines.append(
         f'| {r["name"]} | {r["median_seconds"]:.3f} | {r["spread"]:.0%} | '
-        f'{r["ratio"]:.2f}x | {floor} |'
+        f'{r["ratio"]:.2f}x | {floor} | '
+        f'{"" if peak is None else f"{peak:,.0f}"} |'
     )
   return '\n'.join(lines)
 
@@ -421,12 +430,15 @@ def _benchmark(options, contexts, out):
     baseline, where = FEDAVG, {}
     if contexts:
       entries, where, baseline = placed(entries, contexts)
-    times = time_rounds(
-        entries, datasets, rounds=options.rounds, warmup=options.warmup,
-        contexts=where,
-    )
+    with memory.Sampler() as sampler:
+      times = time_rounds(
+          entries, datasets, rounds=options.rounds, warmup=options.warmup,
+          contexts=where, sampler=sampler,
+      )
     noise = noise_draw_seconds(task.model_fn, k)
     rows = summarize(times, noise, baseline)
+    for row in rows:
+      row['peak_rss_mb'] = sampler.peaks.get(row['name'])
     results.append(dict(
         task=options.task, model=task_options.get('model'), d=d,
         clients_per_round=k, rounds=options.rounds, noise_draw_seconds=noise,
