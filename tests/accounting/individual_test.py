@@ -76,6 +76,29 @@ class IndividualLedgerTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(again.epsilon('a'), ledger.epsilon('a'))
     self.assertEqual(again.report(), ledger.report())
 
+  def test_the_worst_client_is_the_worst_of_every_client(self):
+    # The ledger counts clients per history (its cost does not grow with the
+    # population); its worst eps and participations are those of the
+    # clients one by one, also after a round trip through JSON.
+    rng = np.random.default_rng(5)
+    events = [dp_event.GaussianDpEvent(z) for z in (1.5, 3.0)]
+    ledger = individual.IndividualLedger(1e-5)
+    for r in range(30):
+      drawn = rng.choice(40, 6, replace=False)
+      ledger.record([f'c{i}' for i in drawn], events[r % 2 == 0 and r > 9])
+    clients = [f'c{i}' for i in range(40)]
+    worst = max(ledger.epsilon(c) for c in clients)
+    self.assertEqual(ledger.max_epsilon(), worst)
+    self.assertEqual(
+        ledger.report()['max_participations'],
+        max(ledger.participations(c) for c in clients),
+    )
+    again = individual.IndividualLedger.from_json(ledger.to_json())
+    again.record(['c0'], events[0])
+    ledger.record(['c0'], events[0])
+    self.assertEqual(again.max_epsilon(), ledger.max_epsilon())
+    self.assertEqual(again.report(), ledger.report())
+
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'delta'):
       individual.IndividualLedger(0.0)

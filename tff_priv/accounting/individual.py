@@ -18,10 +18,13 @@ released model's validation loss), the guarantee needs an individual Renyi
 filter at a fixed order (Feldman and Zrnic, "Individual Privacy Accounting
 via a Renyi Filter", NeurIPS 2021), which this ledger does not implement.
 
-Clients with the same history share one accountant computation (`_eps_of`), so
-a population of thousands costs a few accountant calls per round.
+Clients with the same history share one accountant computation (`_eps_of`),
+and the ledger counts the clients of each history, so a round costs a few
+accountant calls and work in the clients it charges, not in the population
+(the worst eps is a maximum over the distinct histories).
 """
 
+import collections
 import json
 import math
 from typing import Hashable, Iterable, Optional
@@ -72,10 +75,13 @@ class IndividualLedger:
         'accountant', accountant, accountants.ACCOUNTANTS
     )
     self._events: list[dp_event.DpEvent] = []
-    # client -> run-length history [[event index, count], ...].
-    self._history: dict[str, list[list[int]]] = {}
+    # client -> run-length history ((event index, count), ...).
+    self._history: dict[str, tuple] = {}
+    # history -> how many clients have it.
+    self._histories: collections.Counter = collections.Counter()
     self._cache: dict[tuple, float] = {}
     self._excluded: set[str] = set()
+    self._extra = (None, None)  # The last `extra` event and its key.
 
   @property
   def delta(self) -> float:
@@ -100,7 +106,9 @@ class IndividualLedger:
       return 0.0
     key = history
     if extra is not None:
-      key = (history, repr(ledger_lib.encode_event(extra)))
+      if self._extra[0] is not extra:  # One event for a whole round's clients.
+        self._extra = (extra, repr(ledger_lib.encode_event(extra)))
+      key = (history, self._extra[1])
     if key not in self._cache:
       ledger = ledger_lib.PrivacyLedger(RELATION)
       for index, count in history:
@@ -111,25 +119,27 @@ class IndividualLedger:
     return self._cache[key]
 
   @staticmethod
-  def _extended(history: Iterable, index: int) -> tuple:
-    runs = [list(run) for run in history]
-    if runs and runs[-1][0] == index:
-      runs[-1][1] += 1
-    else:
-      runs.append([index, 1])
-    return tuple(tuple(run) for run in runs)
+  def _extended(history: tuple, index: int) -> tuple:
+    if history and history[-1][0] == index:
+      return history[:-1] + ((index, history[-1][1] + 1),)
+    return history + ((index, 1),)
 
   def _key(self, client: Hashable) -> tuple:
-    return tuple(tuple(run) for run in self._history.get(str(client), ()))
+    return self._history.get(str(client), ())
 
   def record(self, clients: Iterable[Hashable], event: dp_event.DpEvent) -> None:
     """Charges one round of `event` (a server-view event) to each client."""
     index = self._index(event)
     for client in clients:
       key = str(client)
-      self._history[key] = [
-          list(run) for run in self._extended(self._key(key), index)
-      ]
+      old = self._history.get(key, ())
+      new = self._extended(old, index)
+      if old:
+        self._histories[old] -= 1
+        if not self._histories[old]:
+          del self._histories[old]
+      self._histories[new] += 1
+      self._history[key] = new
 
   def epsilon(self, client: Hashable) -> float:
     """The client's eps at `delta` over the rounds it took part in."""
@@ -137,9 +147,7 @@ class IndividualLedger:
 
   def max_epsilon(self) -> float:
     """The largest eps of any client (0 before any round)."""
-    return max(
-        (self._eps_of(self._key(c)) for c in self._history), default=0.0
-    )
+    return max((self._eps_of(h) for h in self._histories), default=0.0)
 
   def participations(self, client: Hashable) -> int:
     return sum(count for _, count in self._key(client))
@@ -181,7 +189,7 @@ class IndividualLedger:
         'budget_epsilon': self._budget,
         'clients_charged': self.num_clients,
         'max_participations': max(
-            (self.participations(c) for c in self._history), default=0
+            (sum(count for _, count in h) for h in self._histories), default=0
         ),
         'clients_excluded_by_budget': self.num_excluded,
         'neighboring_relation': RELATION,
@@ -207,7 +215,10 @@ class IndividualLedger:
       raise ValueError(f'not a serialised IndividualLedger ({_FORMAT})')
     ledger = cls(data['delta'], data['budget_epsilon'], data['accountant'])
     ledger._events = [ledger_lib.decode_event(e) for e in data['events']]
-    ledger._history = {k: [list(r) for r in v] for k, v in data['history'].items()}
+    ledger._history = {
+        k: tuple(tuple(run) for run in v) for k, v in data['history'].items()
+    }
+    ledger._histories = collections.Counter(ledger._history.values())
     ledger._excluded = set(data['excluded'])
     return ledger
 
