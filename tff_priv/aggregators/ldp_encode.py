@@ -70,6 +70,56 @@ def _check_value_type(value_type):
     raise TypeError('value_type must contain at least one tensor')
 
 
+def _client_encode(value_type, vector, epsilon, range_mode):
+  """The client's encoded reports, and what its range mode sends."""
+
+  @tff.tensorflow.computation(value_type, vector, vector)
+  def client_encode(value, center, radius):
+    """The client's reports, plus what its range mode sends (nothing else)."""
+    reports, lows, highs, deviations = [], [], [], []
+    for l, x in enumerate(_flatten(value, value_type)):
+      c, r = center[l], radius[l]
+      # A non-finite scalar is encoded as the center: every scalar is
+      # reported, so which were non-finite is not revealed.
+      x = tf.where(tf.math.is_finite(x), x, tf.cast(c, x.dtype))
+      result = ldp_encode.encode(x, c, r, epsilon, ldp_encode.fresh_seed())
+      reports.append(result.encoded)
+      lo = tf.cast(result.finite_min, tf.float32)
+      hi = tf.cast(result.finite_max, tf.float32)
+      lows.append(lo)
+      highs.append(hi)
+      # max |w - c| over finite w (0 if there are none).
+      deviations.append(tf.maximum(tf.maximum(hi - c, c - lo), 0.0))
+    reports = _pack(reports, value_type)
+    if range_mode == 'minmax':
+      return reports, (tf.stack(lows), tf.stack(highs))
+    if range_mode == 'quantile':
+      return reports, tf.stack(deviations)
+    return reports
+
+  return client_encode
+
+
+def _minmax_range(vector, min_radius):
+  """The next range from the clients' global min and max ('minmax')."""
+
+  @tff.tensorflow.computation(vector, vector, vector, vector)
+  def minmax_range(center, radius, global_min, global_max):
+    new_center = global_min / 2.0 + global_max / 2.0
+    new_radius = tf.maximum(global_max / 2.0 - global_min / 2.0, min_radius)
+    # No finite value anywhere (min = +inf, max = -inf): keep the range.
+    ok = tf.logical_and(
+        tf.math.is_finite(new_center), tf.math.is_finite(new_radius)
+    )
+    ok = tf.logical_and(ok, global_min <= global_max)
+    return (
+        tf.where(ok, new_center, center),
+        tf.where(ok, new_radius, radius),
+    )
+
+  return minmax_range
+
+
 class ReportMeanFactory(tff.aggregators.UnweightedAggregationFactory):
   """Per-coordinate mean of the clients' reports; non-finite = no report.
 
@@ -511,43 +561,8 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
     def round_event():
       return self._round_event(num_scalars, num_tensors).to_named_tuple()
 
-    @tff.tensorflow.computation(value_type, vector, vector)
-    def client_encode(value, center, radius):
-      """The client's reports, plus what its range mode sends (nothing else)."""
-      reports, lows, highs, deviations = [], [], [], []
-      for l, x in enumerate(_flatten(value, value_type)):
-        c, r = center[l], radius[l]
-        # A non-finite scalar is encoded as the center: every scalar is
-        # reported, so which were non-finite is not revealed.
-        x = tf.where(tf.math.is_finite(x), x, tf.cast(c, x.dtype))
-        result = ldp_encode.encode(x, c, r, epsilon, ldp_encode.fresh_seed())
-        reports.append(result.encoded)
-        lo = tf.cast(result.finite_min, tf.float32)
-        hi = tf.cast(result.finite_max, tf.float32)
-        lows.append(lo)
-        highs.append(hi)
-        # max |w - c| over finite w (0 if there are none).
-        deviations.append(tf.maximum(tf.maximum(hi - c, c - lo), 0.0))
-      reports = _pack(reports, value_type)
-      if range_mode == 'minmax':
-        return reports, (tf.stack(lows), tf.stack(highs))
-      if range_mode == 'quantile':
-        return reports, tf.stack(deviations)
-      return reports
-
-    @tff.tensorflow.computation(vector, vector, vector, vector)
-    def minmax_range(center, radius, global_min, global_max):
-      new_center = global_min / 2.0 + global_max / 2.0
-      new_radius = tf.maximum(global_max / 2.0 - global_min / 2.0, min_radius)
-      # No finite value anywhere (min = +inf, max = -inf): keep the range.
-      ok = tf.logical_and(
-          tf.math.is_finite(new_center), tf.math.is_finite(new_radius)
-      )
-      ok = tf.logical_and(ok, global_min <= global_max)
-      return (
-          tf.where(ok, new_center, center),
-          tf.where(ok, new_radius, radius),
-      )
+    client_encode = _client_encode(value_type, vector, epsilon, range_mode)
+    minmax_range = _minmax_range(vector, min_radius)
 
     def select(l):
       return tff.tensorflow.computation(lambda v: v[l], vector)

@@ -353,147 +353,23 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
     secure = self._secure
     bound = self._secure_bound
     tf_dtype = tf.as_dtype(dtype)
-    # k == d (rand_k) uploads the value structure itself (no flat copy), typed
-    # with Python containers: SecureSumFactory cannot trace a bare StructType.
-    if full:
-      upload_type = tff.types.to_type(
-          tf.nest.map_structure(
-              lambda s: tff.TensorType(s.dtype.as_numpy_dtype, s.shape), specs
-          )
-      )
-    else:
-      upload_type = tff.TensorType(dtype, [k])
+    upload_type, inner, uploaded_bits = _inner_sum(
+        secure, bound, full, specs, dtype, k
+    )
     indices_type = tff.TensorType(np.int32, [k])
-    if secure:
-      inner_factory = tff.aggregators.SecureSumFactory(
-          upper_bound_threshold=float(bound), lower_bound_threshold=-float(bound)
-      )
-      bits_per_value = _SECURE_BITS_PER_VALUE
-    else:
-      inner_factory = tff.aggregators.SumFactory()
-      bits_per_value = 8 * np.dtype(dtype).itemsize
-    inner = inner_factory.create(upload_type)
-    uploaded_bits = np.int64(bits_per_value) * np.int64(k)
 
-    # ---- Mask (server). ----
-    if self._mask == 'rand_k':
-      mask_seed = self._mask_seed
-
-      @tff.tensorflow.computation
-      def initial_mask_state():
-        if mask_seed is None:
-          seed = tf.random.uniform(
-              [2], minval=tf.int64.min, maxval=tf.int64.max, dtype=tf.int64
-          )
-        else:
-          seed = tf.constant([mask_seed, 0], tf.int64)
-        return tf.constant(0, tf.int64), seed
-
-      @tff.tensorflow.computation(
-          tff.TensorType(np.int64), tff.TensorType(np.int64, [2])
-      )
-      def round_indices(round_num, seed):
-        return sparsify.rand_k_indices(
-            sparsify.round_seed(seed, round_num), dimension, k
-        )
-
-      @tff.tensorflow.computation(tff.TensorType(np.int64))
-      def next_round_num(round_num):
-        return round_num + 1
-
-    else:
-
-      @tff.tensorflow.computation
-      def initial_mask_state():
-        # A placeholder mask, flagged as not fresh: `next` refuses it.
-        return tf.range(k, dtype=tf.int32), tf.constant(False)
-
-      @tff.tensorflow.computation(indices_type, tff.TensorType(np.bool_))
-      def round_indices(indices, is_fresh):
-        checks = [
-            tf.debugging.Assert(
-                is_fresh,
-                ['top_k mask not refreshed for this round: the learning '
-                 'process must set it from public data before every next() '
-                 '(tff_priv.learning.fedsmp)'],
-            ),
-            tf.debugging.Assert(
-                tf.reduce_all(indices[1:] > indices[:-1]),
-                ['top_k mask indices must be sorted and distinct']),
-            tf.debugging.Assert(
-                tf.logical_and(
-                    tf.reduce_min(indices) >= 0,
-                    tf.reduce_max(indices) < dimension,
-                ),
-                ['top_k mask indices must be in [0, d)', dimension],
-            ),
-        ]
-        with tf.control_dependencies(checks):
-          return tf.identity(indices)
-
-      @tff.tensorflow.computation
-      def not_fresh():
-        return tf.constant(False)
-
-    # ---- Client. ----
-    def noise_share(num_clients):
-      return tf.cast(
-          sparsify.client_noise_stddev(noise_multiplier, clip, num_clients),
-          tf_dtype,
-      )
-
-    if full:
-
-      @tff.tensorflow.computation(value_type, np.int32)
-      def client_upload(value, num_clients):
-        return sparsify.sparsify_clip_noise(
-            _as_structure(value, specs), None, scale=1.0, clip=clip,
-            noise_stddev=noise_share(num_clients),
-        )
-
-    else:
-
-      @tff.tensorflow.computation(value_type, indices_type, np.int32)
-      def client_upload(value, indices, num_clients):
-        return sparsify.sparsify_clip_noise(
-            _as_structure(value, specs), indices, scale=scale, clip=clip,
-            noise_stddev=noise_share(num_clients),
-        )
-
-    def empty_round_noise(num_clients, shape):
-      # No client reported: the server draws the sum's noise itself, so the
-      # release has the same distribution for every n (the round still
-      # carries N(0, sigma^2 C^2) and nothing depends on client data).
-      stddev = tf.constant(noise_multiplier * clip, tf_dtype)
-      noise = tf.random.normal(shape, stddev=stddev, dtype=tf_dtype)
-      return tf.where(num_clients > 0, tf.zeros_like(noise), noise)
-
-    @tff.tensorflow.computation
-    def round_event():
-      return dp_event.GaussianDpEvent(
-          tf.constant(noise_multiplier, tf.float64)
-      ).to_named_tuple()
-
-    # ---- Server. ----
-    if full:
-
-      @tff.tensorflow.computation(upload_type, np.int32)
-      def server_result(summed, num_clients):
-        return tf.nest.map_structure(
-            lambda t: (t + empty_round_noise(num_clients, tf.shape(t)))
-            / tf.constant(expected_clients, tf_dtype),
-            _as_structure(summed, specs),
-        )
-
-    else:
-
-      @tff.tensorflow.computation(upload_type, indices_type, np.int32)
-      def server_result(summed, indices, num_clients):
-        summed = summed + empty_round_noise(num_clients, tf.shape(summed))
-        mean = summed / tf.constant(expected_clients, tf_dtype)
-        return sparsify.unflatten(
-            sparsify.densify(mean, indices, dimension), specs
-        )
+    mask = _mask_computations(
+        self._mask, self._mask_seed, dimension, k, indices_type
+    )
+    client_upload = _client_upload(
+        value_type, specs, None if full else indices_type, scale, clip,
+        noise_multiplier, tf_dtype,
+    )
+    round_event = _round_event(noise_multiplier)
+    server_result = _server_result(
+        upload_type, specs, None if full else indices_type, dimension,
+        noise_multiplier * clip, expected_clients, tf_dtype,
+    )
 
     @tff.tensorflow.computation
     def server_measurements():
@@ -515,7 +391,7 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.federated_computation
     def init_fn():
-      mask_state = tff.federated_eval(initial_mask_state, tff.SERVER)
+      mask_state = tff.federated_eval(mask.initial_state, tff.SERVER)
       return make_state(
           mask_state,
           inner.initialize(),
@@ -531,17 +407,19 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
       if self._mask == 'rand_k':
         if not full:
           indices = tff.federated_map(
-              round_indices, (state.round_num, state.mask_seed)
+              mask.round_indices, (state.round_num, state.mask_seed)
           )
         new_mask_state = (
-            tff.federated_map(next_round_num, state.round_num),
+            tff.federated_map(mask.next_state, state.round_num),
             state.mask_seed,
         )
       else:
         indices = tff.federated_map(
-            round_indices, (state.mask_indices, state.mask_is_fresh)
+            mask.round_indices, (state.mask_indices, state.mask_is_fresh)
         )
-        new_mask_state = (state.mask_indices, tff.federated_eval(not_fresh, tff.SERVER))
+        new_mask_state = (
+            state.mask_indices, tff.federated_eval(mask.next_state, tff.SERVER)
+        )
 
       ones = tff.federated_value(1, tff.CLIENTS)
       if secure:
@@ -578,6 +456,187 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
       )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def _inner_sum(secure, bound, full, specs, dtype, k):
+  """(upload type, the inner sum's process, bits a client uploads)."""
+  # k == d (rand_k) uploads the value structure itself (no flat copy), typed
+  # with Python containers: SecureSumFactory cannot trace a bare StructType.
+  if full:
+    upload_type = tff.types.to_type(
+        tf.nest.map_structure(
+            lambda s: tff.TensorType(s.dtype.as_numpy_dtype, s.shape), specs
+        )
+    )
+  else:
+    upload_type = tff.TensorType(dtype, [k])
+  if secure:
+    inner_factory = tff.aggregators.SecureSumFactory(
+        upper_bound_threshold=float(bound), lower_bound_threshold=-float(bound)
+    )
+    bits_per_value = _SECURE_BITS_PER_VALUE
+  else:
+    inner_factory = tff.aggregators.SumFactory()
+    bits_per_value = 8 * np.dtype(dtype).itemsize
+  uploaded_bits = np.int64(bits_per_value) * np.int64(k)
+  return upload_type, inner_factory.create(upload_type), uploaded_bits
+
+
+class _Mask(NamedTuple):
+  """The server's mask computations.
+
+  rand_k: initial_state() -> (round_num, seed), round_indices(round_num,
+  seed), next_state(round_num). top_k: initial_state() -> (placeholder
+  indices, not fresh), round_indices(indices, is_fresh) (checked),
+  next_state() -> not fresh.
+  """
+
+  initial_state: Any
+  round_indices: Any
+  next_state: Any
+
+
+def _mask_computations(mask, mask_seed, dimension, k, indices_type) -> _Mask:
+  """The mask's TF computations (see `_Mask`)."""
+  if mask == 'rand_k':
+
+    @tff.tensorflow.computation
+    def initial_mask_state():
+      if mask_seed is None:
+        seed = tf.random.uniform(
+            [2], minval=tf.int64.min, maxval=tf.int64.max, dtype=tf.int64
+        )
+      else:
+        seed = tf.constant([mask_seed, 0], tf.int64)
+      return tf.constant(0, tf.int64), seed
+
+    @tff.tensorflow.computation(
+        tff.TensorType(np.int64), tff.TensorType(np.int64, [2])
+    )
+    def round_indices(round_num, seed):
+      return sparsify.rand_k_indices(
+          sparsify.round_seed(seed, round_num), dimension, k
+      )
+
+    @tff.tensorflow.computation(tff.TensorType(np.int64))
+    def next_round_num(round_num):
+      return round_num + 1
+
+    return _Mask(initial_mask_state, round_indices, next_round_num)
+
+  @tff.tensorflow.computation
+  def initial_top_k_state():
+    # A placeholder mask, flagged as not fresh: `next` refuses it.
+    return tf.range(k, dtype=tf.int32), tf.constant(False)
+
+  @tff.tensorflow.computation(indices_type, tff.TensorType(np.bool_))
+  def checked_indices(indices, is_fresh):
+    checks = [
+        tf.debugging.Assert(
+            is_fresh,
+            ['top_k mask not refreshed for this round: the learning '
+             'process must set it from public data before every next() '
+             '(tff_priv.learning.fedsmp)'],
+        ),
+        tf.debugging.Assert(
+            tf.reduce_all(indices[1:] > indices[:-1]),
+            ['top_k mask indices must be sorted and distinct']),
+        tf.debugging.Assert(
+            tf.logical_and(
+                tf.reduce_min(indices) >= 0,
+                tf.reduce_max(indices) < dimension,
+            ),
+            ['top_k mask indices must be in [0, d)', dimension],
+        ),
+    ]
+    with tf.control_dependencies(checks):
+      return tf.identity(indices)
+
+  @tff.tensorflow.computation
+  def not_fresh():
+    return tf.constant(False)
+
+  return _Mask(initial_top_k_state, checked_indices, not_fresh)
+
+
+def _client_upload(value_type, specs, indices_type, scale, clip,
+                   noise_multiplier, tf_dtype):
+  """The client's clipped, sparsified, noised upload (`indices_type` None:
+  k == d under rand_k, the value itself)."""
+
+  def noise_share(num_clients):
+    return tf.cast(
+        sparsify.client_noise_stddev(noise_multiplier, clip, num_clients),
+        tf_dtype,
+    )
+
+  if indices_type is None:
+
+    @tff.tensorflow.computation(value_type, np.int32)
+    def client_upload(value, num_clients):
+      return sparsify.sparsify_clip_noise(
+          _as_structure(value, specs), None, scale=1.0, clip=clip,
+          noise_stddev=noise_share(num_clients),
+      )
+
+    return client_upload
+
+  @tff.tensorflow.computation(value_type, indices_type, np.int32)
+  def client_sparse_upload(value, indices, num_clients):
+    return sparsify.sparsify_clip_noise(
+        _as_structure(value, specs), indices, scale=scale, clip=clip,
+        noise_stddev=noise_share(num_clients),
+    )
+
+  return client_sparse_upload
+
+
+def _round_event(noise_multiplier):
+  """The round's DpEvent, as the state carries it."""
+
+  @tff.tensorflow.computation
+  def round_event():
+    return dp_event.GaussianDpEvent(
+        tf.constant(noise_multiplier, tf.float64)
+    ).to_named_tuple()
+
+  return round_event
+
+
+def _server_result(upload_type, specs, indices_type, dimension, noise_stddev,
+                   expected_clients, tf_dtype):
+  """The mean the server releases from the summed uploads (`indices_type`
+  None: k == d under rand_k)."""
+
+  def empty_round_noise(num_clients, shape):
+    # No client reported: the server draws the sum's noise itself, so the
+    # release has the same distribution for every n (the round still
+    # carries N(0, sigma^2 C^2) and nothing depends on client data).
+    stddev = tf.constant(noise_stddev, tf_dtype)
+    noise = tf.random.normal(shape, stddev=stddev, dtype=tf_dtype)
+    return tf.where(num_clients > 0, tf.zeros_like(noise), noise)
+
+  if indices_type is None:
+
+    @tff.tensorflow.computation(upload_type, np.int32)
+    def server_result(summed, num_clients):
+      return tf.nest.map_structure(
+          lambda t: (t + empty_round_noise(num_clients, tf.shape(t)))
+          / tf.constant(expected_clients, tf_dtype),
+          _as_structure(summed, specs),
+      )
+
+    return server_result
+
+  @tff.tensorflow.computation(upload_type, indices_type, np.int32)
+  def server_sparse_result(summed, indices, num_clients):
+    summed = summed + empty_round_noise(num_clients, tf.shape(summed))
+    mean = summed / tf.constant(expected_clients, tf_dtype)
+    return sparsify.unflatten(
+        sparsify.densify(mean, indices, dimension), specs
+    )
+
+  return server_sparse_result
 
 
 def _as_structure(value: Any, specs: Any) -> Any:

@@ -131,6 +131,63 @@ def build_udp_process(
   )
 
 
+def _validation_loss(model_fn, weights_type, val_x, val_y, per_example_loss):
+  """V: the mean loss of a model's weights on the server's validation set."""
+
+  @tff.tensorflow.computation(weights_type)
+  def validation_loss(weights):
+    model = model_fn()
+
+    @tf.function  # Automatic control dependencies: assign, then predict.
+    def loss(weights):
+      tf.nest.map_structure(
+          lambda v, t: v.assign(t),
+          tff.learning.models.ModelWeights.from_model(model),
+          weights,
+      )
+      pred = model.predict_on_batch(tf.constant(val_x), training=False)
+      return tf.reduce_mean(per_example_loss(tf.constant(val_y), pred))
+
+    return loss(weights)
+
+  return validation_loss
+
+
+def _apply_trigger(learning_state_type, beta, zeta):
+  """CRD's trigger: the schedule discounted when V improved by less than zeta.
+
+  (state, previous V, new V, discounts) -> (state, discounts, metrics).
+  """
+
+  @tff.tensorflow.computation(
+      learning_state_type, np.float32, np.float32, np.int32
+  )
+  def apply_trigger(state, previous_loss, new_loss, discounts):
+    noise_state = noise_schedule.ScheduleState(*state.aggregator.noise)
+    stalled = previous_loss - new_loss < zeta
+    discounted = noise_schedule.BudgetSchedule.discount(noise_state, beta)
+    new_noise = tf.nest.map_structure(
+        lambda a, b: tf.where(stalled, a, b), discounted, noise_state
+    )
+    aggregator = state.aggregator._replace(noise=new_noise)
+    new_state = tff.learning.templates.LearningAlgorithmState(
+        global_model_weights=state.global_model_weights,
+        distributor=state.distributor,
+        client_work=state.client_work,
+        aggregator=aggregator,
+        finalizer=state.finalizer,
+    )
+    return new_state, discounts + tf.cast(stalled, tf.int32), collections.OrderedDict(
+        validation_loss=new_loss,
+        stalled=stalled,
+        planned_rounds=new_noise.planned_rounds,
+        rounds_done=new_noise.rounds_done,
+        done=noise_schedule.BudgetSchedule.is_done(new_noise),
+    )
+
+  return apply_trigger
+
+
 def build_crd_process(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
@@ -205,47 +262,10 @@ def build_crd_process(
   learning_state_type = inner.initialize.type_signature.result.member
   weights_type = learning_state_type.global_model_weights
 
-  @tff.tensorflow.computation(weights_type)
-  def validation_loss(weights):
-    model = model_fn()
-
-    @tf.function  # Automatic control dependencies: assign, then predict.
-    def loss(weights):
-      tf.nest.map_structure(
-          lambda v, t: v.assign(t),
-          tff.learning.models.ModelWeights.from_model(model),
-          weights,
-      )
-      pred = model.predict_on_batch(tf.constant(val_x), training=False)
-      return tf.reduce_mean(per_example_loss(tf.constant(val_y), pred))
-
-    return loss(weights)
-
-  @tff.tensorflow.computation(
-      learning_state_type, np.float32, np.float32, np.int32
+  validation_loss = _validation_loss(
+      model_fn, weights_type, val_x, val_y, per_example_loss
   )
-  def apply_trigger(state, previous_loss, new_loss, discounts):
-    noise_state = noise_schedule.ScheduleState(*state.aggregator.noise)
-    stalled = previous_loss - new_loss < zeta
-    discounted = noise_schedule.BudgetSchedule.discount(noise_state, beta)
-    new_noise = tf.nest.map_structure(
-        lambda a, b: tf.where(stalled, a, b), discounted, noise_state
-    )
-    aggregator = state.aggregator._replace(noise=new_noise)
-    new_state = tff.learning.templates.LearningAlgorithmState(
-        global_model_weights=state.global_model_weights,
-        distributor=state.distributor,
-        client_work=state.client_work,
-        aggregator=aggregator,
-        finalizer=state.finalizer,
-    )
-    return new_state, discounts + tf.cast(stalled, tf.int32), collections.OrderedDict(
-        validation_loss=new_loss,
-        stalled=stalled,
-        planned_rounds=new_noise.planned_rounds,
-        rounds_done=new_noise.rounds_done,
-        done=noise_schedule.BudgetSchedule.is_done(new_noise),
-    )
+  apply_trigger = _apply_trigger(learning_state_type, beta, zeta)
 
   @tff.federated_computation()
   def init_fn():

@@ -115,6 +115,103 @@ def clipped_per_example_grads(model, x, y, per_example_loss, clip_norm):
   return tf.vectorized_map(one, (x, y))
 
 
+def _clipping_and_types(model_fn, clipping):
+  """(whether ghost clipping applies, the data type, the weights type).
+
+  Raises ValueError for clipping='ghost' on a model it does not cover; logs
+  the layers that force 'auto' to per-example gradients.
+  """
+  with tf.Graph().as_default():
+    whimsy_model = model_fn()
+    blockers = [] if clipping == 'per_example' else _ghost_blockers(whimsy_model)
+  if clipping == 'ghost' and blockers:
+    raise ValueError(
+        "clipping='ghost' needs a from_keras_model model whose trainable "
+        f'layers are all registered; not: {", ".join(blockers)}'
+    )
+  if clipping == 'auto' and blockers:
+    logging.warning(
+        'UDP client work: per-example gradients (tf.vectorized_map) instead '
+        'of ghost norms, forced by: %s', ', '.join(blockers),
+    )
+  element_type = tff.types.tensorflow_to_type(whimsy_model.input_spec)
+  return (
+      clipping != 'per_example' and not blockers,
+      tff.SequenceType(element_type),
+      tff.learning.models.weights_type_from_model(whimsy_model),
+  )
+
+
+def _client_update_fn(use_ghost, per_example_loss, learning_rate, clip_norm,
+                      local_steps):
+  """A client's round: (ClientResult, its loss sum, its example count).
+
+  `local_steps` full-batch steps of clipped per-example gradients from the
+  weights the server sent (`build_udp_client_work`); a non-finite update is
+  sent as zeros.
+  """
+  registry = ghost_clipping.layer_registry() if use_ghost else None
+
+  def client_update(model, initial_weights, dataset):
+    weights = tff.learning.models.ModelWeights.from_model(model)
+    tf.nest.map_structure(
+        lambda v, t: v.assign(t), weights, initial_weights
+    )
+    variables = model.trainable_variables
+    lr = tf.constant(learning_rate, tf.float32)
+
+    def full_batch_step():
+      def reduce_batch(acc, batch):
+        grad_sum, count, loss_sum = acc
+        x, y = _unpack(batch)
+        if use_ghost:
+          grads, losses = ghost_clipping.clipped_grad_sum(
+              _keras_model_of(model), x, y, per_example_loss, clip_norm,
+              registry,
+          )
+        else:
+          grads, losses = clipped_per_example_grads(
+              model, x, y, per_example_loss, clip_norm
+          )
+          grads = [tf.reduce_sum(g, axis=0) for g in grads]
+        grad_sum = tuple(s + g for s, g in zip(grad_sum, grads))
+        count += tf.shape(losses, out_type=tf.int64)[0]
+        return grad_sum, count, loss_sum + tf.reduce_sum(losses)
+
+      zeros = tuple(tf.zeros_like(v) for v in variables)
+      grad_sum, count, loss_sum = dataset.reduce(
+          (zeros, tf.constant(0, tf.int64), tf.constant(0.0, tf.float32)),
+          reduce_batch,
+      )
+      n = tf.cast(count, tf.float32)
+      for v, g in zip(variables, grad_sum):
+        v.assign_sub(tf.math.divide_no_nan(lr, n) * g)
+      return count, loss_sum
+
+    count, loss_sum = full_batch_step()  # Loss is measured at w^t.
+    for _ in range(local_steps - 1):
+      full_batch_step()
+
+    update = tf.nest.map_structure(
+        tf.subtract, initial_weights.trainable, weights.trainable
+    )
+    finite = tf.reduce_all(
+        [tf.reduce_all(tf.math.is_finite(u)) for u in tf.nest.flatten(update)]
+    )
+    update = tf.nest.map_structure(
+        lambda u: tf.where(finite, u, tf.zeros_like(u)), update
+    )
+    loss_sum = tf.where(tf.math.is_finite(loss_sum), loss_sum, 0.0)
+    n = tf.cast(count, tf.float32)
+    return (
+        tff.learning.templates.ClientResult(update=update, update_weight=n),
+        loss_sum,
+        n,
+    )
+
+  return client_update
+
+
 def build_udp_client_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
@@ -213,82 +310,11 @@ def build_udp_client_work(
     )
 
   validation.one_of('clipping', clipping, CLIPPING)
+  use_ghost, data_type, weights_type = _clipping_and_types(model_fn, clipping)
 
-  with tf.Graph().as_default():
-    whimsy_model = model_fn()
-    blockers = [] if clipping == 'per_example' else _ghost_blockers(whimsy_model)
-  if clipping == 'ghost' and blockers:
-    raise ValueError(
-        "clipping='ghost' needs a from_keras_model model whose trainable "
-        f'layers are all registered; not: {", ".join(blockers)}'
-    )
-  use_ghost = clipping != 'per_example' and not blockers
-  if clipping == 'auto' and blockers:
-    logging.warning(
-        'UDP client work: per-example gradients (tf.vectorized_map) instead '
-        'of ghost norms, forced by: %s', ', '.join(blockers),
-    )
-  registry = ghost_clipping.layer_registry()
-  element_type = tff.types.tensorflow_to_type(whimsy_model.input_spec)
-  data_type = tff.SequenceType(element_type)
-  weights_type = tff.learning.models.weights_type_from_model(whimsy_model)
-
-  def _client_update(model, initial_weights, dataset):
-    weights = tff.learning.models.ModelWeights.from_model(model)
-    tf.nest.map_structure(
-        lambda v, t: v.assign(t), weights, initial_weights
-    )
-    variables = model.trainable_variables
-    lr = tf.constant(learning_rate, tf.float32)
-
-    def full_batch_step():
-      def reduce_batch(acc, batch):
-        grad_sum, count, loss_sum = acc
-        x, y = _unpack(batch)
-        if use_ghost:
-          grads, losses = ghost_clipping.clipped_grad_sum(
-              _keras_model_of(model), x, y, per_example_loss, clip_norm,
-              registry,
-          )
-        else:
-          grads, losses = clipped_per_example_grads(
-              model, x, y, per_example_loss, clip_norm
-          )
-          grads = [tf.reduce_sum(g, axis=0) for g in grads]
-        grad_sum = tuple(s + g for s, g in zip(grad_sum, grads))
-        count += tf.shape(losses, out_type=tf.int64)[0]
-        return grad_sum, count, loss_sum + tf.reduce_sum(losses)
-
-      zeros = tuple(tf.zeros_like(v) for v in variables)
-      grad_sum, count, loss_sum = dataset.reduce(
-          (zeros, tf.constant(0, tf.int64), tf.constant(0.0, tf.float32)),
-          reduce_batch,
-      )
-      n = tf.cast(count, tf.float32)
-      for v, g in zip(variables, grad_sum):
-        v.assign_sub(tf.math.divide_no_nan(lr, n) * g)
-      return count, loss_sum
-
-    count, loss_sum = full_batch_step()  # Loss is measured at w^t.
-    for _ in range(local_steps - 1):
-      full_batch_step()
-
-    update = tf.nest.map_structure(
-        tf.subtract, initial_weights.trainable, weights.trainable
-    )
-    finite = tf.reduce_all(
-        [tf.reduce_all(tf.math.is_finite(u)) for u in tf.nest.flatten(update)]
-    )
-    update = tf.nest.map_structure(
-        lambda u: tf.where(finite, u, tf.zeros_like(u)), update
-    )
-    loss_sum = tf.where(tf.math.is_finite(loss_sum), loss_sum, 0.0)
-    n = tf.cast(count, tf.float32)
-    return (
-        tff.learning.templates.ClientResult(update=update, update_weight=n),
-        loss_sum,
-        n,
-    )
+  _client_update = _client_update_fn(
+      use_ghost, per_example_loss, learning_rate, clip_norm, local_steps
+  )
 
   @tff.tensorflow.computation(weights_type, data_type)
   def client_update(initial_weights, dataset):
