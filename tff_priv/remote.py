@@ -51,6 +51,8 @@ from tensorflow_federated.python.core.impl.computation import computation_base
 from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context as mergeable
 from tensorflow_federated.python.core.impl.executors import executors_errors
 from tensorflow_federated.python.core.impl.types import type_conversions
+
+from tff_priv import executors
 # pylint: enable=g-direct-tensorflow-import
 
 # TFF's own gRPC message limit for its local worker.
@@ -282,10 +284,12 @@ def create_context(
       executor.set_cardinalities(cardinalities)
       return executor
 
+    factory = tff.framework.ResourceManagingExecutorFactory(
+        executor_stack_fn=stack_fn
+    )
+    executors.close_evicted(factory)
     contexts.append(_OwnLoop(tff.framework.AsyncExecutionContext(
-        executor_fn=tff.framework.ResourceManagingExecutorFactory(
-            executor_stack_fn=stack_fn
-        ),
+        executor_fn=factory,
         compiler_fn=native_compiler.desugar_and_transform_to_native,
         transform_args=tensorflow_computation.transform_args,
         transform_result=tensorflow_computation.transform_result,

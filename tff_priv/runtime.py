@@ -49,6 +49,10 @@ Contexts:
 `set_context(..., program=True)` installs the same context wrapped in a
 `tff.program.NativeFederatedContext`, what `tff.program` and
 `tff.learning.programs.train_model` need.
+
+Every context `set_context` makes keeps `executors.KEPT` executors (one per
+client count) and closes those it drops (`tff_priv.executors`): TFF's own cache
+leaves them on the worker, whose memory then grows with every new count.
 """
 
 import atexit
@@ -64,6 +68,8 @@ import time
 import types
 
 from absl import logging
+
+from tff_priv import executors
 
 _CONTEXTS = ('simulation', 'native', 'remote')
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -378,15 +384,18 @@ def set_context(
       inner = tff.backends.native.create_async_local_cpp_execution_context(
           default_num_clients=default_num_clients
       )
+    executors.close_evicted(inner.executor_factory)
     context = tff.program.NativeFederatedContext(inner)
-  elif kind == 'simulation':
-    context = tff.backends.test.create_sync_test_cpp_execution_context(
-        default_num_clients=default_num_clients
-    )
   else:
-    context = tff.backends.native.create_sync_local_cpp_execution_context(
-        default_num_clients=default_num_clients
-    )
+    if kind == 'simulation':
+      context = tff.backends.test.create_sync_test_cpp_execution_context(
+          default_num_clients=default_num_clients
+      )
+    else:
+      context = tff.backends.native.create_sync_local_cpp_execution_context(
+          default_num_clients=default_num_clients
+      )
+    executors.close_evicted(context.executor_factory)
   tff.framework.set_default_context(context)
   _current_kind = kind
   _release_replaced_contexts()
