@@ -375,27 +375,17 @@ def set_context(
         workers, default_num_clients=default_num_clients,
         timeout=timeout, program=program,
     )
-  elif program:
-    if kind == 'simulation':
-      inner = tff.backends.test.create_async_test_cpp_execution_context(
-          default_num_clients=default_num_clients
-      )
-    else:
-      inner = tff.backends.native.create_async_local_cpp_execution_context(
-          default_num_clients=default_num_clients
-      )
-    executors.close_evicted(inner.executor_factory)
-    context = tff.program.NativeFederatedContext(inner)
   else:
-    if kind == 'simulation':
-      context = tff.backends.test.create_sync_test_cpp_execution_context(
-          default_num_clients=default_num_clients
-      )
-    else:
-      context = tff.backends.native.create_sync_local_cpp_execution_context(
-          default_num_clients=default_num_clients
-      )
+    # TFF's test context simulates the secure intrinsics; the native one has
+    # none. train_model and tff.program need the async one, wrapped.
+    backend = tff.backends.test if kind == 'simulation' else tff.backends.native
+    mode = 'async' if program else 'sync'
+    flavour = 'test' if kind == 'simulation' else 'local'
+    create = getattr(backend, f'create_{mode}_{flavour}_cpp_execution_context')
+    context = create(default_num_clients=default_num_clients)
     executors.close_evicted(context.executor_factory)
+    if program:
+      context = tff.program.NativeFederatedContext(context)
   tff.framework.set_default_context(context)
   _current_kind = kind
   _release_replaced_contexts()

@@ -7,6 +7,33 @@ w^t to an L2 norm C and takes ONE full-batch step with their mean; the update
 client, `tff_priv.aggregators.GaussianUDPFactory`. The step's L2 sensitivity
 under replace-one-example adjacency is `udp_sensitivity` = 2 eta C / |D_i|,
 the value that factory takes.
+
+In `build_udp_client_work`, the clipped sum is computed one of two ways
+(`clipping`), equal to float tolerance:
+
+* 'per_example', the reference: per-example gradients vectorised with
+  `tf.vectorized_map` (as tensorflow_privacy's vectorized optimizers), each
+  clipped, then summed; memory and time grow with batch x d.
+* 'ghost': one forward and one backward pass; per-example gradient
+  norms from layer inputs and output gradients (tensorflow_privacy's fast
+  gradient clipping, with `ghost_clipping.layer_registry`: Dense,
+  Embedding, Conv2D), and the clipped sum from the same inputs and the
+  output gradients scaled by min(1, C / norm)
+  (`ghost_clipping.clipped_grad_sum`). Needs a model from
+  `tff.learning.models.from_keras_model` whose trainable layers are all
+  registered; otherwise a ValueError names the layers that are not.
+* 'auto' (default): 'ghost' where it applies, else 'per_example' with one
+  logged warning naming the layers that forced it (e.g. LSTM, which has no
+  registry function, or Dropout, whose training-mode output is random).
+
+The full-batch gradient is accumulated over the client's batches at the
+fixed weights w^t, so batching does not change the step.
+
+Non-finite inputs: an example whose gradient is not finite contributes a
+zero gradient (and a zero loss) but still counts in |D_i|, which keeps the
+sensitivity bound; as a backstop, a client whose update is still not finite
+sends a zero update (with its weight |D_i|). Neither is reported: a count
+would be an exact statistic of the clients' data.
 """
 
 import collections
@@ -236,32 +263,9 @@ def build_udp_client_work(
   trajectories of the two datasets diverge and 2 eta C / |D_i| bounds
   nothing; the sensitivity given to the aggregator is then the caller's own.
 
-  The clipped sum is computed one of two ways (`clipping`), equal to float
-  tolerance:
-
-  * 'per_example', the reference: per-example gradients vectorised with
-    `tf.vectorized_map` (as tensorflow_privacy's vectorized optimizers), each
-    clipped, then summed; memory and time grow with batch x d.
-  * 'ghost': one forward and one backward pass; per-example gradient
-    norms from layer inputs and output gradients (tensorflow_privacy's fast
-    gradient clipping, with `ghost_clipping.layer_registry`: Dense,
-    Embedding, Conv2D), and the clipped sum from the same inputs and the
-    output gradients scaled by min(1, C / norm)
-    (`ghost_clipping.clipped_grad_sum`). Needs a model from
-    `tff.learning.models.from_keras_model` whose trainable layers are all
-    registered; otherwise a ValueError names the layers that are not.
-  * 'auto' (default): 'ghost' where it applies, else 'per_example' with one
-    logged warning naming the layers that forced it (e.g. LSTM, which has no
-    registry function, or Dropout, whose training-mode output is random).
-
-  The full-batch gradient is accumulated over the client's batches at the
-  fixed weights w^t, so batching does not change the step.
-
-  Non-finite inputs: an example whose gradient is not finite contributes a
-  zero gradient (and a zero loss) but still counts in |D_i|, which keeps the
-  sensitivity bound; as a backstop, a client whose update is still not finite
-  sends a zero update (with its weight |D_i|). Neither is reported: a count
-  would be an exact statistic of the clients' data.
+  The clipped sum is computed per `clipping` ('auto', 'ghost' or
+  'per_example'), and non-finite inputs are handled, as the module docstring
+  says.
 
   The update follows tff.learning's convention (FedAvg's client work):
   update = w^t - w_i (a server SGD step of learning rate 1 then applies the
