@@ -191,6 +191,18 @@ def test_multi_participation_optimum_is_the_reference(setting):
   assert rmse == pytest.approx(_REFERENCE_RMSE[setting], rel=1e-3)
 
 
+def test_a_decay_pushed_to_one_stays_stable():
+  # (n, b, k) = (200, 50, 4): the cyclic stream of N = 1,000, K = 20, 200
+  # rounds. Its optimum pushes a decay to 1, where sigmoid rounded to 1.0 in
+  # float64 and `optimize` raised "buf_decay must lie in (0, 1)".
+  n, b, k = 200, 50, 4
+  strategy = blt.optimize(n, min_sep=b, max_participations=k)
+  assert np.all((strategy.buf_decay > 0) & (strategy.buf_decay < 1))
+  blt_sensitivity.check_non_negative_non_increasing(strategy.toeplitz_coefs(n))
+  identity = blt.BLT.identity().loss(n, 'max', b, k)
+  assert strategy.loss(n, 'max', b, k) < identity / 2
+
+
 @pytest.mark.slow
 def test_single_participation_golden_and_near_optimal():
   # jax_privacy's golden test: n = 10^5, 2 buffers.

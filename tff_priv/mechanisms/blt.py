@@ -314,9 +314,8 @@ def optimize(
         n, error, min_sep, k, starts(nbuf, previous), max_iterations)
     if found is None:
       return None
-    theta, omega, _, params = found
+    theta, omega, theta_hat, _ = found
     blt = BLT(theta, omega)
-    theta_hat = 1 / (1 + np.exp(-params[nbuf:]))
     return blt, blt.loss(n, error, min_sep, k), (theta, theta_hat)
 
   if num_buffers is not None:

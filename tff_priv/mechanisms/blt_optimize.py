@@ -17,8 +17,11 @@ loss is normalised by its approximate optimum (k + (1 + ln n / pi)^2) and the
 conditions of the inversion theorem's Theorem 1(a) (omega > 0, omega_hat < 0,
 sum omega < 1, sum omega / theta < 1, distinct decays) are log barriers of
 strength 1e-8. Here the same loss, parameterization and barriers run in
-TensorFlow (float64; theta = sigmoid(a), so 0 < theta < 1 by construction)
-with L-BFGS and a backtracking line search, which shrinks a step that leaves
+TensorFlow (float64; theta = min(sigmoid(a), 1 - 1e-9), so 0 < theta < 1 by
+construction: with several participations the optimum pushes a decay towards 1,
+where sigmoid rounds to exactly 1.0 in float64 and the BLT is refused as
+unstable; 1 - 1e-9 differs from 1 by less than 1e-4 over 10^5 rounds) with
+L-BFGS and a backtracking line search, which shrinks a step that leaves
 the barriers' domain (`minimize`); jax_privacy is not a dependency of
 this stack (TFF 0.87 pins JAX 0.4.13). The loss is computed from the
 materialised Toeplitz coefficients of C and C^{-1} (O(n x buffers) per
@@ -39,10 +42,16 @@ import tensorflow as tf
 
 _PENALTY = 1e-8
 _MIN_GAP = 1e-12
+# The largest decay (of C or C^{-1}): sigmoid(a) is exactly 1.0 in float64
+# for a > 37, a decay the inversion theorem and `BLT.check_stable` refuse.
+_MAX_DECAY = 1 - 1e-9
+_LOG_MAX_DECAY = float(np.log(_MAX_DECAY))
 
 
-def _log_sigmoid(x):
-  return -tf.nn.softplus(-x)
+def _decays(logits):
+  """(theta, log theta) = (min(sigmoid(a), 1 - 1e-9), its log), a tensor."""
+  log_theta = tf.minimum(-tf.nn.softplus(-logits), _LOG_MAX_DECAY)
+  return tf.exp(log_theta), log_theta
 
 
 def _output_scales(theta, theta_hat):
@@ -119,12 +128,12 @@ def _traced_loss(num_buffers: int):
 
 def _parts(params, n, max_error, min_sep, k, num_buffers):
   """(loss, barrier penalty) of the pair `params` = (logit theta, logit theta_hat)."""
-  a, a_hat = params[:num_buffers], params[num_buffers:]
-  theta, theta_hat = tf.sigmoid(a), tf.sigmoid(a_hat)
+  theta, log_theta = _decays(params[:num_buffers])
+  theta_hat, log_theta_hat = _decays(params[num_buffers:])
   omega = _output_scales(theta, theta_hat)
   omega_hat = _output_scales(theta_hat, theta)
-  c = _coefs(_log_sigmoid(a), omega, n)
-  c_hat = _coefs(_log_sigmoid(a_hat), omega_hat, n)
+  c = _coefs(log_theta, omega, n)
+  c_hat = _coefs(log_theta_hat, omega_hat, n)
   per_query = tf.cumsum(tf.cumsum(c_hat)**2)
   err = tf.where(max_error, per_query[-1], tf.reduce_mean(per_query))
   loss = err * _sensitivity_squared(c, n, min_sep, k)
@@ -163,11 +172,12 @@ def to_params(theta: np.ndarray, theta_hat: np.ndarray) -> np.ndarray:
 
 
 def from_params(params: np.ndarray, num_buffers: int):
-  """(theta, omega) of C from the parameters."""
+  """(theta, omega, theta_hat): C's decays and scales, C^{-1}'s decays."""
   params = tf.constant(params, tf.float64)
-  theta = tf.sigmoid(params[:num_buffers])
-  theta_hat = tf.sigmoid(params[num_buffers:])
-  return theta.numpy(), _output_scales(theta, theta_hat).numpy()
+  theta = _decays(params[:num_buffers])[0]
+  theta_hat = _decays(params[num_buffers:])[0]
+  return (theta.numpy(), _output_scales(theta, theta_hat).numpy(),
+          theta_hat.numpy())
 
 
 def minimize(value_and_gradient, params: np.ndarray,
@@ -241,7 +251,7 @@ def widened(theta: np.ndarray, theta_hat: np.ndarray):
 
 def optimize_buffers(n: int, error: str, min_sep: int, k: int,
                      starts, max_iterations: int):
-  """The best (theta, omega, loss) over `starts` [(theta, theta_hat)]."""
+  """The best (theta, omega, theta_hat, loss) over `starts` [(theta, theta_hat)]."""
   best = None
   for theta, theta_hat in starts:
     num_buffers = len(theta)
@@ -251,7 +261,6 @@ def optimize_buffers(n: int, error: str, min_sep: int, k: int,
       continue  # Not inside the barriers' domain.
     x = minimize(value_and_gradient, x0, max_iterations)
     loss = plain(x)
-    if np.isfinite(loss) and (best is None or loss < best[2]):
-      theta_x, omega = from_params(x, num_buffers)
-      best = (theta_x, omega, loss, x)
+    if np.isfinite(loss) and (best is None or loss < best[3]):
+      best = (*from_params(x, num_buffers), loss)
   return best
