@@ -181,4 +181,7 @@ def main(names):
 
 
 if __name__ == '__main__':
-  main(sys.argv[1:])
+  # Ctrl-C or SIGTERM: one line (no traceback from each of TFF's threads).
+  with cli.OneLineStop('own_loop.py',
+                       lambda: 'nothing is kept (its ledgers are in memory)'):
+    main(sys.argv[1:])

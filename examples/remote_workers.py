@@ -80,4 +80,7 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-  main()
+  # Ctrl-C or SIGTERM: one line; the workers started here end with it.
+  with cli.OneLineStop('remote_workers.py',
+                       lambda: 'the workers it started stop with it'):
+    main()

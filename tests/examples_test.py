@@ -2,30 +2,72 @@
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 from absl.testing import absltest
 import dp_accounting
 import pytest
 
+from tests import procfs
 from tests import script_runs
 from tff_priv.aggregators import blt
 
 pytestmark = pytest.mark.slow
 
 
+def _command(name, *args):
+  return [sys.executable, os.path.join(script_runs.ROOT, 'examples', name),
+          *args]
+
+
+def _env():
+  # As a user runs them: the examples quiet TF themselves.
+  return {k: v for k, v in script_runs.env().items()
+          if k != 'TF_CPP_MIN_LOG_LEVEL'}
+
+
 def _example(name, *args, cwd):
   return subprocess.run(
-      [sys.executable, os.path.join(script_runs.ROOT, 'examples', name),
-       *args],
-      capture_output=True, text=True, cwd=cwd,
-      # As a user runs them: the examples quiet TF themselves.
-      env={k: v for k, v in script_runs.env().items()
-           if k != 'TF_CPP_MIN_LOG_LEVEL'},
-      timeout=script_runs.TIMEOUT, check=False,
+      _command(name, *args), capture_output=True, text=True, cwd=cwd,
+      env=_env(), timeout=script_runs.TIMEOUT, check=False,
   )
+
+
+def _descendants(pid, fragment):
+  """The live processes under `pid` whose command line holds `fragment`."""
+  found, todo = [], [pid]
+  while todo:
+    for child in procfs.children(todo.pop()):
+      todo.append(child[0])
+      try:
+        with open(f'/proc/{child[0]}/cmdline', 'rb') as f:
+          if fragment in f.read():
+            found.append(child)
+      except OSError:
+        pass
+  return found
+
+
+def _stopped(test, name, signum, fragment, count):
+  """Starts example `name`, signals it once `count` of its TFF processes run."""
+  proc = subprocess.Popen(
+      _command(name), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, cwd=tempfile.mkdtemp(), env=_env())
+  deadline = time.monotonic() + script_runs.TIMEOUT
+  while (len(_descendants(proc.pid, fragment)) < count
+         and proc.poll() is None and time.monotonic() < deadline):
+    time.sleep(0.2)
+  started = _descendants(proc.pid, fragment)
+  test.assertLen(started, count)
+  proc.send_signal(signum)
+  _, err = proc.communicate(timeout=60)
+  test.assertEqual(proc.returncode, 128 + signum, err[-3000:])
+  test.assertEqual(procfs.wait_gone(started, 15), [])
+  return err
 
 
 class ExamplesTest(absltest.TestCase):
@@ -71,6 +113,19 @@ class ExamplesTest(absltest.TestCase):
     self.assertEqual(again.returncode, 0, again.stderr[-3000:])
     self.assertIn(claimed, again.stdout)
     self.assertNotIn('Traceback', first.stderr + again.stderr)
+
+  def test_ctrl_c_and_sigterm_stop_the_examples_in_one_line(self):
+    # Once the loop computes on TFF's worker, and once the two workers of
+    # remote_workers.py are up: one line each, every worker gone.
+    err = _stopped(self, 'own_loop.py', signal.SIGINT, b'worker_binary', 1)
+    self.assertEqual(err.strip().splitlines(), [
+        'own_loop.py: stopped by SIGINT; nothing is kept (its ledgers are in '
+        'memory)'])
+    err = _stopped(self, 'remote_workers.py', signal.SIGTERM,
+                   b'tff_priv.worker', 2)
+    self.assertEqual(err.strip().splitlines(), [
+        'remote_workers.py: stopped by SIGTERM; the workers it started stop '
+        'with it'])
 
   def test_remote_workers_on_loopback(self):
     result = _example('remote_workers.py', cwd=tempfile.mkdtemp())

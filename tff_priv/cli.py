@@ -10,7 +10,9 @@ after the one line.
 
 import logging as std_logging
 import os
+import signal
 import sys
+import threading
 from typing import Any, Callable, Optional, Sequence
 
 from absl import app
@@ -81,6 +83,51 @@ def exit_now(code: int) -> None:
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)  # pylint: disable=protected-access
+
+
+class OneLineStop:
+  """A block that SIGINT / SIGTERM end with one line and exit 128 + the signal.
+
+  Ctrl-C in a TFF program otherwise prints a KeyboardInterrupt traceback
+  from each thread TFF runs (and from its workers' finalizers): the handler
+  silences output first (`silence_output`), stops tff_priv's TFF workers,
+  runs `cleanup`, writes `<prog>: stopped by SIGINT; <message()>` and leaves
+  without interpreter teardown. Outside the main thread it does nothing.
+
+    with cli.OneLineStop('own_loop.py', lambda: 'nothing was saved'):
+      ...  # The user's loop.
+  """
+
+  def __init__(self, prog: str, message: Callable[[], str],
+               cleanup: Optional[Callable[[], None]] = None):
+    self._prog, self._message, self._cleanup = prog, message, cleanup
+    self._previous = {}
+
+  def _on_signal(self, signum, frame):
+    del frame
+    stderr = silence_output()  # TFF's threads report the stop.
+    runtime = sys.modules.get('tff_priv.runtime')
+    if runtime is not None:
+      runtime.stop_workers()
+    if self._cleanup is not None:
+      self._cleanup()
+    os.write(stderr, (
+        f'{self._prog}: stopped by {signal.Signals(signum).name}; '
+        f'{self._message()}\n'
+    ).encode())
+    os._exit(128 + signum)  # pylint: disable=protected-access
+
+  def __enter__(self) -> 'OneLineStop':
+    if threading.current_thread() is threading.main_thread():
+      for signum in (signal.SIGINT, signal.SIGTERM):
+        self._previous[signum] = signal.signal(signum, self._on_signal)
+    return self
+
+  def __exit__(self, *exc) -> bool:
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+    self._previous = {}
+    return False
 
 
 _HELP_FLAGS = ('--help', '-h', '-?', '--helpfull', '--helpshort')

@@ -87,6 +87,22 @@ class WrappedDpFactoryTest(tf.test.TestCase):
         self.assertEqual(paths, {(norm,)})
         self.assertIn(count, output.measurements)
 
+  def test_a_tff_priv_factory_inside_public_zeroing_is_charged(self):
+    smp = sparsified_secure_sum.SparsifiedSecureSumFactory(
+        1.5, 1.0, 1.0, 2.0, secure=False)
+    output = _next(tff.aggregators.zeroing_factory(5.0, smp))
+    self.assertEqual(
+        ledger_lib.PrivacyLedger().record_round(
+            output.state, sampling_probability=0.5),
+        dp_accounting.PoissonSampledDpEvent(
+            0.5, guarantees.extract_dp_event(_next(smp).state)),
+    )
+    paths = wrapped_states.public_measurement_paths(
+        output.state, output.measurements, 'tff_priv')
+    self.assertIn(('zeroing_norm',), paths)
+    self.assertNotIn(('zeroed_count',), paths)
+    self.assertIn('zeroed_count', output.measurements)
+
   def test_a_noised_zeroing_norm_is_charged(self):
     # A quantile of the clients' norms estimated with a Gaussian count (std
     # 2 on records of sensitivity 0.5: multiplier 4), around TFF's DP factory.

@@ -10,6 +10,7 @@ from tff_priv import runtime
 from tff_priv.accounting import guarantees
 from tff_priv.aggregators import blt
 from tff_priv.mechanisms import blt as blt_lib
+from tff_priv.mechanisms import blt_sensitivity
 from tff_priv.mechanisms import gaussian
 
 _TYPE = tff.TensorType(np.float32, [3])
@@ -147,6 +148,29 @@ class BLTFactoryTest(tf.test.TestCase):
     self.assertEqual(
         neighbours_lib.exact_statistic_leaves(run, values, values[:2] + [far]),
         [])
+
+  def test_calibrated_streams_meet_the_target(self):
+    # N = 20, K = 5: b = 4. 'cyclic': one stream of 10 rounds, each client
+    # k = 3 times, 4 rounds apart; 'epoch': 3 streams of 4 rounds, once each.
+    for participation, streams, pattern in (('cyclic', 1, (10, 3, 4)),
+                                            ('epoch', 3, (4, 1, 1))):
+      with self.subTest(participation):
+        factory = blt.BLTFactory.calibrated(
+            4.0, total_rounds=10, population=20, clients_per_round=5,
+            participation=participation)
+        n, k, b = pattern
+        self.assertEqual(factory.rounds_per_stream, n)
+        # The sensitivity is C's for that pattern (every pattern tried).
+        self.assertAllClose(
+            factory.sensitivity,
+            blt_sensitivity.brute_force_sensitivity(
+                factory.blt.materialize(n), b, k))
+        accountant = dp_accounting.rdp.RdpAccountant(
+            neighboring_relation=dp_accounting.NeighboringRelation
+            .REPLACE_SPECIAL)
+        accountant.compose(factory.event(), streams)
+        self.assertAllClose(accountant.get_epsilon(1e-5), 4.0, rtol=1e-3)
+        self.assertLessEqual(accountant.get_epsilon(1e-5), 4.0 + 1e-9)
 
   def test_guarantee_and_bad_arguments(self):
     factory = _factory()

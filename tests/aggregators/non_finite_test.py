@@ -104,12 +104,18 @@ class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
     kept = set(sparsify.rand_k_indices(
         sparsify.round_seed(tf.constant([seed, 0], tf.int64), 0), _D, k
     ).numpy().tolist())
+    dropped = min(set(range(_D)) - kept)
     bad = np.full(_D, 0.3, np.float32)
-    bad[min(set(range(_D)) - kept)] = np.nan
+    bad[dropped] = np.nan
     for secure in (False, True):
       factory = lambda: sss.SparsifiedSecureSumFactory(  # pylint: disable=g-long-lambda
           noise_multiplier=0.0, clip=1.0, compression=0.5,
           expected_clients_per_round=3, secure=secure, mask_seed=seed)
+      # The round's mask does drop that coordinate (and keeps the others).
+      finite, _ = _result(factory(), False,
+                          _GOOD + [np.full(_D, 0.3, np.float32)])
+      self.assertEqual(float(np.asarray(finite).ravel()[dropped]), 0.0)
+      self.assertNotEqual(float(np.asarray(finite).ravel()[min(kept)]), 0.0)
       got, _ = _result(factory(), False, _GOOD + [bad])
       zeros, _ = _result(factory(), False, _GOOD + [np.zeros(_D, np.float32)])
       self.assertAllClose(got, zeros, atol=1e-6, msg=f'secure={secure}')

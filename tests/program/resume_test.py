@@ -16,6 +16,7 @@ import tempfile
 
 from unittest import mock
 
+from absl.testing import parameterized
 import dp_accounting
 import numpy as np
 import pytest
@@ -65,7 +66,7 @@ def _corrupt_checkpoints(root):
         f.write(b'\0garbage')
 
 
-class _RootTestCase(tf.test.TestCase):
+class _RootTestCase(tf.test.TestCase, parameterized.TestCase):
 
   def _root(self):
     path = tempfile.mkdtemp()
@@ -209,6 +210,32 @@ class ResumeTest(_RootTestCase):
       ):
         training.run(config, root, progress=False,
                      restart_model=restart_model)
+
+  @parameterized.parameters(
+      ('dp_ftrl', {}), ('smp', {}), ('udp', {}),
+      ('distortion', {'parameter_variance': 0.01}))
+  def test_every_target_mechanism_ends_at_its_target(self, mechanism, extra):
+    # dp_fedavg above (against the hand count), blt in training_test. Rounds
+    # 1-3 charged, a checkpoint at 2: round 3 runs again, noised (or its
+    # stream charged again) for the budget left; the run ends at or under
+    # its target, close to it, with more charges than rounds.
+    config = training.RunConfig(
+        task='digits', mechanism=mechanism, total_rounds=4,
+        clients_per_round=3, batch_size=20, client_learning_rate=0.1,
+        eval_every=100, params={'epsilon': _TARGET, **extra},
+    )
+    root = self._root()
+    training.run_until(config, root, 3, checkpoint_every=2, progress=False)
+    charged = _ledger(root).num_releases
+    summary = training.run(config, root, checkpoint_every=2, progress=False)
+    first, second = summary['sessions']
+    self.assertEqual(second['start_round'], 2)
+    self.assertGreater(_ledger(root).num_releases, charged)
+    self.assertGreaterEqual(second['noise_multiplier'],
+                            first['noise_multiplier'])
+    eps = summary['privacy']['rdp_epsilon']
+    self.assertBetween(eps, _TARGET - 0.05, _TARGET)
+    self.assertEqual(summary['privacy']['target_epsilon'], _TARGET)
 
   def test_udp_paper_calibration_keeps_its_planned_noise(self):
     # The paper's closed form cannot take what was spent: a resumed run

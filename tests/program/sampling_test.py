@@ -79,6 +79,43 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
     self.assertNotAllEqual(s.sample_indices(5, 3), s.sample_indices(5, 4))
     self.assertNotAllEqual(s.sample_indices(5, 3), s.sample_indices(6, 3))
 
+  def test_stream_sampler_cyclic_is_the_planned_k_b_schedule(self):
+    n, k, rounds = 23, 5, 13  # b = 4 groups of 5; 3 clients never drawn.
+    sampler = sampling.StreamSampler(n, k, 'cyclic', seed=11)
+    self.assertEqual((sampler.participation, sampler.min_separation),
+                     ('cyclic', 4))
+    drawn = [sampler.sample(t) for t in range(1, rounds + 1)]
+    for t, clients in enumerate(drawn, start=1):
+      self.assertLen(clients, k)
+      self.assertEqual(clients, sorted(clients))
+      if t > 4:
+        self.assertEqual(clients, drawn[t - 5])  # Group (t - 1) mod b.
+    groups = np.concatenate(drawn[:4])
+    self.assertLen(np.unique(groups), 20)  # b disjoint groups.
+    rounds_of = {}
+    for t, clients in enumerate(drawn, start=1):
+      for c in clients:
+        rounds_of.setdefault(c, []).append(t)
+    # Each client exactly b rounds apart, at most ceil(T / b) = 4 times: the
+    # (k, b) the cyclic stream's sensitivity is computed for.
+    for times in rounds_of.values():
+      self.assertTrue(all(b - a == 4 for a, b in zip(times, times[1:])))
+      self.assertLessEqual(len(times), 4)
+    # The seed alone gives the draw; without one it comes from the OS.
+    again = sampling.StreamSampler(n, k, 'cyclic', seed=sampler.seed)
+    self.assertEqual(again.sample(7), sampler.sample(7))
+    fresh = [sampling.StreamSampler(n, k, 'cyclic').seed for _ in range(3)]
+    self.assertLen(set(fresh), 3)
+
+  def test_stream_sampler_epoch_draws_each_client_once_per_epoch(self):
+    sampler = sampling.StreamSampler(23, 5, 'epoch', seed=3)
+    for epoch in range(3):
+      joined = np.concatenate(
+          [sampler.sample(4 * epoch + r) for r in range(1, 5)])
+      self.assertLen(np.unique(joined), 20)
+    with self.assertRaisesRegex(ValueError, 'participation must be one of'):
+      sampling.StreamSampler(23, 5, 'poisson')
+
   def test_sample_maps_indices_to_ids(self):
     ids = [f'c{i}' for i in range(6)]
     s = sampling.ClientSampling('fixed', 6, 2)

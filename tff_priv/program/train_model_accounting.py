@@ -36,13 +36,13 @@ What `train_model` releases, and what is private with a tff_priv process:
 import asyncio
 import json
 import os
-import signal
 import sys
 import threading
 from typing import Any, Optional
 
 import tensorflow_federated as tff
 
+from tff_priv import cli
 from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
@@ -207,44 +207,6 @@ class _CheckedSource(tff.program.FederatedDataSource):
     return checked(inner, self._accounting)
 
 
-class _OneLineStop:
-  """SIGINT / SIGTERM during `TrainModelAccounting.run`: one line, then exit."""
-
-  def __init__(self, accounting, name: str):
-    self._accounting, self._name = accounting, name
-    self._previous = {}
-
-  def _on_signal(self, signum, frame):
-    del frame
-    # pylint: disable=g-import-not-at-top
-    from tff_priv import cli
-    from tff_priv import runtime
-    # pylint: enable=g-import-not-at-top
-    stderr = cli.silence_output()  # TFF's threads report the stop.
-    runtime.stop_workers()
-    state_lib.remove_temporary_states(
-        os.path.join(self._accounting._root_dir, 'state')  # pylint: disable=protected-access
-    )
-    os.write(stderr, (
-        f'{self._name}: stopped by {signal.Signals(signum).name}; the ledger '
-        f'({self._accounting.rounds} charged rounds) and the program state in '
-        f'{self._accounting._root_dir} are kept: run the same command to '  # pylint: disable=protected-access
-        'resume\n'
-    ).encode())
-    os._exit(128 + signum)  # pylint: disable=protected-access
-
-  def __enter__(self):
-    if threading.current_thread() is threading.main_thread():
-      for signum in (signal.SIGINT, signal.SIGTERM):
-        self._previous[signum] = signal.signal(signum, self._on_signal)
-    return self
-
-  def __exit__(self, *exc):
-    for signum, handler in self._previous.items():
-      signal.signal(signum, handler)
-    return False
-
-
 class TrainModelAccounting:
   """The ledger of a `train_model` run, charged and written before each release.
 
@@ -393,7 +355,15 @@ class TrainModelAccounting:
       name: the program's name in its lines.
     """
     total = self._check_program(program)
-    stop = _OneLineStop(self, name)
+    stop = cli.OneLineStop(
+        name,
+        lambda: (f'the ledger ({self._rounds} charged rounds) and the program '
+                 f'state in {self._root_dir} are kept: run the same command '
+                 'to resume'),
+        # A save the signal cut short.
+        lambda: state_lib.remove_temporary_states(
+            os.path.join(self._root_dir, 'state')),
+    )
     with stop:
       asyncio.run(program)
     if total is not None:
