@@ -17,6 +17,7 @@ import unittest
 
 import pytest
 
+from tests import procfs
 from tests import script_runs
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
@@ -122,9 +123,13 @@ class TrainFaultsTest(unittest.TestCase):
           lambda n=rounds: _checkpoints(root) and max(_checkpoints(root)) >= n,
           proc,
       ))
+      workers = [child for child in procfs.children(proc.pid)
+                 if child in procfs.with_cmdline(b'worker_binary')]
+      self.assertEqual(len(workers), 1)  # The run computes on TFF's worker.
       proc.send_signal(signum)
       code, _, err = _finish(proc)
       self.assertEqual(code, 128 + signum, err[-2000:])
+      self.assertEqual(procfs.wait_gone(workers, 15), [])
       self.assertIn('run the same command to resume', _last_line(err))
       self.assertIn(signal.Signals(signum).name, _last_line(err))
       self.assertNotIn('Traceback', err)
