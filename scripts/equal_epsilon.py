@@ -5,6 +5,7 @@ Flags -> `tff_priv.experiments.equal_epsilon.Setting` per preset -> labelled
 <output_dir>/<preset>/<label>/, charged by its own ledger) -> one Markdown
 table per preset (<output_dir>/<preset>.md, and stdout). Presets:
 mnist5k_mlp and mnist5k_cnn (100 clients, K = 20, 50 rounds: 10 epochs),
+mnist5k_mlp_n1000 (1,000 clients of 4 examples, K = 20, 200 rounds: 4 epochs),
 shakespeare (shakespeare_offline, K = 20, 40 rounds; its table gives the
 test loss). Run from the repository root:
 
@@ -34,6 +35,7 @@ from tff_priv.program import grid
 PRESETS = {
     'mnist5k_mlp': equal_epsilon.Setting(),
     'mnist5k_cnn': equal_epsilon.Setting(model='cnn'),
+    'mnist5k_mlp_n1000': equal_epsilon.N1000,
     'shakespeare': equal_epsilon.SHAKESPEARE,
 }
 _PRESETS = flags.DEFINE_list('presets', ['mnist5k_mlp'],

@@ -39,6 +39,15 @@ class EqualEpsilonTest(tf.test.TestCase):
     self.assertEqual((free.mechanism, free.total_rounds,
                       free.clients_per_round), ('none', 50, 20))
 
+  def test_the_larger_population_preset(self):
+    configs = equal_epsilon.configs(equal_epsilon.N1000)
+    cyclic = configs['blt_cyclic_eps8_seed0'].validate()
+    self.assertEqual(cyclic.task_options, {'model': 'mlp', 'num_clients': 1000})
+    self.assertEqual((cyclic.total_rounds, cyclic.clients_per_round),
+                     (200, 20))
+    free = configs['none_seed0'].validate()
+    self.assertEqual(free.task_options['num_clients'], 1000)
+
   def test_unknown_method_refused(self):
     with self.assertRaisesRegex(ValueError, 'method must be one of'):
       equal_epsilon.Setting(methods=('dp_sgd',))

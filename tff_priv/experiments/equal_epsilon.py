@@ -42,6 +42,8 @@ class Setting:
   Attributes:
     task: the task.
     model: task option of an image task (None: the task's default).
+    num_clients: task option of a synthetic split (None: the task's
+      default, 100 for mnist5k).
     rounds: T.
     clients_per_round: K.
     batch_size: client batch size.
@@ -58,6 +60,7 @@ class Setting:
 
   task: str = 'mnist5k'
   model: Optional[str] = 'mlp'
+  num_clients: Optional[int] = None
   rounds: int = 50
   clients_per_round: int = 20
   batch_size: int = 10
@@ -77,6 +80,10 @@ class Setting:
     validation.int_at_least('rounds', self.rounds, 1)
 
 
+# A larger population: 1,000 clients of mnist5k's 4,000 training digits, K =
+# 20 (b = 50 groups), 200 rounds: each client 4 times, 50 rounds apart.
+N1000 = Setting(num_clients=1000, rounds=200, eval_every=50)
+
 SHAKESPEARE = Setting(
     task='shakespeare_offline', model=None, rounds=40, clients_per_round=20,
     batch_size=4, learning_rate=1.0, clip=0.5, max_client_examples=5,
@@ -93,9 +100,14 @@ def label(method: str, epsilon: Optional[float], seed: int) -> str:
 
 def configs(setting: Setting) -> dict[str, training.RunConfig]:
   """label -> RunConfig of every run of `setting`."""
+  task_options = {}
+  if setting.model:
+    task_options['model'] = setting.model
+  if setting.num_clients:
+    task_options['num_clients'] = setting.num_clients
   base = dict(
       task=setting.task,
-      task_options={'model': setting.model} if setting.model else {},
+      task_options=task_options,
       total_rounds=setting.rounds,
       clients_per_round=setting.clients_per_round,
       batch_size=setting.batch_size,
