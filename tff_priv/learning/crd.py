@@ -246,10 +246,7 @@ def build_crd_process(
   zeta = validation.non_negative('zeta', zeta)
   if not isinstance(schedule, noise_schedule.BudgetSchedule):
     raise TypeError(f'schedule must be a BudgetSchedule, got {schedule!r}')
-  val_x, val_y = validation_data
-  val_x, val_y = np.asarray(val_x), np.asarray(val_y)
-  if len(val_x) != len(val_y) or len(val_x) == 0:
-    raise ValueError('validation_data must be non-empty (x, y) of equal length')
+  val_x, val_y = _checked_validation_data(validation_data)
   inner = build_udp_process(
       model_fn,
       learning_rate=learning_rate,
@@ -302,7 +299,24 @@ def build_crd_process(
     )
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
-  state_type = init_fn.type_signature.result.member
+  get_model_weights, set_model_weights = _model_weight_accessors(
+      init_fn.type_signature.result.member, weights_type)
+  return tff.learning.templates.LearningProcess(
+      init_fn, next_fn, get_model_weights, set_model_weights
+  )
+
+
+def _checked_validation_data(validation_data):
+  """(x, y) as arrays, refused unless non-empty and of equal length."""
+  val_x, val_y = validation_data
+  val_x, val_y = np.asarray(val_x), np.asarray(val_y)
+  if len(val_x) != len(val_y) or len(val_x) == 0:
+    raise ValueError('validation_data must be non-empty (x, y) of equal length')
+  return val_x, val_y
+
+
+def _model_weight_accessors(state_type, weights_type):
+  """(get_model_weights, set_model_weights) of a `CRDState`."""
 
   @tff.tensorflow.computation(state_type)
   def get_model_weights(state):
@@ -323,9 +337,7 @@ def build_crd_process(
         discounts=state.discounts,
     )
 
-  return tff.learning.templates.LearningProcess(
-      init_fn, next_fn, get_model_weights, set_model_weights
-  )
+  return get_model_weights, set_model_weights
 
 
 def schedule_state(state) -> noise_schedule.ScheduleState:
