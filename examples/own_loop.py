@@ -15,10 +15,15 @@ for its participation schedule and claims no amplification: the loop draws
 its clients with `StreamSampler` (here 'cyclic': a secret permutation's
 groups of K take turns), the factory is calibrated to eps = 4 for that
 schedule (`BLTFactory.calibrated`), and each round is charged with
-`record_round(state)` and no sampling argument. Each line gives the eps
-spent and the accuracy of the final model on held-out examples.
+`record_round(state)` and no sampling argument. Amplified BandMF
+(`BandMFFactory.calibrated`, eps = 4) draws with `BandSampler`: a secret
+partition into the factory's b groups, round t Poisson-sampling group
+(t - 1) mod b; its state's event holds that sampling, so it too is charged
+with `record_round(state)`. Each line gives the eps spent and the accuracy
+of the final model on held-out examples.
 """
 
+import functools
 import sys
 
 from tff_priv import cli
@@ -32,6 +37,7 @@ import tensorflow_federated as tff
 
 from tff_priv import runtime
 from tff_priv.accounting import PrivacyLedger
+from tff_priv.aggregators import BandMFFactory
 from tff_priv.aggregators import BLTFactory
 from tff_priv.aggregators import DistortionFactory
 from tff_priv.aggregators import LDPEncodeFactory
@@ -40,12 +46,14 @@ from tff_priv.learning import build_udp_process
 from tff_priv.learning import no_client_metrics
 from tff_priv.learning import sparse_categorical_crossentropy
 from tff_priv.learning import udp_sensitivity
+from tff_priv.program import BandSampler
 from tff_priv.program import StreamSampler
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 ROUNDS, POPULATION, K, EXAMPLES = 5, 50, 5, 20
 DELTA = 1e-5
 BLT_EPSILON = 4.0
+BANDMF_EPSILON = 4.0
 # The task: 3 classes, the label the argmax of a fixed linear map of 4
 # features (learnable, so that accuracy moves).
 _LABEL_MAP = np.random.default_rng(1).normal(size=(4, 3))
@@ -92,9 +100,18 @@ def blt():
       clients_per_round=K, participation='cyclic', delta=DELTA))
 
 
+@functools.lru_cache(maxsize=None)
+def bandmf_factory():
+  # Its bands b chosen for ROUNDS, N, K and BANDMF_EPSILON
+  # (`aggregators.bandmf.plan_bands`); BandSampler draws for that b.
+  return BandMFFactory.calibrated(
+      BANDMF_EPSILON, total_rounds=ROUNDS, population=POPULATION,
+      clients_per_round=K, delta=DELTA)
+
+
 # name -> (process, sampling): 'poisson' (q = K / N), 'fixed' (K of N),
-# 'stream' (StreamSampler, charged unsampled) or None (every round charged
-# unsampled).
+# 'stream' (StreamSampler, charged unsampled), 'bands' (BandSampler, the
+# state's event holds the sampling) or None (every round charged unsampled).
 MECHANISMS = {
     'smp': (lambda: fed_avg(SparsifiedSecureSumFactory(
         noise_multiplier=1.0, clip=1.0, compression=0.5,
@@ -116,6 +133,7 @@ MECHANISMS = {
     'ldp': (lambda: fed_avg(LDPEncodeFactory(
         epsilon=1.0, range_mode='fixed', center=0.0, radius=0.5)), None),
     'blt': (blt, 'stream'),
+    'bandmf': (lambda: fed_avg(bandmf_factory()), 'bands'),
 }
 
 
@@ -137,11 +155,15 @@ def run(name: str, clients, sampler, test) -> tuple[float, float]:
   ledger = PrivacyLedger()
   state = process.initialize()
   streams = StreamSampler(POPULATION, K, 'cyclic')  # A secret permutation.
+  if sampling == 'bands':
+    groups = BandSampler(POPULATION, K, bandmf_factory().bands)
   for t in range(ROUNDS):
     if sampling == 'poisson':
       chosen = np.flatnonzero(sampler.random(POPULATION) < K / POPULATION)
     elif sampling == 'stream':
       chosen = streams.sample(t + 1)
+    elif sampling == 'bands':
+      chosen = groups.sample(t + 1)
     else:
       chosen = sampler.choice(POPULATION, size=K, replace=False)
     output = process.next(state, [clients[i] for i in chosen])
@@ -153,8 +175,9 @@ def run(name: str, clients, sampler, test) -> tuple[float, float]:
       ledger.record_round(state.aggregator, population=POPULATION,
                           sample_size=K)
     else:
-      # A stream's state is known (its zero-out relation) and claims no
-      # amplification: no sampling arguments.
+      # A stream's state is known (BLT: its zero-out relation, no
+      # amplification; BandMF: its event holds its sampling), LDP's events
+      # have no known amplification: no sampling arguments.
       ledger.record_round(state.aggregator)
   return ledger.epsilon(DELTA), accuracy(process, state, test)
 

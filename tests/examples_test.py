@@ -14,6 +14,7 @@ import pytest
 
 from tests import procfs
 from tests import script_runs
+from tff_priv.aggregators import bandmf
 from tff_priv.aggregators import blt
 
 pytestmark = pytest.mark.slow
@@ -79,7 +80,7 @@ class ExamplesTest(absltest.TestCase):
     self.assertEqual(
         [line.split(':')[0] for line in lines],
         ['smp', 'dp_fedavg', 'dp_fedavg_adaptive', 'udp', 'distortion', 'ldp',
-         'blt'],
+         'blt', 'bandmf'],
     )
     for line in lines:
       self.assertRegex(line, r'eps = \d+\.\d{3} at delta = 1e-05 after 5 '
@@ -91,8 +92,15 @@ class ExamplesTest(absltest.TestCase):
         neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
     ).compose(plan.event())
     self.assertStartsWith(
-        lines[-1], f'blt: eps = {stream.get_epsilon(1e-5):.3f} at delta')
+        lines[-2], f'blt: eps = {stream.get_epsilon(1e-5):.3f} at delta')
     self.assertBetween(stream.get_epsilon(1e-5), 3.99, 4.0)
+    # BandMF: ceil(5 / b) cycle events of the b its plan chose, by hand.
+    plan = bandmf.plan_bands(5, 50, 5, epsilon=4.0)
+    cycles = dp_accounting.rdp.RdpAccountant().compose(
+        plan.event(), -(-5 // plan.bands))
+    self.assertStartsWith(
+        lines[-1], f'bandmf: eps = {cycles.get_epsilon(1e-5):.3f} at delta')
+    self.assertBetween(cycles.get_epsilon(1e-5), 3.99, 4.0)
     # Quiet: TF's logs are off.
     self.assertEqual(result.stderr.strip(), '')
     bad = _example('own_loop.py', 'nope', cwd=tempfile.mkdtemp())

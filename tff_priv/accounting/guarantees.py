@@ -149,19 +149,28 @@ _STATE_RELATIONS = {
 }
 
 
-# The states of the stream factories (dicts), by their fields: their events
-# hold under zero-out (REPLACE_SPECIAL) for a participation schedule the
-# caller keeps, and claim no amplification by sampling.
+# The states of the stream factories (dicts), by their fields, and the
+# relation of their events. BLT's and the tree's hold under zero-out
+# (REPLACE_SPECIAL) for a participation schedule the caller keeps, and claim
+# no amplification by sampling; BandMF's event holds its own sampling
+# (`BandSampler`), under add-or-remove-one. Neither takes sampling arguments.
 _STREAM_STATES = {
     frozenset(('buffers', 'nonce', 'rounds_done', 'force_restart', 'dp_event',
                'is_init_state')): 'BLTFactory',
     frozenset(('tree', 'nonce', 'rounds_done', 'force_restart', 'dp_event',
                'is_init_state')): 'TreeRestartFactory',
+    frozenset(('window', 'nonce', 'rounds_done', 'force_restart', 'dp_event',
+               'is_init_state')): 'BandMFFactory',
+}
+_STREAM_RELATIONS = {
+    'BLTFactory': 'replace_special',
+    'TreeRestartFactory': 'replace_special',
+    'BandMFFactory': 'add_or_remove_one',
 }
 
 
 def stream_factory_of_state(aggregator_state: Any) -> Optional[str]:
-  """'BLTFactory' or 'TreeRestartFactory' for their states, else None."""
+  """'BLTFactory', 'TreeRestartFactory' or 'BandMFFactory' for their states."""
   if isinstance(aggregator_state, dict):
     return _STREAM_STATES.get(frozenset(aggregator_state))
   return None
@@ -201,8 +210,9 @@ def relation_of_state(aggregator_state: Any) -> str:
   (`wrapped_states.unwrap`).
   """
   inner, _ = wrapped_states.unwrap(aggregator_state)
-  if stream_factory_of_state(inner) is not None:
-    return 'replace_special'
+  stream = stream_factory_of_state(inner)
+  if stream is not None:
+    return _STREAM_RELATIONS[stream]
   cls = type(inner)
   for (module, name), relation in _STATE_RELATIONS.items():
     if cls.__name__ == name and cls.__module__.startswith(module):

@@ -146,7 +146,8 @@ class PrivacyLedger:
     Raises:
       ValueError: Poisson sampling of an event that holds under replace-one
         (noise added on each client: sample K of N instead); any sampling
-        of a BLT or tree stream (no amplification is claimed); a TFF
+        of a BLT or tree stream (no amplification is claimed) or of a BandMF
+        state (its event holds its sampling); a TFF
         wrapper that tracks its norm without noise
         (`wrapped_states.UnnoisedWrapperError`); an explicit
         `neighboring_relation` that contradicts the state's; a sampling under
@@ -168,6 +169,13 @@ class PrivacyLedger:
         sampling_probability is not None or population is not None
         or sample_size is not None
     ):
+      if stream == 'BandMFFactory':
+        raise ValueError(
+            'BandMFFactory\'s event already holds its sampling (q within '
+            'its cyclic groups): call record_round(state) without sampling '
+            'arguments, and draw the clients with '
+            'tff_priv.program.BandSampler'
+        )
       raise ValueError(
           f'{stream} claims no amplification by sampling: its event holds '
           'for each client at most once per stream (or the (k, b) schedule '

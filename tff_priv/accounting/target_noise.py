@@ -21,6 +21,7 @@ def noise_for_target(
     calibration: str = 'tight',
     min_with_unsampled: bool = False,
     spent: Optional[calibration_lib.Spent] = None,
+    tol: float = 1e-4,
 ) -> float:
   """The noise std of a Gaussian release that meets (eps, delta) over `rounds`.
 
@@ -49,6 +50,8 @@ def noise_for_target(
     spent: ('tight' only) the releases a resumed run has charged already
       (`calibration.Spent`, read from its ledger): the noise of the `rounds`
       left is calibrated so that everything together meets the target.
+    tol: ('tight' only) the absolute tolerance on z (the smallest z that meets
+      the target, within tol; a coarser tol compares options faster).
 
   Returns:
     The noise std sigma (z * sensitivity).
@@ -75,5 +78,6 @@ def noise_for_target(
       **sampling.kwargs(),
       min_with_unsampled=min_with_unsampled,
       spent=spent,
+      tol=tol,
   )
   return z * sensitivity

@@ -6,8 +6,10 @@
   DistortionFactory           TV-calibrated parameter distortion (distortion.py)
   TreeRestartFactory          TFF's DP-FTRL tree aggregation, restarted, with its DpEvent (dp_ftrl.py)
   BLTFactory                  DP-FTRL with BLT matrix-factorization noise (blt.py)
+  BandMFFactory               amplified banded matrix-factorization noise (bandmf.py)
 """
 
+from tff_priv.aggregators.bandmf import BandMFFactory
 from tff_priv.aggregators.blt import BLTFactory
 from tff_priv.aggregators.distortion import DistortionFactory
 from tff_priv.aggregators.dp_ftrl import TreeRestartFactory

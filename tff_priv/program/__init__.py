@@ -3,7 +3,8 @@
 Public names (imported on first use): `RunConfig`, `ConfigError`, `run`,
 `run_until` (`training`), `TrainModelAccounting` (write-ahead accounting for
 `tff.learning.programs.train_model`), `ClientArraysSource`, `StreamSampler`
-(each round's clients of a BLT or DP-FTRL stream in your own loop).
+(each round's clients of a BLT or DP-FTRL stream in your own loop),
+`BandSampler` (amplified BandMF's cyclic Poisson sampling in your own loop).
 """
 
 from tff_priv import _exports
@@ -16,6 +17,7 @@ _EXPORTS = {
     'TrainModelAccounting': 'tff_priv.program.train_model_accounting',
     'ClientArraysSource': 'tff_priv.program.data_sources',
     'StreamSampler': 'tff_priv.program.sampling',
+    'BandSampler': 'tff_priv.program.sampling',
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = _exports.lazy(__name__, _EXPORTS)

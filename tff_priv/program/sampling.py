@@ -228,3 +228,49 @@ class StreamSampler:
   def sample(self, round_num: int) -> list[int]:
     """The clients (indices, sorted) of round `round_num` >= 1."""
     return self._sampling.sample_indices(self.seed, round_num).tolist()
+
+
+class BandSampler:
+  """Each round's clients of amplified BandMF, for a user's own loop.
+
+  The schedule of `BandMFFactory`'s event (Choquette-Choo et al. 2023,
+  Algorithm 2, "cyclic Poisson sampling"): one permutation of the N clients,
+  from a seed drawn from the operating system (secret), cut into b groups of
+  floor(N / b) (the N mod b left over never take part); round t takes each
+  client of group (t - 1) mod b independently with probability
+  q = K / floor(N / b): K clients a round on average, possibly none. Charge
+  each round with `PrivacyLedger.record_round(state)` (the state's event
+  holds the sampling). Round t's clients are a function of (seed, t) only.
+
+  Args:
+    population: N, the clients (indices 0 .. N - 1).
+    clients_per_round: K, the expected clients a round, 1..N // b.
+    bands: b >= 1 (`BandMFFactory.bands`).
+    seed: None (drawn from the operating system), or a saved `seed`.
+  """
+
+  def __init__(self, population: int, clients_per_round: int, bands: int,
+               seed=None):
+    self.population = validation.int_at_least('population', population, 1)
+    k = validation.int_at_least('clients_per_round', clients_per_round, 1)
+    self.bands = validation.int_at_least('bands', bands, 1)
+    self.group_size = population // self.bands
+    if k > self.group_size:
+      raise ValueError(
+          f'bands={bands} leaves groups of {self.group_size} clients, fewer '
+          f'than clients_per_round={k}: at most {population // k} bands')
+    self.sampling_probability = k / self.group_size
+    if seed is None:
+      seed = secrets.randbits(62)
+    self.seed = validation.int_at_least('seed', seed, 0)
+
+  def sample(self, round_num: int) -> list[int]:
+    """The clients (indices, sorted) of round `round_num` >= 1."""
+    round_num = validation.int_at_least('round_num', round_num, 1)
+    order = np.random.default_rng([self.seed, 0x42414E44]).permutation(
+        self.population)
+    group = (round_num - 1) % self.bands
+    members = order[group * self.group_size:(group + 1) * self.group_size]
+    joined = np.random.default_rng([self.seed, round_num]).random(
+        self.group_size) < self.sampling_probability
+    return np.sort(members[joined]).tolist()
