@@ -11,7 +11,7 @@ from tff_priv import runtime
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.aggregators import bandmf
-from tff_priv.aggregators import blt
+from tff_priv.aggregators import correlated_noise
 from tff_priv.mechanisms import gaussian
 from tff_priv.program import sampling
 
@@ -71,7 +71,7 @@ class BandMFFactoryTest(tf.test.TestCase):
     zeta = np.stack([
         gaussian.add_gaussian_noise(
             tf.zeros([3]), 1.0,
-            seed=blt.round_seed(key, tf.zeros([2], tf.int64), t)).numpy()
+            seed=correlated_noise.round_seed(key, tf.zeros([2], tf.int64), t)).numpy()
         for t in range(n)
     ]).astype(np.float64)
     c = np.asarray(_COEFS) / np.linalg.norm(_COEFS)

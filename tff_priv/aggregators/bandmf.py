@@ -27,11 +27,11 @@ Restarts: `with_restart_forced` (a loop that runs rounds again from a
 restored state) zeroes the window and starts new cycles at the next round,
 charged anew; a round run again draws fresh z (the seeds below).
 
-Noise seeds: round r's z is drawn from `blt.round_seed(key,
-NonDeterministicInts, r)`, `key` 63 bits from Python's `secrets` per
-`create()`: never derivable from anything released, never repeated. With a
-fixed `noise_seed` (tests only) the nonce is the state's, moved at each
-forced restart.
+Noise seeds: as BLTFactory's (`correlated_noise`): round r's z from
+`round_seed(key, NonDeterministicInts, r)`, `key` 63 bits from Python's
+`secrets` per `create()`: never derivable from anything released, never
+repeated. With a fixed `noise_seed` (tests only) the nonce is the state's,
+moved at each forced restart.
 
 Adversary: the server adds the noise and sees the clipped updates
 ('central'); the guarantee is for an analyst who sees the released models.
@@ -39,7 +39,6 @@ Adversary: the server adds the noise and sees the clipped updates
 
 import collections
 import dataclasses
-import secrets
 from typing import Optional, Sequence
 
 import dp_accounting
@@ -51,10 +50,8 @@ from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import target_noise
-from tff_priv.aggregators import blt as blt_agg
+from tff_priv.aggregators import correlated_noise
 from tff_priv.mechanisms import bandmf as bandmf_lib
-from tff_priv.mechanisms import clipping
-from tff_priv.mechanisms import gaussian
 
 GUARANTEE = guarantees.Guarantee(
     unit='client',
@@ -269,77 +266,48 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
     bands = self.bands
     event = self.event()
     fixed = self._noise_seed is not None
-    key = self._noise_seed if fixed else secrets.randbits(63)
+    key = correlated_noise.new_key(self._noise_seed)
     coefs = self._coefs
-    stddev = self._z * self._clip
-    divisor = float(self._k)
 
     def charged(count):
       return dp_accounting.SelfComposedDpEvent(event, count).to_named_tuple()
 
-    @tff.tensorflow.computation
     def initial_state():
-      if fixed:
-        nonce = tf.zeros([2], tf.int64)
-      else:
-        nonce = tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
       return collections.OrderedDict(
           window=tf.nest.map_structure(
               lambda s: tf.zeros([bands - 1] + s.shape.as_list(), s.dtype),
               specs),
-          nonce=nonce,
+          nonce=correlated_noise.initial_nonce(fixed),
           rounds_done=tf.constant(0, tf.int64),
           force_restart=tf.constant(False),
           dp_event=charged(tf.constant(1, tf.int32)),
           is_init_state=tf.constant(True),
       )
 
-    @tff.federated_computation()
-    def init_fn():
-      return tff.federated_eval(initial_state, tff.SERVER)
-
-    state_type = init_fn.type_signature.result.member
-
-    @tff.tensorflow.computation(value_type)
-    def clip(value):
-      return clipping.clip_l2(value, self._clip)
-
     def inverse_step(window, z):
       # w_t = (z_t - sum_{i=1}^{b-1} c_i w_{t-i}) / c_0; window[i-1] = w_{t-i}.
-      c = tf.constant(coefs[1:], z.dtype)
-      inner = tf.tensordot(c, window, axes=1) if bands > 1 else 0.0
-      w = (z - inner) / tf.constant(coefs[0], z.dtype)
       if bands == 1:
-        return w, window
+        return z / tf.constant(coefs[0], z.dtype), window
+      inner = tf.tensordot(tf.constant(coefs[1:], z.dtype), window, axes=1)
+      w = (z - inner) / tf.constant(coefs[0], z.dtype)
       return w, tf.concat([w[tf.newaxis], window[:-1]], axis=0)
 
-    @tff.tensorflow.computation(state_type, value_type)
     def add_noise(state, total):
       restart = state['force_restart']
       rounds_done = tf.where(restart, tf.constant(0, tf.int64),
                              state['rounds_done'])
       window = tf.nest.map_structure(
           lambda w: tf.where(restart, tf.zeros_like(w), w), state['window'])
-      nonce = state['nonce']
-      if fixed:
-        nonce = tf.where(restart, nonce + tf.constant([0, 1], tf.int64),
-                         nonce)
-        seed = blt_agg.round_seed(key, nonce, rounds_done)
-      else:
-        seed = blt_agg.round_seed(
-            key, tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64),
-            rounds_done)
-      z = gaussian.add_gaussian_noise(
-          tf.nest.map_structure(tf.zeros_like, total), 1.0, seed=seed)
+      nonce, z = correlated_noise.round_noise(
+          key, fixed, state['nonce'], restart, rounds_done, total)
       flat_noise, flat_window = [], []
       for w_prev, zi in zip(tf.nest.flatten(window), tf.nest.flatten(z)):
         w, w_prev = inverse_step(w_prev, zi)
         flat_noise.append(w)
         flat_window.append(w_prev)
-      result = [
-          (t + tf.cast(stddev, t.dtype) * w) / tf.cast(divisor, t.dtype)
-          for t, w in zip(tf.nest.flatten(total), flat_noise)
-      ]
+      result, measurements = correlated_noise.noised_mean(
+          total, flat_noise, self._z * self._clip, float(self._k),
+          rounds_done)
       new_state = collections.OrderedDict(
           window=tf.nest.pack_sequence_as(window, flat_window),
           nonce=nonce,
@@ -350,33 +318,12 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
                                    tf.int32)),
           is_init_state=tf.constant(False),
       )
-      measurements = collections.OrderedDict(
-          # Public: set by the factory's arguments and the round count.
-          noise_stddev=tf.constant(stddev / divisor, tf.float32),
-          round=rounds_done,
-      )
       return collections.OrderedDict(
-          state=new_state,
-          result=tf.nest.pack_sequence_as(total, result),
-          measurements=measurements,
-      )
+          state=new_state, result=result, measurements=measurements)
 
-    @tff.federated_computation(
-        tff.FederatedType(state_type, tff.SERVER),
-        tff.FederatedType(value_type, tff.CLIENTS),
-    )
-    def next_fn(state, value):
-      total = tff.federated_sum(tff.federated_map(clip, value))
-      output = tff.federated_map(add_noise, (state, total))
-      return tff.templates.MeasuredProcessOutput(
-          state=output.state,
-          result=output.result,
-          measurements=output.measurements,
-      )
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    return correlated_noise.stream_process(
+        value_type, self._clip, initial_state, add_noise)
 
 
-def with_restart_forced(aggregator_state):
-  """`aggregator_state` set to start new cycles (charged) at the next round."""
-  return blt_agg.with_restart_forced(aggregator_state)
+# `aggregator_state` set to start new cycles (charged) at the next round.
+with_restart_forced = correlated_noise.with_restart_forced

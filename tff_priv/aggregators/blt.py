@@ -29,12 +29,9 @@ event is for the pattern (k, b), which the caller's sampling must guarantee.
 
 Noise seeds: round r's z is drawn from `fold_in(fold_in(fold_in(key,
 n[0]), n[1]), r)`, `key` 63 bits from Python's `secrets` per `create()`, `n`
-TF's nondeterministic integers drawn anew at every call of `next`, so that a
-round run again (after `with_restart_forced`, or from a state restored in
-the same process) never releases a z it released before (the difference of
-two such releases would be noise-free). Neither is released. With a fixed
-`noise_seed` (tests only) `n` is the state's nonce, moved at each forced
-restart.
+TF's nondeterministic integers drawn anew at every call of `next`
+(`correlated_noise`, shared with `BandMFFactory`): a round run again never
+releases a z it released before. Neither is released.
 
 Adversary: the server adds the noise and sees the clipped updates ('central').
 """
@@ -42,7 +39,6 @@ Adversary: the server adds the noise and sees the clipped updates ('central').
 import collections
 import dataclasses
 import functools
-import secrets
 from typing import Optional, Sequence
 
 import dp_accounting
@@ -52,10 +48,9 @@ import tensorflow_federated as tff
 from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import target_noise
+from tff_priv.aggregators import correlated_noise
 from tff_priv.mechanisms import blt as blt_lib
 from tff_priv.mechanisms import blt_sensitivity
-from tff_priv.mechanisms import clipping
-from tff_priv.mechanisms import gaussian
 
 GUARANTEE = guarantees.Guarantee(
     unit='client',
@@ -173,16 +168,7 @@ def plan_streams(
                     validation.positive('noise_multiplier', noise_multiplier))
 
 
-def round_seed(key, nonce, round_index):
-  """The int64 [2] seed of round `round_index`'s z (TF)."""
-  nonce = tf.cast(nonce, tf.int64)
-  seed = tf.random.experimental.stateless_fold_in(
-      tf.constant([key, 0], tf.int64), nonce[0]
-  )
-  seed = tf.random.experimental.stateless_fold_in(seed, nonce[1])
-  return tf.random.experimental.stateless_fold_in(
-      seed, tf.cast(round_index, tf.int64)
-  )
+round_seed = correlated_noise.round_seed
 
 
 class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -304,47 +290,25 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
     rounds = self._rounds
     event = self.event()
     fixed = self._noise_seed is not None
-    key = self._noise_seed if fixed else secrets.randbits(63)
+    key = correlated_noise.new_key(self._noise_seed)
     nbuf = self._blt.num_buffers
     theta = self._blt.buf_decay
     omega = self._blt.output_scale
-    stddev = self._z * self._clip
-    divisor = float(self._k)
-
-    def zero_buffers():
-      return tf.nest.map_structure(
-          lambda s: tf.zeros([nbuf] + s.shape.as_list(), s.dtype), specs
-      )
 
     def charged(count):
       return dp_accounting.SelfComposedDpEvent(event, count).to_named_tuple()
 
-    @tff.tensorflow.computation
     def initial_state():
-      if fixed:
-        nonce = tf.zeros([2], tf.int64)
-      else:
-        nonce = tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
       return collections.OrderedDict(
-          buffers=zero_buffers(),
-          nonce=nonce,
+          buffers=tf.nest.map_structure(
+              lambda s: tf.zeros([nbuf] + s.shape.as_list(), s.dtype), specs),
+          nonce=correlated_noise.initial_nonce(fixed),
           rounds_done=tf.constant(0, tf.int64),
           force_restart=tf.constant(False),
           dp_event=charged(tf.constant(1, tf.int32)),
           is_init_state=tf.constant(True),
       )
 
-    @tff.federated_computation()
-    def init_fn():
-      return tff.federated_eval(initial_state, tff.SERVER)
-
-    state_type = init_fn.type_signature.result.member
-
-    @tff.tensorflow.computation(value_type)
-    def clip(value):
-      return clipping.clip_l2(value, self._clip)
-
-    @tff.tensorflow.computation(state_type, value_type)
     def add_noise(state, total):
       restart = tf.logical_or(
           state['force_restart'], tf.equal(state['rounds_done'] % rounds, 0)
@@ -352,32 +316,17 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
       buffers = tf.nest.map_structure(
           lambda b: tf.where(restart, tf.zeros_like(b), b), state['buffers']
       )
-      nonce = state['nonce']
-      if fixed:
-        # Tests: deterministic, but a forced restart moves to new draws.
-        nonce = tf.where(state['force_restart'],
-                         nonce + tf.constant([0, 1], tf.int64), nonce)
-        seed = round_seed(key, nonce, state['rounds_done'])
-      else:
-        # A fresh draw every call: a round run again (a restart, or a
-        # state restored in the same process) never repeats a released z.
-        seed = round_seed(
-            key, tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64),
-            state['rounds_done'],
-        )
-      z = gaussian.add_gaussian_noise(
-          tf.nest.map_structure(tf.zeros_like, total), 1.0, seed=seed
-      )
-      flat_total = tf.nest.flatten(total)
+      nonce, z = correlated_noise.round_noise(
+          key, fixed, state['nonce'], state['force_restart'],
+          state['rounds_done'], total)
       flat_noise, flat_buffers = [], []
       for b, zi in zip(tf.nest.flatten(buffers), tf.nest.flatten(z)):
         x, b = blt_lib.inverse_step(b, zi, theta, omega)
         flat_noise.append(x)
         flat_buffers.append(b)
-      result = [
-          (t + tf.cast(stddev, t.dtype) * x) / tf.cast(divisor, t.dtype)
-          for t, x in zip(flat_total, flat_noise)
-      ]
+      result, measurements = correlated_noise.noised_mean(
+          total, flat_noise, self._z * self._clip, float(self._k),
+          state['rounds_done'])
       new_state = collections.OrderedDict(
           buffers=tf.nest.pack_sequence_as(buffers, flat_buffers),
           nonce=nonce,
@@ -386,35 +335,12 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
           dp_event=charged(tf.cast(restart, tf.int32)),
           is_init_state=tf.constant(False),
       )
-      measurements = collections.OrderedDict(
-          # Public: set by the factory's arguments and the round count.
-          noise_stddev=tf.constant(stddev / divisor, tf.float32),
-          round=state['rounds_done'],
-      )
       return collections.OrderedDict(
-          state=new_state,
-          result=tf.nest.pack_sequence_as(total, result),
-          measurements=measurements,
-      )
+          state=new_state, result=result, measurements=measurements)
 
-    @tff.federated_computation(
-        tff.FederatedType(state_type, tff.SERVER),
-        tff.FederatedType(value_type, tff.CLIENTS),
-    )
-    def next_fn(state, value):
-      total = tff.federated_sum(tff.federated_map(clip, value))
-      output = tff.federated_map(add_noise, (state, total))
-      return tff.templates.MeasuredProcessOutput(
-          state=output.state,
-          result=output.result,
-          measurements=output.measurements,
-      )
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    return correlated_noise.stream_process(
+        value_type, self._clip, initial_state, add_noise)
 
 
-def with_restart_forced(aggregator_state):
-  """`aggregator_state` set to restart its stream at the next round."""
-  state = collections.OrderedDict(aggregator_state)
-  state['force_restart'] = True
-  return state
+# `aggregator_state` set to restart its stream at the next round.
+with_restart_forced = correlated_noise.with_restart_forced

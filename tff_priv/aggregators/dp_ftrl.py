@@ -57,6 +57,7 @@ import tensorflow_privacy as tfp
 
 from tff_priv import validation
 from tff_priv.accounting import guarantees
+from tff_priv.aggregators import correlated_noise
 from tff_priv.mechanisms import clipping
 
 GUARANTEE = guarantees.Guarantee(
@@ -252,8 +253,5 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-def with_restart_forced(aggregator_state):
-  """`aggregator_state` set to restart its tree at the next round."""
-  state = collections.OrderedDict(aggregator_state)
-  state['force_restart'] = True
-  return state
+# `aggregator_state` set to restart its tree at the next round.
+with_restart_forced = correlated_noise.with_restart_forced
