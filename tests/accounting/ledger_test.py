@@ -42,6 +42,25 @@ class LedgerTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(ledger.epsilon(delta), direct.get_epsilon(delta))
     self.assertEqual(ledger.delta(1.0), direct.get_delta(1.0))
 
+  def test_alternating_self_composed_rounds_compose_as_their_total(self):
+    # A BandMF run of 20 rounds, b = 5: its state's event is a cycle's
+    # SelfComposedDpEvent(e, 1) at every fifth round and (e, 0) at the
+    # others. The ledger keeps each round, and composes e 4 times: one term.
+    e = dp_accounting.PoissonSampledDpEvent(
+        0.1, dp_accounting.GaussianDpEvent(1.7))
+    ledger = ledger_lib.PrivacyLedger()
+    for t in range(20):
+      ledger.record(dp_accounting.SelfComposedDpEvent(e, int(t % 5 == 0)))
+    self.assertEqual(ledger.num_releases, 20)
+    self.assertLen(ledger.entries, 8)
+    self.assertEqual(ledger.dp_event(), dp_accounting.SelfComposedDpEvent(e, 4))
+    self.assertEqual(ledger.epsilon(1e-5),
+                     _rdp(dp_accounting.SelfComposedDpEvent(e, 4))
+                     .get_epsilon(1e-5))
+    only_zeros = ledger_lib.PrivacyLedger()
+    only_zeros.record(dp_accounting.SelfComposedDpEvent(e, 0), 3)
+    self.assertEqual(only_zeros.epsilon(1e-5), 0.0)
+
   def test_pld_matches_dp_accounting(self):
     ledger = ledger_lib.PrivacyLedger()
     ledger.record_gaussian(1.2, sampling_probability=0.05, count=100)

@@ -126,8 +126,8 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
   def test_registry(self):
     self.assertEqual(
         set(mechanisms.MECHANISMS),
-        {'none', 'dp_fedavg', 'dp_ftrl', 'blt', 'smp', 'distortion', 'udp',
-         'ldp'},
+        {'none', 'dp_fedavg', 'dp_ftrl', 'blt', 'bandmf', 'smp', 'distortion',
+         'udp', 'ldp'},
     )
     for name in mechanisms.MECHANISMS:
       module = mechanisms.module(name)
@@ -229,6 +229,17 @@ class BuildTest(tf.test.TestCase):
   def test_wrong_sampling_kind(self):
     with self.assertRaisesRegex(ValueError, 'fixed sampling'):
       _build('udp', P(), kind='poisson', min_client_examples=lambda: 5)
+
+  def test_bandmf_builds_its_bands_into_the_sampling(self):
+    mech = _build('bandmf', P(noise_multiplier=1.0, bands=2))
+    # N = 10, K = 4: two groups of 5, each client drawn at q = 4 / 5.
+    self.assertEqual((mech.sampling.kind, mech.sampling.bands), ('banded', 2))
+    self.assertAllClose(mech.sampling.rate, 0.8)
+    self.assertEqual(mech.resolved['cycles'], 2)
+    with self.assertRaisesRegex(ValueError, 'give bands too'):
+      mechanisms.config('bandmf', P(noise_multiplier=1.0))
+    with self.assertRaisesRegex(ValueError, 'audit_canaries with bandmf'):
+      _build('bandmf', P(noise_multiplier=1.0, bands=2), canary_clients=True)
 
   def test_udp_needs_smallest_dataset(self):
     with self.assertRaisesRegex(ValueError, 'min_client_examples'):
@@ -357,6 +368,7 @@ class BuildTest(tf.test.TestCase):
         'dp_fedavg': ('client', 'central'),
         'dp_ftrl': ('client', 'central'),
         'blt': ('client', 'central'),
+        'bandmf': ('client', 'central'),
         'smp': ('client', 'secure_sum'),
         'distortion': ('client', 'local'),
         'udp': ('example', 'local'),

@@ -237,6 +237,31 @@ class ResumeTest(_RootTestCase):
     self.assertBetween(eps, _TARGET - 0.05, _TARGET)
     self.assertEqual(summary['privacy']['target_epsilon'], _TARGET)
 
+  def test_bandmf_resumed_mid_cycle_is_charged_and_ends_at_its_target(self):
+    # b = 2 over 8 rounds: 4 cycles planned. Rounds 1-3 charged (cycles at
+    # rounds 1 and 3), a checkpoint at 2: round 3 runs again on a restarted
+    # window, its new cycle charged, and 2 more after it (rounds 5, 7),
+    # noised for the budget left; the groups (the bands) stay the same.
+    config = training.RunConfig(
+        task='digits', mechanism='bandmf', total_rounds=8,
+        clients_per_round=3, batch_size=20, client_learning_rate=0.1,
+        eval_every=100, params={'epsilon': _TARGET, 'bands': 2},
+    )
+    root = self._root()
+    training.run_until(config, root, 3, checkpoint_every=2, progress=False)
+    # Each round records the state's SelfComposedDpEvent(cycle, 0 or 1).
+    cycles = lambda: sum(count * getattr(event, 'count', 1)
+                         for event, count in _ledger(root).entries)
+    charged = cycles()
+    summary = training.run(config, root, checkpoint_every=2, progress=False)
+    first, second = summary['sessions']
+    self.assertEqual(second['start_round'], 2)
+    self.assertGreater(second['noise_multiplier'], first['noise_multiplier'])
+    self.assertEqual(cycles() - charged, 3)
+    self.assertEqual(summary['sampling']['bands'], 2)
+    eps = summary['privacy']['rdp_epsilon']
+    self.assertBetween(eps, _TARGET - 0.05, _TARGET)
+
   def test_udp_paper_calibration_keeps_its_planned_noise(self):
     # The paper's closed form cannot take what was spent: a resumed run
     # keeps the sigma of its plan over all T rounds (never less).

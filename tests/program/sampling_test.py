@@ -167,6 +167,32 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
         sampling.ClientSampling('epoch', 100, 5).ledger_sampling(),
         accounting_sampling.Sampling.none(),
     )
+    # BandMF's event holds its sampling: nothing more to amplify.
+    self.assertEqual(
+        sampling.ClientSampling('banded', 100, 5, bands=4).ledger_sampling(),
+        accounting_sampling.Sampling.none(),
+    )
+
+  def test_banded_is_the_band_samplers_schedule(self):
+    # The program's draw is BandSampler's: b groups of floor(N / b) taking
+    # turns, rate q = K / floor(N / b) inside, each client's rounds b apart.
+    s = sampling.ClientSampling('banded', 103, 5, bands=4)
+    self.assertAllClose(s.rate, 5 / 25)
+    self.assertEqual(s.participations(10), 3)
+    self.assertEqual(s.describe()['bands'], 4)
+    own = sampling.BandSampler(103, 5, 4, seed=9)
+    rounds_of = {}
+    for t in range(1, 41):
+      drawn = s.sample_indices(9, t).tolist()
+      self.assertEqual(drawn, own.sample(t))
+      for client in drawn:
+        rounds_of.setdefault(client, []).append(t)
+    for rounds in rounds_of.values():
+      self.assertEqual({r % 4 for r in rounds}, {rounds[0] % 4})
+    with self.assertRaisesRegex(ValueError, "only to 'banded'"):
+      sampling.ClientSampling('poisson', 100, 5, bands=2)
+    with self.assertRaisesRegex(ValueError, 'at most 20 bands'):
+      sampling.ClientSampling('banded', 100, 5, bands=21)
 
   @parameterized.named_parameters(
       ('kind', dict(kind='uniform'), ValueError, 'kind'),

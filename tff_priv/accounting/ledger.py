@@ -250,10 +250,28 @@ class PrivacyLedger:
     return sum(count for _, count in self._entries)
 
   def dp_event(self) -> dp_event.DpEvent:
-    """Everything recorded, as one dp_accounting event."""
+    """Everything recorded, as one dp_accounting event.
+
+    Equal events are composed once with their total count, wherever they
+    stand (composition is commutative for both accountants), and a
+    `SelfComposedDpEvent` is read as its inner event times its count (none
+    when 0: a stream's or a BandMF cycle's other rounds). A run of T rounds
+    whose events alternate (a BandMF cycle charged every b rounds) is then
+    a few terms, not T, each of which the accountant computes anew.
+    """
+    totals = []  # [inner event, total count], in order of first record.
+    for event, count in self._entries:
+      while isinstance(event, dp_event.SelfComposedDpEvent):
+        event, count = event.event, count * event.count
+      for total in totals:
+        if total[0] == event:
+          total[1] += count
+          break
+      else:
+        totals.append([event, count])
     parts = [
         event if count == 1 else dp_event.SelfComposedDpEvent(event, count)
-        for event, count in self._entries
+        for event, count in totals if count
     ]
     if not parts:
       return dp_event.NoOpDpEvent()

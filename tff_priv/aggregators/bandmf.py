@@ -24,8 +24,9 @@ amplification is in the event: `PrivacyLedger.record_round(state)` takes no
 sampling arguments for this state.
 
 Restarts: `with_restart_forced` (a loop that runs rounds again from a
-restored state) zeroes the window and starts new cycles at the next round,
-charged anew; a round run again draws fresh z (the seeds below).
+restored state) zeroes the window and charges a new cycle at the next round
+(it runs to the next multiple of b, each client at most once in it); a
+round run again draws fresh z (the seeds below).
 
 Noise seeds: as BLTFactory's (`correlated_noise`): round r's z from
 `round_seed(key, NonDeterministicInts, r)`, `key` 63 bits from Python's
@@ -294,8 +295,7 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
 
     def add_noise(state, total):
       restart = state['force_restart']
-      rounds_done = tf.where(restart, tf.constant(0, tf.int64),
-                             state['rounds_done'])
+      rounds_done = state['rounds_done']
       window = tf.nest.map_structure(
           lambda w: tf.where(restart, tf.zeros_like(w), w), state['window'])
       nonce, z = correlated_noise.round_noise(
@@ -313,9 +313,12 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
           nonce=nonce,
           rounds_done=rounds_done + 1,
           force_restart=tf.constant(False),
-          # A cycle's first round charges the whole cycle.
-          dp_event=charged(tf.cast(tf.equal(rounds_done % bands, 0),
-                                   tf.int32)),
+          # A cycle's first round charges the whole cycle; a forced
+          # restart starts a new one (the rounds up to the next multiple of
+          # b: each client at most once in them, b rounds from its next).
+          dp_event=charged(tf.cast(
+              tf.logical_or(restart, tf.equal(rounds_done % bands, 0)),
+              tf.int32)),
           is_init_state=tf.constant(False),
       )
       return collections.OrderedDict(

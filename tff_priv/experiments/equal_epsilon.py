@@ -4,8 +4,9 @@ A `Setting` (one task, its rounds, clients per round and clip) becomes
 labelled `RunConfig`s (`configs`): for each target epsilon and seed, TFF's
 DP-FedAvg with a fixed clip and with adaptive clipping (Poisson sampling,
 amplified), TFF's tree DP-FTRL and BLT DP-FTRL one stream per epoch, BLT
-with one cyclic (k, b) stream (each client every N // K rounds), and the
-non-private run once per seed. `tff_priv.program.grid.run` runs them (each
+with one cyclic (k, b) stream (each client every N // K rounds), amplified
+BandMF (b cyclic groups, Poisson-sampled inside), and the non-private run
+once per seed. `tff_priv.program.grid.run` runs them (each
 charged by its own ledger: every private run's eps is at most its target);
 `table` reads them back. docs/blt.md gives the results and commands.
 """
@@ -31,6 +32,8 @@ METHODS = {
     'dp_ftrl': ('dp_ftrl', {'clip': True}),
     'blt_epoch': ('blt', {'clip': True, 'participation': 'epoch'}),
     'blt_cyclic': ('blt', {'clip': True, 'participation': 'cyclic'}),
+    # Amplified BandMF, its bands chosen for each target (b = 1: DP-FedAvg).
+    'bandmf': ('bandmf', {'clip': True}),
 }
 NONE = 'none'
 

@@ -192,10 +192,15 @@ class RunPrivacy:
           'meaning': 'no privacy mechanism: the models are released as trained',
       }]
     unit = _UNIT_WORDS[self.guarantee.unit]
-    if not self.sampling_kwargs:
+    if not self.sampling_kwargs and (
+        self.guarantee.neighboring_relation == 'replace_special'):
       amplified = (
-          'no amplification by sampling (each client at most once per epoch)'
+          'no amplification by sampling (each client as often as the '
+          "stream's participation schedule allows)"
       )
+    elif not self.sampling_kwargs:
+      amplified = ("the mechanism's events, which hold its sampling (BandMF: "
+                   'Poisson inside cyclic groups)')
     elif not self.unamplified_rounds:
       amplified = 'client sampling amplified'
     else:

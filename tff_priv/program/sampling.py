@@ -27,6 +27,13 @@ charged with the same description (`ledger_sampling`, an accounting
   exactly b apart: at most k = ceil(T / b) times in T rounds, the
   (k, b)-participation of matrix-factorization DP-FTRL (Choquette-Choo et
   al. 2023), whose one stream covers the whole run. No amplification.
+* 'banded': amplified BandMF's cyclic Poisson sampling (Choquette-Choo et
+  al. 2023, Algorithm 2): one seeded permutation cut into b = `bands`
+  groups of floor(N / b) (the N mod b left over never take part); round t
+  takes each client of group (t - 1) mod b independently with probability
+  q = K / floor(N / b). The mechanism's event holds that sampling (one
+  `PoissonSampledDpEvent(q, ...)` per cycle of b rounds), so
+  `ledger_sampling` is `Sampling.none()`.
 
 Round t's draw depends only on (seed, t): numpy's generator seeded with the
 sequence [seed, t]. A run resumed from a checkpoint therefore samples exactly
@@ -45,7 +52,7 @@ import numpy as np
 from tff_priv import validation
 from tff_priv.accounting import sampling as sampling_lib
 
-KINDS = ('poisson', 'fixed', 'epoch', 'cyclic')
+KINDS = ('poisson', 'fixed', 'epoch', 'cyclic', 'banded')
 # The kinds whose mechanism's event covers a stream of rounds (no
 # amplification by sampling).
 STREAM_KINDS = ('epoch', 'cyclic')
@@ -56,15 +63,18 @@ class ClientSampling:
   """How each round's clients are drawn from a population of N.
 
   Attributes:
-    kind: 'poisson', 'fixed' or 'epoch' (see the module docstring).
+    kind: one of `KINDS` (see the module docstring).
     num_clients: N >= 1.
     clients_per_round: K in [1, N]: the expected number per round for
-      'poisson', the exact number for 'fixed'.
+      'poisson' and 'banded', the exact number for the others.
+    bands: b, the groups of 'banded' (1 for the other kinds), with
+      K <= floor(N / b).
   """
 
   kind: str
   num_clients: int
   clients_per_round: int
+  bands: int = 1
 
   def __post_init__(self):
     validation.one_of('sampling kind', self.kind, KINDS)
@@ -75,11 +85,22 @@ class ClientSampling:
           f'clients_per_round ({self.clients_per_round}) must be <= the '
           f'number of clients of the task ({self.num_clients})'
       )
+    validation.int_at_least('bands', self.bands, 1)
+    if self.bands > 1 and self.kind != 'banded':
+      raise ValueError(f"bands apply only to 'banded' sampling, not "
+                       f'{self.kind!r}')
+    if self.clients_per_round > self.num_clients // self.bands:
+      raise ValueError(
+          f'bands={self.bands} leaves groups of '
+          f'{self.num_clients // self.bands} clients, fewer than '
+          f'clients_per_round={self.clients_per_round}: at most '
+          f'{self.num_clients // self.clients_per_round} bands')
 
   @property
   def rate(self) -> float:
-    """q = K / N: the Poisson rate, or the fraction sampled per round."""
-    return self.clients_per_round / self.num_clients
+    """q = K / N: the Poisson rate, or the fraction sampled per round
+    ('banded': q = K / floor(N / b), the rate inside a round's group)."""
+    return self.clients_per_round / (self.num_clients // self.bands)
 
   @property
   def rounds_per_epoch(self) -> int:
@@ -93,6 +114,8 @@ class ClientSampling:
       return -(-total_rounds // self.rounds_per_epoch)
     if self.kind == 'epoch':
       return -(-total_rounds // self.rounds_per_epoch)
+    if self.kind == 'banded':
+      return -(-total_rounds // self.bands)
     return total_rounds
 
   def ledger_sampling(self) -> sampling_lib.Sampling:
@@ -100,7 +123,8 @@ class ClientSampling:
 
     'poisson': `Sampling.poisson(K / N)`; 'fixed': `Sampling.fixed(N, K)`;
     'epoch', 'cyclic': `Sampling.none()` (the mechanism's event covers a
-    stream).
+    stream); 'banded': `Sampling.none()` (the mechanism's event holds the
+    sampling).
     """
     if self.kind == 'poisson':
       return sampling_lib.Sampling.poisson(self.rate)
@@ -121,6 +145,7 @@ class ClientSampling:
         'num_clients': self.num_clients,
         'clients_per_round': self.clients_per_round,
         'rate': self.rate,
+        **({'bands': self.bands} if self.kind == 'banded' else {}),
         'accounted_as': {
             'poisson': 'PoissonSampledDpEvent (add_or_remove_one)',
             'fixed': 'SampledWithoutReplacementDpEvent (replace_one)',
@@ -131,6 +156,10 @@ class ClientSampling:
             'cyclic': (
                 "the mechanism's event, each client every N // K rounds "
                 '(no amplification)'
+            ),
+            'banded': (
+                "the mechanism's event: a PoissonSampledDpEvent at rate q "
+                'per cycle of b rounds (add_or_remove_one)'
             ),
         }[self.kind],
     }
@@ -147,6 +176,9 @@ class ClientSampling:
     """
     seed = validation.int_at_least('seed', seed, 0)
     round_num = validation.int_at_least('round_num', round_num, 1)
+    if self.kind == 'banded':
+      return banded_indices(seed, round_num, self.num_clients, self.bands,
+                            self.rate)
     if self.kind in STREAM_KINDS:
       epoch, position = divmod(round_num - 1, self.rounds_per_epoch)
       if self.kind == 'cyclic':  # One permutation for the whole run.
@@ -267,10 +299,16 @@ class BandSampler:
   def sample(self, round_num: int) -> list[int]:
     """The clients (indices, sorted) of round `round_num` >= 1."""
     round_num = validation.int_at_least('round_num', round_num, 1)
-    order = np.random.default_rng([self.seed, 0x42414E44]).permutation(
-        self.population)
-    group = (round_num - 1) % self.bands
-    members = order[group * self.group_size:(group + 1) * self.group_size]
-    joined = np.random.default_rng([self.seed, round_num]).random(
-        self.group_size) < self.sampling_probability
-    return np.sort(members[joined]).tolist()
+    return banded_indices(self.seed, round_num, self.population, self.bands,
+                          self.sampling_probability).tolist()
+
+
+def banded_indices(seed: int, round_num: int, population: int, bands: int,
+                   rate: float) -> np.ndarray:
+  """Round `round_num`'s clients of 'banded' sampling, sorted (int64)."""
+  group_size = population // bands
+  order = np.random.default_rng([seed, 0x42414E44]).permutation(population)
+  group = (round_num - 1) % bands
+  members = order[group * group_size:(group + 1) * group_size]
+  joined = np.random.default_rng([seed, round_num]).random(group_size) < rate
+  return np.sort(members[joined]).astype(np.int64)

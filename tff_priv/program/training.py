@@ -365,7 +365,9 @@ def _setup(config: RunConfig, cache_dir: Optional[str]) -> _Setup:
         'exceeds it'
     )
   return _Setup(
-      task, client_ids, client_index, sampling, mechanism, dp_metrics,
+      # The mechanism's sampling: 'banded' with the bands it chose.
+      task, client_ids, client_index, mechanism.sampling, mechanism,
+      dp_metrics,
       canary_kind,
       tf.data.Dataset.from_tensor_slices((test_x, test_y)).batch(_EVAL_BATCH),
       context,

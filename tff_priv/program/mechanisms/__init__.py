@@ -6,6 +6,7 @@
 | dp_fedavg | TFF's DP aggregator in `build_unweighted_fed_avg` | poisson | Gaussian(z), central noise |
 | dp_ftrl | `aggregators.dp_ftrl.TreeRestartFactory` (TFF's tree, one per epoch) | epoch | one tree event per epoch, central |
 | blt | `aggregators.blt.BLTFactory` (BLT matrix factorization, one stream per epoch) | epoch | Gaussian(z / sensitivity) per stream, central |
+| bandmf | `aggregators.bandmf.BandMFFactory` (amplified banded matrix factorization) | banded | PoissonSampled(q, Gaussian(z)) per cycle of b rounds, central |
 | smp | `tff_priv.learning.fedsmp.build_fedsmp_process` (rand_k or top_k) | poisson | Gaussian(z), client noise shares, secure sum |
 | distortion | `DistortionFactory` in `build_unweighted_fed_avg` | fixed | Gaussian(sigma_e / 2C) per upload, local |
 | udp | `tff_priv.learning.crd.build_udp_process` (fixed sigma) | fixed | Gaussian(sigma / Delta) per upload, local |
@@ -36,6 +37,7 @@ import typing
 from typing import Any, Mapping, Optional, Union
 
 from tff_priv import validation
+from tff_priv.program.mechanisms import bandmf
 from tff_priv.program.mechanisms import base
 from tff_priv.program.mechanisms import blt
 from tff_priv.program.mechanisms import distortion
@@ -52,7 +54,8 @@ count_parameters = base.count_parameters
 
 REGISTRY = {
     module.NAME: module
-    for module in (none, dp_fedavg, dp_ftrl, blt, ldp, udp, smp, distortion)
+    for module in (none, dp_fedavg, dp_ftrl, blt, bandmf, ldp, udp, smp,
+                   distortion)
 }
 MECHANISMS = tuple(REGISTRY)
 # The mechanisms with a privacy report (the papers' closed forms beside).
