@@ -173,6 +173,34 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
         accounting_sampling.Sampling.none(),
     )
 
+  def test_a_round_run_again_draws_fresh_coins(self):
+    # Attempt >= 1 (a released round run again): independent coins for the
+    # sampled kinds, the same permutations for the schedules.
+    for kind, k in (('poisson', 100), ('fixed', 100), ('banded', 50)):
+      s = sampling.ClientSampling(kind, 1000, k,
+                                  bands=4 if kind == 'banded' else 1)
+      first = s.sample_indices(3, 5)
+      self.assertAllEqual(first, s.sample_indices(3, 5, attempt=0))
+      again = s.sample_indices(3, 5, attempt=1)
+      self.assertNotEqual(first.tolist(), again.tolist(), kind)
+      self.assertNotEqual(again.tolist(),
+                          s.sample_indices(3, 5, attempt=2).tolist(), kind)
+    banded = sampling.ClientSampling('banded', 1000, 50, bands=4)
+    drawn = set()
+    for attempt in range(20):
+      drawn |= set(banded.sample_indices(3, 5, attempt=attempt).tolist())
+    # Round 5 is group 0's (as round 1): the first 250 of the permutation.
+    group_0 = np.random.default_rng([3, 0x42414E44]).permutation(1000)[:250]
+    self.assertLessEqual(drawn, set(group_0.tolist()))
+    self.assertGreater(len(drawn), 200)
+    for kind in ('epoch', 'cyclic'):
+      s = sampling.ClientSampling(kind, 100, 10)
+      self.assertAllEqual(s.sample_indices(3, 5),
+                          s.sample_indices(3, 5, attempt=1))
+    own = sampling.BandSampler(1000, 50, 4, seed=3)
+    self.assertEqual(own.sample(5, attempt=1),
+                     banded.sample_indices(3, 5, attempt=1).tolist())
+
   def test_banded_is_the_band_samplers_schedule(self):
     # The program's draw is BandSampler's: b groups of floor(N / b) taking
     # turns, rate q = K / floor(N / b) inside, each client's rounds b apart.

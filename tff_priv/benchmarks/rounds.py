@@ -72,7 +72,8 @@ def build_mechanism(
   calibration), every mechanism with a clip the fixed clip `CLIP` (the
   default clip of all but dp_fedavg, whose default is TFF's adaptive
   clipping, which cannot reach that noise with few clients), distortion a
-  given parameter variance; everything else is the mechanism's default.
+  given parameter variance, bandmf its most bands (N // K); everything else
+  is the mechanism's default.
   """
   given = mechanisms.parameter_names(name)
   params = {}
@@ -82,6 +83,9 @@ def build_mechanism(
     params['clip'] = CLIP
   if 'parameter_variance' in given:
     params['parameter_variance'] = PARAMETER_VARIANCE
+  if 'bands' in given:
+    # bandmf at a given noise: its most bands, N // K (its largest window).
+    params['bands'] = num_clients // clients_per_round
   params.update(extra or {})
   sampling = sampling_lib.ClientSampling(
       mechanisms.sampling_kind(name, params), num_clients, clients_per_round

@@ -37,7 +37,13 @@ charged with the same description (`ledger_sampling`, an accounting
 
 Round t's draw depends only on (seed, t): numpy's generator seeded with the
 sequence [seed, t]. A run resumed from a checkpoint therefore samples exactly
-the clients the uninterrupted run would have sampled. The training program
+the clients the uninterrupted run would have sampled, except in a round it
+released before the stop and runs again: that one draws with fresh coins
+([seed, t, attempt], `attempt` >= 1 the session). The ledger charges the
+two releases as two independent sampled events, which they are only with
+independent draws: two releases on the same draw amplify less (at Renyi
+order 2, 1 + q^2 (e^{2/z^2} - 1) against (1 + q^2 (e^{1/z^2} - 1))^2).
+The permutations of 'epoch', 'cyclic' and 'banded' stay. The training program
 draws the seed from the operating system and keeps it out of everything it
 releases: whoever knows it can recompute who was sampled, which the
 amplification by sampling assumes hidden from the analyst.
@@ -164,21 +170,25 @@ class ClientSampling:
         }[self.kind],
     }
 
-  def sample_indices(self, seed: int, round_num: int) -> np.ndarray:
+  def sample_indices(self, seed: int, round_num: int,
+                     attempt: int = 0) -> np.ndarray:
     """Sorted indices in [0, N) of the clients of round `round_num`.
 
     Args:
       seed: the run's seed, >= 0.
       round_num: the round, >= 1.
+      attempt: 0, or >= 1 for a released round run again: fresh coins for
+        'poisson', 'fixed' and 'banded' (see the module docstring).
 
     Returns:
       int64 indices, sorted; may be empty for 'poisson'.
     """
     seed = validation.int_at_least('seed', seed, 0)
     round_num = validation.int_at_least('round_num', round_num, 1)
+    attempt = validation.int_at_least('attempt', attempt, 0)
     if self.kind == 'banded':
       return banded_indices(seed, round_num, self.num_clients, self.bands,
-                            self.rate)
+                            self.rate, attempt)
     if self.kind in STREAM_KINDS:
       epoch, position = divmod(round_num - 1, self.rounds_per_epoch)
       if self.kind == 'cyclic':  # One permutation for the whole run.
@@ -191,7 +201,7 @@ class ClientSampling:
         )
       k = self.clients_per_round
       return np.sort(order[position * k:(position + 1) * k]).astype(np.int64)
-    rng = np.random.default_rng([seed, round_num])
+    rng = np.random.default_rng(_coins(seed, round_num, attempt))
     if self.kind == 'poisson':
       joined = rng.random(self.num_clients) < self.rate
       return np.flatnonzero(joined).astype(np.int64)
@@ -201,14 +211,21 @@ class ClientSampling:
     return np.sort(picked).astype(np.int64)
 
   def sample(
-      self, client_ids: Sequence[str], seed: int, round_num: int
+      self, client_ids: Sequence[str], seed: int, round_num: int,
+      attempt: int = 0,
   ) -> list[str]:
     """The ids of the clients of round `round_num` (see `sample_indices`)."""
     if len(client_ids) != self.num_clients:
       raise ValueError(
           f'expected {self.num_clients} client ids, got {len(client_ids)}'
       )
-    return [client_ids[i] for i in self.sample_indices(seed, round_num)]
+    return [client_ids[i]
+            for i in self.sample_indices(seed, round_num, attempt)]
+
+
+def _coins(seed: int, round_num: int, attempt: int) -> list[int]:
+  """The seed sequence of a round's sampling coins."""
+  return [seed, round_num] + ([attempt] if attempt else [])
 
 
 class StreamSampler:
@@ -296,19 +313,26 @@ class BandSampler:
       seed = secrets.randbits(62)
     self.seed = validation.int_at_least('seed', seed, 0)
 
-  def sample(self, round_num: int) -> list[int]:
-    """The clients (indices, sorted) of round `round_num` >= 1."""
+  def sample(self, round_num: int, attempt: int = 0) -> list[int]:
+    """The clients (indices, sorted) of round `round_num` >= 1.
+
+    `attempt` >= 1: a round run again after its release (a restored
+    state) draws with fresh coins, as the ledger's second charge assumes;
+    the groups stay.
+    """
     round_num = validation.int_at_least('round_num', round_num, 1)
+    attempt = validation.int_at_least('attempt', attempt, 0)
     return banded_indices(self.seed, round_num, self.population, self.bands,
-                          self.sampling_probability).tolist()
+                          self.sampling_probability, attempt).tolist()
 
 
 def banded_indices(seed: int, round_num: int, population: int, bands: int,
-                   rate: float) -> np.ndarray:
+                   rate: float, attempt: int = 0) -> np.ndarray:
   """Round `round_num`'s clients of 'banded' sampling, sorted (int64)."""
   group_size = population // bands
   order = np.random.default_rng([seed, 0x42414E44]).permutation(population)
   group = (round_num - 1) % bands
   members = order[group * group_size:(group + 1) * group_size]
-  joined = np.random.default_rng([seed, round_num]).random(group_size) < rate
+  joined = np.random.default_rng(
+      _coins(seed, round_num, attempt)).random(group_size) < rate
   return np.sort(members[joined]).astype(np.int64)

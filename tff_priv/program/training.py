@@ -383,6 +383,9 @@ class _Run:
     self.config, self.setup, self.root = config, setup, root_output_dir
     self.restart_model = restart_model
     self.released_again = True  # Until a resume knows better.
+    # Rounds up to this one were released before this session and run
+    # again: their clients are drawn with fresh coins (`sampling`).
+    self.redraw_until = 0
     self.mechanism = setup.mechanism
     self.process = setup.mechanism.process
     self.checkpoint_every = checkpoint_every
@@ -553,6 +556,9 @@ class _Run:
       self.canary_seed = canaries_lib.seed_from(self.sampling_seed)
     if written_privacy is not None:
       self.privacy = written_privacy
+      # A new model in a directory with charges: with a given sampling_seed
+      # its rounds would repeat the earlier model's draws.
+      self.redraw_until = self.config.total_rounds
     self.train_state = self.recalibrate(0, self.train_state)
     self.sessions.append(self.session(0))
     # The model every run of this seed starts from (public: a function of
@@ -602,6 +608,7 @@ class _Run:
         and written.get('released_after_its_checkpoint', False)
         and not self.state_manager.set_aside
     )
+    self.redraw_until = last if self.released_again else 0
     state = self.recalibrate(start_round, loaded['train_state'])
     if self.released_again and self.mechanism.on_resume is not None:
       # A stream with rounds released twice restarts (and is charged
@@ -756,8 +763,13 @@ class _Run:
           * config.client_lr_decay ** (round_num - 1)
       )
       self.train_state = self.process.set_hparams(self.train_state, hparams)
+    # A round released before this session and run again draws anew: the
+    # ledger charges it as an independent sampled release.
+    attempt = (max(1, len(self.sessions) - 1)
+               if round_num <= self.redraw_until else 0)
     chosen = self.privacy.admit(
-        setup.sampling.sample(setup.client_ids, self.sampling_seed, round_num),
+        setup.sampling.sample(setup.client_ids, self.sampling_seed, round_num,
+                              attempt),
         planned_event,
     )
     # A private round runs even when its Poisson draw is empty: it then
