@@ -327,7 +327,8 @@ class RunTest(_TempDirTestCase):
         json.dumps(summary['privacy']['ledger'])
     )
     eps0 = ldp.DEFAULT_LDP_EPSILON
-    charged = [1, 2, 3, 3, 4]
+    # (round, attempt): session 2 runs round 3 again with fresh coins.
+    charged = [(1, 0), (2, 0), (3, 0), (3, 1), (4, 0)]
     self.assertEqual(ledger.num_releases, len(charged))
     draws = sampling_lib.ClientSampling('fixed', 10, 2)
     # The sampling seed is secret: kept in the write-ahead ledger and the
@@ -347,13 +348,15 @@ class RunTest(_TempDirTestCase):
 
     def after(releases):
       taken = collections.Counter()
-      for r in releases:
-        taken.update(draws.sample_indices(sampling_seed, r).tolist())
+      for r, attempt in releases:
+        taken.update(
+            draws.sample_indices(sampling_seed, r, attempt).tolist()
+        )
       worst = composed(max(taken.values()))
       return min(composed(len(releases)), worst), worst, taken
 
     # Rows 1-2 from session 1, rows 3-4 from session 2.
-    for row, releases in zip(train_rows, ([1], [1, 2], charged[:4], charged)):
+    for row, releases in zip(train_rows, (charged[:1], charged[:2], charged[:4], charged)):
       analyst, worst, _ = after(releases)
       self.assertAllClose(float(row[layout.SERVER_EPSILON]), worst, rtol=1e-12)
       self.assertAllClose(float(row[layout.RDP_EPSILON]), analyst, rtol=1e-12)
