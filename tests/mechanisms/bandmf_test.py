@@ -64,6 +64,8 @@ class BandMFMathTest(tf.test.TestCase):
     self.assertEqual(bandmf.candidate_bands(7, 5, 10), [1])
     with self.assertRaisesRegex(ValueError, 'bands=6 exceeds'):
       bandmf.band_choice(10, 100, 20, 6)
+    with self.assertRaisesRegex(ValueError, 'bands=4 exceeds total_rounds=3'):
+      bandmf.band_choice(3, 100, 20, 4)
     choice = bandmf.band_choice(10, 100, 20, 4)
     self.assertEqual((choice.sampling_probability, choice.participations),
                      (20 / 25, 3))

@@ -9,6 +9,7 @@ tests/scripts/train_faults_test.py.
 """
 
 import collections
+import contextlib
 import json
 import os
 import shutil
@@ -261,6 +262,46 @@ class ResumeTest(_RootTestCase):
     self.assertEqual(summary['sampling']['bands'], 2)
     eps = summary['privacy']['rdp_epsilon']
     self.assertBetween(eps, _TARGET - 0.05, _TARGET)
+
+  def test_a_stream_built_differently_on_resume_restarts_charged(self):
+    # b = 2 over 4 rounds at a given z: cycles at rounds 1 and 3. A stop
+    # after round 1 with its checkpoint: round 2 continues the cycle. If
+    # the session finds other coefficients than those the last one ran
+    # (here: the recorded ones altered), it restarts the cycle at round 2,
+    # charged, instead of continuing it with another strategy.
+    config = training.RunConfig(
+        task='digits', mechanism='bandmf', total_rounds=4,
+        clients_per_round=3, batch_size=20, client_learning_rate=0.1,
+        eval_every=100, params={'noise_multiplier': 2.0, 'bands': 2},
+    )
+    cycles = lambda root: sum(count * getattr(event, 'count', 1)
+                              for event, count in _ledger(root).entries)
+    charged = {}
+    for altered in (False, True):
+      root = self._root()
+      training.run_until(config, root, 1, checkpoint_every=1,
+                         progress=False)
+      with open(layout.path(root, layout.PRIVACY)) as f:
+        written = json.load(f)
+      (first,) = written['sessions']
+      self.assertEqual(first['stream']['bands'], 2)
+      if altered:
+        first['stream']['coefs'][1] *= 1.01
+        with open(layout.path(root, layout.PRIVACY), 'w') as f:
+          json.dump(written, f)
+      with self.assertLogs(level='WARNING') if altered else \
+          contextlib.nullcontext() as logs:
+        summary = training.run(config, root, checkpoint_every=1,
+                               progress=False)
+      if altered:
+        self.assertIn('differs from the one the last session ran',
+                      ' '.join(logs.output))
+      self.assertEqual(summary['sessions'][1]['stream'],
+                       summary['sessions'][0]['stream'] if not altered
+                       else dict(first['stream'], coefs=summary['sessions']
+                                 [1]['stream']['coefs']))
+      charged[altered] = cycles(root)
+    self.assertEqual(charged, {False: 2, True: 3})
 
   def test_udp_paper_calibration_keeps_its_planned_noise(self):
     # The paper's closed form cannot take what was spent: a resumed run

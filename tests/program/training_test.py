@@ -139,6 +139,20 @@ class ClientMetricsRefusalTest(parameterized.TestCase):
     _config(mechanism='dp_fedavg', client_metrics='dp').validate()
 
 
+class SameStreamTest(tf.test.TestCase):
+
+  def test_a_stream_matches_to_1e9_relative_and_in_every_other_value(self):
+    recorded = {'bands': 2, 'coefs': [0.8, 0.6]}
+    self.assertTrue(training._same_stream(
+        recorded, {'bands': 2, 'coefs': [0.8 * (1 + 1e-12), 0.6]}))
+    for built in ({'bands': 2, 'coefs': [0.8, 0.6 * (1 + 1e-6)]},
+                  {'bands': 3, 'coefs': [0.8, 0.6]},
+                  {'bands': 2, 'coefs': [0.8, 0.6, 0.0]},
+                  {'bands': 2},
+                  None):
+      self.assertFalse(training._same_stream(recorded, built), built)
+
+
 class _TempDirTestCase(tf.test.TestCase):
 
   def _make_tempdir(self):

@@ -172,6 +172,10 @@ def band_choice(total_rounds: int, population: int, clients_per_round: int,
         f'bands={bands} exceeds population // clients_per_round = '
         f'{population // k}: a group of floor(N / b) = {population // bands} '
         f'clients cannot give {k} clients a round')
+  if bands > total_rounds:
+    # Groups past round T would never train, and the window would hold T
+    # coefficients while q is b's.
+    raise ValueError(f'bands={bands} exceeds total_rounds={total_rounds}')
   coefs = optimize(total_rounds, bands)
   return BandChoice(bands, coefs, k / (population // bands),
                     math.ceil(total_rounds / bands))

@@ -374,6 +374,25 @@ def _setup(config: RunConfig, cache_dir: Optional[str]) -> _Setup:
   )
 
 
+def _same_stream(recorded, built) -> bool:
+  """Equal keys and values, floats to 1e-9 relative: below what the float32
+  noise they weight can show (the thread count may move the last bits of an
+  optimised coefficient between sessions)."""
+  if not isinstance(recorded, dict) or not isinstance(built, dict):
+    return recorded == built
+  if recorded.keys() != built.keys():
+    return False
+  for key, value in recorded.items():
+    other = built[key]
+    if isinstance(value, (list, float)) and isinstance(other, (list, float)):
+      a, b = np.asarray(value, np.float64), np.asarray(other, np.float64)
+      if a.shape != b.shape or not np.allclose(a, b, rtol=1e-9, atol=0.0):
+        return False
+    elif value != other:
+      return False
+  return True
+
+
 class _Run:
   """One session of a run: its state between rounds, and one round."""
 
@@ -383,6 +402,7 @@ class _Run:
     self.config, self.setup, self.root = config, setup, root_output_dir
     self.restart_model = restart_model
     self.released_again = True  # Until a resume knows better.
+    self.restart_stream = True
     # Rounds up to this one were released before this session and run
     # again: their clients are drawn with fresh coins (`sampling`).
     self.redraw_until = 0
@@ -609,8 +629,9 @@ class _Run:
         and not self.state_manager.set_aside
     )
     self.redraw_until = last if self.released_again else 0
+    self.restart_stream = self.released_again or self._stream_changed()
     state = self.recalibrate(start_round, loaded['train_state'])
-    if self.released_again and self.mechanism.on_resume is not None:
+    if self.restart_stream and self.mechanism.on_resume is not None:
       # A stream with rounds released twice restarts (and is charged
       # again); otherwise it goes on from its checkpoint.
       state = self.mechanism.on_resume(state)
@@ -623,6 +644,25 @@ class _Run:
     )
     self.add_hooks()
     return start_round
+
+  def _stream_changed(self) -> bool:
+    """Whether this build's stream differs from the one last run.
+
+    The coefficients are a function of the configuration, but computed
+    again each session: a changed library or numerics would continue a
+    stream with another strategy (BandMF's column norm, BLT's sensitivity
+    no longer hold for it), so the stream restarts, charged.
+    """
+    recorded = [s['stream'] for s in self.sessions if 'stream' in s]
+    changed = bool(recorded) and not _same_stream(recorded[-1],
+                                                  self.mechanism.stream)
+    if changed:
+      logging.warning(
+          'The %s stream built now differs from the one the last session '
+          'ran (%s): it restarts, charged as a new one', self.mechanism.name,
+          layout.path(self.root, layout.PRIVACY),
+      )
+    return changed
 
   def _spent_epsilon(self) -> float:
     """The analyst's eps of the charges so far (for a run whose noise is
@@ -639,6 +679,8 @@ class _Run:
       entry['noise_multiplier'] = noise
     if self.restart_model:
       entry['restarted_model'] = True
+    if self.mechanism.stream is not None:
+      entry['stream'] = self.mechanism.stream
     return entry
 
   def recalibrate(self, start_round: int, train_state):
@@ -662,7 +704,7 @@ class _Run:
     target = self.mechanism.config.epsilon
     context = dataclasses.replace(
         self.setup.context, start_round=start_round, spent=spent,
-        restart_stream=self.released_again,
+        restart_stream=self.restart_stream,
         # A stream this session continues was charged in an earlier one: at
         # the noise a session recorded, or (sessions of older versions) at
         # the planned one.

@@ -114,7 +114,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
           'coefs': [float(c) for c in plan.coefs],
           'scores': {str(b): s for b, s in plan.scores.items()},
       },
-      what='cycle',
+      what='cycle', stream=('bands', 'coefs'),
   )
   mech.sampling = dataclasses.replace(context.sampling, bands=plan.bands)
   return mech

@@ -11,7 +11,7 @@ round is charged from the DpEvent its aggregation factory keeps in its state
 import dataclasses
 import math
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -330,6 +330,11 @@ class Mechanism:
       stddev in its state); may raise ValueError (the state cannot continue
       at this noise). None: the loaded state as it is (the noise is a
       constant of the computations).
+    stream: the public values that fix a correlated-noise stream's
+      coefficients (BLT's buffers, BandMF's bands and coefficients), kept in
+      each session's entry: a resumed session whose build gives others
+      restarts the stream (charged) instead of continuing it with another
+      strategy; None: no stream.
     adaptive_bounds: for a mechanism whose rounds' noise is chosen from
       earlier releases (CRD): the (analyst, server) `filters.RdpBound`s every
       path keeps, reported instead of the realised composition; None: the
@@ -355,6 +360,7 @@ class Mechanism:
   canary_weight: float = 1.0
   on_resume: Optional[Callable[[Any], Any]] = None
   adopt_state: Optional[Callable[[Any, Any], Any]] = None
+  stream: Optional[dict[str, Any]] = None
   adaptive_bounds: Optional[
       tuple[filters.RdpBound, filters.RdpBound]
   ] = None
@@ -374,13 +380,15 @@ def restarting_on_resume(
     restart_forced: Callable[[Any], Any],
     resolved: dict[str, Any],
     what: str,
+    stream: Optional[Sequence[str]] = None,
 ) -> Mechanism:
   """A DP-FTRL mechanism (a noise `what` per epoch) in unweighted FedAvg.
 
   A resumed run restarts the `what` (`restart_forced` of the aggregator
   state: fresh noise for the rounds run again) and charges one more: the
   ledger over-counts, never under-counts. The tree of `dp_ftrl` and the
-  stream of `blt` share this.
+  streams of `blt` and `bandmf` share this. `stream`: the keys of
+  `resolved` that fix the noise's coefficients (`Mechanism.stream`).
   """
   def on_resume(state):
     return state._replace(aggregator=restart_forced(state.aggregator))
@@ -392,6 +400,7 @@ def restarting_on_resume(
       name, config, context.sampling, context.fed_avg(factory),
       count_parameters(context.model_fn), factory.guarantee,
       resolved=resolved, on_resume=on_resume,
+      stream={k: resolved[k] for k in stream} if stream else None,
       # At the clip: clipping leaves it whole, a worst-case client.
       canary_norm=factory.clip if context.canary_clients else None,
   )
