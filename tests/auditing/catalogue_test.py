@@ -5,7 +5,7 @@ value keep every claim below the largest bound the evaluation trials can show
 at alpha = 1e-7 (1.7), so each audit could fail: a factory with half its
 claimed noise (eps ~ 2.9) could show up to that. The factories' noise comes
 from the operating system (it is not seeded), so each honest row fails with
-probability <= alpha = 1e-7: at most 6e-7 for the six rows of a run.
+probability <= alpha = 1e-7: at most 8e-7 for the eight rows of a run.
 """
 
 from absl.testing import absltest
@@ -26,7 +26,7 @@ class CatalogueTest(absltest.TestCase):
     settings = [s for s in settings if not (
         s.mechanism.startswith('ldp') and s.dimension != 1)]
     rows = catalogue.audit_table(settings, trials=200, seed=0, alpha=_ALPHA)
-    self.assertLen(rows, 7)
+    self.assertLen(rows, 8)
     for setting, result in rows:
       with self.subTest(setting.mechanism):
         self.assertEqual(result.alpha, _ALPHA)
@@ -35,8 +35,9 @@ class CatalogueTest(absltest.TestCase):
     table = catalogue.format_table(rows)
     self.assertIn('| ldp (LDPEncodeFactory) | eps0=1, r=0.01, d=1', table)
     self.assertIn('| blt (BLTFactory) |', table)
+    self.assertIn('| bandmf (BandMFFactory) |', table)
     self.assertIn('| dp_fedavg adaptive (TFF gaussian_adaptive) |', table)
-    self.assertLen(catalogue.format_table(rows, 'json').split('"verdict"'), 8)
+    self.assertLen(catalogue.format_table(rows, 'json').split('"verdict"'), 9)
 
 
 if __name__ == '__main__':

@@ -480,7 +480,7 @@ class PrivacyReportTest(tf.test.TestCase):
   def test_reports(self):
     self.assertEqual(
         set(mechanisms.REPORTS),
-        {'dp_fedavg', 'blt', 'smp', 'udp', 'distortion', 'ldp'},
+        {'dp_fedavg', 'blt', 'bandmf', 'smp', 'udp', 'distortion', 'ldp'},
     )
     params = mechanisms.report_parameters()
     self.assertIn('sensitivity', params)
@@ -567,6 +567,40 @@ class PrivacyReportTest(tf.test.TestCase):
       )
     with self.assertRaisesRegex(ValueError, 'epsilon or noise_multiplier'):
       mechanisms.privacy_report('blt', rounds=5, population=10, sample_size=2)
+
+  def test_bandmf_report_counts_cycles(self):
+    # N = 100, K = 10, b = 4 over 10 rounds: 3 cycles, each a Poisson-sampled
+    # Gaussian at q = 10 / 25 under add-or-remove-one.
+    report = mechanisms.privacy_report(
+        'bandmf', delta=1e-5, rounds=10, noise_multiplier=3.0, bands=4,
+        population=100, sample_size=10,
+    )
+    plan = report['bandmf']
+    self.assertEqual((plan['bands'], plan['cycles'], report['releases']),
+                     (4, 3, 3))
+    self.assertAllClose(plan['sampling_probability'], 0.4)
+    direct = rdp_privacy_accountant.RdpAccountant().compose(
+        dp_accounting.PoissonSampledDpEvent(
+            0.4, dp_accounting.GaussianDpEvent(3.0)), 3)
+    self.assertAllClose(report['rdp_epsilon'], direct.get_epsilon(1e-5))
+    self.assertEqual(report['neighboring_relation'], 'add_or_remove_one')
+    self.assertEqual(report['rounds'], 10)
+    # A target eps: the bands and noise the program would run at meet it.
+    target = mechanisms.privacy_report(
+        'bandmf', rounds=10, epsilon=4.0, population=100, sample_size=10)
+    chosen = target['bandmf']
+    self.assertIn(chosen['bands'], (1, 2, 5, 10))  # Divisors of 100, <= 10.
+    self.assertAllClose(chosen['noise_multiplier'],
+                        target['calibration']['rdp_noise_multiplier'],
+                        rtol=1e-3)
+    check = mechanisms.privacy_report(
+        'bandmf', rounds=10, noise_multiplier=chosen['noise_multiplier'],
+        bands=chosen['bands'], population=100, sample_size=10)
+    self.assertBetween(check['rdp_epsilon'], 3.99, 4.0)
+    json.dumps(target)
+    with self.assertRaisesRegex(ValueError, 'population'):
+      mechanisms.privacy_report(
+          'bandmf', rounds=5, epsilon=1.0, sampling_probability=0.1)
 
   def test_ldp_report(self):
     report = mechanisms.privacy_report(

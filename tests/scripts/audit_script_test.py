@@ -28,8 +28,8 @@ class AuditScriptTest(unittest.TestCase):
     rows = json.loads(result.stdout)
     self.assertEqual(
         [r['mechanism'].split()[0] for r in rows],
-        ['dp_fedavg', 'dp_fedavg', 'blt', 'smp', 'udp', 'distortion', 'ldp',
-         'ldp'])
+        ['dp_fedavg', 'dp_fedavg', 'blt', 'bandmf', 'smp', 'udp', 'distortion',
+         'ldp', 'ldp'])
     self.assertIn('adaptive', rows[1]['mechanism'])
     for row in rows:
       self.assertEqual(row['trials'], 4)
@@ -40,7 +40,7 @@ class AuditScriptTest(unittest.TestCase):
       self.assertGreaterEqual(row['max_showable_epsilon'], row['max_showable'])
       self.assertGreater(row['accounted_epsilon'], 0.0)
     self.assertEqual([r['vectorized'] for r in rows],
-                     [True, False, True, False, True, False, True, True])
+                     [True, False, True, True, False, True, False, True, True])
 
   def test_power_plot(self):
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,7 +59,7 @@ class AuditScriptTest(unittest.TestCase):
     )
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     rows = json.loads(result.stdout)
-    self.assertEqual(len(rows), 9)  # The 8 factory rows and the run's.
+    self.assertEqual(len(rows), 10)  # The 9 factory rows and the run's.
     last = rows[-1]
     self.assertEqual(last['mechanism'], 'udp training run (one-run audit)')
     self.assertEqual(last['unit'], 'example')

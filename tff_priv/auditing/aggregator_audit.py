@@ -249,6 +249,8 @@ def _batched_runner(process, batch_size, weighted, fresh_state):
 #     holding 0, which adds nothing to the sum), in its first round from a
 #     fresh state (C^{-1}'s first row is e_1: the round's noise is z C times
 #     fresh N(0, 1) per coordinate); each call starts from `initialize()`.
+#     BandMFFactory as well, under add-or-remove-one, in its first round from a
+#     fresh state (noise z C / c_0 times fresh N(0, 1) per coordinate).
 #   'single_client': one client under replace-one whose upload is noised per
 #     coordinate with nothing coupling coordinates: tff_priv's
 #     ClientNoiseFactory without a clip (udp: N(0, s^2) per coordinate, s not
@@ -269,6 +271,8 @@ def _vector_kind(factory, relation, num_clients, initial_state):
       and relation == 'add_or_remove_one'):
     return 'central_sum'
   if name == 'BLTFactory' and relation == 'replace_special':
+    return 'central_sum'
+  if name == 'BandMFFactory' and relation == 'add_or_remove_one':
     return 'central_sum'
   if num_clients != 1 or relation != 'replace_one':
     return None
@@ -547,6 +551,10 @@ def _read_claim(
     # c Gaussians of multiplier z compose to the Gaussian of mu sqrt(c) / z
     # (BLTFactory's and TreeRestartFactory's stream or tree events).
     gaussian, count = gaussian.event, gaussian.count
+  if (isinstance(gaussian, dp_accounting.PoissonSampledDpEvent)
+      and gaussian.sampling_probability == 1):
+    # Everyone sampled: the event itself (BandMFFactory at q = 1).
+    gaussian = gaussian.event
   if isinstance(gaussian, dp_accounting.GaussianDpEvent) and (
       gaussian.noise_multiplier > 0 and count >= 1):
     claimed_mu = math.sqrt(count) / gaussian.noise_multiplier

@@ -13,13 +13,15 @@ given (`bands`). The server adds the noise: no guarantee against it.
 
 import dataclasses
 import functools
-from typing import Optional
+from typing import Any, Optional
 
+from tff_priv.accounting import reports
 from tff_priv.aggregators import bandmf as bandmf_factory
 from tff_priv.program.mechanisms import base
 
 NAME = 'bandmf'
 SAMPLING = 'banded'
+REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta', 'bands')
 UNIT = 'client'
 # The server adds the correlated noise.
 NOISE = 'central'
@@ -83,6 +85,60 @@ def _plan(total_rounds, population, k, epsilon, noise_multiplier, delta,
   return bandmf_factory.plan_bands(
       total_rounds, population, k, epsilon=epsilon,
       noise_multiplier=noise_multiplier, delta=delta, bands=bands)
+
+
+def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+  """eps of a run's cycles by every accountant, or the noise for a target.
+
+  The run (T = `rounds`, N = `population`, K = `sample_size`) plans its
+  bands as the program does; its releases are the ceil(T / b) cycles, each
+  a Poisson-sampled Gaussian (q = K / floor(N / b), multiplier z) under
+  add-or-remove-one. No paper closed form. `rounds` in the report is T;
+  `bandmf.cycles` the releases the accountants count.
+
+  Args:
+    params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given).
+    rounds: T >= 1.
+    **sampling: `population` and `sample_size` (needed).
+  """
+  if sampling.get('sampling_probability') is not None or not (
+      sampling.get('population') and sampling.get('sample_size')):
+    raise ValueError(
+        "mechanism 'bandmf' needs --population and --clients_per_round (its "
+        'groups: the rate in each is K / floor(N / b)), not a sampling rate'
+    )
+  given = dict(params)
+  if given.get('epsilon') is None and given.get('noise_multiplier') is None:
+    raise ValueError("mechanism 'bandmf' needs epsilon or noise_multiplier")
+  config = Config(**given)
+  target = config.epsilon if config.noise_multiplier is None else None
+  plan = _plan(rounds, sampling['population'], sampling['sample_size'],
+               target, config.noise_multiplier, config.delta, config.bands)
+  report = reports.gaussian_mechanism_report(
+      NAME, delta=config.delta, rounds=plan.cycles,
+      **({'epsilon': target} if target is not None
+         else {'noise_multiplier': plan.noise_multiplier}),
+      sampling_probability=plan.sampling_probability,
+  )
+  report['rounds'] = rounds
+  report['releases'] = plan.cycles
+  for part in report.values():
+    if isinstance(part, dict) and 'rounds' in part:
+      part['cycles'] = part.pop('rounds')
+  report['neighboring_relation'] = (
+      bandmf_factory.GUARANTEE.neighboring_relation)
+  report['bandmf'] = {
+      'bands': plan.bands,
+      'sampling_probability': plan.sampling_probability,
+      'cycles': plan.cycles,
+      'noise_multiplier': plan.noise_multiplier,
+      'coefs': [float(c) for c in plan.coefs],
+      'scores': {str(b): v for b, v in plan.scores.items()},
+      'note': ('rounds is T; the accountants count the cycles of b rounds, '
+               'each a Poisson-sampled Gaussian of multiplier '
+               'noise_multiplier'),
+  }
+  return report
 
 
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
