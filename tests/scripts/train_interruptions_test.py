@@ -36,6 +36,7 @@ _COMMON = (
 _FLAGS = {
     'dp_fedavg': ('--clip=1.0', '--client_learning_rate=0.1'),
     'blt': ('--clip=1.0', '--client_learning_rate=0.1'),
+    'bandmf': ('--clip=1.0', '--client_learning_rate=0.1'),
     'smp': ('--compression=0.2', '--client_learning_rate=0.1'),
     'udp': ('--clip=1.0', '--client_learning_rate=0.5'),
 }
@@ -117,7 +118,7 @@ class _KillResume:
 
 
 class CentralNoiseKillResumeTest(_KillResume, unittest.TestCase):
-  MECHANISMS = ('dp_fedavg', 'blt')
+  MECHANISMS = ('dp_fedavg', 'blt', 'bandmf')
 
 
 class ClientNoiseKillResumeTest(_KillResume, unittest.TestCase):
