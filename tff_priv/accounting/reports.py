@@ -160,3 +160,18 @@ def gaussian_mechanism_report(
       f"stated sampling ({out['sampling']}); paper numbers are claims"
   )
   return out
+
+
+def counted_as(report: dict, rounds: int, releases: int, unit: str) -> dict:
+  """`report` of `releases` composed events, read as a run of `rounds` rounds.
+
+  For a stream mechanism whose accountants count one event per stream or
+  cycle (`unit`, e.g. 'streams'): 'rounds' becomes T, 'releases' the events
+  counted, and each part's own 'rounds' is renamed `unit`.
+  """
+  report['rounds'] = rounds
+  report['releases'] = releases
+  for part in report.values():
+    if isinstance(part, dict) and 'rounds' in part:
+      part[unit] = part.pop('rounds')
+  return report

@@ -120,25 +120,27 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
          else {'noise_multiplier': plan.noise_multiplier}),
       sampling_probability=plan.sampling_probability,
   )
-  report['rounds'] = rounds
-  report['releases'] = plan.cycles
-  for part in report.values():
-    if isinstance(part, dict) and 'rounds' in part:
-      part['cycles'] = part.pop('rounds')
+  reports.counted_as(report, rounds, plan.cycles, 'cycles')
   report['neighboring_relation'] = (
       bandmf_factory.GUARANTEE.neighboring_relation)
   report['bandmf'] = {
-      'bands': plan.bands,
-      'sampling_probability': plan.sampling_probability,
-      'cycles': plan.cycles,
-      'noise_multiplier': plan.noise_multiplier,
-      'coefs': [float(c) for c in plan.coefs],
-      'scores': {str(b): v for b, v in plan.scores.items()},
+      **_resolved(plan),
       'note': ('rounds is T; the accountants count the cycles of b rounds, '
                'each a Poisson-sampled Gaussian of multiplier '
                'noise_multiplier'),
   }
   return report
+
+
+def _resolved(plan) -> dict[str, Any]:
+  return {
+      'noise_multiplier': plan.noise_multiplier,
+      'bands': plan.bands,
+      'sampling_probability': plan.sampling_probability,
+      'cycles': plan.cycles,
+      'coefs': [float(c) for c in plan.coefs],
+      'scores': {str(b): s for b, s in plan.scores.items()},
+  }
 
 
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
@@ -162,14 +164,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   factory = bandmf_factory.BandMFFactory.from_plan(plan, k, config.clip)
   mech = base.restarting_on_resume(
       NAME, config, context, factory, bandmf_factory.with_restart_forced,
-      resolved={
-          'noise_multiplier': plan.noise_multiplier,
-          'bands': plan.bands,
-          'sampling_probability': plan.sampling_probability,
-          'cycles': plan.cycles,
-          'coefs': [float(c) for c in plan.coefs],
-          'scores': {str(b): s for b, s in plan.scores.items()},
-      },
+      resolved=_resolved(plan),
       what='cycle', stream=('bands', 'coefs'),
   )
   mech.sampling = dataclasses.replace(context.sampling, bands=plan.bands)

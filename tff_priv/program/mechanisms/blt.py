@@ -143,12 +143,8 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling_) -> dict:
          else {'noise_stddev': plan.noise_multiplier}),
       scale=plan.sensitivity,
   )
-  report['rounds'] = rounds
-  report['releases'] = plan.streams
-  for part in report.values():
-    if isinstance(part, dict) and 'rounds' in part:
-      # The accountants' releases are the streams, not the rounds.
-      part['streams'] = part.pop('rounds')
+  # The accountants' releases are the streams, not the rounds.
+  reports.counted_as(report, rounds, plan.streams, 'streams')
   if 'neighboring_relation' in report:
     # The sensitivity is for a client's updates replaced by zero; an
     # unsampled Gaussian's eps is the same under either relation.
