@@ -585,22 +585,27 @@ class PrivacyReportTest(tf.test.TestCase):
     self.assertAllClose(report['rdp_epsilon'], direct.get_epsilon(1e-5))
     self.assertEqual(report['neighboring_relation'], 'add_or_remove_one')
     self.assertEqual(report['rounds'], 10)
-    # A target eps: the bands and noise the program would run at meet it.
+    with self.assertRaisesRegex(ValueError, 'population'):
+      mechanisms.privacy_report(
+          'bandmf', rounds=5, epsilon=1.0, sampling_probability=0.1)
+
+  @pytest.mark.slow
+  def test_bandmf_report_for_a_target_plans_as_the_program(self):
+    # The bands and noise the program would run at meet the target.
     target = mechanisms.privacy_report(
-        'bandmf', rounds=10, epsilon=4.0, population=100, sample_size=10)
+        'bandmf', rounds=10, epsilon=4.0, population=20, sample_size=10)
     chosen = target['bandmf']
-    self.assertIn(chosen['bands'], (1, 2, 5, 10))  # Divisors of 100, <= 10.
+    scores = chosen['scores']  # Divisors of 20 up to 20 // 10.
+    self.assertEqual(sorted(scores), ['1', '2'])
+    self.assertEqual(str(chosen['bands']), min(scores, key=scores.get))
     self.assertAllClose(chosen['noise_multiplier'],
                         target['calibration']['rdp_noise_multiplier'],
                         rtol=1e-3)
     check = mechanisms.privacy_report(
         'bandmf', rounds=10, noise_multiplier=chosen['noise_multiplier'],
-        bands=chosen['bands'], population=100, sample_size=10)
+        bands=chosen['bands'], population=20, sample_size=10)
     self.assertBetween(check['rdp_epsilon'], 3.99, 4.0)
     json.dumps(target)
-    with self.assertRaisesRegex(ValueError, 'population'):
-      mechanisms.privacy_report(
-          'bandmf', rounds=5, epsilon=1.0, sampling_probability=0.1)
 
   def test_ldp_report(self):
     report = mechanisms.privacy_report(
