@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+import types
 from unittest import mock
 
 from absl.testing import parameterized
@@ -151,6 +152,29 @@ class SameStreamTest(tf.test.TestCase):
                   {'bands': 2},
                   None):
       self.assertFalse(training._same_stream(recorded, built), built)
+
+
+class StreamChangedTest(tf.test.TestCase):
+
+  def _changed(self, built, ledger, checkpointed):
+    run = types.SimpleNamespace(
+        sessions=ledger, root='/run',
+        mechanism=types.SimpleNamespace(name='bandmf', stream=built))
+    return training._Run._stream_changed(run, checkpointed)
+
+  def test_both_the_ledger_and_the_checkpoint_must_have_run_this_stream(self):
+    a, b = {'bands': 2, 'coefs': [0.8, 0.6]}, {'bands': 2, 'coefs': [1.0, 0.0]}
+    session = lambda stream: {'start_round': 0, 'stream': stream}
+    self.assertFalse(self._changed(a, [session(a)], [session(a)]))
+    # A later session charged a round of stream a it never checkpointed;
+    # the checkpoint holds b's state.
+    self.assertTrue(self._changed(a, [session(b), session(a)], [session(b)]))
+    self.assertTrue(self._changed(a, [session(b)], [session(a)]))
+    # An older version recorded no stream: restarted, charged.
+    self.assertTrue(self._changed(a, [{'start_round': 0}], [session(a)]))
+    self.assertTrue(self._changed(a, [session(a)], []))
+    # No stream to continue.
+    self.assertFalse(self._changed(None, [{'start_round': 0}], []))
 
 
 class _TempDirTestCase(tf.test.TestCase):

@@ -629,7 +629,10 @@ class _Run:
         and not self.state_manager.set_aside
     )
     self.redraw_until = last if self.released_again else 0
-    self.restart_stream = self.released_again or self._stream_changed()
+    self.restart_stream = self.released_again or self._stream_changed(
+        state_lib.sessions_from(
+            json.loads(state_lib.text(loaded['sessions'])))
+    )
     state = self.recalibrate(start_round, loaded['train_state'])
     if self.restart_stream and self.mechanism.on_resume is not None:
       # A stream with rounds released twice restarts (and is charged
@@ -645,21 +648,31 @@ class _Run:
     self.add_hooks()
     return start_round
 
-  def _stream_changed(self) -> bool:
-    """Whether this build's stream differs from the one last run.
+  def _stream_changed(self, checkpointed: list[dict]) -> bool:
+    """Whether this build's stream may differ from the one it would continue.
 
     The coefficients are a function of the configuration, but computed
     again each session: a changed library or numerics would continue a
     stream with another strategy (BandMF's column norm, BLT's sensitivity
-    no longer hold for it), so the stream restarts, charged.
+    no longer hold for it), so the stream restarts, charged. Compared with
+    the last session of the ledger file and with the last session of the
+    loaded checkpoint (whose stream the checkpointed state holds: a later
+    session may have charged a round it never checkpointed); a session that
+    recorded no stream (an older version) counts as a change (an
+    over-count, never an under-count).
     """
-    recorded = [s['stream'] for s in self.sessions if 'stream' in s]
-    changed = bool(recorded) and not _same_stream(recorded[-1],
-                                                  self.mechanism.stream)
+    if self.mechanism.stream is None:
+      return False
+    changed = any(
+        not sessions or not _same_stream(sessions[-1].get('stream'),
+                                         self.mechanism.stream)
+        for sessions in (self.sessions, checkpointed)
+    )
     if changed:
       logging.warning(
-          'The %s stream built now differs from the one the last session '
-          'ran (%s): it restarts, charged as a new one', self.mechanism.name,
+          'The %s stream built now differs from (or was not recorded by) '
+          'the session it would continue (%s): it restarts, charged as a new '
+          'one', self.mechanism.name,
           layout.path(self.root, layout.PRIVACY),
       )
     return changed

@@ -165,7 +165,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   mech = base.restarting_on_resume(
       NAME, config, context, factory, bandmf_factory.with_restart_forced,
       resolved=_resolved(plan),
-      what='cycle', stream=('bands', 'coefs'),
+      what='cycle', stream=('bands', 'sampling_probability', 'coefs'),
   )
   mech.sampling = dataclasses.replace(context.sampling, bands=plan.bands)
   return mech

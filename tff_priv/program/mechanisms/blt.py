@@ -195,6 +195,6 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   return base.restarting_on_resume(
       NAME, config, context, factory, blt_factory.with_restart_forced,
       resolved=_resolved(plan), what='stream',
-      stream=('participation', 'rounds_per_stream', 'buf_decay',
-              'output_scale'),
+      stream=('participation', 'rounds_per_stream', 'max_participations',
+              'min_sep', 'sensitivity', 'buf_decay', 'output_scale'),
   )
