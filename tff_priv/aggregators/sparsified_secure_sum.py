@@ -404,28 +404,8 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
         tff.FederatedType(value_type, tff.CLIENTS),
     )
     def next_fn(state, value):
-      if self._mask == 'rand_k':
-        if not full:
-          indices = tff.federated_map(
-              mask.round_indices, (state.round_num, state.mask_seed)
-          )
-        new_mask_state = (
-            tff.federated_map(mask.next_state, state.round_num),
-            state.mask_seed,
-        )
-      else:
-        indices = tff.federated_map(
-            mask.round_indices, (state.mask_indices, state.mask_is_fresh)
-        )
-        new_mask_state = (
-            state.mask_indices, tff.federated_eval(mask.next_state, tff.SERVER)
-        )
-
-      ones = tff.federated_value(1, tff.CLIENTS)
-      if secure:
-        num_clients = tff.federated_secure_sum_bitwidth(ones, bitwidth=1)
-      else:
-        num_clients = tff.federated_sum(ones)
+      indices, new_mask_state = _mask_step(self._mask, mask, state, full)
+      num_clients = _count_clients(secure)
       clients_num_clients = tff.federated_broadcast(num_clients)
       if full:
         uploads = tff.federated_map(client_upload, (value, clients_num_clients))
@@ -456,6 +436,32 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
       )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def _mask_step(mask_kind, mask, state, full):
+  """(this round's indices@SERVER or None, the next mask state), in `next`."""
+  if mask_kind == 'rand_k':
+    indices = None if full else tff.federated_map(
+        mask.round_indices, (state.round_num, state.mask_seed)
+    )
+    return indices, (
+        tff.federated_map(mask.next_state, state.round_num),
+        state.mask_seed,
+    )
+  indices = tff.federated_map(
+      mask.round_indices, (state.mask_indices, state.mask_is_fresh)
+  )
+  return indices, (
+      state.mask_indices, tff.federated_eval(mask.next_state, tff.SERVER)
+  )
+
+
+def _count_clients(secure):
+  """The round's number of clients@SERVER (a secure sum of ones if secure)."""
+  ones = tff.federated_value(1, tff.CLIENTS)
+  if secure:
+    return tff.federated_secure_sum_bitwidth(ones, bitwidth=1)
+  return tff.federated_sum(ones)
 
 
 def _inner_sum(secure, bound, full, specs, dtype, k):
