@@ -615,10 +615,10 @@ class _Run:
     self.best_round = int(loaded['best_round'])
     self.uplink_bytes = int(loaded['uplink_bytes'])
     self.wall_before = float(loaded['wall_seconds'])
+    checkpointed = state_lib.sessions_from(
+        json.loads(state_lib.text(loaded['sessions'])))
     if not self.sessions:  # A run older than sessions in the ledger file.
-      self.sessions = state_lib.sessions_from(
-          json.loads(state_lib.text(loaded['sessions']))
-      )
+      self.sessions = list(checkpointed)
     # Released after the checkpoint (and so released again now)? Not when
     # the one round after it waited for its checkpoint before its release
     # and that checkpoint is not on disk (nor set aside as unreadable).
@@ -629,10 +629,8 @@ class _Run:
         and not self.state_manager.set_aside
     )
     self.redraw_until = last if self.released_again else 0
-    self.restart_stream = self.released_again or self._stream_changed(
-        state_lib.sessions_from(
-            json.loads(state_lib.text(loaded['sessions'])))
-    )
+    self.restart_stream = (self.released_again
+                           or self._stream_changed(checkpointed))
     state = self.recalibrate(start_round, loaded['train_state'])
     if self.restart_stream and self.mechanism.on_resume is not None:
       # A stream with rounds released twice restarts (and is charged
