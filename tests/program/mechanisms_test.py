@@ -7,6 +7,7 @@ rules, and builds on a tiny model (one round of smp's top_k process).
 
 import dataclasses
 import json
+import os
 from unittest import mock
 
 from absl.testing import parameterized
@@ -130,16 +131,36 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
          'udp', 'ldp'},
     )
     for name in mechanisms.MECHANISMS:
-      module = mechanisms.module(name)
-      self.assertEqual(module.NAME, name)
-      self.assertIn(module.SAMPLING, sampling.KINDS)
+      definition = mechanisms.definition(name)
+      self.assertEqual(definition.name, name)
+      self.assertIn(mechanisms.sampling_kind(name, _REQUIRED.get(name)),
+                    sampling.KINDS)
       self.assertIn(
           mechanisms.noise(name), (None, 'local', 'secure_sum', 'central')
       )
-      self.assertEqual(mechanisms.noise(name) is None, module.UNIT is None)
+      self.assertEqual(
+          mechanisms.noise(name) is None, mechanisms.unit(name) is None
+      )
       with self.assertRaises(dataclasses.FrozenInstanceError):
         config = mechanisms.config(name, _REQUIRED.get(name, P()))
         setattr(config, 'delta', 0.5)
+
+  def test_the_docs_list_every_registered_mechanism(self):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    with open(os.path.join(root, 'README.md')) as f:
+      readme = f.read()
+    model = readme.split('## The privacy model', 1)[1].split('\n## ', 1)[0]
+    rows = [line.split('|')[1].strip().split(' ')[0]
+            for line in model.splitlines() if line.startswith('| ')][1:]
+    private = [n for n in mechanisms.MECHANISMS if mechanisms.unit(n)]
+    self.assertCountEqual(rows, private)  # The README's privacy-model table.
+    with open(os.path.join(root, 'docs', 'program.md')) as f:
+      program = f.read()
+    listed = program.split('has one module per mechanism (', 1)[1].split(')')[0]
+    self.assertCountEqual(
+        [n.strip(' `\n') for n in listed.replace(' and ', ', ').split(',')],
+        mechanisms.MECHANISMS,
+    )
 
   @parameterized.named_parameters(
       ('mechanism', 'fedsgd', P(), ValueError, 'mechanism'),
@@ -408,9 +429,13 @@ class BuildTest(tf.test.TestCase):
     top_k = _build('smp', P(mask='top_k'), public_data=_public_data(seed=0))
     self.assertEqual(tff.structure.name_list(train_metrics_type(top_k)), [])
 
-  def test_build_refuses_a_module_whose_noise_is_not_its_factorys(self):
-    with mock.patch.object(mechanisms.module('none'), 'NOISE', 'local'):
-      with self.assertRaisesRegex(ValueError, 'noise'):
+  def test_build_refuses_a_definition_whose_noise_is_not_its_factorys(self):
+    udp_guarantee = mechanisms.definition('udp').guarantee
+    said = dataclasses.replace(
+        mechanisms.definition('none'), guarantee=udp_guarantee
+    )
+    with mock.patch.dict(mechanisms.REGISTRY, {'none': said}):
+      with self.assertRaisesRegex(ValueError, "unit None, its definition says 'example'"):
         _build('none', P())
 
   def test_smp_top_k_needs_public_data_and_rand_k_refuses_it(self):

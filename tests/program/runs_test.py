@@ -59,7 +59,7 @@ class RunsTest(tf.test.TestCase):
     result = runs.read(self.root, 'label', finished=False)
     self.assertIsNone(result.summary)
     self.assertEqual(result.label, 'label')
-    self.assertEqual(result.unit, 'example')  # The registry's udp.UNIT.
+    self.assertEqual(result.unit, 'example')  # udp's factory's guarantee.
 
   def test_unit_of_a_non_private_run_is_the_registrys(self):
     _write(self.root, layout.CONFIG, {'mechanism': 'none'})

@@ -201,14 +201,7 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
         bound=tv_bound,
     )
     self._clip = clip
-    self._guarantee = guarantees.Guarantee(
-        unit='client',
-        noise='local',
-        neighboring_relation='replace_one',
-        description=(
-            _NO_CLIP_DESCRIPTION if clip is None else _clip_description(clip)
-        ),
-    )
+    self._guarantee = self.guarantee_of(clip)
 
   @property
   def clip(self) -> Optional[float]:
@@ -218,6 +211,18 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
   def guarantee(self) -> guarantees.Guarantee:
     """Whom the round's `dp_event` protects (one client, replace-one)."""
     return self._guarantee
+
+  @staticmethod
+  def guarantee_of(clip: Optional[float]) -> guarantees.Guarantee:
+    """The guarantee of a factory with `clip` (None: no clip, no bound)."""
+    return guarantees.Guarantee(
+        unit='client',
+        noise='local',
+        neighboring_relation='replace_one',
+        description=(
+            _NO_CLIP_DESCRIPTION if clip is None else _clip_description(clip)
+        ),
+    )
 
   def noise_source(self, dimension: int) -> TVNoise:
     """The noise source for `dimension` coordinates (sigma_e, TV bounds)."""

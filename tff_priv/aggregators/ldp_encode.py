@@ -459,14 +459,19 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
   @property
   def guarantee(self) -> guarantees.Guarantee:
     """Whom the state's `dp_event` protects: a client's value, replace-one."""
+    return self.guarantee_of(self._epsilon, self._range_mode)
+
+  @staticmethod
+  def guarantee_of(epsilon: float, range_mode: str) -> guarantees.Guarantee:
+    """The guarantee of a factory of per-value `epsilon` and `range_mode`."""
     reports = (
         f'LDP-FL: each of the d scalars a client reports per round is '
-        f'eps={self._epsilon:g}-LDP against the server that sees every upload '
+        f'eps={epsilon:g}-LDP against the server that sees every upload '
         '(a non-finite scalar is encoded as the center)'
     )
-    if self._range_mode == 'fixed':
+    if range_mode == 'fixed':
       range_part = 'the range is fixed and public, nothing else is released'
-    elif self._range_mode == 'minmax':
+    elif range_mode == 'minmax':
       range_part = (
           "the range is each tensor's min/max over the clients, sent to the "
           'server in the clear: not private (NonPrivateDpEvent)'
@@ -483,7 +488,7 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
     # exact count before the noise, so nothing holds against it ('central').
     return guarantees.Guarantee(
         unit='client',
-        noise='central' if self._range_mode == 'quantile' else 'local',
+        noise='central' if range_mode == 'quantile' else 'local',
         neighboring_relation='replace_one',
         description=f'{reports}; {range_part}.',
     )

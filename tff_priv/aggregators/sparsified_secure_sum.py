@@ -270,7 +270,12 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
   @property
   def guarantee(self) -> guarantees.Guarantee:
     """Client-level, add-or-remove-one; see the class docstring."""
-    if self._secure:
+    return self.guarantee_of(self._secure)
+
+  @staticmethod
+  def guarantee_of(secure: bool) -> guarantees.Guarantee:
+    """The guarantee of a factory with or without secure aggregation."""
+    if secure:
       return guarantees.Guarantee(
           unit='client',
           noise='secure_sum',

@@ -69,7 +69,7 @@ def define_flags() -> None:
   # mechanism that takes it.
   kinds, helps = {}, {}
   for name in mechanisms.MECHANISMS:
-    config_class = mechanisms.module(name).Config
+    config_class = mechanisms.definition(name).config
     hints = typing.get_type_hints(config_class)
     described = base.attribute_help(config_class)
     for field in dataclasses.fields(config_class):

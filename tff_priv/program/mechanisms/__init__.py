@@ -12,24 +12,17 @@
 | udp | `tff_priv.learning.crd.build_udp_process` (fixed sigma) | fixed | Gaussian(sigma / Delta) per upload, local |
 | ldp | `LDPEncodeFactory` (`tff_priv.learning.ldp_fl`) | fixed | d x PureEpsilon(eps0) + the range release, local |
 
-Each module has `NAME`, `SAMPLING`, `UNIT` (whom its eps protects, as its
-factory's `Guarantee.unit` says; None: not private), `NOISE` (who adds the
-noise, as its factory's `Guarantee.noise` says: 'local', 'secure_sum' or
-'central'; None: not private; a module whose noise depends on its config has
-`noise(config)` too), a frozen `Config` (its
-parameters, their defaults, `validate()`) and `build(config, context) ->
-base.Mechanism`. `config(name, params)` makes a mechanism's config from a
-dict, refusing a parameter that does not apply to it (so a flag never
-silently does nothing); `build(name, config, context)` builds it. A module
-whose paper has closed forms to print beside the accountants (the
-mechanisms of `REPORTS`) has `privacy_report(params, rounds, **sampling)`,
-`REPORT_PARAMETERS` (the `Config` fields it reads) and, for what a run
-resolves from its task, a `ReportInputs` dataclass: `privacy_report(name,
-...)` and `report_parameters()` (what `scripts/privacy.py` takes as flags). A module whose mechanism cannot host
-the canary clients of `RunConfig.audit_canaries` has `canary_refusal(config)`
-(the reason in one line, or None). A module whose process may release
-noised client metrics (`RunConfig.client_metrics='dp'`, the metrics noised by
-the server like its model) has `DP_CLIENT_METRICS = True`.
+Each module defines one frozen `base.Definition` (`DEFINITION`): its name,
+config class, sampling, its factory's `Guarantee` (whence the unit its eps
+protects and who adds the noise), `build` and its optional abilities (a
+privacy report, a canary refusal, record-level canaries, noised client
+metrics). The registry reads nothing else from a module. `config(name,
+params)` makes a mechanism's config from a dict, refusing a parameter that
+does not apply to it (so a flag never silently does nothing); `build(name,
+config, context)` builds it; `privacy_report(name, ...)` and
+`report_parameters()` (what `scripts/privacy.py` takes as flags) serve the
+mechanisms with a report (`REPORTS`). `register(definition)` adds a
+mechanism of the user's own: `training.run` then runs it like the others.
 """
 
 import dataclasses
@@ -52,21 +45,48 @@ BuildContext = base.BuildContext
 Mechanism = base.Mechanism
 count_parameters = base.count_parameters
 
-REGISTRY = {
-    module.NAME: module
-    for module in (none, dp_fedavg, dp_ftrl, blt, bandmf, ldp, udp, smp,
-                   distortion)
-}
-MECHANISMS = tuple(REGISTRY)
+Definition = base.Definition
+Report = base.Report
+
+REGISTRY: dict[str, base.Definition] = {}
+MECHANISMS: tuple[str, ...] = ()
 # The mechanisms with a privacy report (the papers' closed forms beside).
-REPORTS = tuple(
-    name for name, module_ in REGISTRY.items()
-    if hasattr(module_, 'privacy_report')
-)
+REPORTS: tuple[str, ...] = ()
 
 
-def module(name: str):
-  """The module of mechanism `name` (ValueError naming the choices)."""
+def register(definition: base.Definition) -> None:
+  """Adds a mechanism to the registry (`MECHANISMS`, `REPORTS`).
+
+  Raises:
+    TypeError: not a `Definition`.
+    ValueError: its name is taken.
+  """
+  global MECHANISMS, REPORTS
+  if not isinstance(definition, base.Definition):
+    raise TypeError(f'register() takes a mechanisms.Definition, got {definition!r}')
+  if definition.name in REGISTRY:
+    raise ValueError(f'mechanism {definition.name!r} is already registered')
+  REGISTRY[definition.name] = definition
+  MECHANISMS = tuple(REGISTRY)
+  REPORTS = tuple(n for n, d in REGISTRY.items() if d.report is not None)
+
+
+def unregister(name: str) -> None:
+  """Removes mechanism `name` (registered by `register`) from the registry."""
+  global MECHANISMS, REPORTS
+  definition(name)
+  del REGISTRY[name]
+  MECHANISMS = tuple(REGISTRY)
+  REPORTS = tuple(n for n, d in REGISTRY.items() if d.report is not None)
+
+
+for _module in (none, dp_fedavg, dp_ftrl, blt, bandmf, ldp, udp, smp,
+                distortion):
+  register(_module.DEFINITION)
+
+
+def definition(name: str) -> base.Definition:
+  """The definition of mechanism `name` (ValueError naming the choices)."""
   validation.one_of('mechanism', name, MECHANISMS)
   return REGISTRY[name]
 
@@ -76,20 +96,29 @@ def sampling_kind(name: str, params: Any = None) -> str:
 
   Args:
     name: one of MECHANISMS.
-    params: its parameters (see `config`; None: every default), for a module
-      whose sampling depends on them (its `sampling(config)`: blt's
-      participation).
+    params: its parameters (see `config`; None: every default), for a
+      mechanism whose sampling depends on them (blt's participation).
   """
-  mechanism_module = module(name)
-  of_config = getattr(mechanism_module, 'sampling', None)
-  if of_config is None:
-    return mechanism_module.SAMPLING
-  return of_config(config(name, params))
+  mechanism = definition(name)
+  if not callable(mechanism.sampling):
+    return mechanism.sampling
+  return mechanism.sampling_of(config(name, params))
 
 
-def unit(name: str) -> Optional[str]:
-  """Whom mechanism `name`'s eps protects ('example', 'client'; None: no one)."""
-  return module(name).UNIT
+def _guarantee(name: str, params: Any):
+  mechanism = definition(name)
+  if not callable(mechanism.guarantee):
+    return mechanism.guarantee
+  return mechanism.guarantee_of(None if params is None else config(name, params))
+
+
+def unit(name: str, params: Any = None) -> Optional[str]:
+  """Whom mechanism `name`'s eps protects ('example', 'client'; None: no one).
+
+  Read from its factory's `Guarantee` (with `params`; None: the defaults).
+  """
+  guarantee = _guarantee(name, params)
+  return guarantee.unit if guarantee else None
 
 
 def noise(name: str, params: Any = None) -> Optional[str]:
@@ -97,19 +126,16 @@ def noise(name: str, params: Any = None) -> Optional[str]:
 
   Args:
     name: one of MECHANISMS.
-    params: its parameters (see `config`; None: every default), for a module
-      whose noise depends on them (its `noise(config)`).
+    params: its parameters (see `config`; None: every default), for a
+      mechanism whose guarantee depends on them (ldp's range mode).
   """
-  mechanism_module = module(name)
-  of_config = getattr(mechanism_module, 'noise', None)
-  if of_config is None:
-    return mechanism_module.NOISE
-  return of_config(config(name, params))
+  guarantee = _guarantee(name, params)
+  return guarantee.noise if guarantee else None
 
 
 def parameter_names(name: str) -> tuple[str, ...]:
   """The parameters mechanism `name` takes."""
-  return tuple(f.name for f in dataclasses.fields(module(name).Config))
+  return tuple(f.name for f in dataclasses.fields(definition(name).config))
 
 
 def config(name: str, params: Union[None, Mapping[str, Any], Any] = None):
@@ -124,7 +150,7 @@ def config(name: str, params: Union[None, Mapping[str, Any], Any] = None):
     ValueError: an unknown mechanism, a parameter that does not apply to it,
       a bad value or conflicting parameters (the message names them).
   """
-  config_class = module(name).Config
+  config_class = definition(name).config
   if isinstance(params, config_class):
     return params
   given = {k: v for k, v in dict(params or {}).items() if v is not None}
@@ -145,17 +171,17 @@ def to_dict(mechanism_config: Any) -> dict[str, Any]:
 def canary_kind(name: str) -> str:
   """What `audit_canaries` inserts for mechanism `name`: 'clients' or 'examples'.
 
-  'examples' for a mechanism whose guarantee is record-level (its module
-  sets CANARY_EXAMPLES): canary examples in the clients' data
+  'examples' for a mechanism whose guarantee is record-level
+  (`Definition.canary_examples`): canary examples in the clients' data
   (`tff_priv.auditing.canary_examples`); else canary clients
   (`tff_priv.auditing.canaries`).
   """
-  return 'examples' if getattr(module(name), 'CANARY_EXAMPLES', False) else 'clients'
+  return 'examples' if definition(name).canary_examples else 'clients'
 
 
 def canary_refusal(name: str, params: Any = None) -> Optional[str]:
   """Why mechanism `name` with `params` takes no canaries; None: it does."""
-  refusal = getattr(module(name), 'canary_refusal', None)
+  refusal = definition(name).canary_refusal
   return refusal(config(name, params)) if refusal else None
 
 
@@ -166,7 +192,7 @@ def client_metrics_refusal(name: str) -> Optional[str]:
   server (its model noise added by the clients) would lose that guarantee,
   so only the mechanisms whose server adds the model noise too take them.
   """
-  if getattr(module(name), 'DP_CLIENT_METRICS', False):
+  if definition(name).dp_client_metrics:
     return None
   if name == 'none':
     return (
@@ -189,7 +215,7 @@ def build(
     ValueError: bad parameters, or a context the mechanism cannot run in
       (sampling of another kind, an optimizer it does not take, ...).
   """
-  mechanism_module = module(name)
+  mechanism = definition(name)
   mechanism_config = config(name, params)
   kind = sampling_kind(name, mechanism_config)
   if context.sampling.kind != kind:
@@ -210,45 +236,40 @@ def build(
     refusal = client_metrics_refusal(name)
     if refusal:
       raise ValueError(refusal)
-  mechanism = mechanism_module.build(mechanism_config, context)
-  built_unit = mechanism.guarantee.unit if mechanism.guarantee else None
-  if built_unit != mechanism_module.UNIT:
-    raise ValueError(
-        f'mechanism {name!r} built a guarantee of unit {built_unit!r}, its '
-        f'module says UNIT = {mechanism_module.UNIT!r}'
-    )
-  built_noise = mechanism.guarantee.noise if mechanism.guarantee else None
-  declared_noise = noise(name, mechanism_config)
-  if built_noise != declared_noise:
-    raise ValueError(
-        f'mechanism {name!r} built a guarantee of noise {built_noise!r}, its '
-        f'module says noise {declared_noise!r}'
-    )
-  if context.canary_clients and mechanism.canary_norm is None:
+  built = mechanism.build(mechanism_config, context)
+  declared = mechanism.guarantee_of(mechanism_config)
+  for field in ('unit', 'noise', 'neighboring_relation'):
+    got = getattr(built.guarantee, field) if built.guarantee else None
+    want = getattr(declared, field) if declared else None
+    if got != want:
+      raise ValueError(
+          f'mechanism {name!r} built a guarantee of {field} {got!r}, its '
+          f'definition says {want!r}'
+      )
+  if context.canary_clients and built.canary_norm is None:
     raise ValueError(f'mechanism {name!r} did not build its canary clients')
-  return mechanism
+  return built
 
 
-def _report_module(name: str):
-  mechanism_module = module(name)
-  if name not in REPORTS:
+def _report(name: str) -> base.Report:
+  mechanism = definition(name)
+  if mechanism.report is None:
     raise ValueError(
         f'mechanism {name!r} has no privacy report; one of '
         f'{", ".join(REPORTS)}'
     )
-  return mechanism_module
+  return mechanism.report
 
 
 def report_fields(name: str) -> tuple[tuple[type, str], ...]:
   """(dataclass, field name) of every parameter mechanism `name`'s report reads.
 
-  Its `Config` fields in `REPORT_PARAMETERS`, then the fields of its
-  `ReportInputs` (what a run resolves from its task), if it has one.
+  Its config fields in `Report.parameters`, then the fields of its
+  `Report.inputs` (what a run resolves from its task), if it has one.
   """
-  mechanism_module = _report_module(name)
-  fields = [(mechanism_module.Config, k)
-            for k in mechanism_module.REPORT_PARAMETERS]
-  inputs = getattr(mechanism_module, 'ReportInputs', None)
+  report = _report(name)
+  fields = [(definition(name).config, k) for k in report.parameters]
+  inputs = report.inputs
   if inputs is not None:
     fields += [(inputs, f.name) for f in dataclasses.fields(inputs)]
   return tuple(fields)
@@ -265,7 +286,7 @@ def report_parameters() -> dict[str, tuple[type, str]]:
 
   A parameter several mechanisms read is one entry; its text says what it
   means to each (`'smp, dp_fedavg: ...; udp: ...'`, from the docstrings of
-  their `Config` or `ReportInputs`).
+  their config or report inputs).
   """
   kinds, meanings = {}, {}
   for name in REPORTS:
@@ -314,7 +335,7 @@ def privacy_report(
       or a missing one (the message names it).
     TypeError: a parameter no mechanism's report reads.
   """
-  mechanism_module = _report_module(name)
+  report = _report(name)
   known = report_parameters()
   for key in params:
     if key not in known:
@@ -332,4 +353,4 @@ def privacy_report(
           ('sample_size', sample_size),
       ) if v is not None
   }
-  return mechanism_module.privacy_report(given, rounds, **sampling)
+  return report.compute(given, rounds, **sampling)

@@ -20,11 +20,7 @@ from tff_priv.aggregators import bandmf as bandmf_factory
 from tff_priv.program.mechanisms import base
 
 NAME = 'bandmf'
-SAMPLING = 'banded'
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta', 'bands')
-UNIT = 'client'
-# The server adds the correlated noise.
-NOISE = 'central'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,3 +165,12 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   )
   mech.sampling = dataclasses.replace(context.sampling, bands=plan.bands)
   return mech
+
+
+DEFINITION = base.Definition(
+    name=NAME, config=Config, build=build, sampling='banded',
+    # The server adds the correlated noise.
+    guarantee=bandmf_factory.GUARANTEE,
+    report=base.Report(privacy_report, REPORT_PARAMETERS),
+    canary_refusal=canary_refusal,
+)

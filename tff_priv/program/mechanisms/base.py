@@ -1,10 +1,13 @@
-"""What every mechanism module shares: the build context and the built mechanism.
+"""What every mechanism shares: its definition, the build context, the built mechanism.
 
-A mechanism module (`none`, `dp_fedavg`, `smp`, ...) holds `NAME`, `SAMPLING`
-(the client sampling its rounds are accounted under), a frozen `Config` of its
-own parameters with their defaults and `validate()`, and `build(config,
-context) -> Mechanism`. The privacy charge is not the module's business: every
-round is charged from the DpEvent its aggregation factory keeps in its state
+A mechanism of the training program is one frozen `Definition`: its name, a
+frozen config class of its own parameters (defaults and `validate()`), the
+client sampling its rounds are accounted under, the `Guarantee` of its
+aggregation factory (unit and noise are read from it, declared once, by the
+factory), `build(config, context) -> Mechanism` and its optional abilities (a
+privacy report, a canary refusal, record-level canaries, noised client
+metrics). The privacy charge is not the mechanism's business: every round is
+charged from the DpEvent its aggregation factory keeps in its state
 (`tff_priv.program.privacy`).
 """
 
@@ -134,12 +137,12 @@ class BuildContext:
     canary_clients: build the process with canary clients
       (`tff_priv.learning.canary_clients`: its client data becomes
       `<dataset, canary>`) for the one-shot privacy estimate; a mechanism
-      that cannot host them refuses (`canary_refusal` of its module).
+      that cannot host them refuses (`Definition.canary_refusal`).
     mean_client_examples: returns the mean |D_i| of the population (called
       only by a weighted process's canaries: it reads every client).
     metrics_aggregator: the `metrics_aggregator` of `fed_avg` (e.g. a
       `client_metrics.DpClientMetrics`); None: `no_client_metrics`. Only a
-      mechanism module with `DP_CLIENT_METRICS` is built with one.
+      mechanism with `Definition.dp_client_metrics` is built with one.
     start_round: the rounds already run (a resumed session continues after
       it): a target epsilon is calibrated for the rounds after it.
     spent: what the run's ledger has charged already (a resumed session, or
@@ -411,3 +414,74 @@ def restarting_on_resume(
       f'checkpoint of its last released round, it continues the {what}'
   )
   return mech
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """A mechanism's privacy report: the accountants, the paper's closed forms beside.
+
+  Attributes:
+    compute: `(params, rounds, **sampling) -> dict`: what a run spends, or
+      its noise for a target (`mechanisms.privacy_report`).
+    parameters: the config fields it reads.
+    inputs: a dataclass of what a run resolves from its task (udp's smallest
+      client, ldp's d), whose fields it reads too; None: nothing.
+  """
+
+  compute: Callable[..., dict]
+  parameters: tuple[str, ...]
+  inputs: Optional[type] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Definition:
+  """One mechanism of the training program, whole.
+
+  Attributes:
+    name: what `--mechanism` takes.
+    config: its frozen config class (every field has a default or is
+      optional; `__post_init__` validates and raises ValueError naming the
+      field).
+    build: `(config, context) -> Mechanism`.
+    sampling: the client sampling its rounds are accounted under (one of
+      `sampling.KINDS`), or `config -> kind` where a parameter chooses it.
+    guarantee: its aggregation factory's `Guarantee` (a constant of the
+      factory), or `config -> Guarantee` where a parameter changes it; None:
+      not private. The mechanism's unit and noise are read from it, and a
+      build whose factory says otherwise is refused.
+    report: its privacy report; None: it has none.
+    canary_refusal: `config -> reason or None`: why it cannot host the
+      canary clients of `RunConfig.audit_canaries`; None: it can.
+    canary_examples: its guarantee is record-level: `audit_canaries` inserts
+      canary examples, not canary clients.
+    dp_client_metrics: it may release noised client metrics
+      (`RunConfig.client_metrics='dp'`: the server noises them like its
+      model, so only a mechanism whose server adds the model noise takes
+      them).
+  """
+
+  name: str
+  config: type
+  build: Callable[[Any, BuildContext], Mechanism]
+  sampling: Any
+  guarantee: Any = None
+  report: Optional[Report] = None
+  canary_refusal: Optional[Callable[[Any], Optional[str]]] = None
+  canary_examples: bool = False
+  dp_client_metrics: bool = False
+
+  def __post_init__(self):
+    if not dataclasses.is_dataclass(self.config):
+      raise TypeError(f'mechanism {self.name!r}: config must be a dataclass')
+    if not callable(self.sampling):
+      validation.one_of('sampling', self.sampling, sampling_lib.KINDS)
+
+  def sampling_of(self, config: Any) -> str:
+    """The sampling kind of a run with `config`."""
+    return self.sampling(config) if callable(self.sampling) else self.sampling
+
+  def guarantee_of(self, config: Any) -> Optional[guarantees.Guarantee]:
+    """The factory's guarantee for `config` (None: not private)."""
+    if callable(self.guarantee):
+      return self.guarantee(config)
+    return self.guarantee

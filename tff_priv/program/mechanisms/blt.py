@@ -27,12 +27,6 @@ from tff_priv.aggregators import blt as blt_factory
 from tff_priv.program.mechanisms import base
 
 NAME = 'blt'
-# The sampling of the default participation ('epoch'); `sampling(config)`
-# gives each config's.
-SAMPLING = 'epoch'
-UNIT = 'client'
-# The server adds the correlated noise.
-NOISE = 'central'
 # The `Config` fields `privacy_report` reads.
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta', 'num_buffers',
                      'participation')
@@ -198,3 +192,12 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       stream=('participation', 'rounds_per_stream', 'max_participations',
               'min_sep', 'sensitivity', 'buf_decay', 'output_scale'),
   )
+
+
+DEFINITION = base.Definition(
+    name=NAME, config=Config, build=build, sampling=sampling,
+    # The server adds the correlated noise.
+    guarantee=blt_factory.GUARANTEE,
+    report=base.Report(privacy_report, REPORT_PARAMETERS),
+    canary_refusal=canary_refusal,
+)

@@ -19,10 +19,6 @@ from tff_priv.mechanisms import bernoulli_sampling
 from tff_priv.program.mechanisms import base
 
 NAME = 'distortion'
-SAMPLING = 'fixed'
-UNIT = 'client'
-# Each upload is distorted on its client.
-NOISE = 'local'
 # The `Config` fields `privacy_report` reads.
 REPORT_PARAMETERS = (
     'epsilon', 'noise_multiplier', 'noise_stddev', 'delta', 'clip'
@@ -184,3 +180,17 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
         'Bernoulli(rho) mini-batches are not credited in the accounting'
     )
   return mech
+
+
+def _guarantee(config: Optional[Config]):
+  """Each upload is distorted on its client (at the default clip for None)."""
+  return distortion.DistortionFactory.guarantee_of(
+      config.clip if config else base.DEFAULT_CLIP
+  )
+
+
+DEFINITION = base.Definition(
+    name=NAME, config=Config, build=build, sampling='fixed',
+    guarantee=_guarantee,
+    report=base.Report(privacy_report, REPORT_PARAMETERS),
+)

@@ -25,14 +25,8 @@ from tff_priv.accounting import reports
 from tff_priv.program.mechanisms import base
 
 NAME = 'dp_fedavg'
-SAMPLING = 'poisson'
-UNIT = 'client'
-# TFF's server adds the noise: nothing against the server.
-NOISE = 'central'
 # The `Config` fields `privacy_report` reads.
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta')
-# The server adds the model's noise: it may add the client metrics' too.
-DP_CLIENT_METRICS = True
 # Adaptive clipping's target quantile and first clip when none is given
 # (TFF's defaults).
 DEFAULT_QUANTILE = 0.5
@@ -185,3 +179,14 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
         'covering the noised clipped-count release of the quantile estimate'
     )
   return mech
+
+
+DEFINITION = base.Definition(
+    name=NAME, config=Config, build=build, sampling='poisson',
+    # TFF's server adds the noise: nothing against the server.
+    guarantee=guarantees.TFF_DP_FACTORY_GUARANTEE,
+    report=base.Report(privacy_report, REPORT_PARAMETERS),
+    canary_refusal=canary_refusal,
+    # The server adds the model's noise: it may add the client metrics' too.
+    dp_client_metrics=True,
+)

@@ -25,10 +25,6 @@ from tff_priv.aggregators import dp_ftrl
 from tff_priv.program.mechanisms import base
 
 NAME = 'dp_ftrl'
-SAMPLING = 'epoch'
-UNIT = 'client'
-# The server adds each tree node's noise.
-NOISE = 'central'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,3 +88,9 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       },
       what='tree',
   )
+
+
+DEFINITION = base.Definition(
+    name=NAME, config=Config, build=build, sampling='epoch',
+    guarantee=dp_ftrl.GUARANTEE,
+)

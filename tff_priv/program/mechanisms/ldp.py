@@ -19,11 +19,6 @@ from tff_priv.learning import ldp_fl
 from tff_priv.program.mechanisms import base
 
 NAME = 'ldp'
-SAMPLING = 'fixed'
-UNIT = 'client'
-# Each value is encoded on its client; with ldp_range_mode='quantile' the
-# range release is noised by the server (`noise`).
-NOISE = 'local'
 # The `Config` fields `privacy_report` reads (and `ReportInputs`).
 REPORT_PARAMETERS = ('ldp_epsilon', 'delta')
 DEFAULT_LDP_EPSILON = 1.0
@@ -113,11 +108,6 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
   )}
 
 
-def noise(config: Config) -> str:
-  """'central' with ldp_range_mode='quantile' (the server noises the range), else NOISE."""
-  return 'central' if config.ldp_range_mode == 'quantile' else NOISE
-
-
 def canary_refusal(config: Config) -> Optional[str]:
   """LDP-FL takes no canary clients: it has no clip to scale one to."""
   del config
@@ -189,3 +179,20 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
         'a non-private release (eps = inf)'
     )
   return mech
+
+
+def _guarantee(config: Optional[Config]):
+  """Each value is encoded on its client; with ldp_range_mode='quantile' the
+  range release is noised by the server ('central')."""
+  config = config or Config()
+  return ldp_encode.LDPEncodeFactory.guarantee_of(
+      config.ldp_epsilon, config.ldp_range_mode
+  )
+
+
+DEFINITION = base.Definition(
+    name=NAME, config=Config, build=build, sampling='fixed',
+    guarantee=_guarantee,
+    report=base.Report(privacy_report, REPORT_PARAMETERS, ReportInputs),
+    canary_refusal=canary_refusal,
+)

@@ -8,10 +8,6 @@ from tff_priv.learning import canary_clients
 from tff_priv.program.mechanisms import base
 
 NAME = 'none'
-SAMPLING = 'poisson'
-UNIT = None  # Not private: its eps protects no one.
-# No noise.
-NOISE = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,3 +63,8 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
     mech.canary_norm = CANARY_NORM
     mech.canary_weight = float(context.mean_client_examples())
   return mech
+
+
+DEFINITION = base.Definition(
+    name=NAME, config=Config, build=build, sampling='poisson', guarantee=None
+)

@@ -24,10 +24,6 @@ from tff_priv.mechanisms import sparsify
 from tff_priv.program.mechanisms import base
 
 NAME = 'smp'
-SAMPLING = 'poisson'
-UNIT = 'client'
-# Clients add shares of the noise; the server sees only their secure sum.
-NOISE = 'secure_sum'
 # The `Config` fields `privacy_report` reads.
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta')
 DEFAULT_COMPRESSION = 0.1
@@ -194,3 +190,13 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
         'clients; the mask releases nothing about them'
     )
   return mech
+
+
+DEFINITION = base.Definition(
+    name=NAME, config=Config, build=build, sampling='poisson',
+    # The clients add shares of the noise before the secure sum.
+    guarantee=sparsified_secure_sum.SparsifiedSecureSumFactory.guarantee_of(
+        secure=True
+    ),
+    report=base.Report(privacy_report, REPORT_PARAMETERS),
+)

@@ -34,14 +34,8 @@ from tff_priv.mechanisms import noise_schedule
 from tff_priv.program.mechanisms import base
 
 NAME = 'udp'
-SAMPLING = 'fixed'
-UNIT = 'example'
-# Each upload is noised on its client.
-NOISE = 'local'
 # The `Config` fields `privacy_report` reads (and `ReportInputs`).
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'noise_stddev', 'delta')
-# audit_canaries inserts canary examples: the guarantee is record-level.
-CANARY_EXAMPLES = True
 DEFAULT_CRD_ZETA = 0.001
 
 
@@ -376,3 +370,13 @@ def _crd_adopt(schedule, sensitivity, spent):
     return loaded._replace(learning=learning)
 
   return adopt
+
+
+DEFINITION = base.Definition(
+    name=NAME, config=Config, build=build, sampling='fixed',
+    # Each client noises its own upload; one example of its data is the unit.
+    guarantee=gaussian_udp.UDP_GUARANTEE,
+    report=base.Report(privacy_report, REPORT_PARAMETERS, ReportInputs),
+    # audit_canaries inserts canary examples: the guarantee is record-level.
+    canary_examples=True,
+)

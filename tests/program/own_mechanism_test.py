@@ -1,0 +1,145 @@
+"""A mechanism of the user's own, defined in this file alone, run by the program.
+
+The whole contract of a mechanism is one `mechanisms.Definition`: this test
+defines a toy one (TFF's fixed Gaussian DP aggregator under Poisson sampling,
+with its own `Guarantee`), registers it and runs it through `training.run`;
+nothing else in the repository names it.
+"""
+
+import dataclasses
+import os
+import shutil
+import tempfile
+
+import dp_accounting
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_priv.accounting import guarantees
+from tff_priv.program import mechanisms
+from tff_priv.program import sampling as sampling_lib
+from tff_priv.program import training
+
+_NAME = 'toy_gaussian'
+_GUARANTEE = guarantees.Guarantee(
+    unit='client',
+    noise='central',
+    neighboring_relation='add_or_remove_one',
+    description='a toy: the server clips the updates and noises their sum',
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToyConfig:
+  """The toy's parameters.
+
+  Attributes:
+    noise_multiplier: z of the clipped sum.
+    clip: the L2 clip of an update.
+    delta: the delta its eps is reported at.
+  """
+
+  noise_multiplier: float = 1.0
+  clip: float = 1.0
+  delta: float = 1e-5
+
+  def __post_init__(self):
+    if self.noise_multiplier <= 0:
+      raise ValueError(f'noise_multiplier must be > 0, got {self.noise_multiplier}')
+
+
+def _build(config, context):
+  factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+      noise_multiplier=config.noise_multiplier,
+      clients_per_round=context.sampling.clients_per_round,
+      clip=config.clip,
+  )
+  return mechanisms.Mechanism(
+      _NAME, config, context.sampling, context.fed_avg(factory),
+      mechanisms.count_parameters(context.model_fn), _GUARANTEE,
+  )
+
+
+_TOY = mechanisms.Definition(
+    name=_NAME, config=_ToyConfig, build=_build, sampling='poisson',
+    guarantee=_GUARANTEE,
+)
+
+
+class _Registered(tf.test.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    mechanisms.register(_TOY)
+    self.addCleanup(mechanisms.unregister, _NAME)
+
+
+class RegistryTest(_Registered):
+
+  def test_registered_like_the_others(self):
+    self.assertIn(_NAME, mechanisms.MECHANISMS)
+    self.assertNotIn(_NAME, mechanisms.REPORTS)  # It has no report.
+    self.assertEqual(mechanisms.unit(_NAME), 'client')
+    self.assertEqual(mechanisms.noise(_NAME), 'central')
+    self.assertEqual(mechanisms.sampling_kind(_NAME), 'poisson')
+    self.assertEqual(mechanisms.canary_kind(_NAME), 'clients')
+    self.assertEqual(mechanisms.parameter_names(_NAME),
+                     ('noise_multiplier', 'clip', 'delta'))
+    self.assertEqual(mechanisms.config(_NAME, {'clip': 2.0}).clip, 2.0)
+    with self.assertRaisesRegex(ValueError, 'ldp_epsilon does not apply'):
+      mechanisms.config(_NAME, {'ldp_epsilon': 1.0})
+    with self.assertRaisesRegex(ValueError, 'noise_multiplier must be > 0'):
+      training.RunConfig(
+          task='digits', mechanism=_NAME, params={'noise_multiplier': -1.0}
+      ).validate()
+
+  def test_a_name_is_registered_once_and_only_a_definition(self):
+    with self.assertRaisesRegex(ValueError, 'already registered'):
+      mechanisms.register(_TOY)
+    with self.assertRaisesRegex(ValueError, 'already registered'):
+      mechanisms.register(dataclasses.replace(_TOY, name='dp_fedavg'))
+    with self.assertRaisesRegex(TypeError, 'takes a mechanisms.Definition'):
+      mechanisms.register(training)
+    with self.assertRaisesRegex(ValueError, 'sampling'):
+      mechanisms.Definition(name='x', config=_ToyConfig, build=_build,
+                            sampling='everyone')
+
+  def test_unregistered_it_is_unknown(self):
+    mechanisms.unregister(_NAME)
+    self.addCleanup(mechanisms.register, _TOY)  # For the cleanup's unregister.
+    self.assertNotIn(_NAME, mechanisms.MECHANISMS)
+    with self.assertRaisesRegex(ValueError, 'mechanism'):
+      mechanisms.definition(_NAME)
+
+
+class RunTest(_Registered):
+
+  @pytest.mark.slow
+  def test_two_rounds_through_the_program_with_their_epsilon(self):
+    root = os.path.join(tempfile.mkdtemp(), 'run')
+    self.addCleanup(shutil.rmtree, os.path.dirname(root), ignore_errors=True)
+    config = training.RunConfig(
+        task='digits', batch_size=20, mechanism=_NAME,
+        params={'noise_multiplier': 1.5, 'clip': 1.0},
+        clients_per_round=2, total_rounds=2, eval_every=2,
+        client_learning_rate=0.1,
+    )
+    summary = training.run(config, root, progress=False)
+    self.assertEqual(summary['rounds_run'], 2)
+    analyst = summary['privacy']['guarantees'][0]
+    self.assertEqual(analyst['unit'], 'client')
+    # By hand: 2 rounds of Gaussian(1.5) on Poisson-sampled clients (digits:
+    # 10 clients, K = 2), read by dp_accounting's RDP accountant.
+    q = sampling_lib.ClientSampling('poisson', 10, 2).ledger_kwargs()[
+        'sampling_probability'
+    ]
+    accountant = dp_accounting.rdp.RdpAccountant()
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(
+        q, dp_accounting.GaussianDpEvent(1.5)), 2)
+    self.assertAllClose(analyst['epsilon'], accountant.get_epsilon(1e-5),
+                        rtol=1e-9)
+
+
+if __name__ == '__main__':
+  tf.test.main()
