@@ -1,6 +1,7 @@
 """The program state managers on a failing disk: one line, nothing left behind."""
 
 import asyncio
+import dataclasses
 import errno
 import os
 import shutil
@@ -71,6 +72,35 @@ class FailingDiskTest(tf.test.TestCase):
     self.assertEqual(asyncio.run(manager.load_intact({'x': np.zeros(3)})),
                      (None, None))
     self.assertEqual(os.listdir(self.root), [])
+
+  def test_a_program_state_has_one_shape_and_older_ones_still_load(self):
+    plain = state_lib.ProgramState({'w': np.zeros(2)}, round_num=3,
+                                   sessions=({'start_round': 0},))
+    audited = dataclasses.replace(
+        plain, canary_seed=7, canary_max_cosines=np.full(4, -1.0)
+    )
+    self.assertEqual(list(plain.structure()), list(audited.structure()))
+    manager = state_lib.IntactStateManager(self.root, 5)
+    # An older version's checkpoint of a run without canaries lacked the
+    # canary part.
+    _, legacy = plain.templates()
+    asyncio.run(manager.save(legacy, version=1))
+    asyncio.run(manager.save(audited.structure(), version=2))
+    template = state_lib.ProgramState({'w': np.zeros(2)})
+    for version, want in ((2, audited), (1, plain)):
+      loaded, got_version = asyncio.run(
+          manager.load_intact(*template.templates())
+      )
+      self.assertEqual(got_version, version)
+      got = state_lib.ProgramState.from_structure(loaded)
+      self.assertEqual(got.round_num, 3)
+      self.assertEqual(got.sessions, ({'start_round': 0},))
+      self.assertEqual(got.canary_seed, want.canary_seed)
+      self.assertAllEqual(got.canary_max_cosines, want.canary_max_cosines)
+      self.assertAllEqual(got.train_state['w'], np.zeros(2))
+      # Not set aside: the newest is removed for the next round of the loop.
+      shutil.rmtree(os.path.join(self.root, f'program_state_{version}'))
+    self.assertEqual(manager.set_aside, [])
 
   def test_a_json_write_that_fails_leaves_the_old_file(self):
     path = os.path.join(self.root, 'ledger.json')

@@ -158,9 +158,9 @@ class StreamChangedTest(tf.test.TestCase):
 
   def _changed(self, built, ledger, checkpointed):
     run = types.SimpleNamespace(
-        sessions=ledger, root='/run',
+        root='/run',
         mechanism=types.SimpleNamespace(name='bandmf', stream=built))
-    return training._Run._stream_changed(run, checkpointed)
+    return training._Run._stream_changed(run, ledger, checkpointed)
 
   def test_both_the_ledger_and_the_checkpoint_must_have_run_this_stream(self):
     a, b = {'bands': 2, 'coefs': [0.8, 0.6]}, {'bands': 2, 'coefs': [1.0, 0.0]}

@@ -1,49 +1,111 @@
 """A training run's program state, and the state manager that skips a corrupt one."""
 
 import collections
+import dataclasses
 import errno
 import json
 import os
 import re
 import shutil
 import sys
-from typing import Optional
+from typing import Any
 
 import numpy as np
 import tensorflow_federated as tff
 
 from tff_priv.program import layout
 
-def program_state(
-    train_state,
-    round_num: int,
-    ledger: str,
-    best_accuracy: float,
-    best_round: int,
-    uplink_bytes: int,
-    wall_seconds: float,
-    sessions: list[dict],
-    sampling_seed: int,
-    canary: Optional[tuple[int, np.ndarray]] = None,
-):
-  """The program state; `canary`: (canary seed, each canary's largest cosine
-  with a round's model delta so far), only in runs with canaries (the state
-  of a run without them is unchanged)."""
-  state = collections.OrderedDict(
-      train_state=train_state,
-      round_num=np.int64(round_num),
-      ledger=ledger,
-      sampling_seed=np.int64(sampling_seed),
-      best_test_accuracy=np.float64(best_accuracy),
-      best_round=np.int64(best_round),
-      uplink_bytes=np.int64(uplink_bytes),
-      wall_seconds=np.float64(wall_seconds),
-      sessions=json.dumps(sessions),
+# `best_test_accuracy` before any evaluation.
+NO_ACCURACY = -1.0
+# The fields a checkpoint of an older version lacks when its run had no
+# canaries (its state then had only the others): still loaded.
+_CANARY_FIELDS = ('canary_seed', 'canary_max_cosines')
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramState:
+  """A run's state between rounds: what each checkpoint holds.
+
+  Frozen: a step of the training loop returns a new one
+  (`dataclasses.replace`). The canary part is always there (a seed of 0 and
+  no cosines in a run without canaries), so every checkpoint has one shape.
+
+  Attributes:
+    train_state: the learning process's state (the model, the aggregator's
+      state with its DpEvent, the optimizers').
+    round_num: the rounds run.
+    ledger: the run's privacy ledgers (`RunPrivacy.to_json`) as of
+      `round_num`.
+    sampling_seed: the secret seed of the client draws.
+    best_test_accuracy: the best released test accuracy (`NO_ACCURACY`:
+      none yet) and `best_round`, its round.
+    best_round: see above.
+    uplink_bytes: the nominal bytes uploaded so far (public).
+    wall_seconds: the wall time of the sessions before this one, and in a
+      checkpoint of every session up to it.
+    sessions: each session's entry ({'start_round': r, ...}).
+    canary_seed: the secret seed of the audit's canaries (0: none).
+    canary_max_cosines: each canary's largest cosine with a round's model
+      delta so far ([2N]; empty without canaries).
+  """
+
+  train_state: Any
+  round_num: int = 0
+  ledger: str = ''
+  sampling_seed: int = 0
+  best_test_accuracy: float = NO_ACCURACY
+  best_round: int = 0
+  uplink_bytes: int = 0
+  wall_seconds: float = 0.0
+  sessions: tuple[dict, ...] = ()
+  canary_seed: int = 0
+  canary_max_cosines: np.ndarray = dataclasses.field(
+      default_factory=lambda: np.zeros(0, np.float64)
   )
-  if canary is not None:
-    state['canary_seed'] = np.int64(canary[0])
-    state['canary_max_cosines'] = np.asarray(canary[1], np.float64)
-  return state
+
+  def structure(self) -> collections.OrderedDict:
+    """What `IntactStateManager` saves: one shape for every run."""
+    return collections.OrderedDict(
+        train_state=self.train_state,
+        round_num=np.int64(self.round_num),
+        ledger=self.ledger,
+        sampling_seed=np.int64(self.sampling_seed),
+        best_test_accuracy=np.float64(self.best_test_accuracy),
+        best_round=np.int64(self.best_round),
+        uplink_bytes=np.int64(self.uplink_bytes),
+        wall_seconds=np.float64(self.wall_seconds),
+        sessions=json.dumps(list(self.sessions)),
+        canary_seed=np.int64(self.canary_seed),
+        canary_max_cosines=np.asarray(self.canary_max_cosines, np.float64),
+    )
+
+  def templates(self) -> tuple[collections.OrderedDict, ...]:
+    """The structures a checkpoint may have: this version's, then an older
+    version's without canaries (which lacked the canary part)."""
+    full = self.structure()
+    legacy = collections.OrderedDict(
+        (k, v) for k, v in full.items() if k not in _CANARY_FIELDS
+    )
+    return full, legacy
+
+  @classmethod
+  def from_structure(cls, loaded) -> 'ProgramState':
+    """The state a loaded checkpoint holds."""
+    return cls(
+        train_state=loaded['train_state'],
+        round_num=int(loaded['round_num']),
+        ledger=text(loaded['ledger']),
+        sampling_seed=int(loaded['sampling_seed']),
+        best_test_accuracy=float(loaded['best_test_accuracy']),
+        best_round=int(loaded['best_round']),
+        uplink_bytes=int(loaded['uplink_bytes']),
+        wall_seconds=float(loaded['wall_seconds']),
+        sessions=tuple(sessions_from(json.loads(text(loaded['sessions'])))),
+        canary_seed=int(loaded.get('canary_seed', 0)),
+        canary_max_cosines=np.asarray(
+            loaded.get('canary_max_cosines', np.zeros(0)), np.float64
+        ),
+    )
 
 
 def remove_temporary_states(root_dir: str) -> None:
@@ -118,13 +180,16 @@ class IntactStateManager(tff.program.FileProgramStateManager):
       remove_temporary_states(self._root_dir)
       raise save_error(e, self._root_dir) from None
 
-  async def load_intact(self, template):
-    """(state, version) of the newest state that loads; (None, None): none."""
+  async def load_intact(self, *templates):
+    """(state, version) of the newest state that loads; (None, None): none.
+
+    A state loads with the first of `templates` whose structure it has.
+    """
     remove_temporary_states(self._root_dir)  # A save cut short.
     versions = await self.get_versions() or []
     for version in sorted(versions, reverse=True):
       try:
-        return await self.load(version, template), version
+        return await self._load_any(version, templates), version
       except Exception as e:  # pylint: disable=broad-except
         reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         path = self._get_path_for_version(version)
@@ -137,3 +202,12 @@ class IntactStateManager(tff.program.FileProgramStateManager):
             file=sys.stderr,
         )
     return None, None
+
+  async def _load_any(self, version: int, templates):
+    for template in templates[:-1]:
+      try:
+        return await self.load(version, template)
+      except ValueError as e:
+        if 'same nested structure' not in str(e):
+          raise
+    return await self.load(version, templates[-1])

@@ -28,7 +28,9 @@
 4. every `eval_every` rounds and at the last round, evaluates the global model
    on the task's centralized test set (`tff.learning.algorithms.build_fed_eval`);
 5. every `checkpoint_every` rounds and at the last round, saves the program
-   state with `tff.program.FileProgramStateManager`.
+   state (`state.ProgramState`: frozen, each step of the loop takes the
+   round's and returns the next; one shape with or without canaries) with
+   `tff.program.FileProgramStateManager`.
 
 With `audit_canaries` = N > 0, canary clients whose model delta is a secret
 random direction at the clip join each round that runs, drawn on top of the
@@ -115,7 +117,6 @@ OPTIMIZERS = config_lib.OPTIMIZERS
 TASK_OPTION_NAMES = config_lib.TASK_OPTION_NAMES
 CLIENT_METRICS = config_lib.CLIENT_METRICS
 
-_NO_ACCURACY = -1.0
 MAX_NOISE_INCREASE = calibration.MAX_NOISE_INCREASE
 _EVAL_BATCH = 256
 
@@ -397,7 +398,7 @@ class _Run:
   """One session of a run: its state between rounds, and one round."""
 
   def __init__(self, config: RunConfig, setup: _Setup, root_output_dir: str,
-               checkpoint_every: int, keep_checkpoints: int,
+               keep_checkpoints: int,
                restart_model: bool = False):
     self.config, self.setup, self.root = config, setup, root_output_dir
     self.restart_model = restart_model
@@ -408,7 +409,6 @@ class _Run:
     self.redraw_until = 0
     self.mechanism = setup.mechanism
     self.process = setup.mechanism.process
-    self.checkpoint_every = checkpoint_every
     self.delta = self.mechanism.config.delta
     self.private = self.mechanism.guarantee is not None
     self.session_start = time.monotonic()
@@ -425,7 +425,9 @@ class _Run:
     self.releases = releases_lib.RunReleases(root_output_dir, self.private)
     self.hooks: list[hooks_lib.RunHook] = []
     self.canary_hook = None
-    self.canary_seed = None
+    # The state this session starts from (`start_or_resume`); the loop then
+    # carries each round's, which every step takes and returns.
+    self.state: Optional[state_lib.ProgramState] = None
     self.last_accuracy = None
     self.last_eval_round = None
     self.test = None
@@ -461,18 +463,17 @@ class _Run:
     metrics = output.metrics['client_work']['eval']['current_round_metrics']
     return {k: float(v) for k, v in metrics.items()}
 
-  def program_state(self, round_num: int):
-    canary = None
-    if self.config.audit_canaries:
-      cosines = (self.canary_hook.max_cosines if self.canary_hook is not None
-                 else np.full(2 * self.config.audit_canaries, -1.0))
-      canary = (self.canary_seed, cosines)
-    return state_lib.program_state(
-        self.train_state, round_num, self.privacy.to_json(),
-        self.best_accuracy, self.best_round, self.uplink_bytes,
-        self.wall_before + time.monotonic() - self.session_start,
-        self.sessions, self.sampling_seed, canary,
-    )
+  def checkpoint(self, state: state_lib.ProgramState):
+    """What the checkpoint of `state` holds: its ledger, the wall time of
+    every session so far, the canaries' cosines so far."""
+    return dataclasses.replace(
+        state,
+        ledger=self.privacy.to_json(),
+        wall_seconds=state.wall_seconds + time.monotonic() - self.session_start,
+        canary_max_cosines=(self.canary_hook.max_cosines
+                            if self.canary_hook is not None
+                            else state.canary_max_cosines),
+    ).structure()
 
   async def start_or_resume(self) -> int:
     """Loads the newest intact checkpoint, or starts; the start round.
@@ -493,19 +494,18 @@ class _Run:
       self._restore(written_privacy, json.dumps(written['privacy']),
                     layout.PRIVACY)
     charged = written_privacy.analyst.num_releases if written_privacy else 0
-    self.train_state = self.process.initialize()
-    self.best_accuracy, self.best_round = _NO_ACCURACY, 0
-    self.uplink_bytes, self.wall_before = 0, 0.0
-    self.sessions = state_lib.sessions_from(
-        written.get('sessions', []) if written else []
+    self.state = state_lib.ProgramState(
+        self.process.initialize(),
+        sessions=tuple(state_lib.sessions_from(
+            written.get('sessions', []) if written else []
+        )),
     )
-    self.canary_seed = 0
-    self.sampling_seed = 0
     checkpoints = layout.path(self.root, layout.CHECKPOINTS)
     loaded, version = await self.state_manager.load_intact(
-        self.program_state(0)
+        *self.state.templates()
     )
     if loaded is not None:
+      loaded = state_lib.ProgramState.from_structure(loaded)
       # The ledger file holds at least the checkpoint's charges, or it is
       # not this run's latest: refused either way (a new model too).
       self._check_ledger_file(loaded, version, written_privacy)
@@ -535,8 +535,7 @@ class _Run:
         self.mechanism.guarantee, self.setup.sampling.ledger_kwargs(),
         self.delta, self.config.server_budget, self.mechanism.adaptive_bounds,
     )
-    self._restore(in_checkpoint, state_lib.text(loaded['ledger']),
-                  f'checkpoint {version}')
+    self._restore(in_checkpoint, loaded.ledger, f'checkpoint {version}')
     charged = in_checkpoint.analyst.num_releases
     path = layout.path(self.root, layout.PRIVACY)
     if written_privacy is None and charged:
@@ -566,41 +565,41 @@ class _Run:
 
   async def _start(self, written_privacy) -> int:
     """A new model at round 0 (with the earlier charges, if any)."""
-    self.sampling_seed = self.config.sampling_seed
-    if self.sampling_seed is None:
-      self.sampling_seed = secrets.randbits(62)
+    sampling_seed = self.config.sampling_seed
+    if sampling_seed is None:
+      sampling_seed = secrets.randbits(62)
       # Independent of the data and of who is sampled: a released function
       # of the canaries is a post-processing of the released models.
-      self.canary_seed = secrets.randbits(62)
+      canary_seed = secrets.randbits(62)
     else:
-      self.canary_seed = canaries_lib.seed_from(self.sampling_seed)
+      canary_seed = canaries_lib.seed_from(sampling_seed)
     if written_privacy is not None:
       self.privacy = written_privacy
       # A new model in a directory with charges: with a given sampling_seed
       # its rounds would repeat the earlier model's draws.
       self.redraw_until = self.config.total_rounds
-    self.train_state = self.recalibrate(0, self.train_state)
-    self.sessions.append(self.session(0))
+    train_state = self.recalibrate(0, self.state.train_state)
+    self.state = dataclasses.replace(
+        self.state, train_state=train_state, sampling_seed=sampling_seed,
+        sessions=self.state.sessions + (self.session(0),),
+        **({'canary_seed': canary_seed, 'canary_max_cosines': np.full(
+            2 * self.config.audit_canaries, -1.0)}
+           if self.config.audit_canaries else {}),
+    )
     # The model every run of this seed starts from (public: a function of
     # the configuration), for comparisons with the final model.
     model_io.write_model(
         layout.path(self.root, layout.INITIAL_MODEL),
-        self.process.get_model_weights(self.train_state),
+        self.process.get_model_weights(train_state),
     )
-    self.max_cosines = np.full(2 * self.config.audit_canaries, -1.0)
     self.add_hooks()
-    await self.state_manager.save(self.program_state(0), version=0)
+    await self.state_manager.save(self.checkpoint(self.state), version=0)
     return 0
 
   def _resume(self, loaded, version, written, written_privacy) -> int:
     """Continues from a loaded checkpoint, with every charge the ledger holds."""
-    start_round = int(loaded['round_num'])
-    self.sampling_seed = int(loaded['sampling_seed'])
-    if self.config.audit_canaries:
-      self.canary_seed = int(loaded['canary_seed'])
-      self.max_cosines = np.asarray(loaded['canary_max_cosines'], np.float64)
-    self._restore(self.privacy, state_lib.text(loaded['ledger']),
-                  f'checkpoint {version}')
+    start_round = loaded.round_num
+    self._restore(self.privacy, loaded.ledger, f'checkpoint {version}')
     if written_privacy is not None:
       if written['round'] > start_round:
         # Released after this checkpoint, charged first (write-ahead): the
@@ -611,14 +610,13 @@ class _Run:
             start_round + 1, written['round'],
         )
       self.privacy = written_privacy
-    self.best_accuracy = float(loaded['best_test_accuracy'])
-    self.best_round = int(loaded['best_round'])
-    self.uplink_bytes = int(loaded['uplink_bytes'])
-    self.wall_before = float(loaded['wall_seconds'])
-    checkpointed = state_lib.sessions_from(
-        json.loads(state_lib.text(loaded['sessions'])))
-    if not self.sessions:  # A run older than sessions in the ledger file.
-      self.sessions = list(checkpointed)
+    ledger_sessions = self.state.sessions
+    # Its progress, seeds and wall time; its sessions those of the ledger
+    # file (a later session may have charged rounds it never checkpointed),
+    # or, for a run older than sessions in the ledger file, its own.
+    self.state = dataclasses.replace(
+        loaded, sessions=ledger_sessions or loaded.sessions
+    )
     # Released after the checkpoint (and so released again now)? Not when
     # the one round after it waited for its checkpoint before its release
     # and that checkpoint is not on disk (nor set aside as unreadable).
@@ -629,15 +627,18 @@ class _Run:
         and not self.state_manager.set_aside
     )
     self.redraw_until = last if self.released_again else 0
-    self.restart_stream = (self.released_again
-                           or self._stream_changed(checkpointed))
-    state = self.recalibrate(start_round, loaded['train_state'])
+    self.restart_stream = self.released_again or self._stream_changed(
+        self.state.sessions, loaded.sessions
+    )
+    state = self.recalibrate(start_round, loaded.train_state)
     if self.restart_stream and self.mechanism.on_resume is not None:
       # A stream with rounds released twice restarts (and is charged
       # again); otherwise it goes on from its checkpoint.
       state = self.mechanism.on_resume(state)
-    self.train_state = state
-    self.sessions.append(self.session(start_round))
+    self.state = dataclasses.replace(
+        self.state, train_state=state,
+        sessions=self.state.sessions + (self.session(start_round),),
+    )
     logging.info(
         'Resuming %s from checkpoint %d (round %d, eps %.4g at delta %g)',
         self.root, version, start_round, self.privacy.analyst_epsilon(),
@@ -646,7 +647,7 @@ class _Run:
     self.add_hooks()
     return start_round
 
-  def _stream_changed(self, checkpointed: list[dict]) -> bool:
+  def _stream_changed(self, ledger_sessions, checkpointed) -> bool:
     """Whether this build's stream may differ from the one it would continue.
 
     The coefficients are a function of the configuration, but computed
@@ -664,7 +665,7 @@ class _Run:
     changed = any(
         not sessions or not _same_stream(sessions[-1].get('stream'),
                                          self.mechanism.stream)
-        for sessions in (self.sessions, checkpointed)
+        for sessions in (ledger_sessions, checkpointed)
     )
     if changed:
       logging.warning(
@@ -720,7 +721,7 @@ class _Run:
         # the noise a session recorded, or (sessions of older versions) at
         # the planned one.
         noise_floor=max([s.get('noise_multiplier') or 0.0
-                         for s in self.sessions]
+                         for s in self.state.sessions]
                         + [self.mechanism.resolved.get('noise_multiplier')
                            or 0.0])
         if start_round else 0.0,
@@ -772,7 +773,8 @@ class _Run:
       )
       self.hooks.append(hooks_lib.CanaryExamples(
           canary_examples_lib.CanaryExamples(
-              self.canary_seed, n, len(setup.client_ids), shape, num_classes,
+              self.state.canary_seed, n, len(setup.client_ids), shape,
+              num_classes,
               dtype,
           ),
           setup.task.model_fn, self.config.batch_size,
@@ -786,7 +788,7 @@ class _Run:
                if setup.sampling.kind == 'epoch' else None)
       self.canary_hook = hooks_lib.CanaryClients(
           canaries_lib.Canaries(
-              self.canary_seed, n, self.mechanism.num_parameters,
+              self.state.canary_seed, n, self.mechanism.num_parameters,
               setup.sampling.rate, rounds_per_epoch=epoch,
           ),
           self.mechanism,
@@ -795,33 +797,41 @@ class _Run:
                   setup.client_ids[0]
               )
           ),
-          self.max_cosines,
+          self.state.canary_max_cosines,
       )
       self.hooks.append(self.canary_hook)
 
-  def finished(self, round_num: int) -> bool:
-    return round_num >= self.config.total_rounds or (
+  def finished(self, state: state_lib.ProgramState) -> bool:
+    return state.round_num >= self.config.total_rounds or (
         self.mechanism.is_done is not None
-        and self.mechanism.is_done(self.train_state)
+        and self.mechanism.is_done(state.train_state)
     )
 
-  def train(self, round_num: int, planned_event):
-    """Samples, admits and runs round `round_num`; (clients, metrics, event)."""
+  def train(self, state: state_lib.ProgramState, planned_event):
+    """Samples, admits and runs the round after `state`'s.
+
+    Returns:
+      (its state, the clients, the process's metrics, the round's event).
+    """
     config, setup = self.config, self.setup
+    round_num, train_state = state.round_num + 1, state.train_state
     if config.client_lr_decay != 1.0:
       # A public schedule: round t's rate is a function of t only.
-      hparams = self.process.get_hparams(self.train_state)
+      hparams = self.process.get_hparams(train_state)
       hparams['client_work']['learning_rate'] = np.float32(
           config.client_learning_rate
           * config.client_lr_decay ** (round_num - 1)
       )
-      self.train_state = self.process.set_hparams(self.train_state, hparams)
+      train_state = self.process.set_hparams(train_state, hparams)
+    state = dataclasses.replace(
+        state, round_num=round_num, train_state=train_state
+    )
     # A round released before this session and run again draws anew: the
     # ledger charges it as an independent sampled release.
-    attempt = (max(1, len(self.sessions) - 1)
+    attempt = (max(1, len(state.sessions) - 1)
                if round_num <= self.redraw_until else 0)
     chosen = self.privacy.admit(
-        setup.sampling.sample(setup.client_ids, self.sampling_seed, round_num,
+        setup.sampling.sample(setup.client_ids, state.sampling_seed, round_num,
                               attempt),
         planned_event,
     )
@@ -831,7 +841,7 @@ class _Run:
     # counts a noised release every round).
     if not (chosen or self.private):
       # A non-private run with nobody sampled: nothing runs.
-      return chosen, None, planned_event
+      return state, chosen, None, planned_event
     data = []
     for c in chosen:
       x = setup.task.datasets.train_preprocess_fn(
@@ -842,22 +852,19 @@ class _Run:
       data.append(
           self.mechanism.preprocess(x, round_num, setup.client_index[c])
       )
-    weights = self.process.get_model_weights(self.train_state)
+    weights = self.process.get_model_weights(train_state)
     for hook in self.hooks:
       data = hook.round_data(data, round_num)
       hook.before_round(weights)
-    output = self.process.next(self.train_state, data)
-    self.train_state = output.state
-    weights = self.process.get_model_weights(self.train_state)
+    output = self.process.next(train_state, data)
+    state = dataclasses.replace(state, train_state=output.state)
+    weights = self.process.get_model_weights(output.state)
     for hook in self.hooks:
       hook.after_round(weights)
-    return chosen, output.metrics, self.next_event(self.train_state)
+    return state, chosen, output.metrics, self.next_event(output.state)
 
-  def checkpoint_due(self, round_num: int) -> bool:
-    return (round_num % self.checkpoint_every == 0
-            or self.finished(round_num))
-
-  def charge(self, round_num: int, chosen, event, saving: bool) -> None:
+  def charge(self, state: state_lib.ProgramState, chosen, event,
+             saving: bool) -> None:
     """Charges the round, then writes the ledgers durably (write-ahead).
 
     `saving`: the round's checkpoint is saved before anything of it is
@@ -865,30 +872,35 @@ class _Run:
     the round was not released).
     """
     self.privacy.charge(event, chosen)
-    self.done = self.finished(round_num)
     run_dir.write_privacy(self.root, {
-        'round': round_num,
+        'round': state.round_num,
         'released_after_its_checkpoint': saving,
-        'sessions': self.sessions,
-        'sampling_seed': self.sampling_seed,
-        **({'canary_seed': self.canary_seed} if self.canary_hook else {}),
+        'sessions': list(state.sessions),
+        'sampling_seed': state.sampling_seed,
+        **({'canary_seed': state.canary_seed} if self.canary_hook else {}),
         'privacy': json.loads(self.privacy.to_json()),
     })
 
-  def release(self, round_num: int, chosen, metrics, round_start: float):
+  def release(self, state: state_lib.ProgramState, chosen, metrics,
+              round_start: float, done: bool):
     """The round's rows, and its evaluation when one is due: the releases.
 
-    Evaluates now (the program state saved next holds its best accuracy);
-    returns the release coroutines, not started (awaited after the
-    checkpoint).
+    Evaluates now (the program state saved next holds its best accuracy).
+
+    Returns:
+      (its state, with the uplink and best accuracy so far; the release
+      coroutines, not started: awaited after the checkpoint).
     """
+    round_num = state.round_num
     eps = self.privacy.analyst_epsilon()
     server_eps = self.privacy.server_epsilon()
     # A private run: public quantities only (the configured K, the nominal
     # upload size); the release boundary drops anything else.
     clients = self.config.clients_per_round if self.private else len(chosen)
     round_bytes = clients * self.mechanism.upload_bytes_per_client
-    self.uplink_bytes += round_bytes
+    state = dataclasses.replace(
+        state, uplink_bytes=state.uplink_bytes + round_bytes
+    )
     row = collections.OrderedDict([(layout.RDP_EPSILON, eps)])
     if server_eps is not None:
       row[layout.SERVER_EPSILON] = server_eps
@@ -903,14 +915,16 @@ class _Run:
       row.update(metrics)
     releases = [self.releases.train(row, round_num)]
     eval_row = None
-    if round_num % self.config.eval_every == 0 or self.done:
-      self.test = self.evaluate(self.train_state)
+    if round_num % self.config.eval_every == 0 or done:
+      self.test = self.evaluate(state.train_state)
       key = _accuracy_key(self.test)
       self.last_accuracy = self.test[key] if key else None
       self.last_eval_round = round_num
       if (self.last_accuracy is not None
-          and self.last_accuracy > self.best_accuracy):
-        self.best_accuracy, self.best_round = self.last_accuracy, round_num
+          and self.last_accuracy > state.best_test_accuracy):
+        state = dataclasses.replace(
+            state, best_test_accuracy=self.last_accuracy, best_round=round_num
+        )
       eval_row = collections.OrderedDict([
           (layout.TEST_ACCURACY, self.last_accuracy),
           (layout.TEST_LOSS, self.test.get('loss')),
@@ -919,7 +933,7 @@ class _Run:
       ])
       releases.append(self.releases.eval(eval_row, round_num))
     self.rows = self.releases.pending(row, eval_row)
-    return releases
+    return state, releases
 
   async def release_pending(self, start_round: int) -> None:
     """Releases the rows of the checkpoint resumed from, if they were
@@ -947,12 +961,12 @@ class _Run:
         'server_eps': self.privacy.server_epsilon(),
     })
 
-  def finish(self, rounds_run: int) -> dict[str, Any]:
+  def finish(self, state: state_lib.ProgramState) -> dict[str, Any]:
     """Writes the final model and summary.json; the summary."""
     if self.test is None:  # Resumed after the last round: evaluate.
-      self.test = self.evaluate(self.train_state)
+      self.test = self.evaluate(state.train_state)
     key = _accuracy_key(self.test)
-    final_weights = self.process.get_model_weights(self.train_state)
+    final_weights = self.process.get_model_weights(state.train_state)
     empirical = None
     for hook in self.hooks:
       empirical = hook.summary(
@@ -963,13 +977,14 @@ class _Run:
         self.config, self.mechanism, self.privacy,
         final_metrics=self.test,
         final_accuracy=self.test[key] if key else None,
-        best_accuracy=(self.best_accuracy
-                       if self.best_accuracy != _NO_ACCURACY else None),
-        best_round=self.best_round,
-        uplink_bytes=self.uplink_bytes,
-        wall_seconds=self.wall_before + time.monotonic() - self.session_start,
-        sessions=self.sessions,
-        rounds_run=rounds_run,
+        best_accuracy=(state.best_test_accuracy
+                       if state.best_test_accuracy != state_lib.NO_ACCURACY
+                       else None),
+        best_round=state.best_round,
+        uplink_bytes=state.uplink_bytes,
+        wall_seconds=state.wall_seconds + time.monotonic() - self.session_start,
+        sessions=list(state.sessions),
+        rounds_run=state.round_num,
         empirical=empirical,
     )
     model_io.write_model(layout.path(self.root, layout.FINAL_MODEL),
@@ -990,8 +1005,8 @@ async def _run(config, root_output_dir, last_round, *, checkpoint_every,
   setup = _setup(config, cache_dir)
   prepare_output_dir(root_output_dir, config)
   run_dir.lock(root_output_dir)
-  this = _Run(config, setup, root_output_dir, checkpoint_every,
-              keep_checkpoints, restart_model)
+  this = _Run(config, setup, root_output_dir, keep_checkpoints,
+              restart_model)
   if setup.canary_kind == 'clients':
     warning = canaries_lib.small_count_warning(
         config.audit_canaries, this.delta,
@@ -1000,37 +1015,37 @@ async def _run(config, root_output_dir, last_round, *, checkpoint_every,
     if warning:
       print(f'tff_priv: warning: {warning}', file=sys.stderr)
   start_round = await this.start_or_resume()
+  state = this.state
   await this.release_pending(start_round)
   # The first round's event, as this session's process releases it (a
   # resumed state holds the last round's, of the noise planned before).
   planned_event = this.next_event(
-      this.process.initialize() if start_round else this.train_state
+      this.process.initialize() if start_round else state.train_state
   )
   bar = progress_lib.Progress(progress, config.total_rounds, start_round)
-  round_num = start_round
-  this.done = this.finished(start_round)
+  done = this.finished(state)
   try:
-    while not this.done:
-      round_num += 1
+    while not done:
       round_start = time.monotonic()
-      chosen, metrics, planned_event = this.train(round_num, planned_event)
-      saving = this.checkpoint_due(round_num)
-      this.charge(round_num, chosen, planned_event, saving)
-      releases = this.release(round_num, chosen, metrics, round_start)
+      state, chosen, metrics, planned_event = this.train(state, planned_event)
+      round_num = state.round_num
+      done = this.finished(state)
+      saving = round_num % checkpoint_every == 0 or done
+      this.charge(state, chosen, planned_event, saving)
+      state, releases = this.release(state, chosen, metrics, round_start, done)
       if saving:
         # Before the release: a round whose checkpoint is due is never
         # released without it, so a resume never releases it twice; its
         # rows wait on disk, for a resume from that checkpoint to release.
         run_dir.write_pending(this.root, {'round': round_num, **this.rows})
-        await this.state_manager.save(
-            this.program_state(round_num), version=round_num
-        )
+        await this.state_manager.save(this.checkpoint(state),
+                                      version=round_num)
       await asyncio.gather(*releases)
       if saving:
         run_dir.take_pending(this.root)
       this.progress(bar, metrics)
-      if last_round is not None and round_num >= last_round and not this.done:
+      if last_round is not None and round_num >= last_round and not done:
         return None
   finally:
     bar.close()
-  return this.finish(round_num)
+  return this.finish(state)
