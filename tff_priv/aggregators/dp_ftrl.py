@@ -138,34 +138,9 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
     fixed = self._noise_seed is not None
     key = self._noise_seed if fixed else secrets.randbits(63)
     tree_type = inner.initialize.type_signature.result.member
-    nonce_type = tff.TensorType(np.int64, [2])
 
-    @tff.tensorflow.computation
-    def new_nonce():
-      if fixed:
-        return tf.zeros([2], tf.int64)
-      return tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
-
-    @tff.tensorflow.computation(tree_type, np.int64, nonce_type)
-    def reseed(tree, rounds_done, nonce):
-      seed = tf.random.experimental.stateless_fold_in(
-          tf.constant([key, 0], tf.int64), nonce[0]
-      )
-      seed = tf.random.experimental.stateless_fold_in(seed, nonce[1])
-      seed = tf.random.experimental.stateless_fold_in(seed, rounds_done)
-      numerator = tree.query_state.numerator_state
-      generator = numerator.tree_state.value_generator_state
-      numerator = numerator._replace(
-          tree_state=numerator.tree_state._replace(
-              value_generator_state=generator._replace(seeds=seed)
-          )
-      )
-      # A tree of one leaf whose node is drawn from the new seed (the node
-      # `initialize()` drew came from seed 0).
-      numerator = sum_query.reset_state(None, numerator)
-      return tree._replace(
-          query_state=tree.query_state._replace(numerator_state=numerator)
-      )
+    new_nonce, restart_nonce = _nonce_computations(fixed)
+    reseed = _reseed_computation(sum_query, key, tree_type)
 
     def charged(count):
       return dp_accounting.SelfComposedDpEvent(event, count).to_named_tuple()
@@ -198,18 +173,7 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
       # to the old tree's levels (copies of its one node: twice its noise).
       return tf.cond(restart, lambda: fresh, lambda: carried)
 
-    @tff.tensorflow.computation(np.bool_, nonce_type)
-    def restart_nonce(force_restart, nonce):
-      # A forced restart (a resumed run, or a state restored in the same
-      # process) seeds its tree anew: the restarted tree's rounds are
-      # released again, never with the noise they had.
-      if fixed:
-        return tf.where(force_restart, nonce + tf.constant([0, 1], tf.int64),
-                        nonce)
-      fresh = tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
-      return tf.where(force_restart, fresh, nonce)
-
-    @tff.tensorflow.computation(np.bool_, np.int64, tree_type, nonce_type)
+    @tff.tensorflow.computation(np.bool_, np.int64, tree_type, _NONCE_TYPE)
     def new_state(restart, rounds_done, tree, nonce):
       return collections.OrderedDict(
           tree=tree,
@@ -252,6 +216,63 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
+
+
+_NONCE_TYPE = tff.TensorType(np.int64, [2])
+
+
+def _nonce_computations(fixed: bool):
+  """(new_nonce, restart_nonce): a tree's nonce, and the next round's.
+
+  Secret (from the OS) unless `fixed` (a test's noise seed).
+  """
+
+  @tff.tensorflow.computation
+  def new_nonce():
+    if fixed:
+      return tf.zeros([2], tf.int64)
+    return tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
+
+  @tff.tensorflow.computation(np.bool_, _NONCE_TYPE)
+  def restart_nonce(force_restart, nonce):
+    # A forced restart (a resumed run, or a state restored in the same
+    # process) seeds its tree anew: the restarted tree's rounds are
+    # released again, never with the noise they had.
+    if fixed:
+      return tf.where(force_restart, nonce + tf.constant([0, 1], tf.int64),
+                      nonce)
+    fresh = tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
+    return tf.where(force_restart, fresh, nonce)
+
+  return new_nonce, restart_nonce
+
+
+def _reseed_computation(sum_query, key: int, tree_type):
+  """`(tree, rounds_done, nonce) -> tree`: a fresh tree drawn from a seed of
+  (key, nonce, rounds_done)."""
+
+  @tff.tensorflow.computation(tree_type, np.int64, _NONCE_TYPE)
+  def reseed(tree, rounds_done, nonce):
+    seed = tf.random.experimental.stateless_fold_in(
+        tf.constant([key, 0], tf.int64), nonce[0]
+    )
+    seed = tf.random.experimental.stateless_fold_in(seed, nonce[1])
+    seed = tf.random.experimental.stateless_fold_in(seed, rounds_done)
+    numerator = tree.query_state.numerator_state
+    generator = numerator.tree_state.value_generator_state
+    numerator = numerator._replace(
+        tree_state=numerator.tree_state._replace(
+            value_generator_state=generator._replace(seeds=seed)
+        )
+    )
+    # A tree of one leaf whose node is drawn from the new seed (the node
+    # `initialize()` drew came from seed 0).
+    numerator = sum_query.reset_state(None, numerator)
+    return tree._replace(
+        query_state=tree.query_state._replace(numerator_state=numerator)
+    )
+
+  return reseed
 
 # `aggregator_state` set to restart its tree at the next round.
 with_restart_forced = correlated_noise.with_restart_forced
