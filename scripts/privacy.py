@@ -2,8 +2,8 @@ r"""Privacy calculator: what a tff_priv run spends, or the noise for a target ep
 
 Every accountant that can count the mechanism (dp_accounting RDP and PLD) is
 shown, with the paper's closed form beside it where the paper has one
-(`tff_priv.program.mechanisms.privacy_report`). The mechanism's flags are
-those of its report (`mechanisms.report_parameters()`); --delta defaults to
+(`tff_priv.program.registry.privacy_report`). The mechanism's flags are
+those of its report (`registry.report_parameters()`); --delta defaults to
 1e-5.
 
   python scripts/privacy.py --mechanism=smp --noise_multiplier=1.1 \
@@ -27,13 +27,13 @@ import json
 
 from absl import flags
 
-from tff_priv.program import mechanisms
+from tff_priv.program import registry
 
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _VERBOSE = cli.define_verbose()
 _MECHANISM = flags.DEFINE_enum(
-    'mechanism', None, list(mechanisms.REPORTS), 'Which mechanism.'
+    'mechanism', None, list(registry.REPORTS), 'Which mechanism.'
 )
 _DEFINE = {
     float: flags.DEFINE_float,
@@ -49,7 +49,7 @@ def _define_report_flags():
   Their `Config` fields and what a run resolves (`ReportInputs`), with what
   each means to each mechanism; None: not given.
   """
-  for name, (kind, text) in mechanisms.report_parameters().items():
+  for name, (kind, text) in registry.report_parameters().items():
     _DEFINE[kind](name, None, text)
 
 
@@ -92,13 +92,13 @@ def main(argv):
   if _ROUNDS.value is None:
     _fail('--rounds is required')
   try:
-    report = mechanisms.privacy_report(
+    report = registry.privacy_report(
         _MECHANISM.value,
         rounds=_ROUNDS.value,
         sampling_probability=_SAMPLING_RATE.value,
         population=_POPULATION.value,
         sample_size=_CLIENTS_PER_ROUND.value,
-        **{k: flags.FLAGS[k].value for k in mechanisms.report_parameters()},
+        **{k: flags.FLAGS[k].value for k in registry.report_parameters()},
     )
   except (ValueError, TypeError) as e:
     _fail(str(e))

@@ -7,7 +7,7 @@ import tensorflow_federated as tff
 
 from tests import tiny_models
 from tff_priv.benchmarks import rounds
-from tff_priv.program import mechanisms
+from tff_priv.program import registry
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ class RoundsTest(tf.test.TestCase):
   def test_every_process_runs_and_is_summarized(self):
     names = (
         rounds.FEDAVG, rounds.TFF_DP_FEDAVG, rounds.UDP_PER_EXAMPLE
-    ) + mechanisms.MECHANISMS
+    ) + registry.MECHANISMS
     entries = rounds.build_processes(
         names,
         model_fn=tiny_models.softmax_model_fn,
@@ -113,7 +113,7 @@ class RoundsTest(tf.test.TestCase):
   def test_client_noise_is_the_local_noise_mechanisms(self):
     # CLIENT_NOISE is read from the registry's noise kinds: the mechanisms
     # whose built guarantee noises each upload on its client.
-    for name in mechanisms.MECHANISMS:
+    for name in registry.MECHANISMS:
       mechanism = rounds.build_mechanism(
           name,
           model_fn=tiny_models.softmax_model_fn,

@@ -10,7 +10,7 @@ from tff_priv_tasks import models
 from tff_priv.experiments import distortion
 from tff_priv.program import runs
 from tff_priv.program import layout
-from tff_priv.program.mechanisms import distortion as distortion_mechanism
+from tff_priv.program.registry import distortion as distortion_mechanism
 
 _SMALL = distortion.Settings(
     task='digits', num_clients=4, samples_per_client=50, rhos=(0.5,),

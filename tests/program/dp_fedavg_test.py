@@ -1,4 +1,4 @@
-"""tff_priv.program.mechanisms.dp_fedavg: adaptive clipping, and a resumed state."""
+"""tff_priv.program.registry.dp_fedavg: adaptive clipping, and a resumed state."""
 
 import numpy as np
 import tensorflow as tf
@@ -6,8 +6,8 @@ import tensorflow_federated as tff
 
 from tff_priv import runtime
 from tff_priv.accounting import guarantees
-from tff_priv.program import mechanisms
-from tff_priv.program.mechanisms import dp_fedavg
+from tff_priv.program import registry
+from tff_priv.program.registry import dp_fedavg
 
 
 class AdaptiveClipTest(tf.test.TestCase):
@@ -18,18 +18,18 @@ class AdaptiveClipTest(tf.test.TestCase):
     runtime.set_context('simulation')
 
   def test_one_clip_and_the_flag_where_it_applies(self):
-    config = mechanisms.config('dp_fedavg', {'adaptive_clip_quantile': 0.8})
+    config = registry.config('dp_fedavg', {'adaptive_clip_quantile': 0.8})
     self.assertEqual(config.adaptive_clip_quantile, 0.8)
     with self.assertRaisesRegex(ValueError, 'not both'):
-      mechanisms.config('dp_fedavg',
+      registry.config('dp_fedavg',
                         {'clip': 1.0, 'adaptive_clip_quantile': 0.5})
     with self.assertRaisesRegex(ValueError, 'adaptive_clip_quantile'):
-      mechanisms.config('dp_fedavg', {'adaptive_clip_quantile': 1.5})
+      registry.config('dp_fedavg', {'adaptive_clip_quantile': 1.5})
     # BLT's sensitivity is for a clip fixed over its stream.
     with self.assertRaisesRegex(
         ValueError, "adaptive_clip_quantile does not apply to mechanism 'blt'"
     ):
-      mechanisms.config('blt', {'adaptive_clip_quantile': 0.5})
+      registry.config('blt', {'adaptive_clip_quantile': 0.5})
 
   def test_a_resumed_adaptive_state_keeps_its_clip_at_the_new_noise(self):
     value = tff.TensorType(np.float32, [3])

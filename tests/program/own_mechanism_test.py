@@ -1,6 +1,6 @@
 """A mechanism of the user's own, defined in this file alone, run by the program.
 
-The whole contract of a mechanism is one `mechanisms.Definition`: this test
+The whole contract of a mechanism is one `registry.Definition`: this test
 defines a toy one (TFF's fixed Gaussian DP aggregator under Poisson sampling,
 with its own `Guarantee`), registers it and runs it through `training.run`;
 nothing else in the repository names it.
@@ -17,7 +17,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv.accounting import guarantees
-from tff_priv.program import mechanisms
+from tff_priv.program import registry
 from tff_priv.program import sampling as sampling_lib
 from tff_priv.program import training
 
@@ -55,13 +55,13 @@ def _build(config, context):
       clients_per_round=context.sampling.clients_per_round,
       clip=config.clip,
   )
-  return mechanisms.Mechanism(
+  return registry.Mechanism(
       _NAME, config, context.sampling, context.fed_avg(factory),
-      mechanisms.count_parameters(context.model_fn), _GUARANTEE,
+      registry.count_parameters(context.model_fn), _GUARANTEE,
   )
 
 
-_TOY = mechanisms.Definition(
+_TOY = registry.Definition(
     name=_NAME, config=_ToyConfig, build=_build, sampling='poisson',
     guarantee=_GUARANTEE,
 )
@@ -71,24 +71,24 @@ class _Registered(tf.test.TestCase):
 
   def setUp(self):
     super().setUp()
-    mechanisms.register(_TOY)
-    self.addCleanup(mechanisms.unregister, _NAME)
+    registry.register(_TOY)
+    self.addCleanup(registry.unregister, _NAME)
 
 
 class RegistryTest(_Registered):
 
   def test_registered_like_the_others(self):
-    self.assertIn(_NAME, mechanisms.MECHANISMS)
-    self.assertNotIn(_NAME, mechanisms.REPORTS)  # It has no report.
-    self.assertEqual(mechanisms.unit(_NAME), 'client')
-    self.assertEqual(mechanisms.noise(_NAME), 'central')
-    self.assertEqual(mechanisms.sampling_kind(_NAME), 'poisson')
-    self.assertEqual(mechanisms.canary_kind(_NAME), 'clients')
-    self.assertEqual(mechanisms.parameter_names(_NAME),
+    self.assertIn(_NAME, registry.MECHANISMS)
+    self.assertNotIn(_NAME, registry.REPORTS)  # It has no report.
+    self.assertEqual(registry.unit(_NAME), 'client')
+    self.assertEqual(registry.noise(_NAME), 'central')
+    self.assertEqual(registry.sampling_kind(_NAME), 'poisson')
+    self.assertEqual(registry.canary_kind(_NAME), 'clients')
+    self.assertEqual(registry.parameter_names(_NAME),
                      ('noise_multiplier', 'clip', 'delta'))
-    self.assertEqual(mechanisms.config(_NAME, {'clip': 2.0}).clip, 2.0)
+    self.assertEqual(registry.config(_NAME, {'clip': 2.0}).clip, 2.0)
     with self.assertRaisesRegex(ValueError, 'ldp_epsilon does not apply'):
-      mechanisms.config(_NAME, {'ldp_epsilon': 1.0})
+      registry.config(_NAME, {'ldp_epsilon': 1.0})
     with self.assertRaisesRegex(ValueError, 'noise_multiplier must be > 0'):
       training.RunConfig(
           task='digits', mechanism=_NAME, params={'noise_multiplier': -1.0}
@@ -96,21 +96,21 @@ class RegistryTest(_Registered):
 
   def test_a_name_is_registered_once_and_only_a_definition(self):
     with self.assertRaisesRegex(ValueError, 'already registered'):
-      mechanisms.register(_TOY)
+      registry.register(_TOY)
     with self.assertRaisesRegex(ValueError, 'already registered'):
-      mechanisms.register(dataclasses.replace(_TOY, name='dp_fedavg'))
-    with self.assertRaisesRegex(TypeError, 'takes a mechanisms.Definition'):
-      mechanisms.register(training)
+      registry.register(dataclasses.replace(_TOY, name='dp_fedavg'))
+    with self.assertRaisesRegex(TypeError, 'takes a registry.Definition'):
+      registry.register(training)
     with self.assertRaisesRegex(ValueError, 'sampling'):
-      mechanisms.Definition(name='x', config=_ToyConfig, build=_build,
+      registry.Definition(name='x', config=_ToyConfig, build=_build,
                             sampling='everyone')
 
   def test_unregistered_it_is_unknown(self):
-    mechanisms.unregister(_NAME)
-    self.addCleanup(mechanisms.register, _TOY)  # For the cleanup's unregister.
-    self.assertNotIn(_NAME, mechanisms.MECHANISMS)
+    registry.unregister(_NAME)
+    self.addCleanup(registry.register, _TOY)  # For the cleanup's unregister.
+    self.assertNotIn(_NAME, registry.MECHANISMS)
     with self.assertRaisesRegex(ValueError, 'mechanism'):
-      mechanisms.definition(_NAME)
+      registry.definition(_NAME)
 
 
 class RunTest(_Registered):

@@ -31,7 +31,7 @@ from tff_priv.learning import crd
 from tff_priv.learning import udp as udp_learning
 from tff_priv.program import layout
 from tff_priv.program import training
-from tff_priv.program.mechanisms import udp as udp_mechanism
+from tff_priv.program.registry import udp as udp_mechanism
 
 _TARGET = 8.0
 

@@ -26,9 +26,9 @@ from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.learning import client_metrics
 from tff_priv.program import layout
 from tff_priv.program import releases as releases_lib
-from tff_priv.program import mechanisms
-from tff_priv.program.mechanisms import base
-from tff_priv.program.mechanisms import ldp
+from tff_priv.program import registry
+from tff_priv.program.registry import base
+from tff_priv.program.registry import ldp
 from tff_priv.program import sampling as sampling_lib
 from tff_priv.program import training
 
@@ -59,10 +59,10 @@ class RunConfigTest(tf.test.TestCase, parameterized.TestCase):
     config = _config(task_options={'num_clients': 5, 'model': None})
     valid = config.validate()
     self.assertEqual(valid.task_options, {'num_clients': 5})
-    self.assertEqual(valid.params, mechanisms.config('ldp'))
+    self.assertEqual(valid.params, registry.config('ldp'))
     self.assertEqual(valid.validate(), valid)
     as_dict = valid.to_dict()
-    self.assertEqual(as_dict['params'], mechanisms.to_dict(valid.params))
+    self.assertEqual(as_dict['params'], registry.to_dict(valid.params))
     json.dumps(as_dict)  # JSON-ready.
 
   @parameterized.named_parameters(

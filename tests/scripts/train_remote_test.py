@@ -18,7 +18,7 @@ from tests import remote_workers
 from tests.scripts import train_runs
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
-from tff_priv.program import mechanisms
+from tff_priv.program import registry
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +74,7 @@ class TrainRemoteTest(unittest.TestCase):
         self.assertEqual(code, 0, err[-2000:])
         self.assertIn('summary.json', out)
         self.assertEqual(_summary(root)['rounds_run'], 2)
-        if mechanisms.unit(mechanism) is not None:  # Private: charged.
+        if registry.unit(mechanism) is not None:  # Private: charged.
           self.assertEqual(_releases(root), 2)
 
   def test_a_lost_worker_ends_the_run_in_one_line_and_the_run_resumes(self):

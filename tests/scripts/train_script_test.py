@@ -44,7 +44,7 @@ from tests import script_runs
 from tests.scripts import train_runs
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
-from tff_priv.program import mechanisms
+from tff_priv.program import registry
 from tff_priv.program import releases
 from tff_priv.program import run_flags
 from tff_priv.program import sampling
@@ -193,7 +193,7 @@ class _MechanismRunsChecks(_TempDirMixin):
     kind = summary['sampling']['model']
     seed = summary['parameters']['sampling_seed']
     draw = sampling.ClientSampling(kind, num_clients, _K)
-    if mechanisms.unit(mechanism) is None:  # Not private.
+    if registry.unit(mechanism) is None:  # Not private.
       self.assertEqual(
           [int(r['clients']) for r in rows],
           [len(draw.sample_indices(seed, t)) for t in range(1, rounds + 1)],
@@ -221,7 +221,7 @@ class _MechanismRunsChecks(_TempDirMixin):
     self.assertEqual(float(rows[-1][layout.RDP_EPSILON]), analyst)
     self.assertEqual(
         summary['privacy']['rdp_epsilon'],
-        str(analyst) if mechanisms.unit(mechanism) is None else analyst,
+        str(analyst) if registry.unit(mechanism) is None else analyst,
     )
     eval_rows = _rows(layout.path(root, layout.EVAL_CSV))
     self.assertEqual(

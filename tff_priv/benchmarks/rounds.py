@@ -20,12 +20,12 @@ from tff_priv.benchmarks import memory
 from tff_priv.learning import client_metrics
 from tff_priv.learning import crd
 from tff_priv.learning import udp_client_work
-from tff_priv.program import mechanisms
+from tff_priv.program import registry
 from tff_priv.program import sampling as sampling_lib
 
 FEDAVG = 'fedavg'
 TFF_DP_FEDAVG = 'tff_dp_fedavg'
-# UDP with the reference per-example clipping, beside mechanisms.build's udp.
+# UDP with the reference per-example clipping, beside registry.build's udp.
 UDP_PER_EXAMPLE = 'udp_per_example'
 # The mechanism UDP_PER_EXAMPLE re-clips (its module's NAME in the registry).
 _UDP = 'udp'
@@ -33,14 +33,14 @@ _UDP = 'udp'
 # blt (a stream per epoch).
 BLT_CYCLIC = 'blt_cyclic'
 # Every process `build_processes` knows, FEDAVG (the baseline) first.
-PROCESSES = ((FEDAVG, TFF_DP_FEDAVG) + mechanisms.MECHANISMS
+PROCESSES = ((FEDAVG, TFF_DP_FEDAVG) + registry.MECHANISMS
              + (UDP_PER_EXAMPLE, BLT_CYCLIC))
 # The processes whose noise (or randomised encoding) is drawn on every client,
 # each upload noised alone: the registry's local-noise mechanisms
 # (`Guarantee.noise == 'local'`) and UDP_PER_EXAMPLE. K x d random draws per
 # round are part of their cost by definition.
 CLIENT_NOISE = tuple(
-    n for n in mechanisms.MECHANISMS if mechanisms.noise(n) == 'local'
+    n for n in registry.MECHANISMS if registry.noise(n) == 'local'
 ) + (UDP_PER_EXAMPLE,)
 # Benchmark parameters: the noise level does not change the cost of a round.
 NOISE_MULTIPLIER = 1.0
@@ -65,7 +65,7 @@ def build_mechanism(
     learning_rate: float,
     min_client_examples: int,
     extra: Optional[Mapping[str, Any]] = None,
-) -> mechanisms.Mechanism:
+) -> registry.Mechanism:
   """tff_priv mechanism `name` as the training program builds it (one call).
 
   Gaussian mechanisms get noise_multiplier = `NOISE_MULTIPLIER` (no
@@ -75,7 +75,7 @@ def build_mechanism(
   given parameter variance, bandmf its most bands (N // K); everything else
   is the mechanism's default.
   """
-  given = mechanisms.parameter_names(name)
+  given = registry.parameter_names(name)
   params = {}
   if 'noise_multiplier' in given:
     params['noise_multiplier'] = NOISE_MULTIPLIER
@@ -88,12 +88,12 @@ def build_mechanism(
     params['bands'] = num_clients // clients_per_round
   params.update(extra or {})
   sampling = sampling_lib.ClientSampling(
-      mechanisms.sampling_kind(name, params), num_clients, clients_per_round
+      registry.sampling_kind(name, params), num_clients, clients_per_round
   )
-  return mechanisms.build(
+  return registry.build(
       name,
       params,
-      mechanisms.BuildContext(
+      registry.BuildContext(
           model_fn=model_fn,
           sampling=sampling,
           total_rounds=100,
@@ -155,7 +155,7 @@ def build_processes(
       )
       entries[name] = Entry(fed_avg(factory), identity)
     elif name == UDP_PER_EXAMPLE:
-      # mechanisms.build's udp with clipping='per_example': same noise and
+      # registry.build's udp with clipping='per_example': same noise and
       # sensitivity as the built mechanism.
       udp = build_mechanism(_UDP, **kwargs)
       resolved = udp.resolved

@@ -14,8 +14,8 @@ from tff_priv import validation
 from tff_priv.program import runs as runs_lib
 from tff_priv.program import layout
 from tff_priv.program import training
-from tff_priv.program.mechanisms import dp_fedavg as dp_fedavg_mechanism
-from tff_priv.program.mechanisms import smp
+from tff_priv.program.registry import dp_fedavg as dp_fedavg_mechanism
+from tff_priv.program.registry import smp
 
 MB = 1e6  # The paper's MB: 1,663,370 float32 values x 3 uploads = 19.96 MB.
 # With one seed a run's accuracy moves from round to round: the tables also

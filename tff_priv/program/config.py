@@ -17,9 +17,9 @@ import tff_priv_tasks as tasks
 from tff_priv import validation
 from tff_priv.program import files
 from tff_priv.program import layout
-from tff_priv.program import mechanisms
+from tff_priv.program import registry
 
-OPTIMIZERS = mechanisms.base.OPTIMIZERS
+OPTIMIZERS = registry.base.OPTIMIZERS
 # Task options a run may set (the synthetic-split ones exist only for the
 # tasks that have them; `tasks.get_task` rejects the others).
 TASK_OPTION_NAMES = (
@@ -42,7 +42,7 @@ class RunConfig:
     task_options: options of `tasks.get_task` (among TASK_OPTION_NAMES).
     batch_size: client batch size.
     num_epochs: local epochs per round.
-    mechanism: one of `mechanisms.MECHANISMS`.
+    mechanism: one of `registry.MECHANISMS`.
     params: the mechanism's parameters: a dict (None values are "not
       given") or its `Config`; `validate` makes the `Config`.
     clients_per_round: K: expected (Poisson) or exact (fixed) clients/round.
@@ -159,7 +159,7 @@ class RunConfig:
       validation.int_at_least('test_examples', self.test_examples, 1)
     if self.server_budget is not None:
       validation.positive('server_budget', self.server_budget)
-    params = mechanisms.config(self.mechanism, self.params)
+    params = registry.config(self.mechanism, self.params)
     if self.server_budget is not None and getattr(
         params, 'adaptive_noise', False
     ):
@@ -176,7 +176,7 @@ class RunConfig:
             'audit_canaries must be 0 or >= 2 (a Gaussian is fit to the '
             f'canaries), got {self.audit_canaries}'
         )
-      refusal = mechanisms.canary_refusal(self.mechanism, params)
+      refusal = registry.canary_refusal(self.mechanism, params)
       if refusal:
         raise ValueError(refusal)
     validation.one_of('client_metrics', self.client_metrics, CLIENT_METRICS)
@@ -188,7 +188,7 @@ class RunConfig:
         'client_metrics_loss_bound', self.client_metrics_loss_bound
     )
     if self.client_metrics == 'dp':
-      refusal = mechanisms.client_metrics_refusal(self.mechanism)
+      refusal = registry.client_metrics_refusal(self.mechanism)
       if refusal:
         raise ValueError(refusal)
       if self.audit_canaries:
@@ -201,8 +201,8 @@ class RunConfig:
   def to_dict(self) -> dict[str, Any]:
     """JSON-ready, with the mechanism's parameters under 'params'."""
     out = dataclasses.asdict(dataclasses.replace(self, params=None))
-    out['params'] = mechanisms.to_dict(
-        mechanisms.config(self.mechanism, self.params)
+    out['params'] = registry.to_dict(
+        registry.config(self.mechanism, self.params)
     )
     return out
 
@@ -226,16 +226,16 @@ def _with_defaults(found: dict[str, Any]) -> dict[str, Any]:
       **found,
   }
   mechanism, params = found.get('mechanism'), found.get('params')
-  if mechanism not in mechanisms.MECHANISMS or not isinstance(params, dict):
+  if mechanism not in registry.MECHANISMS or not isinstance(params, dict):
     return found
   try:
-    resolved = mechanisms.config(mechanism, params)
+    resolved = registry.config(mechanism, params)
   except (TypeError, ValueError):
     return found  # Reported as a difference by the caller.
   return {
       **found,
       'params': json.loads(
-          json.dumps(files.finite_or_str(mechanisms.to_dict(resolved)))
+          json.dumps(files.finite_or_str(registry.to_dict(resolved)))
       ),
   }
 

@@ -5,7 +5,7 @@ mechanism parameters flattened) with the field's default and its docstring
 description as help; `run_config()` reads them back. A
 mechanism parameter's flag defaults to None ("not given"), so the mechanism's
 own default applies and a parameter it does not take is refused by
-`mechanisms.config`, naming it.
+`registry.config`, naming it.
 """
 
 import dataclasses
@@ -15,15 +15,15 @@ from typing import Any
 from absl import flags
 
 import tff_priv_tasks as tasks
-from tff_priv.program import mechanisms
+from tff_priv.program import registry
 from tff_priv.program import training
-from tff_priv.program.mechanisms import base
+from tff_priv.program.registry import base
 
 # Fields that are not flags: filled from the flags of their parts.
 _COMPOSITE = ('task_options', 'params')
 _CHOICES = {
     'task': tasks.TASK_NAMES,
-    'mechanism': mechanisms.MECHANISMS,
+    'mechanism': registry.MECHANISMS,
     'client_optimizer': tuple(training.OPTIMIZERS),
     'server_optimizer': tuple(training.OPTIMIZERS),
     'client_metrics': training.CLIENT_METRICS,
@@ -68,8 +68,8 @@ def define_flags() -> None:
   # One flag per parameter name; its help says what it means to each
   # mechanism that takes it.
   kinds, helps = {}, {}
-  for name in mechanisms.MECHANISMS:
-    config_class = mechanisms.definition(name).config
+  for name in registry.MECHANISMS:
+    config_class = registry.definition(name).config
     hints = typing.get_type_hints(config_class)
     described = base.attribute_help(config_class)
     for field in dataclasses.fields(config_class):
@@ -97,12 +97,12 @@ def run_config() -> training.RunConfig:
       task_options={k: values[k] for k in training.TASK_OPTION_NAMES},
       params={
           k: values[k]
-          for k in mechanisms.parameter_names(values['mechanism'])
+          for k in registry.parameter_names(values['mechanism'])
       } | {
-          # Given for another mechanism: refused by mechanisms.config.
+          # Given for another mechanism: refused by registry.config.
           k: values[k]
-          for name in mechanisms.MECHANISMS
-          for k in mechanisms.parameter_names(name)
+          for name in registry.MECHANISMS
+          for k in registry.parameter_names(name)
           if flags.FLAGS[k].present
       },
       **fields,

@@ -49,7 +49,7 @@ class RunResult:
 
     The unit of its summary's first guarantee when that eps is finite;
     otherwise (a run not completed, or a non-private release) the unit its
-    mechanism's registry module states (`mechanisms.unit`; 'client' for a
+    mechanism's factory's guarantee states (`registry.unit`; 'client' for a
     mechanism the registry does not know).
     """
     if self.summary is not None:
@@ -58,10 +58,10 @@ class RunResult:
         return guarantees[0].get('unit')
     # Here, not at the top: a completed private run is read without
     # TensorFlow (the registry builds processes).
-    from tff_priv.program import mechanisms  # pylint: disable=g-import-not-at-top
-    if self.mechanism not in mechanisms.MECHANISMS:
+    from tff_priv.program import registry  # pylint: disable=g-import-not-at-top
+    if self.mechanism not in registry.MECHANISMS:
       return 'client'
-    return mechanisms.unit(self.mechanism)
+    return registry.unit(self.mechanism)
 
 
 def _rows(path: str) -> list[dict[str, float]]:

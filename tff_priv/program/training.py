@@ -99,7 +99,7 @@ from tff_priv.program import config as config_lib
 from tff_priv.program import files
 from tff_priv.program import hooks as hooks_lib
 from tff_priv.program import layout
-from tff_priv.program import mechanisms
+from tff_priv.program import registry
 from tff_priv.program import model_io
 from tff_priv.program import privacy as privacy_lib
 from tff_priv.program import progress as progress_lib
@@ -295,7 +295,7 @@ def _setup(config: RunConfig, cache_dir: Optional[str]) -> _Setup:
     )
   # What audit_canaries inserts: None, 'clients' or 'examples'.
   canary_kind = (
-      mechanisms.canary_kind(config.mechanism) if config.audit_canaries else None
+      registry.canary_kind(config.mechanism) if config.audit_canaries else None
   )
   canary_slots = config.audit_canaries if canary_kind == 'examples' else 0
 
@@ -317,11 +317,11 @@ def _setup(config: RunConfig, cache_dir: Optional[str]) -> _Setup:
 
   try:
     sampling = sampling_lib.ClientSampling(
-        mechanisms.sampling_kind(config.mechanism, config.params),
+        registry.sampling_kind(config.mechanism, config.params),
         len(client_ids),
         config.clients_per_round,
     )
-    context = mechanisms.BuildContext(
+    context = registry.BuildContext(
         model_fn=task.model_fn,
         sampling=sampling,
         total_rounds=config.total_rounds,
@@ -346,7 +346,7 @@ def _setup(config: RunConfig, cache_dir: Optional[str]) -> _Setup:
         ]))),
         metrics_aggregator=dp_metrics,
     )
-    mechanism = mechanisms.build(config.mechanism, config.params, context)
+    mechanism = registry.build(config.mechanism, config.params, context)
     if (config.client_lr_decay != 1.0
         and mechanism.process.get_hparams is None):
       raise ValueError(
@@ -728,7 +728,7 @@ class _Run:
     )
     left = self.config.total_rounds - start_round
     try:
-      rebuilt = mechanisms.build(self.config.mechanism, self.config.params,
+      rebuilt = registry.build(self.config.mechanism, self.config.params,
                                  context)
       planned = self.mechanism.resolved.get('noise_multiplier')
       noise = rebuilt.resolved.get('noise_multiplier')

@@ -22,7 +22,7 @@ from typing import Optional
 from tff_priv.accounting import events
 from tff_priv.accounting import target_noise
 from tff_priv.aggregators import dp_ftrl
-from tff_priv.program.mechanisms import base
+from tff_priv.program.registry import base
 
 NAME = 'dp_ftrl'
 

@@ -22,7 +22,7 @@ import tensorflow_federated as tff
 from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import reports
-from tff_priv.program.mechanisms import base
+from tff_priv.program.registry import base
 
 NAME = 'dp_fedavg'
 # The `Config` fields `privacy_report` reads.

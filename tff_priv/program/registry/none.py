@@ -5,7 +5,7 @@ import dataclasses
 import tensorflow_federated as tff
 
 from tff_priv.learning import canary_clients
-from tff_priv.program.mechanisms import base
+from tff_priv.program.registry import base
 
 NAME = 'none'
 

@@ -1,4 +1,4 @@
-"""The training program's mechanisms: one module each, looked up by name.
+"""The training program's mechanism registry: one module per mechanism, looked up by name.
 
 | name | process | sampling | event of a round (in the factory's state) |
 |---|---|---|---|
@@ -30,16 +30,16 @@ import typing
 from typing import Any, Mapping, Optional, Union
 
 from tff_priv import validation
-from tff_priv.program.mechanisms import bandmf
-from tff_priv.program.mechanisms import base
-from tff_priv.program.mechanisms import blt
-from tff_priv.program.mechanisms import distortion
-from tff_priv.program.mechanisms import dp_fedavg
-from tff_priv.program.mechanisms import dp_ftrl
-from tff_priv.program.mechanisms import ldp
-from tff_priv.program.mechanisms import none
-from tff_priv.program.mechanisms import smp
-from tff_priv.program.mechanisms import udp
+from tff_priv.program.registry import bandmf
+from tff_priv.program.registry import base
+from tff_priv.program.registry import blt
+from tff_priv.program.registry import distortion
+from tff_priv.program.registry import dp_fedavg
+from tff_priv.program.registry import dp_ftrl
+from tff_priv.program.registry import ldp
+from tff_priv.program.registry import none
+from tff_priv.program.registry import smp
+from tff_priv.program.registry import udp
 
 BuildContext = base.BuildContext
 Mechanism = base.Mechanism
@@ -63,7 +63,7 @@ def register(definition: base.Definition) -> None:
   """
   global MECHANISMS, REPORTS
   if not isinstance(definition, base.Definition):
-    raise TypeError(f'register() takes a mechanisms.Definition, got {definition!r}')
+    raise TypeError(f'register() takes a registry.Definition, got {definition!r}')
   if definition.name in REGISTRY:
     raise ValueError(f'mechanism {definition.name!r} is already registered')
   REGISTRY[definition.name] = definition

@@ -1,4 +1,4 @@
-"""Tests of tff_priv.program.mechanisms: the registry, parameters, builds, charges.
+"""Tests of tff_priv.program.registry: the registry, parameters, builds, charges.
 
 Rounds of every mechanism run end to end in tests/scripts/train_script_test.py
 (which checks each ledger against the run's own CSV); here: the parameter
@@ -25,11 +25,11 @@ from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.accounting import reports
-from tff_priv.program import mechanisms
+from tff_priv.program import registry
 from tff_priv.program import sampling
-from tff_priv.program.mechanisms import base
-from tff_priv.program.mechanisms import ldp
-from tff_priv.program.mechanisms import smp
+from tff_priv.program.registry import base
+from tff_priv.program.registry import ldp
+from tff_priv.program.registry import smp
 from tff_priv.learning import ldp_fl
 from tff_priv.mechanisms import blt as blt_lib
 
@@ -37,7 +37,7 @@ P = dict
 
 
 def _resolve(name, params):
-  return mechanisms.to_dict(mechanisms.config(name, params))
+  return registry.to_dict(registry.config(name, params))
 
 
 _model_fn = tiny_models.softmax_model_fn
@@ -52,13 +52,13 @@ def _build(name, params, kind=None, **kwargs):
   args = dict(
       model_fn=_model_fn,
       sampling=sampling.ClientSampling(
-          kind or mechanisms.sampling_kind(name), 10, 4
+          kind or registry.sampling_kind(name), 10, 4
       ),
       total_rounds=3,
       client_learning_rate=0.1,
   )
   args.update(kwargs)
-  return mechanisms.build(name, params, mechanisms.BuildContext(**args))
+  return registry.build(name, params, registry.BuildContext(**args))
 
 
 class ResolveTest(tf.test.TestCase, parameterized.TestCase):
@@ -117,32 +117,32 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
       _resolve('distortion', P(target_tv=0.5))
 
   def test_resolve_is_idempotent(self):
-    for name in mechanisms.MECHANISMS:
+    for name in registry.MECHANISMS:
       params = _REQUIRED.get(name, P())
       once = _resolve(name, params)
       self.assertEqual(_resolve(name, once), once)
-      config = mechanisms.config(name, params)
-      self.assertIs(mechanisms.config(name, config), config)
+      config = registry.config(name, params)
+      self.assertIs(registry.config(name, config), config)
 
   def test_registry(self):
     self.assertEqual(
-        set(mechanisms.MECHANISMS),
+        set(registry.MECHANISMS),
         {'none', 'dp_fedavg', 'dp_ftrl', 'blt', 'bandmf', 'smp', 'distortion',
          'udp', 'ldp'},
     )
-    for name in mechanisms.MECHANISMS:
-      definition = mechanisms.definition(name)
+    for name in registry.MECHANISMS:
+      definition = registry.definition(name)
       self.assertEqual(definition.name, name)
-      self.assertIn(mechanisms.sampling_kind(name, _REQUIRED.get(name)),
+      self.assertIn(registry.sampling_kind(name, _REQUIRED.get(name)),
                     sampling.KINDS)
       self.assertIn(
-          mechanisms.noise(name), (None, 'local', 'secure_sum', 'central')
+          registry.noise(name), (None, 'local', 'secure_sum', 'central')
       )
       self.assertEqual(
-          mechanisms.noise(name) is None, mechanisms.unit(name) is None
+          registry.noise(name) is None, registry.unit(name) is None
       )
       with self.assertRaises(dataclasses.FrozenInstanceError):
-        config = mechanisms.config(name, _REQUIRED.get(name, P()))
+        config = registry.config(name, _REQUIRED.get(name, P()))
         setattr(config, 'delta', 0.5)
 
   def test_the_docs_list_every_registered_mechanism(self):
@@ -152,14 +152,14 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
     model = readme.split('## The privacy model', 1)[1].split('\n## ', 1)[0]
     rows = [line.split('|')[1].strip().split(' ')[0]
             for line in model.splitlines() if line.startswith('| ')][1:]
-    private = [n for n in mechanisms.MECHANISMS if mechanisms.unit(n)]
+    private = [n for n in registry.MECHANISMS if registry.unit(n)]
     self.assertCountEqual(rows, private)  # The README's privacy-model table.
     with open(os.path.join(root, 'docs', 'program.md')) as f:
       program = f.read()
     listed = program.split('has one module per mechanism (', 1)[1].split(')')[0]
     self.assertCountEqual(
         [n.strip(' `\n') for n in listed.replace(' and ', ', ').split(',')],
-        mechanisms.MECHANISMS,
+        registry.MECHANISMS,
     )
 
   @parameterized.named_parameters(
@@ -245,7 +245,7 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
 class BuildTest(tf.test.TestCase):
 
   def test_count_parameters(self):
-    self.assertEqual(mechanisms.count_parameters(_model_fn), 4 * 3 + 3)
+    self.assertEqual(registry.count_parameters(_model_fn), 4 * 3 + 3)
 
   def test_wrong_sampling_kind(self):
     with self.assertRaisesRegex(ValueError, 'fixed sampling'):
@@ -258,7 +258,7 @@ class BuildTest(tf.test.TestCase):
     self.assertAllClose(mech.sampling.rate, 0.8)
     self.assertEqual(mech.resolved['cycles'], 2)
     with self.assertRaisesRegex(ValueError, 'give bands too'):
-      mechanisms.config('bandmf', P(noise_multiplier=1.0))
+      registry.config('bandmf', P(noise_multiplier=1.0))
     with self.assertRaisesRegex(ValueError, 'audit_canaries with bandmf'):
       _build('bandmf', P(noise_multiplier=1.0, bands=2), canary_clients=True)
 
@@ -368,7 +368,7 @@ class BuildTest(tf.test.TestCase):
     # The server sees the quantile's exact count: nothing against it.
     self.assertEqual(mech.guarantee.noise, 'central')
     self.assertEqual(
-        mechanisms.noise('ldp', P(ldp_range_mode='quantile', ldp_radius=0.1)),
+        registry.noise('ldp', P(ldp_range_mode='quantile', ldp_radius=0.1)),
         'central',
     )
 
@@ -395,7 +395,7 @@ class BuildTest(tf.test.TestCase):
         'udp': ('example', 'local'),
         'ldp': ('client', 'local'),
     }
-    self.assertCountEqual(expected, mechanisms.MECHANISMS)
+    self.assertCountEqual(expected, registry.MECHANISMS)
     extra = {
         'udp': dict(min_client_examples=lambda: 5),
         'distortion': dict(params=P(parameter_variance=0.1)),
@@ -416,13 +416,13 @@ class BuildTest(tf.test.TestCase):
             None if got is None else (got.unit, got.noise), want
         )
         self.assertEqual(
-            mechanisms.unit(name), None if got is None else got.unit
+            registry.unit(name), None if got is None else got.unit
         )
         self.assertEqual(
-            mechanisms.noise(name), None if got is None else got.noise
+            registry.noise(name), None if got is None else got.noise
         )
         released = tff.structure.name_list(train_metrics_type(mech))
-        if mechanisms.unit(name) is None:  # Not private.
+        if registry.unit(name) is None:  # Not private.
           self.assertIn('loss', released)  # tff.learning's exact sums.
         else:
           self.assertEqual(released, [])
@@ -430,11 +430,11 @@ class BuildTest(tf.test.TestCase):
     self.assertEqual(tff.structure.name_list(train_metrics_type(top_k)), [])
 
   def test_build_refuses_a_definition_whose_noise_is_not_its_factorys(self):
-    udp_guarantee = mechanisms.definition('udp').guarantee
+    udp_guarantee = registry.definition('udp').guarantee
     said = dataclasses.replace(
-        mechanisms.definition('none'), guarantee=udp_guarantee
+        registry.definition('none'), guarantee=udp_guarantee
     )
-    with mock.patch.dict(mechanisms.REGISTRY, {'none': said}):
+    with mock.patch.dict(registry.REGISTRY, {'none': said}):
       with self.assertRaisesRegex(ValueError, "unit None, its definition says 'example'"):
         _build('none', P())
 
@@ -504,16 +504,16 @@ class PrivacyReportTest(tf.test.TestCase):
 
   def test_reports(self):
     self.assertEqual(
-        set(mechanisms.REPORTS),
+        set(registry.REPORTS),
         {'dp_fedavg', 'blt', 'bandmf', 'smp', 'udp', 'distortion', 'ldp'},
     )
-    params = mechanisms.report_parameters()
+    params = registry.report_parameters()
     self.assertIn('sensitivity', params)
     self.assertEqual(params['num_values'][0], int)
     self.assertIn('udp: sigma / Delta', params['noise_multiplier'][1])
 
   def test_smp_report_matches_dp_accounting(self):
-    report = mechanisms.privacy_report(
+    report = registry.privacy_report(
         'smp', delta=1e-5, rounds=300, noise_multiplier=1.1,
         sampling_probability=0.01,
     )
@@ -530,11 +530,11 @@ class PrivacyReportTest(tf.test.TestCase):
 
   def test_udp_and_distortion_noise_units(self):
     # udp: z = sigma / Delta; distortion: z = sigma_e / (2 C).
-    udp = mechanisms.privacy_report(
+    udp = registry.privacy_report(
         'udp', delta=1e-3, rounds=50, noise_stddev=0.3, sensitivity=0.1
     )
     self.assertAllClose(udp['noise_multiplier'], 3.0)
-    distortion = mechanisms.privacy_report(
+    distortion = registry.privacy_report(
         'distortion', delta=1e-3, rounds=50, noise_stddev=1.5, clip=0.5
     )
     self.assertAllClose(distortion['noise_multiplier'], 1.5)
@@ -544,7 +544,7 @@ class PrivacyReportTest(tf.test.TestCase):
 
   @pytest.mark.slow
   def test_target_epsilon(self):
-    report = mechanisms.privacy_report(
+    report = registry.privacy_report(
         'udp', delta=1e-3, rounds=200, epsilon=8.0, sensitivity=0.0125
     )
     z = report['calibration']['rdp_noise_multiplier']
@@ -557,7 +557,7 @@ class PrivacyReportTest(tf.test.TestCase):
   def test_blt_report_counts_streams(self):
     # N = 100, K = 10: streams of 10 rounds; 25 rounds are 3 streams, each an
     # unsampled Gaussian of multiplier z / sensitivity.
-    report = mechanisms.privacy_report(
+    report = registry.privacy_report(
         'blt', delta=1e-5, rounds=25, noise_multiplier=3.0, population=100,
         sample_size=10,
     )
@@ -574,29 +574,29 @@ class PrivacyReportTest(tf.test.TestCase):
     self.assertEqual(report['neighboring_relation'], 'replace_special')
     self.assertEqual(report['rounds'], 25)
     # A target eps: the noise the program would run at meets it.
-    target = mechanisms.privacy_report(
+    target = registry.privacy_report(
         'blt', rounds=25, epsilon=2.0, population=100, sample_size=10
     )
     z = target['blt']['noise_multiplier']
     self.assertAllClose(
         z, target['calibration']['rdp_noise_multiplier'] * plan['sensitivity']
     )
-    check = mechanisms.privacy_report(
+    check = registry.privacy_report(
         'blt', rounds=25, noise_multiplier=z, population=100, sample_size=10
     )
     self.assertBetween(check['rdp_epsilon'], 1.99, 2.0)
     json.dumps(report)
     with self.assertRaisesRegex(ValueError, 'population'):
-      mechanisms.privacy_report(
+      registry.privacy_report(
           'blt', rounds=5, epsilon=1.0, sampling_probability=0.1
       )
     with self.assertRaisesRegex(ValueError, 'epsilon or noise_multiplier'):
-      mechanisms.privacy_report('blt', rounds=5, population=10, sample_size=2)
+      registry.privacy_report('blt', rounds=5, population=10, sample_size=2)
 
   def test_bandmf_report_counts_cycles(self):
     # N = 100, K = 10, b = 4 over 10 rounds: 3 cycles, each a Poisson-sampled
     # Gaussian at q = 10 / 25 under add-or-remove-one.
-    report = mechanisms.privacy_report(
+    report = registry.privacy_report(
         'bandmf', delta=1e-5, rounds=10, noise_multiplier=3.0, bands=4,
         population=100, sample_size=10,
     )
@@ -611,13 +611,13 @@ class PrivacyReportTest(tf.test.TestCase):
     self.assertEqual(report['neighboring_relation'], 'add_or_remove_one')
     self.assertEqual(report['rounds'], 10)
     with self.assertRaisesRegex(ValueError, 'population'):
-      mechanisms.privacy_report(
+      registry.privacy_report(
           'bandmf', rounds=5, epsilon=1.0, sampling_probability=0.1)
 
   @pytest.mark.slow
   def test_bandmf_report_for_a_target_plans_as_the_program(self):
     # The bands and noise the program would run at meet the target.
-    target = mechanisms.privacy_report(
+    target = registry.privacy_report(
         'bandmf', rounds=10, epsilon=4.0, population=20, sample_size=10)
     chosen = target['bandmf']
     scores = chosen['scores']  # Divisors of 20 up to 20 // 10.
@@ -626,14 +626,14 @@ class PrivacyReportTest(tf.test.TestCase):
     self.assertAllClose(chosen['noise_multiplier'],
                         target['calibration']['rdp_noise_multiplier'],
                         rtol=1e-3)
-    check = mechanisms.privacy_report(
+    check = registry.privacy_report(
         'bandmf', rounds=10, noise_multiplier=chosen['noise_multiplier'],
         bands=chosen['bands'], population=20, sample_size=10)
     self.assertBetween(check['rdp_epsilon'], 3.99, 4.0)
     json.dumps(target)
 
   def test_ldp_report(self):
-    report = mechanisms.privacy_report(
+    report = registry.privacy_report(
         'ldp', delta=1e-5, rounds=10, ldp_epsilon=1.0, num_values=1_663_370,
         num_clients=100,
     )
@@ -652,7 +652,7 @@ class PrivacyReportTest(tf.test.TestCase):
     mech = _build('smp', P(noise_multiplier=1.0))
     self.assertEqual(
         mech.closed_form,
-        mechanisms.privacy_report(
+        registry.privacy_report(
             'smp', rounds=3, noise_multiplier=1.0,
             **mech.sampling.ledger_kwargs(),
         ),
@@ -660,25 +660,25 @@ class PrivacyReportTest(tf.test.TestCase):
 
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'mechanism'):
-      mechanisms.privacy_report('rr', delta=1e-5, rounds=1, noise_multiplier=1.0)
+      registry.privacy_report('rr', delta=1e-5, rounds=1, noise_multiplier=1.0)
     with self.assertRaisesRegex(ValueError, 'mechanism'):
-      mechanisms.privacy_report('none', rounds=1)
+      registry.privacy_report('none', rounds=1)
     with self.assertRaisesRegex(ValueError, 'delta'):
-      mechanisms.privacy_report('smp', delta=1.0, rounds=1, noise_multiplier=1.0)
+      registry.privacy_report('smp', delta=1.0, rounds=1, noise_multiplier=1.0)
     with self.assertRaisesRegex(ValueError, 'rounds'):
-      mechanisms.privacy_report('smp', delta=1e-5, rounds=0, noise_multiplier=1.0)
+      registry.privacy_report('smp', delta=1e-5, rounds=0, noise_multiplier=1.0)
     with self.assertRaisesRegex(ValueError, 'noise_multiplier'):
-      mechanisms.privacy_report('smp', delta=1e-5, rounds=1)
+      registry.privacy_report('smp', delta=1e-5, rounds=1)
     with self.assertRaisesRegex(ValueError, 'epsilon'):
-      mechanisms.privacy_report('smp', delta=1e-5, rounds=1, epsilon=0.0)
+      registry.privacy_report('smp', delta=1e-5, rounds=1, epsilon=0.0)
     with self.assertRaisesRegex(ValueError, 'clip'):
-      mechanisms.privacy_report('distortion', delta=1e-5, rounds=1, noise_stddev=1.0)
+      registry.privacy_report('distortion', delta=1e-5, rounds=1, noise_stddev=1.0)
     with self.assertRaisesRegex(ValueError, 'ldp_epsilon'):
-      mechanisms.privacy_report('ldp', delta=1e-5, rounds=1, num_values=3)
+      registry.privacy_report('ldp', delta=1e-5, rounds=1, num_values=3)
     with self.assertRaisesRegex(ValueError, 'sensitivity'):
-      mechanisms.privacy_report('udp', delta=1e-5, rounds=1, noise_stddev=1.0)
+      registry.privacy_report('udp', delta=1e-5, rounds=1, noise_stddev=1.0)
     with self.assertRaisesRegex(TypeError, 'target_epsilon'):
-      mechanisms.privacy_report('smp', rounds=1, target_epsilon=1.0)
+      registry.privacy_report('smp', rounds=1, target_epsilon=1.0)
 
 
 if __name__ == '__main__':

@@ -21,7 +21,7 @@ from tff_priv.learning import canary_clients
 from tff_priv.learning import client_metrics
 from tff_priv.learning import fedsmp
 from tff_priv.mechanisms import sparsify
-from tff_priv.program.mechanisms import base
+from tff_priv.program.registry import base
 
 NAME = 'smp'
 # The `Config` fields `privacy_report` reads.

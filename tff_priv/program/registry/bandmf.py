@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from tff_priv.accounting import reports
 from tff_priv.aggregators import bandmf as bandmf_factory
-from tff_priv.program.mechanisms import base
+from tff_priv.program.registry import base
 
 NAME = 'bandmf'
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta', 'bands')

@@ -16,7 +16,7 @@ from tff_priv import validation
 from tff_priv.aggregators import ldp_encode
 from tff_priv.learning import client_metrics
 from tff_priv.learning import ldp_fl
-from tff_priv.program.mechanisms import base
+from tff_priv.program.registry import base
 
 NAME = 'ldp'
 # The `Config` fields `privacy_report` reads (and `ReportInputs`).

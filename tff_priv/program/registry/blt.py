@@ -24,7 +24,7 @@ from typing import Any, Optional
 from tff_priv import validation
 from tff_priv.accounting import reports
 from tff_priv.aggregators import blt as blt_factory
-from tff_priv.program.mechanisms import base
+from tff_priv.program.registry import base
 
 NAME = 'blt'
 # The `Config` fields `privacy_report` reads.

@@ -16,7 +16,7 @@ from tff_priv import validation
 from tff_priv.accounting import reports
 from tff_priv.aggregators import distortion
 from tff_priv.mechanisms import bernoulli_sampling
-from tff_priv.program.mechanisms import base
+from tff_priv.program.registry import base
 
 NAME = 'distortion'
 # The `Config` fields `privacy_report` reads.

@@ -31,7 +31,7 @@ from tff_priv.learning import crd
 from tff_priv.learning import udp
 from tff_priv.learning import udp_client_work
 from tff_priv.mechanisms import noise_schedule
-from tff_priv.program.mechanisms import base
+from tff_priv.program.registry import base
 
 NAME = 'udp'
 # The `Config` fields `privacy_report` reads (and `ReportInputs`).

@@ -422,7 +422,7 @@ class Report:
 
   Attributes:
     compute: `(params, rounds, **sampling) -> dict`: what a run spends, or
-      its noise for a target (`mechanisms.privacy_report`).
+      its noise for a target (`registry.privacy_report`).
     parameters: the config fields it reads.
     inputs: a dataclass of what a run resolves from its task (udp's smallest
       client, ldp's d), whose fields it reads too; None: nothing.
