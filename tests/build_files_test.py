@@ -16,6 +16,11 @@ import ast
 import os
 import unittest
 
+try:
+  import tomllib  # Python >= 3.11.
+except ImportError:  # Python 3.9, 3.10: the package list is not checked.
+  tomllib = None
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SKIP_DIRS = {'.venv', '.git', '__pycache__', 'build', 'dist', 'output'}
 _NOT_MODULES = {'setup.py'}
@@ -204,6 +209,28 @@ class BuildFilesTest(unittest.TestCase):
       for src in t.srcs:
         if src.endswith('_test.py'):
           self.assertEqual(t.kind, 'py_test', f'{src} is in a {t.kind}')
+
+
+class PackageListTest(unittest.TestCase):
+  """pyproject.toml lists its packages: a package it leaves out is missing
+  from the wheel (the editable install of the clone would not show it)."""
+
+  def test_every_package_of_the_tree_is_listed(self):
+    if tomllib is None:
+      self.skipTest('tomllib needs Python 3.11')
+    with open(os.path.join(_ROOT, 'pyproject.toml'), 'rb') as f:
+      setup = tomllib.load(f)['tool']['setuptools']
+    dirs = {name: path for name, path in setup['package-dir'].items()}
+    dirs['tff_priv'] = 'tff_priv'
+    found = set()
+    for top, path in dirs.items():
+      for here, subdirs, files in os.walk(os.path.join(_ROOT, path)):
+        subdirs[:] = [d for d in subdirs if d not in _SKIP_DIRS]
+        if '__init__.py' in files:
+          relative = os.path.relpath(here, os.path.join(_ROOT, path))
+          found.add(top if relative == '.'
+                    else f'{top}.{relative.replace(os.sep, ".")}')
+    self.assertCountEqual(setup['packages'], found)
 
 
 if __name__ == '__main__':
