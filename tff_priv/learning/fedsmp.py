@@ -157,13 +157,7 @@ def build_fedsmp_process(
   )
   top_k = aggregator_factory.mask == 'top_k'
 
-  with tf.Graph().as_default():
-    # In a graph, as TFF does: no variables leak into the caller's context.
-    model = model_fn()
-    weights_type = tff.learning.models.weights_type_from_model(model)
-    element_type = tff.types.tensorflow_to_type(model.input_spec)
-    metric_finalizers = model.metric_finalizers()
-
+  weights_type, element_type, metric_finalizers = _model_types(model_fn)
   if top_k:
     public_runs = _materialize_public_data(public_data, element_type)
   elif public_data is not None:
@@ -301,6 +295,20 @@ def _round_computations(
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
   return init_fn, next_fn
+
+
+def _model_types(model_fn):
+  """(weights type, element type, metric finalizers) of a model of `model_fn`.
+
+  Built in a graph, as TFF does: no variables leak into the caller's context.
+  """
+  with tf.Graph().as_default():
+    model = model_fn()
+    return (
+        tff.learning.models.weights_type_from_model(model),
+        tff.types.tensorflow_to_type(model.input_spec),
+        model.metric_finalizers(),
+    )
 
 
 def _checked_arguments(
