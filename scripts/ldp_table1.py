@@ -1,6 +1,6 @@
 r"""Reproduces LDP-FL Table 1's MNIST row (Sun, Qian, Chen) on offline data.
 
-Flags -> `tff_priv.experiments.ldp_fl.Setting` -> a grid of training-program
+Flags -> `tff_priv.experiments.ldp.Setting` -> a grid of training-program
 runs (`tff_priv.program.grid`: one run directory per (mode, eps0, run) under
 --output_dir, each with its ledger, resumable: a rerun skips finished runs
 and resumes an interrupted one) -> table.md and accuracy_vs_eps.png there.
@@ -26,11 +26,11 @@ _VERBOSE_ARGV = command.quiet_environment(sys.argv)
 from absl import flags
 
 from tff_priv import cli
-from tff_priv.experiments import ldp_fl
+from tff_priv.experiments import ldp
 from tff_priv.program import grid
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
-_D = ldp_fl.Setting()
+_D = ldp.Setting()
 _TASK = flags.DEFINE_string('task', _D.task, 'Task (an image classifier).')
 _MODEL = flags.DEFINE_string('model', _D.model, 'Model of the task.')
 _CLIENTS = flags.DEFINE_integer('clients', _D.clients, 'IID clients.')
@@ -66,9 +66,9 @@ _VERBOSE = flags.DEFINE_bool('verbose', False, "TF's and the runs' logs.")
 _CLI = cli.Cli('ldp_table1.py')
 
 
-def _setting() -> ldp_fl.Setting:
+def _setting() -> ldp.Setting:
   try:
-    return ldp_fl.Setting(
+    return ldp.Setting(
         task=_TASK.value, model=_MODEL.value, clients=_CLIENTS.value,
         clients_per_round=_PER_ROUND.value, rounds=_ROUNDS.value,
         client_learning_rate=_LR.value, batch_size=_BATCH.value,
@@ -90,16 +90,16 @@ def main(argv):
   out = _OUTPUT_DIR.value
   results = command.main(
       'ldp_table1.py',
-      lambda: grid.run(ldp_fl.configs(setting), out),
+      lambda: grid.run(ldp.configs(setting), out),
       out,
       _VERBOSE.value,
   )
-  table = ldp_fl.table(setting, results)
-  privacy = ldp_fl.privacy_lines(setting, results)
+  table = ldp.table(setting, results)
+  privacy = ldp.privacy_lines(setting, results)
   with open(os.path.join(out, 'table.md'), 'w') as f:
     f.write(f'Setting: {setting}\n\n{table}\n\nPrivacy:\n\n')
     f.write(''.join(f'- {line}\n' for line in privacy))
-  ldp_fl.plot(setting, results, os.path.join(out, 'accuracy_vs_eps.png'))
+  ldp.plot(setting, results, os.path.join(out, 'accuracy_vs_eps.png'))
   print(f'{table}\n')
   print('\n'.join(privacy))
   print(f'\n{os.path.join(out, "table.md")}, accuracy_vs_eps.png and one run '

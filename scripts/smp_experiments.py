@@ -1,6 +1,6 @@
 r"""Fed-SMP experiments (Hu, Guo, Gong, Sec. 6), scaled to a 2-core CPU.
 
-Flags -> `tff_priv.experiments.fedsmp.Setting` per task -> labelled
+Flags -> `tff_priv.experiments.smp.Setting` per task -> labelled
 `RunConfig`s -> `tff_priv.program.grid.run` (each run in
 <output_dir>/<label>/, charged by its own ledger) -> summary.md and
 accuracy_vs_p.png in --output_dir. Per task: Fed-SMP with each of --masks at
@@ -8,7 +8,7 @@ each of --compressions, Fed-SMP at p = 1 (client noise, secure sum), the
 noise-free ceiling (--noise_free) and TFF's DP-FedAvg (--dp_fedavg), all at
 the target --epsilon. An image task takes the unprefixed flags, a
 Shakespeare task the --shakespeare_* ones (--helpfull lists them; the
-defaults are docs/fedsmp.md's setting). Run from the repository root:
+defaults are docs/smp.md's setting). Run from the repository root:
 
   nice -n 5 .venv/bin/python scripts/smp_experiments.py --output_dir=results/smp
 
@@ -30,14 +30,14 @@ from absl import flags
 
 import tff_priv_tasks as tasks
 from tff_priv import cli
-from tff_priv.experiments import fedsmp
+from tff_priv.experiments import smp
 from tff_priv.program import grid
 from tff_priv.program import run_flags
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _SHAKESPEARE = 'shakespeare_'
-for _prefix, _defaults in (('', fedsmp.Setting()), (_SHAKESPEARE, fedsmp.SHAKESPEARE)):
-  run_flags.define_dataclass_flags(fedsmp.Setting, _defaults, _prefix, ('task',))
+for _prefix, _defaults in (('', smp.Setting()), (_SHAKESPEARE, smp.SHAKESPEARE)):
+  run_flags.define_dataclass_flags(smp.Setting, _defaults, _prefix, ('task',))
 flags.adopt_module_key_flags(run_flags)
 _TASKS = flags.DEFINE_list(
     'tasks', ['mnist5k', 'shakespeare_offline'],
@@ -56,12 +56,12 @@ _VERBOSE = flags.DEFINE_bool(
 _CLI = cli.Cli('smp_experiments.py')
 
 
-def _setting(task: str) -> fedsmp.Setting:
+def _setting(task: str) -> smp.Setting:
   """The task's `Setting` from its flags; ValueError naming the flag."""
   prefix = _SHAKESPEARE if task.startswith('shakespeare') else ''
-  values = run_flags.dataclass_values(fedsmp.Setting, prefix, ('task',))
+  values = run_flags.dataclass_values(smp.Setting, prefix, ('task',))
   try:
-    return fedsmp.Setting(task=task, **values).validate()
+    return smp.Setting(task=task, **values).validate()
   except (ValueError, TypeError) as e:
     raise ValueError(f'--{prefix}{e}') from None
 
@@ -79,7 +79,7 @@ def main(argv):
     settings = [_setting(task) for task in _TASKS.value]
     configs = {}
     for s in settings:
-      configs.update(fedsmp.configs(s))
+      configs.update(smp.configs(s))
   except (ValueError, TypeError) as e:
     _CLI.fail(str(e))
   out = _OUTPUT_DIR.value
@@ -91,10 +91,10 @@ def main(argv):
       out,
       verbose,
   )
-  text = fedsmp.summary_markdown(settings, results)
+  text = smp.summary_markdown(settings, results)
   with open(os.path.join(out, 'summary.md'), 'w') as f:
     f.write(text)
-  fedsmp.plot(settings, results, os.path.join(out, 'accuracy_vs_p.png'))
+  smp.plot(settings, results, os.path.join(out, 'accuracy_vs_p.png'))
   print(text)
   print(f'{len(results)} runs in {out}/<label>/; tables in '
         f"{os.path.join(out, 'summary.md')}, plot in "

@@ -1,6 +1,6 @@
 r"""UDP experiments (Wei et al. Sec. VI, scaled to this machine): fixed-T UDP, grid-optimal T, CRD.
 
-Flags -> `tff_priv.experiments.udp_crd.Setting` -> a grid of training-program
+Flags -> `tff_priv.experiments.udp.Setting` -> a grid of training-program
 runs (`tff_priv.program.grid`: one run directory per run under
 --output_dir, each with its ledger; a rerun skips finished runs and resumes
 an interrupted one) -> summary.md and udp_loss_vs_rounds.png there.
@@ -26,11 +26,11 @@ _VERBOSE_ARGV = command.quiet_environment(sys.argv)
 from absl import flags
 
 from tff_priv import cli
-from tff_priv.experiments import udp_crd
+from tff_priv.experiments import udp
 from tff_priv.program import grid
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
-_D = udp_crd.Setting()
+_D = udp.Setting()
 _EPSILONS = flags.DEFINE_list(
     'epsilons', [f'{e:g}' for e in _D.epsilons], 'Target eps values.'
 )
@@ -66,9 +66,9 @@ _VERBOSE = flags.DEFINE_bool('verbose', False, "TF's and the runs' logs.")
 _CLI = cli.Cli('udp_experiments.py')
 
 
-def _setting() -> udp_crd.Setting:
+def _setting() -> udp.Setting:
   try:
-    return udp_crd.Setting(
+    return udp.Setting(
         task=_TASK.value, model=_MODEL.value, clients=_CLIENTS.value,
         samples_per_client=_SAMPLES.value,
         epsilons=tuple(float(e) for e in _EPSILONS.value), delta=_DELTA.value,
@@ -90,14 +90,14 @@ def main(argv):
   out = _OUTPUT_DIR.value
   results = command.main(
       'udp_experiments.py',
-      lambda: grid.run(udp_crd.configs(setting), out),
+      lambda: grid.run(udp.configs(setting), out),
       out,
       _VERBOSE.value,
   )
-  table = udp_crd.table(setting, results)
+  table = udp.table(setting, results)
   with open(os.path.join(out, 'summary.md'), 'w') as f:
     f.write(f'Setting: {setting}\n\n{table}\n')
-  udp_crd.plot(setting, results, os.path.join(out, 'udp_loss_vs_rounds.png'))
+  udp.plot(setting, results, os.path.join(out, 'udp_loss_vs_rounds.png'))
   print(table)
   print(f'\n{os.path.join(out, "summary.md")}, udp_loss_vs_rounds.png and one '
         'run directory per run')

@@ -27,7 +27,7 @@ from tests import tiny_models
 from tff_priv import remote
 from tff_priv import runtime
 from tff_priv import worker
-from tff_priv.aggregators import sparsified_secure_sum as sss
+from tff_priv.aggregators import smp
 
 pytestmark = pytest.mark.slow
 
@@ -140,7 +140,7 @@ class RemoteContextTest(tf.test.TestCase):
     # The client count is securely summed and broadcast before the secure sum
     # of the uploads: two aggregation stages, which TFF cannot split.
     process = _fed_avg(
-        sss.SparsifiedSecureSumFactory(0.5, 1.0, 0.5, 5, mask_seed=1)
+        smp.SparsifiedSecureSumFactory(0.5, 1.0, 0.5, 5, mask_seed=1)
     )
     state, _ = _two_rounds(process, _client_data(5))
     self.assertIsInstance(state, tff.learning.templates.LearningAlgorithmState)

@@ -11,7 +11,7 @@ import tensorflow_federated as tff
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
-from tff_priv.aggregators import ldp_encode
+from tff_priv.aggregators import ldp as ldp_aggregators
 
 
 def _tff_dp_process(noise_multiplier=1.2, clients=5.0, clip=1.0):
@@ -227,7 +227,7 @@ class RecordRoundTest(tf.test.TestCase, parameterized.TestCase):
       ledger_lib.PrivacyLedger().record_round(state, sampling_probability=0.1)
     # A pure-eps LDP round under fixed-size sampling: dp_accounting knows no
     # amplification for it; refused at the call, not later in epsilon().
-    ldp = ldp_encode.LDPEncodeFactory(
+    ldp = ldp_aggregators.LDPEncodeFactory(
         epsilon=1.0, range_mode='fixed', center=0.0, radius=1.0
     ).create(tff.TensorType(np.float32, [3]))
     ldp_state = ldp.next(ldp.initialize(), [np.zeros(3, np.float32)]).state

@@ -19,7 +19,7 @@ from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.accounting import wrapped_states
 from tff_priv.aggregators import blt
 from tff_priv.aggregators import dp_ftrl
-from tff_priv.aggregators import sparsified_secure_sum
+from tff_priv.aggregators import smp as smp_aggregators
 
 _TYPE = tff.TensorType(np.float32, [3])
 _VALUES = [np.ones(3, np.float32), np.full(3, 9.0, np.float32)]
@@ -88,7 +88,7 @@ class WrappedDpFactoryTest(tf.test.TestCase):
         self.assertIn(count, output.measurements)
 
   def test_a_tff_priv_factory_inside_public_zeroing_is_charged(self):
-    smp = sparsified_secure_sum.SparsifiedSecureSumFactory(
+    smp = smp_aggregators.SparsifiedSecureSumFactory(
         1.5, 1.0, 1.0, 2.0, secure=False)
     output = _next(tff.aggregators.zeroing_factory(5.0, smp))
     self.assertEqual(
@@ -123,7 +123,7 @@ class WrappedDpFactoryTest(tf.test.TestCase):
     # Around another factory (whose noise may be added by the clients, or
     # hold under another relation) the server's count is not charged as if
     # it were the factory's: refused.
-    smp = sparsified_secure_sum.SparsifiedSecureSumFactory(
+    smp = smp_aggregators.SparsifiedSecureSumFactory(
         1.0, 1.0, 1.0, 2.0, secure=False)
     output = _next(tff.aggregators.zeroing_factory(quantile, smp))
     with self.assertRaisesRegex(wrapped_states.UnnoisedWrapperError,

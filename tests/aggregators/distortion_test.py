@@ -12,7 +12,7 @@ from tests import neighbours as neighbours_lib
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
 from tff_priv.aggregators import distortion
-from tff_priv.aggregators import gaussian_udp
+from tff_priv.aggregators import udp
 from tff_priv.mechanisms import total_variation
 
 _D = 20_000
@@ -166,7 +166,7 @@ class DistortionFactoryTest(tf.test.TestCase, parameterized.TestCase):
         noise_stddev=0.1, parameter_variance=1.0, clip=1.0
     ).create(tff.TensorType(np.float32, [5]))
     state = process.initialize()
-    self.assertIsInstance(state, gaussian_udp.ClientNoiseState)
+    self.assertIsInstance(state, udp.ClientNoiseState)
     self.assertTrue(state.is_init_state)
     out = process.next(state, [np.ones(5, np.float32)])
     self.assertFalse(out.state.is_init_state)

@@ -6,7 +6,7 @@ import tensorflow_federated as tff
 
 import tff_priv_tasks as tasks
 from tff_priv.aggregators import distortion
-from tff_priv.aggregators import gaussian_udp
+from tff_priv.aggregators import udp
 
 
 def _task():
@@ -54,7 +54,7 @@ class LearningCompositionTest(tf.test.TestCase):
   def test_weighted_fed_avg_with_gaussian_udp(self):
     metrics = self._train(
         tff.learning.algorithms.build_weighted_fed_avg,
-        gaussian_udp.GaussianUDPFactory(noise_stddev=0.01, sensitivity=0.1),
+        udp.GaussianUDPFactory(noise_stddev=0.01, sensitivity=0.1),
     )
     self.assertAllClose(
         metrics['aggregator']['noise']['noise_stddev'], 0.01

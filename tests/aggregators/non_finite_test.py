@@ -17,11 +17,11 @@ import tensorflow_federated as tff
 
 from tff_priv.aggregators import distortion
 from tff_priv.aggregators import dp_ftrl
-from tff_priv.aggregators import gaussian_udp
-from tff_priv.aggregators import sparsified_secure_sum as sss
+from tff_priv.aggregators import udp
+from tff_priv.aggregators import smp as smp_aggregators
 from tff_priv.learning import client_metrics
 from tff_priv.mechanisms import clipping
-from tff_priv.mechanisms import sparsify
+from tff_priv.mechanisms import smp as smp_mechanisms
 
 _D = 6
 _TYPE = tff.TensorType(np.float32, [_D])
@@ -36,16 +36,16 @@ def _factories(noise):
   """name -> (factory, weighted); noise 0 makes the result exact."""
   return {
       'udp_weighted': (
-          gaussian_udp.GaussianUDPFactory(noise, sensitivity=1.0), True),
+          udp.GaussianUDPFactory(noise, sensitivity=1.0), True),
       'udp_unweighted': (
-          gaussian_udp.GaussianUDPFactory(
+          udp.GaussianUDPFactory(
               noise, sensitivity=1.0,
               inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
           ),
           False,
       ),
       'smp_central': (
-          sss.SparsifiedSecureSumFactory(
+          smp_aggregators.SparsifiedSecureSumFactory(
               noise_multiplier=noise, clip=1.0, compression=1.0,
               expected_clients_per_round=3, secure=False,
           ),
@@ -100,15 +100,15 @@ class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
   def test_smp_drops_a_client_whose_nan_the_mask_drops(self):
     # rand_k keeps k of d coordinates: a client whose NaN sits in a dropped
     # coordinate contributes zeros too (its kept values are not sent).
-    seed, k = 5, sparsify.num_kept(_D, 0.5)
-    kept = set(sparsify.rand_k_indices(
-        sparsify.round_seed(tf.constant([seed, 0], tf.int64), 0), _D, k
+    seed, k = 5, smp_mechanisms.num_kept(_D, 0.5)
+    kept = set(smp_mechanisms.rand_k_indices(
+        smp_mechanisms.round_seed(tf.constant([seed, 0], tf.int64), 0), _D, k
     ).numpy().tolist())
     dropped = min(set(range(_D)) - kept)
     bad = np.full(_D, 0.3, np.float32)
     bad[dropped] = np.nan
     for secure in (False, True):
-      factory = lambda: sss.SparsifiedSecureSumFactory(  # pylint: disable=g-long-lambda
+      factory = lambda: smp_aggregators.SparsifiedSecureSumFactory(  # pylint: disable=g-long-lambda
           noise_multiplier=0.0, clip=1.0, compression=0.5,
           expected_clients_per_round=3, secure=secure, mask_seed=seed)
       # The round's mask does drop that coordinate (and keeps the others).

@@ -16,7 +16,7 @@ from tests import array_clients
 from tests import tiny_models
 from tff_priv import runtime
 from tff_priv.accounting import ledger as ledger_lib
-from tff_priv.aggregators import sparsified_secure_sum as sss
+from tff_priv.aggregators import smp
 
 
 class TrainModelTest(tf.test.TestCase):
@@ -32,7 +32,7 @@ class TrainModelTest(tf.test.TestCase):
     process = tff.learning.algorithms.build_unweighted_fed_avg(
         tiny_models.softmax_model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-        model_aggregator=sss.SparsifiedSecureSumFactory(
+        model_aggregator=smp.SparsifiedSecureSumFactory(
             sigma, 1.0, 0.5, clients_per_round, mask_seed=1
         ),
     )
@@ -69,11 +69,11 @@ class TrainModelTest(tf.test.TestCase):
 
   def test_secure_factory_in_the_native_context_fails_in_one_line(self):
     runtime.set_context('native')
-    factory = sss.SparsifiedSecureSumFactory(1.0, 1.0, 0.5, 2, secure=True)
+    factory = smp.SparsifiedSecureSumFactory(1.0, 1.0, 0.5, 2, secure=True)
     with self.assertRaisesRegex(RuntimeError, "set_context\\('simulation'\\)"):
       factory.create(tff.TensorType(np.float32, [4]))
     # Without secure aggregation it runs there.
-    plain = sss.SparsifiedSecureSumFactory(1.0, 1.0, 0.5, 2, secure=False)
+    plain = smp.SparsifiedSecureSumFactory(1.0, 1.0, 0.5, 2, secure=False)
     process = plain.create(tff.TensorType(np.float32, [4]))
     output = process.next(process.initialize(), [np.ones(4, np.float32)] * 2)
     self.assertEqual(output.result.shape, (4,))

@@ -17,7 +17,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv.aggregators import blt as blt_factory
-from tff_priv.aggregators import gaussian_udp
+from tff_priv.aggregators import udp as udp_aggregators
 from tff_priv.auditing import aggregator_audit
 
 pytestmark = pytest.mark.statistical
@@ -133,7 +133,7 @@ class AggregatorAuditTest(absltest.TestCase):
     # holding +-0.5 / sqrt(d) per value releases N(-0.5, 0.25), N(0.5, 0.25).
     # Tolerances are 6 standard errors or more (each check fails by chance
     # with probability < 1e-8): 300 unbatched runs, 20,000 vectorised.
-    udp = gaussian_udp.GaussianUDPFactory(
+    udp = udp_aggregators.GaussianUDPFactory(
         0.5, sensitivity=1.0,
         inner_agg_factory=tff.aggregators.UnweightedMeanFactory())
     canary = np.full(20, 0.5 / np.sqrt(20))

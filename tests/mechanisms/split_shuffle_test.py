@@ -18,8 +18,8 @@ from scipy import stats
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_priv.aggregators import ldp_encode as ldp_aggregators
-from tff_priv.mechanisms import ldp_encode
+from tff_priv.aggregators import ldp as ldp_aggregators
+from tff_priv.mechanisms import ldp as ldp_mechanisms
 from tff_priv.mechanisms import split_shuffle
 
 _P_MIN = 1e-4
@@ -34,7 +34,7 @@ def _encoded_reports(num_clients, shapes, seed, nan_fraction=0.0):
     for l, shape in enumerate(shapes):
       w = rng.normal(0.0, 0.5, size=shape).astype(np.float32)
       w[rng.random(size=shape) < nan_fraction] = np.nan
-      enc = ldp_encode.encode(
+      enc = ldp_mechanisms.encode(
           w, 0.1 * l, 1.0 + l, 1.0, tf.constant([seed, 100 * u + l], tf.int64)
       ).encoded.numpy()
       report.append(enc)

@@ -30,7 +30,7 @@ from tff_priv.program import sampling
 from tff_priv.program.registry import base
 from tff_priv.program.registry import ldp
 from tff_priv.program.registry import smp
-from tff_priv.learning import ldp_fl
+from tff_priv.learning import ldp as ldp_learning
 from tff_priv.mechanisms import blt as blt_lib
 
 P = dict
@@ -95,12 +95,12 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
         _resolve('ldp', P()),
         P(delta=d, ldp_epsilon=ldp.DEFAULT_LDP_EPSILON, ldp_mode='deltas',
           ldp_range_mode='fixed', ldp_center=0.0,
-          ldp_radius=ldp_fl.DEFAULT_DELTAS_RADIUS),
+          ldp_radius=ldp_learning.DEFAULT_DELTAS_RADIUS),
     )
     # One default radius per mode, the learning module's.
     self.assertEqual(
         _resolve('ldp', P(ldp_mode='weights'))['ldp_radius'],
-        ldp_fl.DEFAULT_WEIGHTS_RADIUS,
+        ldp_learning.DEFAULT_WEIGHTS_RADIUS,
     )
 
   def test_given_noise_replaces_default_epsilon(self):
@@ -449,7 +449,7 @@ class BuildTest(tf.test.TestCase):
   @pytest.mark.slow
   def test_smp_top_k_round_uses_the_public_mask(self):
     # One round of the built process: the round's mask is the top-k of the
-    # server's public update (fedsmp), the event is the configured noise;
+    # server's public update (Fed-SMP), the event is the configured noise;
     # changing the private clients' data leaves the mask as it was, changing
     # the public data changes it (from the same global model).
     weights = []

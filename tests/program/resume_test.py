@@ -26,8 +26,7 @@ import tensorflow as tf
 from tff_priv.accounting import calibration
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.accounting import sampling as sampling_lib
-from tff_priv.aggregators import gaussian_udp
-from tff_priv.learning import crd
+from tff_priv.aggregators import udp as udp_aggregators
 from tff_priv.learning import udp as udp_learning
 from tff_priv.program import layout
 from tff_priv.program import training
@@ -115,12 +114,12 @@ class CrdResumeTest(tf.test.TestCase):
         spent=tf.constant(3 * cost, tf.float64),
     )
     learning = collections.namedtuple('Learning', 'aggregator')(
-        gaussian_udp.ClientNoiseState(
+        udp_aggregators.ClientNoiseState(
             noise=tuple(np.asarray(x) for x in checkpoint), mean=(),
             dp_event=None, is_init_state=False,
         )
     )
-    loaded = crd.CRDState(learning=learning, validation_loss=0.0,
+    loaded = udp_learning.CRDState(learning=learning, validation_loss=0.0,
                           discounts=0)
     adopt = udp_mechanism._crd_adopt(  # pylint: disable=protected-access
         schedule, 0.1, calibration.Spent.of_ledger(ledger)

@@ -19,7 +19,7 @@ from tests import script_runs
 from tests import tiny_models
 from tff_priv import runtime
 from tff_priv.accounting import ledger as ledger_lib
-from tff_priv.aggregators import sparsified_secure_sum as sss
+from tff_priv.aggregators import smp
 from tff_priv.learning import client_metrics
 from tff_priv.program import data_sources
 from tff_priv.program import train_model_accounting as tma
@@ -41,7 +41,7 @@ def _process(metrics_aggregator=None):
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       _model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      model_aggregator=sss.SparsifiedSecureSumFactory(_SIGMA, 1.0, 0.5, _K),
+      model_aggregator=smp.SparsifiedSecureSumFactory(_SIGMA, 1.0, 0.5, _K),
       metrics_aggregator=(metrics_aggregator
                           or client_metrics.no_client_metrics),
   )

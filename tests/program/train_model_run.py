@@ -20,7 +20,7 @@ import tensorflow_federated as tff
 from tests import array_clients
 from tests import tiny_models
 from tff_priv import runtime
-from tff_priv.aggregators import sparsified_secure_sum as sss
+from tff_priv.aggregators import smp
 from tff_priv.learning import client_metrics
 from tff_priv.program import train_model_accounting as tma
 
@@ -75,7 +75,7 @@ def main():
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       tiny_models.softmax_model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      model_aggregator=sss.SparsifiedSecureSumFactory(0.8, 1.0, 0.5, 2),
+      model_aggregator=smp.SparsifiedSecureSumFactory(0.8, 1.0, 0.5, 2),
       metrics_aggregator=client_metrics.no_client_metrics,
   )
   accounting = tma.TrainModelAccounting(args.root, population=6,

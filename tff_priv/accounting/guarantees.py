@@ -140,12 +140,12 @@ def _is_tff_dp_state(state) -> bool:
 # factories' `guarantee.neighboring_relation`), by state class.
 _STATE_RELATIONS = {
     ('tensorflow_federated', 'DPAggregatorState'): 'add_or_remove_one',
-    ('tff_priv.aggregators.sparsified_secure_sum', 'RandKState'):
+    ('tff_priv.aggregators.smp', 'RandKState'):
         'add_or_remove_one',
-    ('tff_priv.aggregators.sparsified_secure_sum', 'TopKState'):
+    ('tff_priv.aggregators.smp', 'TopKState'):
         'add_or_remove_one',
-    ('tff_priv.aggregators.gaussian_udp', 'ClientNoiseState'): 'replace_one',
-    ('tff_priv.aggregators.ldp_encode', 'LDPState'): 'replace_one',
+    ('tff_priv.aggregators.udp', 'ClientNoiseState'): 'replace_one',
+    ('tff_priv.aggregators.ldp', 'LDPState'): 'replace_one',
 }
 
 

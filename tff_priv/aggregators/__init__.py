@@ -1,8 +1,8 @@
 """TFF aggregation factories that wire tff_priv's mechanisms into AggregationProcesses.
 
-  LDPEncodeFactory            LDP-FL two-point encoding (ldp_encode.py)
-  GaussianUDPFactory          UDP client noise, fixed or CRD-scheduled (gaussian_udp.py)
-  SparsifiedSecureSumFactory  Fed-SMP sparsify-clip-noise secure sum (sparsified_secure_sum.py)
+  LDPEncodeFactory            LDP-FL two-point encoding (ldp.py)
+  GaussianUDPFactory          UDP client noise, fixed or CRD-scheduled (udp.py)
+  SparsifiedSecureSumFactory  Fed-SMP sparsify-clip-noise secure sum (smp.py)
   DistortionFactory           TV-calibrated parameter distortion (distortion.py)
   TreeRestartFactory          TFF's DP-FTRL tree aggregation, restarted, with its DpEvent (dp_ftrl.py)
   BLTFactory                  DP-FTRL with BLT matrix-factorization noise (blt.py)
@@ -13,6 +13,6 @@ from tff_priv.aggregators.bandmf import BandMFFactory
 from tff_priv.aggregators.blt import BLTFactory
 from tff_priv.aggregators.distortion import DistortionFactory
 from tff_priv.aggregators.dp_ftrl import TreeRestartFactory
-from tff_priv.aggregators.gaussian_udp import GaussianUDPFactory
-from tff_priv.aggregators.ldp_encode import LDPEncodeFactory
-from tff_priv.aggregators.sparsified_secure_sum import SparsifiedSecureSumFactory
+from tff_priv.aggregators.udp import GaussianUDPFactory
+from tff_priv.aggregators.ldp import LDPEncodeFactory
+from tff_priv.aggregators.smp import SparsifiedSecureSumFactory

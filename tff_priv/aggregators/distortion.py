@@ -22,7 +22,7 @@ import tensorflow_federated as tff
 
 from tff_priv import validation
 from tff_priv.accounting import guarantees
-from tff_priv.aggregators import gaussian_udp
+from tff_priv.aggregators import udp
 from tff_priv.mechanisms import total_variation
 
 
@@ -48,7 +48,7 @@ def _clip_description(clip):
   )
 
 
-class TVNoise(gaussian_udp.NoiseSource):
+class TVNoise(udp.NoiseSource):
   """sigma_e, fixed or from a TV target, with the TV bounds it implies.
 
   Everything here is a function of the configuration: sigma_e, the bounds and
@@ -236,9 +236,9 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
     )
 
   def create(self, value_type):
-    gaussian_udp.check_value_type(value_type)
+    udp.check_value_type(value_type)
     dimension = _num_elements(value_type)
-    factory = gaussian_udp.client_noise_factory(
+    factory = udp.client_noise_factory(
         self.noise_source(dimension),
         tff.aggregators.UnweightedMeanFactory(),
         dp_event_fn=self._dp_event,

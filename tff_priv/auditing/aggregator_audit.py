@@ -417,7 +417,7 @@ def _create_process(factory, value_type):
   A weighted factory's process gets a float32 weight type (weight 1 per
   client in every run).
   """
-  # A factory of both kinds (gaussian_udp.ClientNoiseFactory) says which.
+  # A factory of both kinds (udp.ClientNoiseFactory) says which.
   weighted = getattr(
       factory, 'weighted',
       isinstance(factory, tff.aggregators.WeightedAggregationFactory),

@@ -20,9 +20,9 @@ from tff_priv.accounting import calibration
 from tff_priv.aggregators import bandmf as bandmf_factory
 from tff_priv.aggregators import blt as blt_factory
 from tff_priv.aggregators import distortion
-from tff_priv.aggregators import gaussian_udp
-from tff_priv.aggregators import ldp_encode
-from tff_priv.aggregators import sparsified_secure_sum
+from tff_priv.aggregators import udp
+from tff_priv.aggregators import ldp
+from tff_priv.aggregators import smp
 from tff_priv.auditing import aggregator_audit
 from tff_priv.mechanisms import bandmf as bandmf_lib
 from tff_priv.mechanisms import blt as blt_lib
@@ -127,12 +127,12 @@ def quickstart_settings(
       Setting(
           'smp (SparsifiedSecureSumFactory)',
           f'z={z:.3f}, C=1, p=0.1, K={k}, rand_k',
-          lambda: sparsified_secure_sum.SparsifiedSecureSumFactory(
+          lambda: smp.SparsifiedSecureSumFactory(
               z, 1.0, 0.1, k, mask_seed=0),
           dimension, k),
       Setting(
           'udp (GaussianUDPFactory)', f'sigma={z:.3f}, Delta=1, 1 client',
-          lambda: gaussian_udp.GaussianUDPFactory(
+          lambda: udp.GaussianUDPFactory(
               z, sensitivity=1.0,
               inner_agg_factory=tff.aggregators.UnweightedMeanFactory()),
           dimension, 1, udp_canary),
@@ -145,11 +145,11 @@ def quickstart_settings(
       Setting(
           'ldp (LDPEncodeFactory)',
           f'eps0={eps0:g}, r=0.01, d={dimension}, 1 client',
-          lambda: ldp_encode.LDPEncodeFactory(eps0, radius=0.01),
+          lambda: ldp.LDPEncodeFactory(eps0, radius=0.01),
           dimension, 1),
       Setting(
           'ldp (LDPEncodeFactory)', f'eps0={eps0:g}, r=0.01, d=1, 1 client',
-          lambda: ldp_encode.LDPEncodeFactory(eps0, radius=0.01),
+          lambda: ldp.LDPEncodeFactory(eps0, radius=0.01),
           1, 1),
   ]
 

@@ -10,9 +10,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import runtime
-from tff_priv.aggregators import ldp_encode as aggregators
+from tff_priv.aggregators import ldp as ldp_aggregators
 from tff_priv.benchmarks import harness
-from tff_priv.mechanisms import ldp_encode
+from tff_priv.mechanisms import ldp as ldp_mechanisms
 from tff_priv.mechanisms import split_shuffle
 
 # McMahan et al. (2017) CNN for 28x28x1 inputs: 1,663,370 parameters.
@@ -65,7 +65,7 @@ class Options:
 def run(options: Options, out: Callable[[str], Any] = print) -> None:
   """Measures the three parts side by side, printing each as it is done.
 
-  1. Client encode (`ldp_encode.encode`) of d values vs `tf.random.uniform`
+  1. Client encode (`ldp_mechanisms.encode`) of d values vs `tf.random.uniform`
      of the same size (target <= 1.5x), once with all values inside the
      range (fast path) and once with some values clipped (exact path).
   2. `LDPEncodeFactory.next` with `clients` clients vs
@@ -127,7 +127,7 @@ def bench_encode(options: Options, d: int) -> str:
 
   @tf.function
   def encode(w):
-    return ldp_encode.encode(w, 0.0, r, eps, ldp_encode.fresh_seed())
+    return ldp_mechanisms.encode(w, 0.0, r, eps, ldp_mechanisms.fresh_seed())
 
   times = harness.round_robin(
       {
@@ -159,7 +159,7 @@ def bench_factory(options: Options, shapes) -> str:
   rng = np.random.default_rng(1)
   data = [_client_values(rng, shapes, options.radius) for _ in range(n)]
   mean = tff.aggregators.UnweightedMeanFactory().create(value_type)
-  ldp = aggregators.LDPEncodeFactory(
+  ldp = ldp_aggregators.LDPEncodeFactory(
       options.epsilon, radius=options.radius
   ).create(value_type)
   mean_state, ldp_state = mean.initialize(), ldp.initialize()
@@ -211,7 +211,7 @@ def bench_transport(options: Options, shapes) -> str:
   for u in range(n):
     values = _client_values(rng, shapes, options.radius)
     encoded.append([
-        ldp_encode.encode(
+        ldp_mechanisms.encode(
             v, 0.0, options.radius, options.epsilon, tf.constant([u, l])
         ).encoded.numpy()
         for l, v in enumerate(values)

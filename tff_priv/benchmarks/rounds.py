@@ -18,7 +18,7 @@ from tff_priv import worker
 from tff_priv.benchmarks import harness
 from tff_priv.benchmarks import memory
 from tff_priv.learning import client_metrics
-from tff_priv.learning import crd
+from tff_priv.learning import udp as udp_learning
 from tff_priv.learning import udp_client_work
 from tff_priv.program import registry
 from tff_priv.program import sampling as sampling_lib
@@ -159,7 +159,7 @@ def build_processes(
       # sensitivity as the built mechanism.
       udp = build_mechanism(_UDP, **kwargs)
       resolved = udp.resolved
-      process = crd.build_udp_process(
+      process = udp_learning.build_udp_process(
           model_fn,
           learning_rate=learning_rate,
           clip_norm=udp.config.clip,

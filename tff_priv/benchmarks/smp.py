@@ -10,9 +10,9 @@ import tensorflow_federated as tff
 
 from tff_priv import runtime
 from tff_priv import validation
-from tff_priv.aggregators import sparsified_secure_sum
+from tff_priv.aggregators import smp as smp_aggregators
 from tff_priv.benchmarks import harness
-from tff_priv.mechanisms import sparsify
+from tff_priv.mechanisms import smp as smp_mechanisms
 
 BASELINE = 'gaussian_fixed'
 VALUE_SOURCES = ('python', 'clients')
@@ -149,7 +149,7 @@ def build_processes(options: Options, value_type) -> dict[str, Any]:
     name = f'smp_{"secure" if secure else "plain"}_p{p:g}'
     if row_sigma == 0.0 and sigma != 0.0:
       name += '_sigma0'
-    out[name] = sparsified_secure_sum.SparsifiedSecureSumFactory(
+    out[name] = smp_aggregators.SparsifiedSecureSumFactory(
         noise_multiplier=row_sigma,
         clip=options.clip,
         compression=p,
@@ -192,7 +192,7 @@ def _noise_draw_calls(d, k_clients, compressions):
   """
   calls = collections.OrderedDict()
   for p in compressions:
-    k = int(sparsify.num_kept(d, float(p)))
+    k = int(smp_mechanisms.num_kept(d, float(p)))
 
     @tf.function
     def draw(k=k):

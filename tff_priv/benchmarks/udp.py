@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import runtime
-from tff_priv.aggregators import gaussian_udp
+from tff_priv.aggregators import udp as udp_aggregators
 from tff_priv.benchmarks import harness
 
 BASELINE = 'gaussian_fixed'
@@ -69,13 +69,13 @@ def run(options: Options, out: Callable[[str], Any] = print) -> dict[str, list[f
           False,
       ),
       udp_weighted=(
-          gaussian_udp.GaussianUDPFactory(
+          udp_aggregators.GaussianUDPFactory(
               options.noise_stddev, sensitivity=1.0
           ).create(value_type, weight_type),
           True,
       ),
       udp_unweighted=(
-          gaussian_udp.GaussianUDPFactory(
+          udp_aggregators.GaussianUDPFactory(
               options.noise_stddev,
               sensitivity=1.0,
               inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),

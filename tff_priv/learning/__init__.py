@@ -9,10 +9,10 @@ Public names (imported on first use): `build_udp_process`,
 from tff_priv import _exports
 
 _EXPORTS = {
-    'build_udp_process': 'tff_priv.learning.crd',
-    'build_crd_process': 'tff_priv.learning.crd',
-    'build_fedsmp_process': 'tff_priv.learning.fedsmp',
-    'build_ldp_fl_process': 'tff_priv.learning.ldp_fl',
+    'build_udp_process': 'tff_priv.learning.udp',
+    'build_crd_process': 'tff_priv.learning.udp',
+    'build_fedsmp_process': 'tff_priv.learning.smp',
+    'build_ldp_fl_process': 'tff_priv.learning.ldp',
     'no_client_metrics': 'tff_priv.learning.client_metrics',
     'dp_client_metrics': 'tff_priv.learning.client_metrics',
     'DpClientMetrics': 'tff_priv.learning.client_metrics',

@@ -10,7 +10,7 @@ Randomness: the draws come from `tf.random.normal` with no seed, i.e. TF's
 nondeterministically seeded kernel, so two clients (or two rounds) with the
 same input get independent noise; nothing derived from a broadcast value
 enters it. tests/mechanisms/gaussian_test.py checks the moments and the
-independence, and tests/aggregators/gaussian_udp_test.py checks it through
+independence, and tests/aggregators/udp_test.py checks it through
 TFF across clients and rounds.
 """
 

@@ -19,7 +19,7 @@ Two cost models (both decreasing in sigma):
   with B = eps^2 / (2 q Delta^2 ln(1/delta)) (the paper) or B = T_0 / sigma_0^2
   for a sigma_0 calibrated by an accountant (exact for q = 1, where the
   Gaussian's RDP is linear in 1 / sigma^2).
-* a table (sigma_k, cost_k) built outside the graph (tff_priv.learning.crd builds
+* a table (sigma_k, cost_k) built outside the graph (tff_priv.learning.udp builds
   it from dp_accounting's RDP of the sampled Gaussian at one order alpha*):
   sigma_t is the smallest tabulated sigma whose cost is <= (B - spent) / m, and
   the round is charged that sigma's tabulated cost. Sound for any sampling rate:

@@ -82,7 +82,7 @@ proxy) is assumed; this module does not model network metadata.
 
 Equivalence with the factory: for the same encoded reports,
 `average_by_id(merge([split(r_u) for u], ...), shapes)` is the per-coordinate
-mean of `tff_priv.aggregators.ldp_encode.ReportMeanFactory` (the mean that
+mean of `tff_priv.aggregators.ldp.ReportMeanFactory` (the mean that
 `LDPEncodeFactory` returns): a non-finite report is a message never sent, so
 coordinate j is averaged over the clients that reported it, and a coordinate
 nobody reported is 0. The only difference is rounding: this module sums in

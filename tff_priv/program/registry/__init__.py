@@ -7,10 +7,10 @@
 | dp_ftrl | `aggregators.dp_ftrl.TreeRestartFactory` (TFF's tree, one per epoch) | epoch | one tree event per epoch, central |
 | blt | `aggregators.blt.BLTFactory` (BLT matrix factorization, one stream per epoch) | epoch | Gaussian(z / sensitivity) per stream, central |
 | bandmf | `aggregators.bandmf.BandMFFactory` (amplified banded matrix factorization) | banded | PoissonSampled(q, Gaussian(z)) per cycle of b rounds, central |
-| smp | `tff_priv.learning.fedsmp.build_fedsmp_process` (rand_k or top_k) | poisson | Gaussian(z), client noise shares, secure sum |
+| smp | `tff_priv.learning.smp.build_fedsmp_process` (rand_k or top_k) | poisson | Gaussian(z), client noise shares, secure sum |
 | distortion | `DistortionFactory` in `build_unweighted_fed_avg` | fixed | Gaussian(sigma_e / 2C) per upload, local |
-| udp | `tff_priv.learning.crd.build_udp_process` (fixed sigma) | fixed | Gaussian(sigma / Delta) per upload, local |
-| ldp | `LDPEncodeFactory` (`tff_priv.learning.ldp_fl`) | fixed | d x PureEpsilon(eps0) + the range release, local |
+| udp | `tff_priv.learning.udp.build_udp_process` (fixed sigma) | fixed | Gaussian(sigma / Delta) per upload, local |
+| ldp | `LDPEncodeFactory` (`tff_priv.learning.ldp`) | fixed | d x PureEpsilon(eps0) + the range release, local |
 
 Each module defines one frozen `base.Definition` (`DEFINITION`): its name,
 config class, sampling, its factory's `Guarantee` (whence the unit its eps

@@ -1,7 +1,7 @@
 """LDP-FL: every uploaded scalar eps0-LDP over a per-layer range (two-point encoding).
 
 `tff_priv.aggregators.LDPEncodeFactory` through
-`tff_priv.learning.ldp_fl` (Sun, Qian, Chen, "LDP-FL: Practical Private
+`tff_priv.learning.ldp` (Sun, Qian, Chen, "LDP-FL: Practical Private
 Aggregation in Federated Learning with Local Differential Privacy", IJCAI
 2021): in 'deltas' mode in unweighted FedAvg, in 'weights' mode (the paper's
 Algorithm 1) the server's model is the mean of the encoded local weights.
@@ -13,9 +13,9 @@ import dataclasses
 from typing import Any, Optional
 
 from tff_priv import validation
-from tff_priv.aggregators import ldp_encode
+from tff_priv.aggregators import ldp as ldp_aggregators
 from tff_priv.learning import client_metrics
-from tff_priv.learning import ldp_fl
+from tff_priv.learning import ldp as ldp_learning
 from tff_priv.program.registry import base
 
 NAME = 'ldp'
@@ -37,7 +37,7 @@ class Config:
       tensor's min/max) or 'quantile' (noised, charged).
     ldp_center: the range center c (None: the mode's default).
     ldp_radius: the range radius r, initial when adaptive (None: the mode's
-      default, `ldp_fl.DEFAULT_DELTAS_RADIUS` / `DEFAULT_WEIGHTS_RADIUS`).
+      default, `ldp_learning.DEFAULT_DELTAS_RADIUS` / `DEFAULT_WEIGHTS_RADIUS`).
   """
 
   delta: float = base.DEFAULT_DELTA
@@ -56,20 +56,20 @@ class Config:
         'ldp_center': base.finite,
         'ldp_radius': validation.positive,
     })
-    validation.one_of('ldp_mode', self.ldp_mode, ldp_fl.MODES)
+    validation.one_of('ldp_mode', self.ldp_mode, ldp_learning.MODES)
     validation.one_of(
-        'ldp_range_mode', self.ldp_range_mode, ldp_encode.RANGE_MODES
+        'ldp_range_mode', self.ldp_range_mode, ldp_aggregators.RANGE_MODES
     )
     weights = self.ldp_mode == 'weights'
     if self.ldp_center is None:
       object.__setattr__(self, 'ldp_center', (
-          ldp_fl.DEFAULT_WEIGHTS_CENTER if weights
-          else ldp_fl.DEFAULT_DELTAS_CENTER
+          ldp_learning.DEFAULT_WEIGHTS_CENTER if weights
+          else ldp_learning.DEFAULT_DELTAS_CENTER
       ))
     if self.ldp_radius is None:
       object.__setattr__(self, 'ldp_radius', (
-          ldp_fl.DEFAULT_WEIGHTS_RADIUS if weights
-          else ldp_fl.DEFAULT_DELTAS_RADIUS
+          ldp_learning.DEFAULT_WEIGHTS_RADIUS if weights
+          else ldp_learning.DEFAULT_DELTAS_RADIUS
       ))
 
 
@@ -89,7 +89,7 @@ class ReportInputs:
 def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
   """A client's local DP: the paper's per-value claim, composition, shuffle bound.
 
-  `ldp_fl.ldp_report` for `rounds` rounds of d eps0-LDP values; client
+  `ldp_learning.ldp_report` for `rounds` rounds of d eps0-LDP values; client
   sampling is not credited (every report is local DP).
 
   Args:
@@ -99,7 +99,7 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
     **sampling: ignored.
   """
   del sampling
-  return {'mechanism': NAME, **ldp_fl.ldp_report(
+  return {'mechanism': NAME, **ldp_learning.ldp_report(
       params.get('ldp_epsilon'),
       num_values=params.get('num_values'),
       rounds=rounds,
@@ -124,7 +124,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   quantile = config.ldp_range_mode == 'quantile'
   k = context.sampling.clients_per_round
   expected = float(k) if quantile else None
-  factory = ldp_fl.ldp_factory(
+  factory = ldp_learning.ldp_factory(
       config.ldp_epsilon,
       mode=config.ldp_mode,
       range_mode=config.ldp_range_mode,
@@ -142,7 +142,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
           'server_learning_rate=1'
       )
     # The same factory, built again inside from the same arguments.
-    process = ldp_fl.build_ldp_fl_process(
+    process = ldp_learning.build_ldp_fl_process(
         context.model_fn,
         client_optimizer_fn=context.client_optimizer_fn(),
         epsilon=config.ldp_epsilon,
@@ -185,7 +185,7 @@ def _guarantee(config: Optional[Config]):
   """Each value is encoded on its client; with ldp_range_mode='quantile' the
   range release is noised by the server ('central')."""
   config = config or Config()
-  return ldp_encode.LDPEncodeFactory.guarantee_of(
+  return ldp_aggregators.LDPEncodeFactory.guarantee_of(
       config.ldp_epsilon, config.ldp_range_mode
   )
 

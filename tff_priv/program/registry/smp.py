@@ -1,6 +1,6 @@
 """Fed-SMP: a shared rand_k / top_k mask, clip, client noise, secure sum.
 
-`tff_priv.learning.fedsmp.build_fedsmp_process` with a
+`tff_priv.learning.smp.build_fedsmp_process` with a
 `SparsifiedSecureSumFactory` (Hu, Guo, Gong, "Federated Learning with
 Sparsified Model Perturbation"); client-level DP under Poisson sampling,
 add-or-remove-one client. The clients' noise shares sum to sigma C whatever the
@@ -16,11 +16,11 @@ from typing import Any, Optional
 from tff_priv import validation
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import reports
-from tff_priv.aggregators import sparsified_secure_sum
+from tff_priv.aggregators import smp as smp_aggregators
 from tff_priv.learning import canary_clients
 from tff_priv.learning import client_metrics
-from tff_priv.learning import fedsmp
-from tff_priv.mechanisms import sparsify
+from tff_priv.learning import smp as smp_learning
+from tff_priv.mechanisms import smp as smp_mechanisms
 from tff_priv.program.registry import base
 
 NAME = 'smp'
@@ -28,7 +28,7 @@ NAME = 'smp'
 REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta')
 DEFAULT_COMPRESSION = 0.1
 DEFAULT_PUBLIC_CLIENTS = 20
-MASKS = sparsified_secure_sum.MASKS
+MASKS = smp_aggregators.MASKS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +138,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   if top_k and context.public_data is None:
     raise ValueError("mechanism 'smp' with mask='top_k' needs public_data (D_pub)")
   z = context.noise_multiplier(config)
-  factory = sparsified_secure_sum.SparsifiedSecureSumFactory(
+  factory = smp_aggregators.SparsifiedSecureSumFactory(
       z,
       config.clip,
       config.compression,
@@ -149,7 +149,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   )
   # The server's public training uses the clients' optimizer; the client
   # datasets (and D_pub) already repeat the local epochs.
-  process = fedsmp.build_fedsmp_process(
+  process = smp_learning.build_fedsmp_process(
       context.model_fn,
       client_optimizer_fn=context.client_optimizer_fn(),
       aggregator_factory=factory,
@@ -161,7 +161,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       ),
   )
   d = base.count_parameters(context.model_fn)
-  kept = int(sparsify.num_kept(d, config.compression))
+  kept = int(smp_mechanisms.num_kept(d, config.compression))
   mech = base.Mechanism(
       NAME, config, context.sampling, process, d, factory.guarantee,
       # What the factory measures with secure=True: every kept value is
@@ -195,7 +195,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
 DEFINITION = base.Definition(
     name=NAME, config=Config, build=build, sampling='poisson',
     # The clients add shares of the noise before the secure sum.
-    guarantee=sparsified_secure_sum.SparsifiedSecureSumFactory.guarantee_of(
+    guarantee=smp_aggregators.SparsifiedSecureSumFactory.guarantee_of(
         secure=True
     ),
     report=base.Report(privacy_report, REPORT_PARAMETERS),

@@ -1,13 +1,13 @@
 """UDP: record-level DP by client-side Gaussian noise on one clipped full-batch step.
 
-`tff_priv.learning.crd.build_udp_process` at a fixed sigma (Wei et al., "User-
+`tff_priv.learning.udp.build_udp_process` at a fixed sigma (Wei et al., "User-
 Level Privacy-Preserving Federated Learning: Analysis and Performance
 Optimization"): each client takes one gradient step on its whole data with
 per-example gradients clipped to C, adds N(0, sigma^2 I) and uploads; the
 server's model is the mean of the noisy client models. One example's effect on
 a client's update is Delta = 2 eta C / min_i |D_i| (replace-one example), local
 noise, under fixed-size sampling of K of N clients. With `crd_beta` the run is
-CRD (Algorithm 2, `crd.build_crd_process`): the budget of the target epsilon is
+CRD (Algorithm 2, `udp_learning.build_crd_process`): the budget of the target epsilon is
 spread over a plan of `total_rounds` rounds that shrinks when the validation
 loss of the released model on server-side data stalls, and the run ends when
 the plan is done.
@@ -26,9 +26,8 @@ from tff_priv.accounting import events
 from tff_priv.accounting import reports
 from tff_priv.accounting import target_noise
 from tff_priv.accounting import udp as udp_accounting
-from tff_priv.aggregators import gaussian_udp
-from tff_priv.learning import crd
-from tff_priv.learning import udp
+from tff_priv.aggregators import udp as udp_aggregators
+from tff_priv.learning import udp as udp_learning
 from tff_priv.learning import udp_client_work
 from tff_priv.mechanisms import noise_schedule
 from tff_priv.program.registry import base
@@ -235,7 +234,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
         min_with_unsampled=True,
         spent=context.spent if tight else None,
     )
-  process = crd.build_udp_process(
+  process = udp_learning.build_udp_process(
       context.model_fn,
       learning_rate=context.client_learning_rate,
       clip_norm=config.clip,
@@ -246,7 +245,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   mech = base.Mechanism(
       NAME, config, context.sampling, process,
       base.count_parameters(context.model_fn),
-      gaussian_udp.GaussianUDPFactory(sigma, sensitivity=sensitivity).guarantee,
+      udp_aggregators.GaussianUDPFactory(sigma, sensitivity=sensitivity).guarantee,
       resolved={
           'noise_stddev': sigma,
           'sensitivity': sensitivity,
@@ -274,7 +273,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
 
 def _build_crd(config, context, sensitivity, min_examples):
   """CRD: the target's budget over a shrinking plan, steered by validation."""
-  schedule = udp.crd_schedule(
+  schedule = udp_learning.crd_schedule(
       config.epsilon,
       config.delta,
       sensitivity,
@@ -286,7 +285,7 @@ def _build_crd(config, context, sensitivity, min_examples):
     raise ValueError(
         'CRD needs server-side validation data: set holdout_validation'
     )
-  process = crd.build_crd_process(
+  process = udp_learning.build_crd_process(
       context.model_fn,
       learning_rate=context.client_learning_rate,
       clip_norm=config.clip,
@@ -303,7 +302,7 @@ def _build_crd(config, context, sensitivity, min_examples):
   return base.Mechanism(
       NAME, config, context.sampling, process,
       base.count_parameters(context.model_fn),
-      gaussian_udp.GaussianUDPFactory(
+      udp_aggregators.GaussianUDPFactory(
           schedule=schedule, sensitivity=sensitivity
       ).guarantee,
       resolved={
@@ -322,7 +321,7 @@ def _build_crd(config, context, sensitivity, min_examples):
           'the server is larger',
       ],
       aggregator_state=lambda state: state.learning.aggregator,
-      is_done=crd.is_done,
+      is_done=udp_learning.is_done,
       adaptive_bounds=udp_accounting.crd_bounds(
           schedule, sensitivity, max_rounds
       ),
@@ -375,7 +374,7 @@ def _crd_adopt(schedule, sensitivity, spent):
 DEFINITION = base.Definition(
     name=NAME, config=Config, build=build, sampling='fixed',
     # Each client noises its own upload; one example of its data is the unit.
-    guarantee=gaussian_udp.UDP_GUARANTEE,
+    guarantee=udp_aggregators.UDP_GUARANTEE,
     report=base.Report(privacy_report, REPORT_PARAMETERS, ReportInputs),
     # audit_canaries inserts canary examples: the guarantee is record-level.
     canary_examples=True,

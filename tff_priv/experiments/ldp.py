@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from tff_priv import validation
-from tff_priv.learning import ldp_fl
+from tff_priv.learning import ldp as ldp_learning
 from tff_priv.program import runs
 from tff_priv.program import training
 
@@ -61,15 +61,15 @@ class Setting:
   epsilons: Sequence[float] = (0.1, 0.5, 1.0, 5.0, 10.0)
   noise_free: bool = True
   modes: Sequence[str] = ('weights', 'deltas')
-  weights_radius: float = ldp_fl.DEFAULT_WEIGHTS_RADIUS
-  deltas_radius: float = ldp_fl.DEFAULT_DELTAS_RADIUS
+  weights_radius: float = ldp_learning.DEFAULT_WEIGHTS_RADIUS
+  deltas_radius: float = ldp_learning.DEFAULT_DELTAS_RADIUS
   runs: int = 1
   delta: float = 1e-5
   seed: int = 0
 
   def __post_init__(self):
     for mode in self.modes:
-      validation.one_of('mode', mode, ldp_fl.MODES)
+      validation.one_of('mode', mode, ldp_learning.MODES)
     for eps in self.epsilons:
       validation.positive('epsilon', eps)
     validation.int_at_least('runs', self.runs, 1)

@@ -2,7 +2,7 @@
 
 A `Setting` (one task) becomes labelled `RunConfig`s (`configs`), which
 `tff_priv.program.grid.run` runs; `summary_markdown` and `plot` read the
-finished runs back. docs/fedsmp.md describes the setup and the results.
+finished runs back. docs/smp.md describes the setup and the results.
 """
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""Tests of tff_priv.experiments.fedsmp: the runs of a setting, the tables, the plot."""
+"""Tests of tff_priv.experiments.smp: the runs of a setting, the tables, the plot."""
 
 import dataclasses
 import math
@@ -7,10 +7,10 @@ import tempfile
 
 from absl.testing import absltest
 
-from tff_priv.experiments import fedsmp
+from tff_priv.experiments import smp
 from tff_priv.program import runs
 
-_SETTING = fedsmp.Setting(
+_SETTING = smp.Setting(
     task='digits', model='mlp', num_clients=40, public_clients=4,
     clients_per_round=8, rounds=3, local_epochs=1, compressions=(0.1, 0.05),
     epsilon=4.0, max_client_examples=7, test_examples=200,
@@ -48,7 +48,7 @@ def _result(label, *, accuracies, round_bytes, kept=None, sigma=1.0,
 class ConfigsTest(absltest.TestCase):
 
   def test_labels_and_mechanisms(self):
-    configs = fedsmp.configs(_SETTING)
+    configs = smp.configs(_SETTING)
     self.assertEqual(list(configs), [
         'digits-p1', 'digits-noise_free', 'digits-dp_fedavg',
         'digits-fed_smp-rand_k-p0.1', 'digits-fed_smp-top_k-p0.1',
@@ -72,7 +72,7 @@ class ConfigsTest(absltest.TestCase):
                       .public_clients)
 
   def test_shared_fields(self):
-    for label, config in fedsmp.configs(_SETTING).items():
+    for label, config in smp.configs(_SETTING).items():
       with self.subTest(label):
         self.assertEqual(config.task, 'digits')
         self.assertEqual(config.task_options, {
@@ -89,9 +89,9 @@ class ConfigsTest(absltest.TestCase):
   def test_optional_runs_and_shakespeare(self):
     only = dataclasses.replace(_SETTING, noise_free=False, dp_fedavg=False,
                                masks=('top_k',), compressions=(0.1,))
-    self.assertEqual(list(fedsmp.configs(only)),
+    self.assertEqual(list(smp.configs(only)),
                      ['digits-p1', 'digits-fed_smp-top_k-p0.1'])
-    configs = fedsmp.configs(fedsmp.SHAKESPEARE)
+    configs = smp.configs(smp.SHAKESPEARE)
     self.assertEqual(list(configs), [
         'shakespeare_offline-p1', 'shakespeare_offline-noise_free',
         'shakespeare_offline-fed_smp-top_k-p0.1'])
@@ -111,9 +111,9 @@ class ConfigsTest(absltest.TestCase):
     ):
       with self.subTest(field):
         with self.assertRaisesRegex(ValueError, f'^{field} '):
-          fedsmp.configs(dataclasses.replace(_SETTING, **change))
+          smp.configs(dataclasses.replace(_SETTING, **change))
     with self.assertRaises(ValueError):  # The program's own check.
-      fedsmp.configs(dataclasses.replace(_SETTING, task='nope'))
+      smp.configs(dataclasses.replace(_SETTING, task='nope'))
 
 
 class TablesTest(absltest.TestCase):
@@ -121,12 +121,12 @@ class TablesTest(absltest.TestCase):
   def test_uplink_and_accuracies(self):
     r = _result('x', accuracies=[0.1, 0.4, 0.6, 0.5, 0.7, 0.9, 0.8],
                 round_bytes=[1e6, 2e6, 3e6, 0, 0, 0, 1e6])
-    self.assertEqual(fedsmp.cumulative_uplink_mb(r),
+    self.assertEqual(smp.cumulative_uplink_mb(r),
                      {1: 1.0, 2: 3.0, 3: 6.0, 4: 6.0, 5: 6.0, 6: 6.0, 7: 7.0})
-    self.assertEqual(fedsmp.mb_to_target(r, 0.5), 6.0)  # Round 3.
-    self.assertEqual(fedsmp.mb_to_target(r, 0.1), 1.0)
-    self.assertIsNone(fedsmp.mb_to_target(r, 0.95))
-    self.assertAlmostEqual(fedsmp.tail_accuracy(r), (0.6 + 0.5 + 0.7 + 0.9
+    self.assertEqual(smp.mb_to_target(r, 0.5), 6.0)  # Round 3.
+    self.assertEqual(smp.mb_to_target(r, 0.1), 1.0)
+    self.assertIsNone(smp.mb_to_target(r, 0.95))
+    self.assertAlmostEqual(smp.tail_accuracy(r), (0.6 + 0.5 + 0.7 + 0.9
                                                     + 0.8) / 5)
 
   def test_markdown(self):
@@ -141,14 +141,14 @@ class TablesTest(absltest.TestCase):
             sigma=0.95, eps=4.0, per_client=400),
         # rand_k p = 0.1 has not run yet.
     }
-    lines = fedsmp.task_markdown(s, results)
+    lines = smp.task_markdown(s, results)
     self.assertEqual(lines[0], '## digits')
     self.assertIn('| mask | p=0.1 | p=1 |', lines)
     self.assertIn('| Fed-SMP rand_k | - | 0.400 (0.400) |', lines)
     self.assertIn('| Fed-SMP top_k | 0.550 (0.550) | 0.400 (0.400) |', lines)
     rows = [l for l in lines if l.startswith('| ') and l.count('|') == 12]
     self.assertEqual([r.split(' | ')[0] for r in rows[1:]], [
-        f'| {fedsmp.P1_NAME}', f'| {fedsmp.DP_FEDAVG_NAME}',
+        f'| {smp.P1_NAME}', f'| {smp.DP_FEDAVG_NAME}',
         '| Fed-SMP top_k p=0.1'])
     self.assertEqual(
         rows[3], '| Fed-SMP top_k p=0.1 | 100 | 0.9500 | 0.5500 | 0.5500 | '
@@ -156,7 +156,7 @@ class TablesTest(absltest.TestCase):
     self.assertTrue(rows[1].endswith('| 16 | not reached |'))
     self.assertTrue(rows[2].endswith('| 16 | 8 |'))  # 0.5 >= 0.5 in round 1.
     self.assertIn('| 1,000 |', rows[1])  # k = d without kept_coordinates.
-    text = fedsmp.summary_markdown([s, fedsmp.SHAKESPEARE], results)
+    text = smp.summary_markdown([s, smp.SHAKESPEARE], results)
     self.assertIn('## shakespeare_offline\n\nNo finished runs.', text)
 
   def test_infinite_epsilon_and_plot(self):
@@ -165,13 +165,13 @@ class TablesTest(absltest.TestCase):
     results = {
         run.label: _result(run.label, accuracies=[0.2, 0.3],
                            round_bytes=[1e6, 1e6], eps=math.inf, sigma=0.0)
-        for run in fedsmp.runs(s)
+        for run in smp.runs(s)
     }
-    free = [l for l in fedsmp.task_markdown(s, results)
-            if l.startswith(f'| {fedsmp.NOISE_FREE_NAME}')]
+    free = [l for l in smp.task_markdown(s, results)
+            if l.startswith(f'| {smp.NOISE_FREE_NAME}')]
     self.assertIn('| inf |', free[0])
     path = os.path.join(tempfile.mkdtemp(), 'plot.png')
-    fedsmp.plot([s], results, path)
+    smp.plot([s], results, path)
     with open(path, 'rb') as f:
       self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
 

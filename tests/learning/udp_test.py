@@ -1,4 +1,4 @@
-"""Tests for tff_priv.learning.udp and tff_priv.learning.crd (UDP's CRD schedule and processes)."""
+"""Tests for tff_priv.learning.udp and tff_priv.learning.udp (UDP's CRD schedule and processes)."""
 
 import math
 
@@ -15,9 +15,8 @@ from tff_priv.accounting import closed_forms
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import udp as udp_accounting
-from tff_priv.aggregators import gaussian_udp
-from tff_priv.learning import crd
-from tff_priv.learning import udp
+from tff_priv.aggregators import udp as udp_aggregators
+from tff_priv.learning import udp as udp_learning
 from tff_priv.learning import udp_client_work
 from tff_priv.mechanisms import noise_schedule
 
@@ -60,7 +59,7 @@ class CrdScheduleTest(tf.test.TestCase, parameterized.TestCase):
   @pytest.mark.slow
   def test_tight_crd_never_exceeds_target(self, sampling):
     eps, delta, sens, rounds = 4.0, 1e-3, 0.05, 30
-    schedule = udp.crd_schedule(eps, delta, sens, rounds, **sampling)
+    schedule = udp_learning.crd_schedule(eps, delta, sens, rounds, **sampling)
     expected_model = 'inverse_variance' if not sampling else 'table'
     self.assertEqual(schedule.cost_model, expected_model)
     for stalls in ((), (3, 5, 9), tuple(range(1, 30))):
@@ -73,7 +72,7 @@ class CrdScheduleTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_paper_crd_keeps_inverse_variance_budget(self):
     eps, delta, q, sens = 8.0, 1e-3, 1.0, 0.05
-    schedule = udp.crd_schedule(
+    schedule = udp_learning.crd_schedule(
         eps, delta, sens, 40, sampling_probability=q, calibration='paper'
     )
     budget = closed_forms.crd_total_budget(eps, delta, q, sens)
@@ -94,7 +93,7 @@ class CrdScheduleTest(tf.test.TestCase, parameterized.TestCase):
     base = dict(epsilon=1.0, delta=1e-3, sensitivity=0.1, initial_rounds=10)
     for override, name in cases:
       with self.assertRaisesRegex(ValueError, name):
-        udp.crd_schedule(**{**base, **override})
+        udp_learning.crd_schedule(**{**base, **override})
     with self.assertRaisesRegex(ValueError, 'noise_stddevs'):
       udp_accounting.noise_ledger([1.0, -1.0], 0.1)
 
@@ -113,7 +112,7 @@ class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
     # chosen from a release, so only the filter's figure is a guarantee.
     delta, sens = 1e-5, 1.0
     sampling = dict(population=10, sample_size=10)
-    schedule = udp.crd_schedule(target, delta, sens, 2, **sampling)
+    schedule = udp_learning.crd_schedule(target, delta, sens, 2, **sampling)
     analyst, server = udp_accounting.crd_bounds(schedule, sens)
     # Calibration returns z within 1e-4 of the least z meeting the target.
     self.assertAllClose(analyst.epsilon(delta), target, atol=2e-3)
@@ -137,7 +136,7 @@ class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
   )
   def test_random_paths_stay_within_both_bounds(self, sampling):
     delta, sens, rounds = 1e-5, 0.05, 12
-    schedule = udp.crd_schedule(
+    schedule = udp_learning.crd_schedule(
         4.0, delta, sens, rounds, table_size=32, **sampling
     )
     analyst, server = udp_accounting.crd_bounds(schedule, sens)
@@ -159,7 +158,7 @@ class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
   def test_paper_budget_reports_what_it_spends(self):
     # Theorem 4's budget overspends its claim; the filter says by how much.
     delta, sens, q = 1e-3, 0.05, 1.0
-    schedule = udp.crd_schedule(
+    schedule = udp_learning.crd_schedule(
         8.0, delta, sens, 40, sampling_probability=q, calibration='paper'
     )
     analyst, _ = udp_accounting.crd_bounds(schedule, sens)
@@ -174,8 +173,8 @@ class CrdProcessTest(tf.test.TestCase):
     rng = np.random.default_rng(0)
     eps, delta, lr, clip, n = 4.0, 1e-3, 0.5, 1.0, 20
     sens = udp_client_work.udp_sensitivity(lr, clip, n)
-    schedule = udp.crd_schedule(eps, delta, sens, 6)
-    process = crd.build_crd_process(
+    schedule = udp_learning.crd_schedule(eps, delta, sens, 6)
+    process = udp_learning.build_crd_process(
         _model_fn,
         learning_rate=lr,
         clip_norm=clip,
@@ -191,16 +190,16 @@ class CrdProcessTest(tf.test.TestCase):
         for _ in range(3)
     ]
     state = process.initialize()
-    self.assertFalse(crd.is_done(state))
+    self.assertFalse(udp_learning.is_done(state))
     self.assertIsInstance(
-        state.learning.aggregator, gaussian_udp.ClientNoiseState
+        state.learning.aggregator, udp_aggregators.ClientNoiseState
     )
     with self.assertRaises(guarantees.ExtractingDpEventFromInitialStateError):
       guarantees.extract_dp_event(state.learning.aggregator)
     sigmas = []
     # The schedule's sigma_t, recomputed outside the process (float64).
     expected_state = schedule.initial_state()
-    while not crd.is_done(state):
+    while not udp_learning.is_done(state):
       output = process.next(state, clients)
       state = output.state
       sigmas.append(
@@ -228,7 +227,7 @@ class CrdProcessTest(tf.test.TestCase):
       process.next(state, clients)
     # Weights round-trip through the process's accessors.
     weights = process.get_model_weights(state)
-    self.assertIsInstance(process.set_model_weights(state, weights), crd.CRDState)
+    self.assertIsInstance(process.set_model_weights(state, weights), udp_learning.CRDState)
 
   def test_bad_arguments(self):
     schedule = noise_schedule.BudgetSchedule(1.0, 3)
@@ -242,16 +241,16 @@ class CrdProcessTest(tf.test.TestCase):
     )
     for name, bad in (('beta', 1.0), ('beta', 0.0), ('zeta', -0.1)):
       with self.assertRaisesRegex(ValueError, name):
-        crd.build_crd_process(_model_fn, **{**base, name: bad})
+        udp_learning.build_crd_process(_model_fn, **{**base, name: bad})
     with self.assertRaisesRegex(TypeError, 'schedule'):
-      crd.build_crd_process(_model_fn, **{**base, 'schedule': 3.0})
+      udp_learning.build_crd_process(_model_fn, **{**base, 'schedule': 3.0})
     with self.assertRaisesRegex(ValueError, 'validation_data'):
-      crd.build_crd_process(
+      udp_learning.build_crd_process(
           _model_fn,
           **{**base, 'validation_data': (np.zeros((0, 4)), np.zeros(0))},
       )
     with self.assertRaisesRegex(ValueError, 'sensitivity'):
-      crd.build_crd_process(_model_fn, **{**base, 'sensitivity': 0.0})
+      udp_learning.build_crd_process(_model_fn, **{**base, 'sensitivity': 0.0})
     self.assertTrue(math.isfinite(schedule.total_budget))
 
 
@@ -264,8 +263,8 @@ class UdpProcessTest(tf.test.TestCase):
         sensitivity=0.01, noise_stddev=0.1, local_steps=2,
     )
     with self.assertRaisesRegex(ValueError, 'sensitivity_is_own_bound'):
-      crd.build_udp_process(tiny_models.softmax_model_fn, **args)
-    process = crd.build_udp_process(
+      udp_learning.build_udp_process(tiny_models.softmax_model_fn, **args)
+    process = udp_learning.build_udp_process(
         tiny_models.softmax_model_fn, sensitivity_is_own_bound=True, **args
     )
     self.assertIsInstance(process, tff.learning.templates.LearningProcess)
@@ -274,7 +273,7 @@ class UdpProcessTest(tf.test.TestCase):
     rng = np.random.default_rng(7)
     lr, clip, n, sigma = 0.5, 1.0, 10, 0.01
     sens = udp_client_work.udp_sensitivity(lr, clip, n)
-    process = crd.build_udp_process(
+    process = udp_learning.build_udp_process(
         _model_fn,
         learning_rate=lr,
         clip_norm=clip,

@@ -2,7 +2,7 @@
 
 `LDPEncodeFactory` is an unweighted aggregation factory: every client encodes
 each scalar of its value with the eps-LDP two-point encoder of
-`tff_priv.mechanisms.ldp_encode`, within a per-tensor range, and the server
+`tff_priv.mechanisms.ldp`, within a per-tensor range, and the server
 returns the per-coordinate mean of the reports (`ReportMeanFactory`), an
 unbiased estimate of the clients' mean of the clipped values. As in TFF's
 `DifferentiallyPrivateFactory`, the process's state carries the
@@ -24,7 +24,7 @@ import tensorflow_privacy as tfp
 
 from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
-from tff_priv.mechanisms import ldp_encode
+from tff_priv.mechanisms import ldp as ldp_mechanisms
 
 RANGE_MODES = ('fixed', 'minmax', 'quantile')
 
@@ -82,7 +82,8 @@ def _client_encode(value_type, vector, epsilon, range_mode):
       # A non-finite scalar is encoded as the center: every scalar is
       # reported, so which were non-finite is not revealed.
       x = tf.where(tf.math.is_finite(x), x, tf.cast(c, x.dtype))
-      result = ldp_encode.encode(x, c, r, epsilon, ldp_encode.fresh_seed())
+      result = ldp_mechanisms.encode(
+          x, c, r, epsilon, ldp_mechanisms.fresh_seed())
       reports.append(result.encoded)
       lo = tf.cast(result.finite_min, tf.float32)
       hi = tf.cast(result.finite_max, tf.float32)
@@ -296,7 +297,7 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
 
   Each client encodes every scalar w of its value (a model delta as
   tff.learning passes it, or any structure of float tensors) with the
-  two-point encoder of `tff_priv.mechanisms.ldp_encode`: tensor l uses its own
+  two-point encoder of `tff_priv.mechanisms.ldp`: tensor l uses its own
   range (c_l, r_l), w is clipped to [c_l - r_l, c_l + r_l] and reported as
   c_l - r_l q or c_l + r_l q, eps-LDP (Theorem 1). The process's
   `next(state, value)` returns the per-coordinate mean of the reports

@@ -1,4 +1,4 @@
-"""Tests for tff_priv.learning.fedsmp (Fed-SMP learning process).
+"""Tests for tff_priv.learning.smp (Fed-SMP learning process).
 
 A softmax regression on 4 features and 3 classes (d = 15 trainable values:
 kernel [4, 3] then bias [3]) keeps every process small. Numpy references
@@ -19,10 +19,10 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.compiler import tree_analysis
 
 from tff_priv.accounting import guarantees
-from tff_priv.aggregators import sparsified_secure_sum as sss
+from tff_priv.aggregators import smp as smp_aggregators
 from tff_priv.learning import client_metrics
-from tff_priv.learning import fedsmp
-from tff_priv.mechanisms import sparsify
+from tff_priv.learning import smp as smp_learning
+from tff_priv.mechanisms import smp as smp_mechanisms
 
 _FEATURES, _CLASSES = 4, 3
 _D = _FEATURES * _CLASSES + _CLASSES
@@ -65,7 +65,7 @@ def _factory(**kwargs):
   args.update(kwargs)
   if args['mask'] == 'rand_k':
     args.setdefault('mask_seed', 1)  # A reproducible mask sequence.
-  return sss.SparsifiedSecureSumFactory(**args)
+  return smp_aggregators.SparsifiedSecureSumFactory(**args)
 
 
 def _build(**kwargs):
@@ -76,11 +76,11 @@ def _build(**kwargs):
   args.update(kwargs)
   factory = args['aggregator_factory']
   if (
-      isinstance(factory, sss.SparsifiedSecureSumFactory)
+      isinstance(factory, smp_aggregators.SparsifiedSecureSumFactory)
       and factory.mask == 'top_k'
   ):
     args.setdefault('public_data', _dataset(*_examples(7, 10), batch=4))
-  return fedsmp.build_fedsmp_process(_model_fn, **args)
+  return smp_learning.build_fedsmp_process(_model_fn, **args)
 
 
 def _initial_state(process, seed=0):
@@ -184,7 +184,7 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_model_fn_must_be_callable(self):
     with self.assertRaisesRegex(TypeError, 'model_fn'):
-      fedsmp.build_fedsmp_process(
+      smp_learning.build_fedsmp_process(
           _model_fn(),
           client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
           aggregator_factory=_factory(mask='rand_k'),
@@ -204,8 +204,8 @@ class TopKMaskTest(tf.test.TestCase):
     cls.public_x, cls.public_y = _examples(7, 10)
     cls.public = _dataset(cls.public_x, cls.public_y, batch=4)
     cls.factory = _factory(compression=0.4)
-    cls.k = sparsify.num_kept(_D, 0.4)
-    cls.process = fedsmp.build_fedsmp_process(
+    cls.k = smp_mechanisms.num_kept(_D, 0.4)
+    cls.process = smp_learning.build_fedsmp_process(
         _model_fn,
         client_optimizer_fn=optimizer,
         aggregator_factory=cls.factory,
@@ -239,7 +239,7 @@ class TopKMaskTest(tf.test.TestCase):
     for _ in range(3):
       theta = state.global_model_weights.trainable
       theta_pub, loss = self._reference(state, self.public)
-      expected = sparsify.top_k_mask_from_public_update(
+      expected = smp_mechanisms.top_k_mask_from_public_update(
           theta_pub, theta, self.k
       ).numpy()
       # Independent reference: momentum SGD in numpy over the same batches.
@@ -290,7 +290,7 @@ class TopKMaskTest(tf.test.TestCase):
     # top k of the first client's dense update) differs between the two
     # private datasets.
     client_masks = [
-        sparsify.top_k_mask_from_public_update(
+        smp_mechanisms.top_k_mask_from_public_update(
             self._reference(state, private[0])[0], theta, self.k
         ).numpy()
         for private in datasets
@@ -340,11 +340,11 @@ class SignAndLocalPeriodTest(tf.test.TestCase, parameterized.TestCase):
     state = _initial_state(process)
     theta = state.global_model_weights.trainable
     if mask == 'rand_k':
-      k = sparsify.num_kept(_D, compression)
-      seed = sparsify.round_seed(
+      k = smp_mechanisms.num_kept(_D, compression)
+      seed = smp_mechanisms.round_seed(
           state.aggregator.mask_seed, state.aggregator.round_num
       )
-      indices = sparsify.rand_k_indices(seed, _D, k).numpy()
+      indices = smp_mechanisms.rand_k_indices(seed, _D, k).numpy()
     output = process.next(state, [_dataset(x, y, batch=6)])
     if mask == 'top_k':
       indices = output.state.aggregator.mask_indices
@@ -411,9 +411,9 @@ class MeasurementTest(tf.test.TestCase, parameterized.TestCase):
         _flat(_initial_state(process, seed=5).global_model_weights.trainable),
     )
     self.assertIsInstance(
-        state.aggregator, sss.TopKState if mask == 'top_k' else sss.RandKState
+        state.aggregator, smp_aggregators.TopKState if mask == 'top_k' else smp_aggregators.RandKState
     )
-    k = sparsify.num_kept(_D, compression)
+    k = smp_mechanisms.num_kept(_D, compression)
     # Two of K = 4 clients report: their noise shares still sum to sigma C,
     # and the state's event says so.
     output = process.next(

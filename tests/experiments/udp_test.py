@@ -1,11 +1,11 @@
-"""Tests of tff_priv.experiments.udp_crd: the grid's runs and its table."""
+"""Tests of tff_priv.experiments.udp: the grid's runs and its table."""
 
 import tensorflow as tf
 
-from tff_priv.experiments import udp_crd
+from tff_priv.experiments import udp
 from tff_priv.program import runs
 
-_SETTING = udp_crd.Setting(
+_SETTING = udp.Setting(
     epsilons=(8.0,), clients_per_round=(3,), calibrations=('tight',),
     rounds_grid=(2, 4), initial_rounds=5,
 )
@@ -32,7 +32,7 @@ def _result(label, loss, accuracy, rounds_run, analyst=1.0, server=2.0):
 class UdpCrdTest(tf.test.TestCase):
 
   def test_configs(self):
-    configs = udp_crd.configs(_SETTING)
+    configs = udp.configs(_SETTING)
     self.assertEqual(
         list(configs), ['eps8_K3_tight_T2', 'eps8_K3_tight_T4',
                         'eps8_K3_tight_crd'],
@@ -58,7 +58,7 @@ class UdpCrdTest(tf.test.TestCase):
         'eps8_K3_tight_T4': _result('b', 1.5, 0.6, 4, analyst=3.0),
         'eps8_K3_tight_crd': _result('c', 1.7, 0.55, 3),
     }
-    row = udp_crd.table(_SETTING, results).splitlines()[-1]
+    row = udp.table(_SETTING, results).splitlines()[-1]
     self.assertEqual(
         row,
         '| 8 | 3 | tight | 2: 2.00, 4: 1.50 | T=4 (1.500, 0.600, 3.00, 2.00) '
@@ -67,9 +67,9 @@ class UdpCrdTest(tf.test.TestCase):
 
   def test_bad_setting(self):
     with self.assertRaisesRegex(ValueError, 'calibration'):
-      udp_crd.Setting(calibrations=('loose',))
+      udp.Setting(calibrations=('loose',))
     with self.assertRaisesRegex(ValueError, 'rounds'):
-      udp_crd.Setting(rounds_grid=(0,))
+      udp.Setting(rounds_grid=(0,))
 
 
 if __name__ == '__main__':

@@ -1,14 +1,14 @@
 """Fed-SMP as a TFF learning process: rand_k / top_k masks, DP-FedAvg at p = 1.
 
 `build_fedsmp_process` composes one round of Fed-SMP (Hu, Guo, Gong) around a
-`tff_priv.aggregators.sparsified_secure_sum.SparsifiedSecureSumFactory`:
+`tff_priv.aggregators.smp.SparsifiedSecureSumFactory`:
 
 1. Server, mask='top_k' only: from the global model theta^t, the server trains
    a copy on its public data D_pub with the clients' optimizer, optimizer
    hyperparameters and local period, getting theta_pub, and puts the k largest
    |theta_pub - theta^t| coordinates (global over the flattened trainable
-   weights, `sparsify.top_k_mask_from_public_update`; k = `sparsify.num_kept(d,
-   compression)` as the factory computes it) into the aggregator state as the
+   weights, `smp_mechanisms.top_k_mask_from_public_update`;
+   k = `smp_mechanisms.num_kept(d, compression)` as the factory computes it) into the aggregator state as the
    round's mask. The mask is a function of theta^t (already public) and D_pub
    only: it releases nothing about the clients.
    mask='rand_k': the aggregator draws the round's mask from its public seed;
@@ -58,7 +58,7 @@ mean loss over the public training batches).
 
 The round's mask can be read from the state: for top_k,
 `state.aggregator.mask_indices` after a round is the mask that round used; for
-rand_k, `sparsify.rand_k_indices(sparsify.round_seed(
+rand_k, `smp_mechanisms.rand_k_indices(smp_mechanisms.round_seed(
 state.aggregator.mask_seed, state.aggregator.round_num), d, k)` before it.
 """
 
@@ -76,8 +76,8 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.learning.templates import model_delta_client_work as tff_model_delta
 
 from tff_priv import validation
-from tff_priv.aggregators import sparsified_secure_sum as sss
-from tff_priv.mechanisms import sparsify
+from tff_priv.aggregators import smp as smp_aggregators
+from tff_priv.mechanisms import smp as smp_mechanisms
 
 # The loop TFF's build_model_delta_client_work uses by default; the public
 # training uses the same one.
@@ -95,7 +95,7 @@ def build_fedsmp_process(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    aggregator_factory: sss.SparsifiedSecureSumFactory,
+    aggregator_factory: smp_aggregators.SparsifiedSecureSumFactory,
     server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     public_data: Optional[tf.data.Dataset] = None,
     local_epochs: int = 1,
@@ -179,7 +179,7 @@ def build_fedsmp_process(
   dimension = sum(
       int(np.prod(t.shape)) for t in tff.structure.flatten(update_type)
   )
-  k = sparsify.num_kept(dimension, aggregator_factory.compression)
+  k = smp_mechanisms.num_kept(dimension, aggregator_factory.compression)
   data_type = tff.SequenceType(element_type)
   top_k_mask = _top_k_mask_computations(
       model_fn, client_optimizer_fn, public_runs, local_epochs, k,
@@ -322,7 +322,8 @@ def _checked_arguments(
   if server_optimizer_fn is None:
     server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   _check_optimizer('server_optimizer_fn', server_optimizer_fn)
-  if not isinstance(aggregator_factory, sss.SparsifiedSecureSumFactory):
+  if not isinstance(aggregator_factory,
+                    smp_aggregators.SparsifiedSecureSumFactory):
     raise TypeError(
         'aggregator_factory must be a SparsifiedSecureSumFactory, got '
         f'{type(aggregator_factory).__name__}'
@@ -383,7 +384,7 @@ def _top_k_mask_computations(
     theta = list(global_weights.trainable)
     # u_pub = theta - theta_pub, as TFF's client update returns it.
     theta_pub = [t - u for t, u in zip(theta, result.update)]
-    indices = sparsify.top_k_mask_from_public_update(theta_pub, theta, k)
+    indices = smp_mechanisms.top_k_mask_from_public_update(theta_pub, theta, k)
     public_train = collections.OrderedDict(
         (name, finalizer_fn(unfinalized[name]))
         for name, finalizer_fn in metric_finalizers.items()
@@ -397,8 +398,8 @@ def _top_k_mask_computations(
       aggregator_state_type, tff.TensorType(np.int32, [k])
   )
   def set_round_mask(state, indices):
-    # What `sss._with_top_k_mask` does outside TFF; the aggregator's `next`
-    # checks that the indices are sorted, distinct and in [0, d).
+    # What `smp_aggregators._with_top_k_mask` does outside TFF; the
+    # aggregator's `next` checks that the indices are sorted, distinct and in [0, d).
     return state._replace(
         mask_indices=indices, mask_is_fresh=tf.constant(True)
     )

@@ -1,4 +1,4 @@
-"""Tests for tff_priv.aggregators.gaussian_udp."""
+"""Tests for tff_priv.aggregators.udp."""
 
 import collections
 
@@ -12,7 +12,7 @@ from tests import neighbours as neighbours_lib
 from tests import tiny_models
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
-from tff_priv.aggregators import gaussian_udp
+from tff_priv.aggregators import udp
 from tff_priv.mechanisms import noise_schedule
 
 _D = 20_000  # Coordinates: the relative SE of a std estimate is 1/sqrt(2 D) = 0.5%.
@@ -26,7 +26,7 @@ def _std_tolerance(std):
 
 
 def _udp(noise_stddev=None, **kwargs):
-  return gaussian_udp.GaussianUDPFactory(
+  return udp.GaussianUDPFactory(
       noise_stddev, sensitivity=kwargs.pop('sensitivity', _DELTA), **kwargs
   )
 
@@ -190,7 +190,7 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
       process = factory.create(_VALUE)
       args = ([np.ones(_D, np.float32)] * 2,)
     state = process.initialize()
-    self.assertIsInstance(state, gaussian_udp.ClientNoiseState)
+    self.assertIsInstance(state, udp.ClientNoiseState)
     self.assertTrue(state.is_init_state)
     with self.assertRaises(guarantees.ExtractingDpEventFromInitialStateError):
       guarantees.extract_dp_event(state)
@@ -219,7 +219,7 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual(guarantee.noise, 'local')
       self.assertEqual(guarantee.neighboring_relation, 'replace_one')
       # The precondition: the event needs UDP's client work.
-      self.assertIn('crd.build_udp_process', guarantee.description)
+      self.assertIn('udp.build_udp_process', guarantee.description)
       self.assertIs(guarantees.guarantee_of(factory), guarantee)
 
   @parameterized.named_parameters(
@@ -270,7 +270,7 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
       with self.assertRaisesRegex(ValueError, 'sensitivity'):
         _udp(1.0, sensitivity=bad)
     with self.assertRaisesRegex(TypeError, 'sensitivity'):
-      gaussian_udp.GaussianUDPFactory(1.0)  # pylint: disable=missing-kwoa
+      udp.GaussianUDPFactory(1.0)  # pylint: disable=missing-kwoa
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""Tests for tff_priv.mechanisms.ldp_encode (the LDP-FL two-point encoder).
+"""Tests for tff_priv.mechanisms.ldp (the LDP-FL two-point encoder).
 
 Statistical tests use fixed seeds and a tolerance of 5 standard errors of the
 estimate (two-sided, a false-alarm probability below 1e-6 for a fresh seed);
@@ -12,7 +12,7 @@ import numpy as np
 from scipy import stats
 import tensorflow as tf
 
-from tff_priv.mechanisms import ldp_encode
+from tff_priv.mechanisms import ldp
 
 _EPSILONS = (0.1, 1.0, 5.0, 10.0, 20.0)
 
@@ -26,17 +26,17 @@ class FormulaTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.parameters(*_EPSILONS)
   def test_q_is_the_papers_ratio(self, eps):
     expected = (math.exp(eps) + 1) / (math.exp(eps) - 1)
-    self.assertAllClose(ldp_encode.two_point_q(eps), expected, rtol=1e-12)
+    self.assertAllClose(ldp.two_point_q(eps), expected, rtol=1e-12)
     # q = coth(eps / 2), an independent closed form.
     self.assertAllClose(
-        ldp_encode.two_point_q(eps), 1 / math.tanh(eps / 2), rtol=1e-12
+        ldp.two_point_q(eps), 1 / math.tanh(eps / 2), rtol=1e-12
     )
 
   def test_q_accurate_for_small_epsilon(self):
     eps = 1e-6
     # coth(x) = 1/x + x/3 - ... ; q = 2/eps + eps/6 to 1e-12 relative.
     self.assertAllClose(
-        ldp_encode.two_point_q(eps), 2 / eps + eps / 6, rtol=1e-12
+        ldp.two_point_q(eps), 2 / eps + eps / 6, rtol=1e-12
     )
 
   @parameterized.parameters(*_EPSILONS)
@@ -47,7 +47,7 @@ class FormulaTest(tf.test.TestCase, parameterized.TestCase):
     # Algorithm 2, line 3, as printed.
     expected = ((w - c) * (e - 1) + r * (e + 1)) / (2 * r * (e + 1))
     self.assertAllClose(
-        ldp_encode.prob_high(w, c, r, eps), expected, rtol=1e-12
+        ldp.prob_high(w, c, r, eps), expected, rtol=1e-12
     )
 
   @parameterized.parameters(*_EPSILONS)
@@ -55,11 +55,11 @@ class FormulaTest(tf.test.TestCase, parameterized.TestCase):
     c, r = -0.1, 0.5
     # Inputs inside and outside the range (outside ones are clipped first).
     w = np.linspace(c - 3 * r, c + 3 * r, 601)
-    p = ldp_encode.prob_high(w, c, r, eps).numpy()
+    p = ldp.prob_high(w, c, r, eps).numpy()
     self.assertAllInRange(p, 0.0, 1.0)
     # Pr[low | w] = 1 - p+(w) = p+(2c - w) (the mechanism is symmetric); the
     # latter avoids the cancellation of 1 - p+ in float64 at large eps.
-    p_low = ldp_encode.prob_high(2 * c - w, c, r, eps).numpy()
+    p_low = ldp.prob_high(2 * c - w, c, r, eps).numpy()
     self.assertAllClose(p_low, 1.0 - p, atol=1e-15)
     for probs in (p, p_low):  # high output, low output
       ratio = probs.max() / probs.min()
@@ -71,23 +71,23 @@ class FormulaTest(tf.test.TestCase, parameterized.TestCase):
     q = (math.e + 1) / (math.e - 1)
     w = np.array([[-0.1, 0.2, 0.5], [0.6, 0.0, 0.3]])  # n = 2 clients
     self.assertAllClose(
-        ldp_encode.variance(w, c, r, eps), r**2 * q**2 - (w - c) ** 2
+        ldp.variance(w, c, r, eps), r**2 * q**2 - (w - c) ** 2
     )
     n = w.shape[0]
     lemma4 = r**2 * q**2 / n - np.sum((w - c) ** 2, axis=0) / n**2
-    self.assertAllClose(ldp_encode.mean_variance(w, c, r, eps), lemma4)
+    self.assertAllClose(ldp.mean_variance(w, c, r, eps), lemma4)
     # The paper's bounds around Lemma 4.
-    v = ldp_encode.mean_variance(w, c, r, eps).numpy()
+    v = ldp.mean_variance(w, c, r, eps).numpy()
     self.assertAllGreaterEqual(v - (r**2 * q**2 / n - r**2 / n), -1e-12)
     self.assertAllLessEqual(v, r**2 * q**2 / n)
 
   def test_variance_does_not_vanish_for_large_epsilon(self):
     # The paper's "r^2 O(e^-eps + e^-2eps)" is wrong: Var -> r^2 - (w - c)^2.
-    self.assertAllClose(ldp_encode.variance(0.0, 0.0, 1.0, 30.0), 1.0)
+    self.assertAllClose(ldp.variance(0.0, 0.0, 1.0, 30.0), 1.0)
 
   @parameterized.parameters(tf.float32, tf.float64)
   def test_output_values(self, dtype):
-    lo, hi = ldp_encode.output_values(
+    lo, hi = ldp.output_values(
         tf.constant(0.5, dtype), tf.constant(0.25, dtype), 1.0
     )
     q = (math.e + 1) / (math.e - 1)
@@ -99,8 +99,8 @@ class ImplementationPrivacyTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.parameters(tf.float32, tf.float64)
   def test_coins_are_uniform_integers(self, dtype):
-    n = ldp_encode.COIN_RESOLUTION
-    k = ldp_encode.coins([1001, 1000], _seed(3, 4), dtype).numpy()
+    n = ldp.COIN_RESOLUTION
+    k = ldp.coins([1001, 1000], _seed(3, 4), dtype).numpy()
     self.assertEqual(k.dtype, dtype.as_numpy_dtype)
     self.assertAllEqual(k, np.floor(k))
     self.assertAllInRange(k, 0, n - 1)
@@ -115,7 +115,7 @@ class ImplementationPrivacyTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_odd_sizes_and_empty(self):
     for shape in ([7], [3, 5], [0]):
-      k = ldp_encode.coins(shape, _seed(1, 2))
+      k = ldp.coins(shape, _seed(1, 2))
       self.assertEqual(k.shape, shape)
 
   @parameterized.product(
@@ -126,7 +126,7 @@ class ImplementationPrivacyTest(tf.test.TestCase, parameterized.TestCase):
   ):
     r = 0.01
     w = tf.constant(np.linspace(center - 2 * r, center + 2 * r, 1001), dtype)
-    p = ldp_encode.realized_prob_high(w, center, r, eps).numpy()
+    p = ldp.realized_prob_high(w, center, r, eps).numpy()
     # Exact probabilities (multiples of 1/N); no tolerance on the bound.
     for probs in (p, 1.0 - p):
       self.assertGreater(probs.min(), 0.0)
@@ -137,16 +137,16 @@ class ImplementationPrivacyTest(tf.test.TestCase, parameterized.TestCase):
     c, r = 0.25, 0.125
     w = tf.constant(np.linspace(c - r, c + r, 257), tf.float32)
     # The float32 outputs the encoder emits.
-    lo, hi = ldp_encode.output_values(
+    lo, hi = ldp.output_values(
         tf.constant(c, tf.float32), tf.constant(r, tf.float32), eps
     )
     lo, hi = float(lo), float(hi)
-    p = ldp_encode.realized_prob_high(w, c, r, eps).numpy()
+    p = ldp.realized_prob_high(w, c, r, eps).numpy()
     mean = lo + (hi - lo) * p  # exact expectation of the implementation
     # Bias bound of the module docstring, 2 r q (1 + 2^-8) / N, plus the
     # float32 rounding of the two outputs.
-    rq = r * float(ldp_encode.two_point_q(eps))
-    bound = 2 * rq * (1 + 2.0**-8) / ldp_encode.COIN_RESOLUTION
+    rq = r * float(ldp.two_point_q(eps))
+    bound = 2 * rq * (1 + 2.0**-8) / ldp.COIN_RESOLUTION
     bound += (abs(c) + rq) * 2.0**-23
     self.assertAllClose(mean, w.numpy().astype(np.float64), atol=bound, rtol=0)
 
@@ -154,12 +154,12 @@ class ImplementationPrivacyTest(tf.test.TestCase, parameterized.TestCase):
   def test_empirical_frequency_matches_realized_probability(self, eps):
     c, r, n = 0.0, 1.0, 400_000
     for w in (-1.0, -0.3, 0.0, 0.7, 1.0):
-      out = ldp_encode.encode(
+      out = ldp.encode(
           tf.fill([n], w), c, r, eps, _seed(11, int(10 * w) + 20)
       ).encoded.numpy()
-      _, hi = ldp_encode.output_values(tf.constant(c, tf.float32), r, eps)
+      _, hi = ldp.output_values(tf.constant(c, tf.float32), r, eps)
       freq = np.mean(out == hi.numpy())
-      p = ldp_encode.realized_prob_high(
+      p = ldp.realized_prob_high(
           tf.constant([w], tf.float32), c, r, eps
       ).numpy()[0]
       self.assertNear(freq, p, 5 * math.sqrt(p * (1 - p) / n))
@@ -174,8 +174,8 @@ class EncodeTest(tf.test.TestCase, parameterized.TestCase):
     w = tf.random.stateless_normal(
         [5000], _seed(1, 2), mean=center, stddev=2 * radius
     )
-    result = ldp_encode.encode(w, center, radius, eps, _seed(5, 6))
-    lo, hi = ldp_encode.output_values(
+    result = ldp.encode(w, center, radius, eps, _seed(5, 6))
+    lo, hi = ldp.output_values(
         tf.constant(center, tf.float32), tf.constant(radius, tf.float32), eps
     )
     self.assertCountEqual(np.unique(result.encoded), [lo.numpy(), hi.numpy()])
@@ -183,20 +183,20 @@ class EncodeTest(tf.test.TestCase, parameterized.TestCase):
   def test_values_outside_range_are_clipped_first(self):
     eps, c, r, n = 1.0, 0.0, 0.5, 200_000
     w = np.array([-3.0, -0.5, 0.2, 0.5, 7.0], np.float32)
-    result = ldp_encode.encode(w, c, r, eps, _seed(0, 1))
+    result = ldp.encode(w, c, r, eps, _seed(0, 1))
     self.assertEqual(result.num_clipped, 2)
     self.assertEqual(result.num_nonfinite, 0)
     self.assertEqual(result.finite_min, -3.0)
     self.assertEqual(result.finite_max, 7.0)
     # Far outside the range behaves exactly as the range's end.
     self.assertAllEqual(
-        ldp_encode.realized_prob_high(w, c, r, eps).numpy()[[0, 4]],
-        ldp_encode.realized_prob_high(w, c, r, eps).numpy()[[1, 3]],
+        ldp.realized_prob_high(w, c, r, eps).numpy()[[0, 4]],
+        ldp.realized_prob_high(w, c, r, eps).numpy()[[1, 3]],
     )
     # And the encoder estimates the clipped value: mean of n encodings of
     # w = 7 is c + r = 0.5 (not 7), within 5 standard errors.
-    out = ldp_encode.encode(tf.fill([n], 7.0), c, r, eps, _seed(0, 2))
-    sd = math.sqrt(ldp_encode.variance(0.5, c, r, eps).numpy() / n)
+    out = ldp.encode(tf.fill([n], 7.0), c, r, eps, _seed(0, 2))
+    sd = math.sqrt(ldp.variance(0.5, c, r, eps).numpy() / n)
     self.assertNear(np.mean(out.encoded), 0.5, 5 * sd)
     self.assertEqual(out.num_clipped, n)
 
@@ -208,15 +208,15 @@ class EncodeTest(tf.test.TestCase, parameterized.TestCase):
   )
   def test_unbiased_with_variance_of_lemma_3(self, eps, c, r, w):
     n = 400_000
-    x = ldp_encode.encode(
+    x = ldp.encode(
         tf.fill([n], tf.constant(w, tf.float32)), c, r, eps, _seed(7, 8)
     ).encoded.numpy().astype(np.float64)
-    var = float(ldp_encode.variance(w, c, r, eps))
+    var = float(ldp.variance(w, c, r, eps))
     self.assertNear(x.mean(), w, 5 * math.sqrt(var / n))
     # Standard error of the sample variance: sqrt((mu4 - var^2) / n), with
     # the fourth central moment of the two-point output.
-    lo, hi = (float(v) for v in ldp_encode.output_values(c, r, eps))
-    p = float(ldp_encode.prob_high(w, c, r, eps))
+    lo, hi = (float(v) for v in ldp.output_values(c, r, eps))
+    p = float(ldp.prob_high(w, c, r, eps))
     mu4 = p * (hi - w) ** 4 + (1 - p) * (lo - w) ** 4
     # x.var() = mean((x - w)^2) - (mean(x) - w)^2: 5 standard errors of the
     # first term plus the second term's bound at 5 standard errors, 25 var/n.
@@ -227,19 +227,19 @@ class EncodeTest(tf.test.TestCase, parameterized.TestCase):
   def test_lemma_4_variance_of_mean_of_n_clients(self):
     eps, c, r, n, trials = 1.0, 0.0, 1.0, 20, 50_000
     w = np.linspace(-1.0, 1.0, n).astype(np.float32)  # one value per client
-    x = ldp_encode.encode(
+    x = ldp.encode(
         tf.tile(w[None, :], [trials, 1]), c, r, eps, _seed(9, 9)
     ).encoded.numpy().astype(np.float64)
     means = x.mean(axis=1)  # the server's mean, one per trial
-    v = float(ldp_encode.mean_variance(w[:, None], c, r, eps)[0])
+    v = float(ldp.mean_variance(w[:, None], c, r, eps)[0])
     self.assertNear(means.mean(), w.mean(), 5 * math.sqrt(v / trials))
     # Sample variance of a near-Gaussian mean: SE = v sqrt(2 / (trials - 1)).
     self.assertNear(means.var(ddof=1), v, 5 * v * math.sqrt(2 / (trials - 1)))
 
   def test_same_seed_same_output(self):
     w = tf.random.stateless_uniform([1000], _seed(1, 1), -1.0, 1.0)
-    a = ldp_encode.encode(w, 0.0, 1.0, 1.0, _seed(4, 2)).encoded
-    b = ldp_encode.encode(w, 0.0, 1.0, 1.0, _seed(4, 2)).encoded
+    a = ldp.encode(w, 0.0, 1.0, 1.0, _seed(4, 2)).encoded
+    b = ldp.encode(w, 0.0, 1.0, 1.0, _seed(4, 2)).encoded
     self.assertAllEqual(a, b)
 
   def test_fresh_seeds_give_uncorrelated_outputs_despite_global_seed(self):
@@ -247,17 +247,17 @@ class EncodeTest(tf.test.TestCase, parameterized.TestCase):
 
     @tf.function
     def client(w):
-      return ldp_encode.encode(w, 0.0, 1.0, 1.0, ldp_encode.fresh_seed())
+      return ldp.encode(w, 0.0, 1.0, 1.0, ldp.fresh_seed())
 
     n = 100_000
     w = tf.zeros([n])  # p = 1/2, outputs +-q with mean 0
     a = client(w).encoded.numpy().astype(np.float64)
     b = client(w).encoded.numpy().astype(np.float64)
-    q = float(ldp_encode.two_point_q(1.0))
+    q = float(ldp.two_point_q(1.0))
     corr = np.mean(a * b) / q**2
     # Independent +-q coins: corr has mean 0 and standard error 1/sqrt(n).
     self.assertLess(abs(corr), 5 / math.sqrt(n))
-    self.assertNotAllEqual(ldp_encode.fresh_seed(), ldp_encode.fresh_seed())
+    self.assertNotAllEqual(ldp.fresh_seed(), ldp.fresh_seed())
 
   @parameterized.parameters(0, 50_000, 99_999)
   def test_nonfinite_values_are_dropped_and_counted(self, position):
@@ -266,7 +266,7 @@ class EncodeTest(tf.test.TestCase, parameterized.TestCase):
     w[(position + 7) % w.size] = np.inf
     w[(position + 13) % w.size] = -np.inf
     w[(position + 21) % w.size] = 5.0  # clipped, finite
-    result = ldp_encode.encode(w, 0.0, 1.0, 1.0, _seed(2, 3))
+    result = ldp.encode(w, 0.0, 1.0, 1.0, _seed(2, 3))
     bad = ~np.isfinite(w)
     self.assertEqual(result.num_nonfinite, 3)
     self.assertEqual(result.num_clipped, 1)
@@ -276,7 +276,7 @@ class EncodeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(result.finite_max, 5.0)
 
   def test_all_nonfinite(self):
-    result = ldp_encode.encode(
+    result = ldp.encode(
         tf.constant([np.nan, np.inf]), 0.0, 1.0, 1.0, _seed(2, 3)
     )
     self.assertEqual(result.num_nonfinite, 2)
@@ -286,7 +286,7 @@ class EncodeTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.parameters(tf.float16, tf.bfloat16, tf.float32, tf.float64)
   def test_dtypes(self, dtype):
     w = tf.cast(tf.tile([-2.0, -1.5, -0.5, 0.0, 0.5, 1.5, 2.0], [20]), dtype)
-    result = ldp_encode.encode(w, 0.0, 1.0, 2.0, _seed(1, 5))
+    result = ldp.encode(w, 0.0, 1.0, 2.0, _seed(1, 5))
     self.assertEqual(result.encoded.dtype, dtype)
     self.assertEqual(result.encoded.shape, w.shape)
     self.assertLen(np.unique(result.encoded.numpy()), 2)
@@ -294,12 +294,12 @@ class EncodeTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_rejects_integer_values(self):
     with self.assertRaisesRegex(TypeError, 'values'):
-      ldp_encode.encode(tf.constant([1, 2]), 0.0, 1.0, 1.0, _seed(1, 1))
+      ldp.encode(tf.constant([1, 2]), 0.0, 1.0, 1.0, _seed(1, 1))
 
   def test_shape_is_kept(self):
     w = tf.zeros([3, 4, 5])
     self.assertEqual(
-        ldp_encode.encode(w, 0.0, 1.0, 1.0, _seed(1, 1)).encoded.shape,
+        ldp.encode(w, 0.0, 1.0, 1.0, _seed(1, 1)).encoded.shape,
         [3, 4, 5],
     )
 

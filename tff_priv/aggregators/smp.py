@@ -23,7 +23,7 @@ import tensorflow_federated as tff
 from tff_priv import runtime
 from tff_priv import validation
 from tff_priv.accounting import guarantees
-from tff_priv.mechanisms import sparsify
+from tff_priv.mechanisms import smp as smp_mechanisms
 
 MASKS = ('rand_k', 'top_k')
 DEFAULT_SECURE_BOUND_STDDEVS = 6.0
@@ -94,7 +94,7 @@ class TopKState(NamedTuple):
 def _with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
   """The top_k `state` with `indices` as the next round's mask (for tests).
 
-  Not public API: `tff_priv.learning.fedsmp.build_fedsmp_process` sets the
+  Not public API: `tff_priv.learning.smp.build_fedsmp_process` sets the
   mask inside TFF each round; this Python-side copy lets the factory's tests
   drive a top_k process directly.
 
@@ -102,7 +102,7 @@ def _with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
     state: a `TopKState` returned by `initialize` or `next` of a process made
       by a `SparsifiedSecureSumFactory(mask='top_k')`.
     indices: k distinct coordinates of the flattened value, chosen from public
-      data only (e.g. `sparsify.top_k_mask_from_public_update`).
+      data only (e.g. `smp_mechanisms.top_k_mask_from_public_update`).
 
   Returns:
     A copy of `state` with the sorted indices and `mask_is_fresh` set.
@@ -116,7 +116,7 @@ def _with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
     raise TypeError(f'state must be a TopKState, got {type(state).__name__}')
   k = int(np.asarray(state.mask_indices).shape[0])
   return state._replace(
-      mask_indices=sparsify.check_mask_indices(indices, k),
+      mask_indices=smp_mechanisms.check_mask_indices(indices, k),
       mask_is_fresh=np.bool_(True),
   )
 
@@ -131,9 +131,9 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
   * Mask (server): `mask='rand_k'` draws k distinct coordinates uniformly from
     a public seed in the state (`RandKState.mask_seed` folded with
-    `round_num`, `sparsify.rand_k_indices`), derived once at the server and
-    broadcast; `mask='top_k'` uses the indices put in the state before the
-    round (`tff_priv.learning.fedsmp.build_fedsmp_process` trains on public
+    `round_num`, `smp_mechanisms.rand_k_indices`), derived once at the server
+    and broadcast; `mask='top_k'` uses the indices put in the state before the
+    round (`tff_priv.learning.smp.build_fedsmp_process` trains on public
     data inside TFF and does it; a round whose mask was not refreshed fails).
     The mask depends on public inputs only.
   * Count: the server learns n, the number of clients of the round, by a
@@ -141,10 +141,10 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
   * Client: mask -> scale by d/k (rand_k only; unbiased) -> clip the L2 norm
     of the k values to C -> add N(0, sigma^2 C^2 / n) to each of the k values
     with the client's own fresh randomness (never the public mask seed) ->
-    upload (`sparsify.sparsify_clip_noise`).
+    upload (`smp_mechanisms.sparsify_clip_noise`).
   * Movement: `secure=True` sums the k values with
     `tff.aggregators.SecureSumFactory` (values clipped to [-B, B] and
-    quantized to 32 bits, B = C + z sigma C, `sparsify.secure_sum_bound`:
+    quantized to 32 bits, B = C + z sigma C, `smp_mechanisms.secure_sum_bound`:
     a value is altered only when its noise exceeds z = `secure_bound_stddevs`
     of its std, probability about 2e-9 per value at z = 6); `secure=False`
     uses `tff.aggregators.SumFactory`.
@@ -196,16 +196,16 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
       noise_multiplier: sigma >= 0; the clients' sum carries noise of std
         sigma * clip on every kept coordinate.
       clip: C > 0, L2 bound of each client's k (scaled) values.
-      compression: p = k / d in (0, 1]; k = `sparsify.num_kept(d, p)`.
+      compression: p = k / d in (0, 1]; k = `smp_mechanisms.num_kept(d, p)`.
       expected_clients_per_round: K >= 1, the divisor of the sum.
       mask: 'rand_k' (uniform, unbiased with the d/k scaling) or 'top_k'
         (indices put in the state before each round by the learning
-        process, from public data: `tff_priv.learning.fedsmp`).
+        process, from public data: `tff_priv.learning.smp`).
       secure: True moves the values with `tff.aggregators.SecureSumFactory`,
         False with `tff.aggregators.SumFactory`.
       secure_bound: B, the secure sum clips every value to [-B, B]; must be
         >= clip (a clipped value can reach C). Default
-        `sparsify.secure_sum_bound(clip, sigma, secure_bound_stddevs)`.
+        `smp_mechanisms.secure_sum_bound(clip, sigma, secure_bound_stddevs)`.
         Only with secure=True.
       secure_bound_stddevs: z > 0 of the default bound (ignored when
         `secure_bound` is given).
@@ -245,7 +245,7 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
             f'the clip, so a smaller bound alters signal; got {secure_bound}'
         )
     elif secure:
-      secure_bound = sparsify.secure_sum_bound(
+      secure_bound = smp_mechanisms.secure_sum_bound(
           clip, noise_multiplier, secure_bound_stddevs
       )
     if mask_seed is not None:
@@ -346,12 +346,13 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
     dtype, specs, dimension = _check_value_type(value_type)
     if self._secure:
       runtime.check_secure_intrinsics('SparsifiedSecureSumFactory(secure=True)')
-    k = sparsify.num_kept(dimension, self._compression)
+    k = smp_mechanisms.num_kept(dimension, self._compression)
     # rand_k with k == d keeps every coordinate in order: the mask, the gather
     # and the scatter are identities and are skipped (top_k always sends its
     # mask, which `next` checks).
     full = k == dimension and self._mask == 'rand_k'
-    scale = sparsify.rand_k_scale(dimension, k) if self._mask == 'rand_k' else 1.0
+    scale = (smp_mechanisms.rand_k_scale(dimension, k)
+             if self._mask == 'rand_k' else 1.0)
     clip = self._clip
     expected_clients = self._expected_clients
     noise_multiplier = self._noise_multiplier
@@ -525,8 +526,8 @@ def _mask_computations(mask, mask_seed, dimension, k, indices_type) -> _Mask:
         tff.TensorType(np.int64), tff.TensorType(np.int64, [2])
     )
     def round_indices(round_num, seed):
-      return sparsify.rand_k_indices(
-          sparsify.round_seed(seed, round_num), dimension, k
+      return smp_mechanisms.rand_k_indices(
+          smp_mechanisms.round_seed(seed, round_num), dimension, k
       )
 
     @tff.tensorflow.computation(tff.TensorType(np.int64))
@@ -547,7 +548,7 @@ def _mask_computations(mask, mask_seed, dimension, k, indices_type) -> _Mask:
             is_fresh,
             ['top_k mask not refreshed for this round: the learning '
              'process must set it from public data before every next() '
-             '(tff_priv.learning.fedsmp)'],
+             '(tff_priv.learning.smp)'],
         ),
         tf.debugging.Assert(
             tf.reduce_all(indices[1:] > indices[:-1]),
@@ -577,7 +578,7 @@ def _client_upload(value_type, specs, indices_type, scale, clip,
 
   def noise_share(num_clients):
     return tf.cast(
-        sparsify.client_noise_stddev(noise_multiplier, clip, num_clients),
+        smp_mechanisms.client_noise_stddev(noise_multiplier, clip, num_clients),
         tf_dtype,
     )
 
@@ -585,7 +586,7 @@ def _client_upload(value_type, specs, indices_type, scale, clip,
 
     @tff.tensorflow.computation(value_type, np.int32)
     def client_upload(value, num_clients):
-      return sparsify.sparsify_clip_noise(
+      return smp_mechanisms.sparsify_clip_noise(
           _as_structure(value, specs), None, scale=1.0, clip=clip,
           noise_stddev=noise_share(num_clients),
       )
@@ -594,7 +595,7 @@ def _client_upload(value_type, specs, indices_type, scale, clip,
 
   @tff.tensorflow.computation(value_type, indices_type, np.int32)
   def client_sparse_upload(value, indices, num_clients):
-    return sparsify.sparsify_clip_noise(
+    return smp_mechanisms.sparsify_clip_noise(
         _as_structure(value, specs), indices, scale=scale, clip=clip,
         noise_stddev=noise_share(num_clients),
     )
@@ -643,8 +644,8 @@ def _server_result(upload_type, specs, indices_type, dimension, noise_stddev,
   def server_sparse_result(summed, indices, num_clients):
     summed = summed + empty_round_noise(num_clients, tf.shape(summed))
     mean = summed / tf.constant(expected_clients, tf_dtype)
-    return sparsify.unflatten(
-        sparsify.densify(mean, indices, dimension), specs
+    return smp_mechanisms.unflatten(
+        smp_mechanisms.densify(mean, indices, dimension), specs
     )
 
   return server_sparse_result

@@ -26,8 +26,8 @@ from tests import neighbours
 from tff_priv.accounting import accountants
 from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
-from tff_priv.aggregators import ldp_encode
-from tff_priv.mechanisms import ldp_encode as mechanism
+from tff_priv.aggregators import ldp as ldp_aggregators
+from tff_priv.mechanisms import ldp as ldp_mechanisms
 
 _F32 = np.float32
 
@@ -51,8 +51,8 @@ def _zeros_like_type(value_type):
 
 def _two_values(center, radius, eps, dtype=tf.float32):
   """c -+ r q as the encoder emits them for a tensor of `dtype`."""
-  compute = mechanism.compute_dtype(dtype)
-  lo, hi = mechanism.output_values(
+  compute = ldp_mechanisms.compute_dtype(dtype)
+  lo, hi = ldp_mechanisms.output_values(
       tf.constant(center, compute), tf.constant(radius, compute), eps
   )
   return [tf.cast(lo, dtype).numpy(), tf.cast(hi, dtype).numpy()]
@@ -74,7 +74,7 @@ def _zscores(result, values, center, radius, eps):
   """(result - mean of clipped values) / sd of the mean (Lemma 4)."""
   stacked = np.stack(values).astype(np.float64)
   clipped = np.clip(stacked, center - radius, center + radius)
-  var = mechanism.mean_variance(stacked, center, radius, eps).numpy()
+  var = ldp_mechanisms.mean_variance(stacked, center, radius, eps).numpy()
   return (np.asarray(result, np.float64) - clipped.mean(axis=0)) / np.sqrt(var)
 
 
@@ -83,7 +83,7 @@ class TypeTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.parameters('fixed', 'minmax')
   def test_type_signature(self, mode):
     value_type = _list_type([3], [2, 2])
-    process = ldp_encode.LDPEncodeFactory(1.0, mode, radius=1.0).create(
+    process = ldp_aggregators.LDPEncodeFactory(1.0, mode, radius=1.0).create(
         value_type
     )
     self.assertIsInstance(process, tff.templates.AggregationProcess)
@@ -91,7 +91,7 @@ class TypeTest(tf.test.TestCase, parameterized.TestCase):
     state_type = process.initialize.type_signature.result
     self.assertEqual(state_type.placement, tff.SERVER)
     member = state_type.member
-    self.assertIs(member.python_container, ldp_encode.LDPState)
+    self.assertIs(member.python_container, ldp_aggregators.LDPState)
     self.assertEqual(
         tff.structure.name_list(member),
         [
@@ -147,7 +147,7 @@ class TypeTest(tf.test.TestCase, parameterized.TestCase):
       ),
   )
   def test_value_structures(self, value_type, d):
-    factory = ldp_encode.LDPEncodeFactory(2.0, radius=1.0)
+    factory = ldp_aggregators.LDPEncodeFactory(2.0, radius=1.0)
     self.assertEqual(factory.num_scalars(value_type), d)
     process = factory.create(value_type)
     output = process.next(process.initialize(), [_zeros_like_type(value_type)])
@@ -173,7 +173,7 @@ class FixedRangeTest(tf.test.TestCase):
 
   def test_per_tensor_range_two_values(self):
     value_type = _list_type([6], [4])
-    factory = ldp_encode.LDPEncodeFactory(
+    factory = ldp_aggregators.LDPEncodeFactory(
         1.0, center=[0.0, 5.0], radius=[1.0, 0.5]
     )
     process = factory.create(value_type)
@@ -197,7 +197,7 @@ class FixedRangeTest(tf.test.TestCase):
     eps, c, r, n, d = 1.0, 0.2, 1.0, 8, 4000
     rng = np.random.default_rng(0)
     values = [rng.normal(c, 0.6, size=[d]).astype(_F32) for _ in range(n)]
-    process = ldp_encode.LDPEncodeFactory(eps, center=c, radius=r).create(
+    process = ldp_aggregators.LDPEncodeFactory(eps, center=c, radius=r).create(
         tff.TensorType(_F32, [d])
     )
     output = process.next(process.initialize(), values)
@@ -217,7 +217,7 @@ class FixedRangeTest(tf.test.TestCase):
         (dict(radius=[1.0]), 'radius'),
     ):
       with self.assertRaisesRegex(ValueError, name):
-        ldp_encode.LDPEncodeFactory(1.0, **kwargs).create(value_type)
+        ldp_aggregators.LDPEncodeFactory(1.0, **kwargs).create(value_type)
 
 
 class MinMaxRangeTest(tf.test.TestCase):
@@ -229,7 +229,7 @@ class MinMaxRangeTest(tf.test.TestCase):
         [np.array([1.5, 0.0, 0.125], _F32), np.array([3.0, 3.0], _F32)],
         [np.array([np.inf, 0.75, -0.25], _F32), np.array([3.0, 3.0], _F32)],
     ]
-    factory = ldp_encode.LDPEncodeFactory(
+    factory = ldp_aggregators.LDPEncodeFactory(
         1.0, 'minmax', radius=2.0, min_radius=1e-3
     )
     self.assertFalse(factory.range_release_is_private)
@@ -252,7 +252,7 @@ class MinMaxRangeTest(tf.test.TestCase):
     )
 
   def test_non_finite_values_count_as_the_center(self):
-    process = ldp_encode.LDPEncodeFactory(
+    process = ldp_aggregators.LDPEncodeFactory(
         1.0, 'minmax', radius=2.0, min_radius=1e-3
     ).create(tff.TensorType(_F32, [2]))
     output = process.next(
@@ -263,7 +263,7 @@ class MinMaxRangeTest(tf.test.TestCase):
     self.assertTrue(np.all(np.isfinite(output.result)))
 
   def test_range_release_is_charged_as_non_private(self):
-    factory = ldp_encode.LDPEncodeFactory(1.0, 'minmax', radius=1.0)
+    factory = ldp_aggregators.LDPEncodeFactory(1.0, 'minmax', radius=1.0)
     event = _one_round_event(
         factory, _list_type([2]), [[np.array([0.5, -0.5], _F32)]]
     )
@@ -285,7 +285,7 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.parameters((0.01, -1), (10.0, 1))
   def test_radius_moves_toward_the_clients(self, scale, direction):
     n, lr, target, r0 = 10, 0.2, 0.5, 1.0
-    factory = ldp_encode.LDPEncodeFactory(
+    factory = ldp_aggregators.LDPEncodeFactory(
         1.0,
         'quantile',
         radius=r0,
@@ -316,7 +316,7 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
   def test_range_event_is_a_gaussian_count_per_tensor_replace_one(self):
     n, stddev, eps = 50, 5.0, 1.0
     value_type = _list_type([2], [3], [4])
-    factory = ldp_encode.LDPEncodeFactory(
+    factory = ldp_aggregators.LDPEncodeFactory(
         eps,
         'quantile',
         radius=1.0,
@@ -355,7 +355,7 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
         range_epsilon(dp_accounting.GaussianDpEvent(stddev / math.sqrt(3))),
         rtol=1e-4,
     )
-    noisier = ldp_encode.LDPEncodeFactory(
+    noisier = ldp_aggregators.LDPEncodeFactory(
         eps,
         'quantile',
         radius=1.0,
@@ -371,7 +371,7 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
     # tensorflow_privacy's query accounts a record of +-0.5 appearing or not
     # (stddev / 0.5); replacing a client flips it (stddev / 1).
     n, stddev = 40, 3.0
-    factory = ldp_encode.LDPEncodeFactory(
+    factory = ldp_aggregators.LDPEncodeFactory(
         1.0,
         'quantile',
         radius=1.0,
@@ -393,7 +393,7 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_default_noise_is_andrew_et_al(self):
     event = _one_round_event(
-        ldp_encode.LDPEncodeFactory(
+        ldp_aggregators.LDPEncodeFactory(
             1.0, 'quantile', radius=1.0, expected_clients_per_round=40
         ),
         tff.TensorType(_F32, [3]),
@@ -403,7 +403,7 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(event.events[1].events[0].noise_multiplier, 2.0)
 
   def test_guarantee_says_whom_the_range_release_protects(self):
-    guarantee = ldp_encode.LDPEncodeFactory(
+    guarantee = ldp_aggregators.LDPEncodeFactory(
         1.0, 'quantile', radius=1.0, expected_clients_per_round=10
     ).guarantee
     self.assertEqual(guarantee.unit, 'client')
@@ -423,7 +423,7 @@ class DpEventTest(tf.test.TestCase):
   def test_fixed_round_event_is_d_pure_epsilon_releases(self):
     eps = 0.7
     value_type = _list_type([3], [2, 2])
-    factory = ldp_encode.LDPEncodeFactory(eps, radius=1.0)
+    factory = ldp_aggregators.LDPEncodeFactory(eps, radius=1.0)
     self.assertEqual(factory.num_scalars(value_type), 7)
     process = factory.create(value_type)
     state = process.initialize()
@@ -453,7 +453,7 @@ class DpEventTest(tf.test.TestCase):
         ('minmax', {}),
         ('quantile', dict(expected_clients_per_round=10)),
     ):
-      process = ldp_encode.LDPEncodeFactory(
+      process = ldp_aggregators.LDPEncodeFactory(
           1.0, mode, radius=1.0, **kwargs
       ).create(_list_type([2], [3]))
       state = process.initialize()
@@ -498,7 +498,7 @@ class ExactStatisticTest(tf.test.TestCase, parameterized.TestCase):
   )
   def test_measurements_of_neighbouring_inputs(self, mode, replacement):
     value_type = _list_type([4], [3])
-    factory = ldp_encode.LDPEncodeFactory(
+    factory = ldp_aggregators.LDPEncodeFactory(
         1.0,
         mode,
         radius=1.0,
@@ -550,7 +550,7 @@ class NonFiniteTest(tf.test.TestCase):
     values[0][:1000] = np.nan
     values[0][1000] = np.inf
     values[1][1001] = -np.inf
-    process = ldp_encode.LDPEncodeFactory(eps, radius=r).create(
+    process = ldp_aggregators.LDPEncodeFactory(eps, radius=r).create(
         _list_type([d], [3])
     )
     clients = [[v, np.zeros([3], _F32)] for v in values]
@@ -567,7 +567,7 @@ class NonFiniteTest(tf.test.TestCase):
     self.assertNear(z.var(), 1.0, 5 * math.sqrt((np.mean(z**4) - 1) / 1000))
 
   def test_coordinate_nobody_reports_is_zero(self):
-    process = ldp_encode.ReportMeanFactory().create(tff.TensorType(_F32, [3]))
+    process = ldp_aggregators.ReportMeanFactory().create(tff.TensorType(_F32, [3]))
     reports = [
         np.array([np.nan, 1.0, np.nan], _F32),
         np.array([np.nan, 3.0, 4.0], _F32),
@@ -583,12 +583,12 @@ class IndependenceTest(tf.test.TestCase):
   def test_two_clients_with_identical_inputs_are_uncorrelated(self):
     tf.random.set_seed(1)  # a graph-level seed must not couple the clients
     d, eps = 20_000, 1.0
-    process = ldp_encode.LDPEncodeFactory(eps, radius=1.0).create(
+    process = ldp_aggregators.LDPEncodeFactory(eps, radius=1.0).create(
         tff.TensorType(_F32, [d])
     )
     zeros = np.zeros([d], _F32)
     mean = process.next(process.initialize(), [zeros, zeros]).result
-    a = float(mechanism.two_point_q(eps))  # reports are +-a, mean 0
+    a = float(ldp_mechanisms.two_point_q(eps))  # reports are +-a, mean 0
     # (X_A + X_B)^2 = 2 a^2 + 2 X_A X_B, so X_A X_B / a^2 = 2 m^2 / a^2 - 1:
     # the sample correlation. Independent: mean 0, SE 1/sqrt(d); identical
     # coins would give 1.
@@ -597,14 +597,14 @@ class IndependenceTest(tf.test.TestCase):
 
   def test_one_client_in_two_rounds_is_uncorrelated(self):
     d, eps = 20_000, 1.0
-    process = ldp_encode.LDPEncodeFactory(eps, radius=1.0).create(
+    process = ldp_aggregators.LDPEncodeFactory(eps, radius=1.0).create(
         tff.TensorType(_F32, [d])
     )
     state = process.initialize()
     zeros = [np.zeros([d], _F32)]
     first = process.next(state, zeros)
     second = process.next(first.state, zeros)
-    a = float(mechanism.two_point_q(eps))
+    a = float(ldp_mechanisms.two_point_q(eps))
     corr = np.mean(first.result.astype(np.float64) * second.result) / a**2
     self.assertLess(abs(corr), 5 / math.sqrt(d))
 
@@ -660,7 +660,7 @@ class BadArgumentsTest(tf.test.TestCase, parameterized.TestCase):
     kwargs = dict(epsilon=1.0, range_mode='fixed', radius=1.0)
     kwargs.update(override)
     with self.assertRaisesRegex(error, name):
-      ldp_encode.LDPEncodeFactory(**kwargs)
+      ldp_aggregators.LDPEncodeFactory(**kwargs)
 
   @parameterized.named_parameters(
       ('int_tensor', tff.TensorType(np.int32, [3])),
@@ -671,8 +671,8 @@ class BadArgumentsTest(tf.test.TestCase, parameterized.TestCase):
   )
   def test_bad_value_type(self, value_type):
     for factory in (
-        ldp_encode.LDPEncodeFactory(1.0, radius=1.0),
-        ldp_encode.ReportMeanFactory(),
+        ldp_aggregators.LDPEncodeFactory(1.0, radius=1.0),
+        ldp_aggregators.ReportMeanFactory(),
     ):
       with self.assertRaisesRegex(TypeError, 'value_type'):
         factory.create(value_type)
@@ -709,7 +709,7 @@ class LearningTest(tf.test.TestCase):
         model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
         server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-        model_aggregator=ldp_encode.LDPEncodeFactory(2.0, radius=0.1),
+        model_aggregator=ldp_aggregators.LDPEncodeFactory(2.0, radius=0.1),
     )
     state = process.initialize()
     losses = []

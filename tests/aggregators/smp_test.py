@@ -1,4 +1,4 @@
-"""Tests for tff_priv.aggregators.sparsified_secure_sum (Fed-SMP aggregation).
+"""Tests for tff_priv.aggregators.smp (Fed-SMP aggregation).
 
 Runs in tff_priv.runtime's 'simulation' context (tests/conftest.py), where
 TFF's secure-sum intrinsics run as their plain bodies.
@@ -22,8 +22,8 @@ from tests import neighbours as neighbours_lib
 from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
-from tff_priv.aggregators import sparsified_secure_sum as sss
-from tff_priv.mechanisms import sparsify
+from tff_priv.aggregators import smp as smp_aggregators
+from tff_priv.mechanisms import smp as smp_mechanisms
 
 _D = 10
 _VECTOR = tff.TensorType(np.float32, [_D])
@@ -42,13 +42,13 @@ def _factory(**kwargs):
       expected_clients_per_round=4,
   )
   args.update(kwargs)
-  return sss.SparsifiedSecureSumFactory(**args)
+  return smp_aggregators.SparsifiedSecureSumFactory(**args)
 
 
 def _round_indices(state, d, k):
   """The rand_k mask the round that starts from `state` must use."""
-  return sparsify.rand_k_indices(
-      sparsify.round_seed(state.mask_seed, state.round_num), d, k
+  return smp_mechanisms.rand_k_indices(
+      smp_mechanisms.round_seed(state.mask_seed, state.round_num), d, k
   ).numpy()
 
 
@@ -65,7 +65,7 @@ def _reference_mean(values, indices, scale, clip, k_clients):
 
 class TypeTest(tf.test.TestCase, parameterized.TestCase):
 
-  @parameterized.product(mask=sss.MASKS, secure=(True, False))
+  @parameterized.product(mask=smp_aggregators.MASKS, secure=(True, False))
   def test_type_signatures(self, mask, secure):
     process = _factory(mask=mask, secure=secure).create(_VECTOR)
     self.assertIsInstance(process, tff.templates.AggregationProcess)
@@ -133,7 +133,7 @@ class TypeTest(tf.test.TestCase, parameterized.TestCase):
     state = process.initialize()
     ones = [np.ones([2, 3], np.float32), np.ones([4], np.float32)]
     output = process.next(state, [ones] * 4)
-    flat = sparsify.flatten(output.result).numpy()
+    flat = smp_mechanisms.flatten(output.result).numpy()
     expected = np.zeros(10)
     expected[_round_indices(state, 10, 5)] = 2.0  # scale d/k = 2, 4 of K = 4
     self.assertAllClose(flat, expected)
@@ -268,7 +268,7 @@ class RandKMaskTest(tf.test.TestCase, parameterized.TestCase):
     ).create(_VECTOR)
     state = process.initialize()
     if mask == 'top_k':
-      state = sss._with_top_k_mask(state, [0, 2, 4, 6, 8])
+      state = smp_aggregators._with_top_k_mask(state, [0, 2, 4, 6, 8])
     result = process.next(state, [x]).result
     if mask == 'rand_k':
       self.assertAllClose(np.linalg.norm(result), 1.0, rtol=1e-6)
@@ -289,7 +289,7 @@ class TopKMaskTest(tf.test.TestCase):
         np.array([[0.0, 3.0, 0.0], [-2.0, 0.0, 0.0]], np.float32),
         np.array([0.0, 0.0, 1.0, 0.0], np.float32),
     ]
-    mask = sparsify.top_k_mask_from_public_update(theta_pub, theta, 3).numpy()
+    mask = smp_mechanisms.top_k_mask_from_public_update(theta_pub, theta, 3).numpy()
     self.assertAllEqual(mask, [1, 3, 8])
     value_type = tff.types.to_type(
         [tff.TensorType(np.float32, [2, 3]), tff.TensorType(np.float32, [4])]
@@ -297,7 +297,7 @@ class TopKMaskTest(tf.test.TestCase):
     process = _factory(
         noise_multiplier=0.0, clip=100.0, compression=0.3, mask='top_k'
     ).create(value_type)
-    state = sss._with_top_k_mask(process.initialize(), mask)
+    state = smp_aggregators._with_top_k_mask(process.initialize(), mask)
     rng = np.random.default_rng(1)
     outputs = []
     for n_clients in (2, 5):
@@ -307,7 +307,7 @@ class TopKMaskTest(tf.test.TestCase):
           for _ in range(n_clients)
       ]
       output = process.next(state, data)
-      self.assertAllEqual(np.flatnonzero(sparsify.flatten(output.result)), mask)
+      self.assertAllEqual(np.flatnonzero(smp_mechanisms.flatten(output.result)), mask)
       outputs.append(output)
     self.assertAllEqual(outputs[0].state.mask_indices, mask)
     self.assertAllEqual(outputs[1].state.mask_indices, mask)
@@ -318,13 +318,13 @@ class TopKMaskTest(tf.test.TestCase):
     values = [np.ones(_D, np.float32)]
     with self.assertRaisesRegex(Exception, 'not refreshed'):
       process.next(process.initialize(), values)
-    used = process.next(sss._with_top_k_mask(process.initialize(), [0, 1, 2, 3, 4]), values)
+    used = process.next(smp_aggregators._with_top_k_mask(process.initialize(), [0, 1, 2, 3, 4]), values)
     with self.assertRaisesRegex(Exception, 'not refreshed'):
       process.next(used.state, values)
 
   def test_next_fails_on_index_beyond_dimension(self):
     process = _factory(mask='top_k').create(_VECTOR)
-    state = sss._with_top_k_mask(process.initialize(), [0, 1, 2, 3, _D])
+    state = smp_aggregators._with_top_k_mask(process.initialize(), [0, 1, 2, 3, _D])
     with self.assertRaisesRegex(Exception, r'\[0, d\)'):
       process.next(state, [np.ones(_D, np.float32)])
 
@@ -332,15 +332,15 @@ class TopKMaskTest(tf.test.TestCase):
     state = _factory(mask='top_k').create(_VECTOR).initialize()
     for bad in ([0, 1, 2, 3], [0, 1, 2, 3, 3], [-1, 1, 2, 3, 4], [0.5, 1, 2, 3, 4]):
       with self.assertRaises(ValueError, msg=str(bad)):
-        sss._with_top_k_mask(state, bad)
+        smp_aggregators._with_top_k_mask(state, bad)
     rand_k_state = _factory().create(_VECTOR).initialize()
     with self.assertRaises(TypeError):
-      sss._with_top_k_mask(rand_k_state, [0, 1, 2, 3, 4])
+      smp_aggregators._with_top_k_mask(rand_k_state, [0, 1, 2, 3, 4])
 
 
 class NoiseTest(tf.test.TestCase, parameterized.TestCase):
 
-  @parameterized.product(mask=sss.MASKS, secure=(True, False))
+  @parameterized.product(mask=smp_aggregators.MASKS, secure=(True, False))
   def test_zero_updates_std_of_mean_and_exact_zeros_elsewhere(self, mask, secure):
     # K clients send zeros. On kept coordinates the mean is the sum of K
     # independent N(0, sigma^2 C^2 / K) (n = K) divided by K: std sigma C / K
@@ -348,7 +348,7 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
     # exactly 0. Tolerance: 5 relative standard errors of the sample std over
     # the rounds x k kept values.
     d, p, k_clients, sigma, clip, rounds = 1000, 0.4, 8, 1.5, 0.5, 3
-    k = sparsify.num_kept(d, p)
+    k = smp_mechanisms.num_kept(d, p)
     process = _factory(
         noise_multiplier=sigma, clip=clip, compression=p,
         expected_clients_per_round=k_clients, mask=mask, secure=secure,
@@ -359,7 +359,7 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
     rng = np.random.default_rng(2)
     for _ in range(rounds):
       if mask == 'top_k':
-        state = sss._with_top_k_mask(state, rng.choice(d, k, replace=False))
+        state = smp_aggregators._with_top_k_mask(state, rng.choice(d, k, replace=False))
         indices = state.mask_indices
       else:
         indices = _round_indices(state, d, k)
@@ -415,7 +415,7 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
 
 class DpEventTest(tf.test.TestCase, parameterized.TestCase):
 
-  @parameterized.product(mask=sss.MASKS, secure=(True, False))
+  @parameterized.product(mask=smp_aggregators.MASKS, secure=(True, False))
   def test_state_event_composes_as_the_event_written_by_hand(self, mask, secure):
     sigma = 1.3
     process = _factory(
@@ -425,7 +425,7 @@ class DpEventTest(tf.test.TestCase, parameterized.TestCase):
     with self.assertRaises(guarantees.ExtractingDpEventFromInitialStateError):
       guarantees.extract_dp_event(state)
     if mask == 'top_k':
-      state = sss._with_top_k_mask(state, np.arange(5))
+      state = smp_aggregators._with_top_k_mask(state, np.arange(5))
     output = process.next(state, [np.ones(10, np.float32)] * 3)
     event = guarantees.extract_dp_event(output.state)
     by_hand = dp_event.GaussianDpEvent(sigma)
@@ -453,7 +453,7 @@ class DpEventTest(tf.test.TestCase, parameterized.TestCase):
         else dp_event.NonPrivateDpEvent(),
     )
 
-  @parameterized.product(mask=sss.MASKS, secure=(True, False))
+  @parameterized.product(mask=smp_aggregators.MASKS, secure=(True, False))
   def test_no_exact_client_statistic_in_the_measurements(self, mask, secure):
     # Neighbouring client sets: one client's value replaced by one far outside
     # the clip (and by a set with one client more). A measurement leaf that is
@@ -473,7 +473,7 @@ class DpEventTest(tf.test.TestCase, parameterized.TestCase):
     def measurements(values):
       state = process.initialize()
       if mask == 'top_k':
-        state = sss._with_top_k_mask(state, np.arange(5))
+        state = smp_aggregators._with_top_k_mask(state, np.arange(5))
       return process.next(state, values).measurements
 
     for name in ('far', 'more'):
@@ -582,7 +582,7 @@ class SecureMovementTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.parameters(0.5, 1.0)
   def test_secure_moves_values_only_with_secure_sum(self, p):
-    k = sparsify.num_kept(_D, p)
+    k = smp_mechanisms.num_kept(_D, p)
     process = _factory(compression=p, secure=True).create(_VECTOR)
     tree = process.next.to_building_block()
     self.assertEqual(tree_analysis.find_unsecure_aggregation_in_tree(tree), [])
@@ -688,12 +688,12 @@ class LearningIntegrationTest(tf.test.TestCase):
         for w in theta
     ]
     k = len(state.aggregator.mask_indices)
-    mask = sparsify.top_k_mask_from_public_update(theta_pub, theta, k).numpy()
-    state = state._replace(aggregator=sss._with_top_k_mask(state.aggregator, mask))
+    mask = smp_mechanisms.top_k_mask_from_public_update(theta_pub, theta, k).numpy()
+    state = state._replace(aggregator=smp_aggregators._with_top_k_mask(state.aggregator, mask))
     for seeds in ((0, 1), (2, 3)):
       output = process.next(state, [_client_data(s) for s in seeds])
-      moved = sparsify.flatten(output.state.global_model_weights.trainable) - (
-          sparsify.flatten(theta)
+      moved = smp_mechanisms.flatten(output.state.global_model_weights.trainable) - (
+          smp_mechanisms.flatten(theta)
       )
       self.assertAllEqual(np.flatnonzero(moved), mask)
       self.assertAllEqual(output.state.aggregator.mask_indices, mask)

@@ -1,4 +1,4 @@
-"""Tests for tff_priv.mechanisms.sparsify (Fed-SMP's client step, masks, formulas)."""
+"""Tests for tff_priv.mechanisms.smp (Fed-SMP's client step, masks, formulas)."""
 
 import collections
 import itertools
@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tff_priv.mechanisms import clipping
 from tff_priv.mechanisms import gaussian
-from tff_priv.mechanisms import sparsify
+from tff_priv.mechanisms import smp
 
 
 def _relative_se_of_std(n):
@@ -30,19 +30,19 @@ class NumKeptTest(tf.test.TestCase, parameterized.TestCase):
       (1663370, 0.1, 166337),
   )
   def test_values(self, d, p, k):
-    self.assertEqual(sparsify.num_kept(d, p), k)
+    self.assertEqual(smp.num_kept(d, p), k)
 
   @parameterized.parameters((0, 0.5), (10, 0.0), (10, -0.1), (10, 1.01))
   def test_bad_arguments(self, d, p):
     with self.assertRaises(ValueError):
-      sparsify.num_kept(d, p)
+      smp.num_kept(d, p)
 
 
 class RandKIndicesTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.parameters((1000, 1), (1000, 100), (1000, 999), (7, 3))
   def test_exactly_k_distinct_sorted_in_range(self, d, k):
-    idx = sparsify.rand_k_indices(tf.constant([3, 4], tf.int64), d, k).numpy()
+    idx = smp.rand_k_indices(tf.constant([3, 4], tf.int64), d, k).numpy()
     self.assertEqual(idx.dtype, np.int32)
     self.assertEqual(idx.shape, (k,))
     self.assertEqual(len(np.unique(idx)), k)
@@ -51,20 +51,20 @@ class RandKIndicesTest(tf.test.TestCase, parameterized.TestCase):
     self.assertLess(idx.max(), d)
 
   def test_k_equals_d_is_every_coordinate(self):
-    idx = sparsify.rand_k_indices(tf.constant([3, 4], tf.int64), 12, 12)
+    idx = smp.rand_k_indices(tf.constant([3, 4], tf.int64), 12, 12)
     self.assertAllEqual(idx, np.arange(12))
 
   def test_same_seed_same_mask_other_seed_other_mask(self):
-    a = sparsify.rand_k_indices(tf.constant([1, 2], tf.int64), 10000, 50)
-    b = sparsify.rand_k_indices(tf.constant([1, 2], tf.int64), 10000, 50)
-    c = sparsify.rand_k_indices(tf.constant([1, 3], tf.int64), 10000, 50)
+    a = smp.rand_k_indices(tf.constant([1, 2], tf.int64), 10000, 50)
+    b = smp.rand_k_indices(tf.constant([1, 2], tf.int64), 10000, 50)
+    c = smp.rand_k_indices(tf.constant([1, 3], tf.int64), 10000, 50)
     self.assertAllEqual(a, b)
     self.assertNotAllEqual(a, c)
 
   def test_round_seed_changes_every_round(self):
     seed = tf.constant([5, 0], tf.int64)
     masks = [
-        sparsify.rand_k_indices(sparsify.round_seed(seed, r), 10000, 50).numpy()
+        smp.rand_k_indices(smp.round_seed(seed, r), 10000, 50).numpy()
         for r in range(4)
     ]
     for a, b in itertools.combinations(masks, 2):
@@ -72,7 +72,7 @@ class RandKIndicesTest(tf.test.TestCase, parameterized.TestCase):
     # Deterministic: a public function of (seed, round).
     self.assertAllEqual(
         masks[2],
-        sparsify.rand_k_indices(sparsify.round_seed(seed, 2), 10000, 50),
+        smp.rand_k_indices(smp.round_seed(seed, 2), 10000, 50),
     )
 
   @pytest.mark.slow
@@ -82,8 +82,8 @@ class RandKIndicesTest(tf.test.TestCase, parameterized.TestCase):
     n, d, k = 3000, 5, 2
     counts = collections.Counter(
         tuple(
-            sparsify.rand_k_indices(
-                sparsify.round_seed(tf.constant([11, 0], tf.int64), r), d, k
+            smp.rand_k_indices(
+                smp.round_seed(tf.constant([11, 0], tf.int64), r), d, k
             ).numpy()
         )
         for r in range(n)
@@ -100,13 +100,13 @@ class RandKIndicesTest(tf.test.TestCase, parameterized.TestCase):
     # Tolerance: 5 standard errors of the mean over n masks.
     n, d, k = 2000, 20, 5
     x = np.linspace(-1.0, 2.0, d).astype(np.float32)
-    scale = sparsify.rand_k_scale(d, k)
+    scale = smp.rand_k_scale(d, k)
     total = np.zeros(d)
     for r in range(n):
-      idx = sparsify.rand_k_indices(
-          sparsify.round_seed(tf.constant([7, 7], tf.int64), r), d, k
+      idx = smp.rand_k_indices(
+          smp.round_seed(tf.constant([7, 7], tf.int64), r), d, k
       )
-      total += sparsify.densify(sparsify.sparsify(x, idx, scale), idx, d).numpy()
+      total += smp.densify(smp.sparsify(x, idx, scale), idx, d).numpy()
     se = np.abs(x) * math.sqrt((d / k - 1) / n)
     self.assertTrue(np.all(np.abs(total / n - x) <= 5 * se + 1e-6))
 
@@ -115,26 +115,26 @@ class TopKTest(tf.test.TestCase):
 
   def test_top_k_indices_exact(self):
     scores = tf.constant([0.1, 5.0, -3.0, 4.0, 0.0, 4.5])
-    self.assertAllEqual(sparsify.top_k_indices(scores, 3), [1, 3, 5])
+    self.assertAllEqual(smp.top_k_indices(scores, 3), [1, 3, 5])
 
   def test_top_k_ties_take_lower_index(self):
     scores = tf.constant([1.0, 2.0, 2.0, 2.0, 0.0])
-    self.assertAllEqual(sparsify.top_k_indices(scores, 2), [1, 2])
+    self.assertAllEqual(smp.top_k_indices(scores, 2), [1, 2])
 
   def test_mask_from_public_update_uses_absolute_difference(self):
     theta = [tf.constant([[1.0, 1.0], [1.0, 1.0]]), tf.constant([0.0, 0.0])]
     theta_pub = [tf.constant([[1.0, -2.0], [1.1, 1.0]]), tf.constant([0.5, 0.0])]
     # |diff| flattened in tf.nest order: [0, 3, 0.1, 0, 0.5, 0].
     self.assertAllEqual(
-        sparsify.top_k_mask_from_public_update(theta_pub, theta, 2), [1, 4]
+        smp.top_k_mask_from_public_update(theta_pub, theta, 2), [1, 4]
     )
     self.assertAllEqual(
-        sparsify.top_k_mask_from_public_update(theta_pub, theta, 3), [1, 2, 4]
+        smp.top_k_mask_from_public_update(theta_pub, theta, 3), [1, 2, 4]
     )
 
   def test_mask_from_public_update_rejects_mismatched_structures(self):
     with self.assertRaises((ValueError, TypeError)):
-      sparsify.top_k_mask_from_public_update(
+      smp.top_k_mask_from_public_update(
           [tf.zeros([2])], [tf.zeros([2]), tf.zeros([1])], 1
       )
 
@@ -146,19 +146,19 @@ class FlattenTest(tf.test.TestCase):
         b=[tf.reshape(tf.range(6.0), [2, 3]), tf.constant([7.0])],
         a=tf.constant(8.0),
     )
-    flat = sparsify.flatten(value)
+    flat = smp.flatten(value)
     self.assertEqual(flat.shape, [8])
-    back = sparsify.unflatten(flat, value)
+    back = smp.unflatten(flat, value)
     tf.nest.map_structure(self.assertAllEqual, back, value)
     specs = tf.nest.map_structure(tf.TensorSpec.from_tensor, value)
     tf.nest.map_structure(
-        self.assertAllEqual, sparsify.unflatten(flat, specs), value
+        self.assertAllEqual, smp.unflatten(flat, specs), value
     )
 
   def test_single_tensor(self):
     x = tf.reshape(tf.range(6.0), [3, 2])
-    self.assertAllEqual(sparsify.flatten(x), tf.range(6.0))
-    self.assertAllEqual(sparsify.unflatten(tf.range(6.0), x), x)
+    self.assertAllEqual(smp.flatten(x), tf.range(6.0))
+    self.assertAllEqual(smp.unflatten(tf.range(6.0), x), x)
 
 
 class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
@@ -168,8 +168,8 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
     # norm 1: each value 1/sqrt(5). Clipping first (norm sqrt(10)) and then
     # rescaling would give 2/sqrt(10) per value and a norm of sqrt(2).
     d, idx = 10, tf.constant([0, 3, 4, 6, 9])
-    out = sparsify.sparsify_clip_noise(
-        tf.ones([d]), idx, scale=sparsify.rand_k_scale(d, 5), clip=1.0,
+    out = smp.sparsify_clip_noise(
+        tf.ones([d]), idx, scale=smp.rand_k_scale(d, 5), clip=1.0,
         noise_stddev=0.0,
     )
     self.assertEqual(out.shape, [5])
@@ -181,27 +181,27 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
     # kept values have norm 0.2 < C and stay as they are. Clipping before
     # masking would divide them by ~10.
     x = tf.constant([10.0, 0.1, 0.1, 0.1, 0.1])
-    out = sparsify.sparsify_clip_noise(
+    out = smp.sparsify_clip_noise(
         x, tf.constant([1, 3]), scale=1.0, clip=1.0, noise_stddev=0.0
     )
     self.assertAllClose(out, [0.1, 0.1])
 
   def test_unclipped_values_pass_unchanged(self):
     x = tf.constant([0.3, -0.4, 0.0, 2.0])
-    out = sparsify.sparsify_clip_noise(
+    out = smp.sparsify_clip_noise(
         x, tf.constant([0, 1]), scale=1.0, clip=1.0, noise_stddev=0.0
     )
     self.assertAllEqual(out, np.array([0.3, -0.4], np.float32))
 
   def test_upload_is_k_values_and_zero_outside_mask(self):
     d, idx = 50, tf.constant([2, 7, 30, 49])
-    out = sparsify.sparsify_clip_noise(
+    out = smp.sparsify_clip_noise(
         tf.zeros([d]), idx, scale=12.5, clip=1.0, noise_stddev=0.5,
         seed=tf.constant([1, 2], tf.int64),
     )
     self.assertEqual(out.shape, [4])
     self.assertTrue(np.all(out.numpy() != 0.0))  # noise on every kept value
-    dense = sparsify.densify(out, idx, d).numpy()
+    dense = smp.densify(out, idx, d).numpy()
     outside = np.setdiff1d(np.arange(d), idx.numpy())
     self.assertTrue(np.all(dense[outside] == 0.0))
     self.assertAllEqual(dense[idx.numpy()], out)
@@ -216,10 +216,10 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
     ]
     for indices in ([0, 5, 7, 10], [2, 3, 4], [6], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [9]):
       idx = tf.constant(indices, tf.int32)
-      out = sparsify.sparsify(value, idx, 3.0)
+      out = smp.sparsify(value, idx, 3.0)
       self.assertEqual(out.shape, [len(indices)])
       self.assertAllEqual(
-          out, 3.0 * tf.gather(sparsify.flatten(value), idx), msg=str(indices)
+          out, 3.0 * tf.gather(smp.flatten(value), idx), msg=str(indices)
       )
 
   def test_structure_clip_uses_global_norm(self):
@@ -230,7 +230,7 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_full_step_on_structure_keeps_structure(self):
     value = [tf.constant([3.0, 0.0]), tf.constant([[4.0]])]
-    out = sparsify.sparsify_clip_noise(
+    out = smp.sparsify_clip_noise(
         value, None, scale=1.0, clip=1.0, noise_stddev=0.0
     )
     self.assertAllClose(out[0], [0.6, 0.0])
@@ -243,11 +243,11 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_all_coordinates_when_indices_is_none(self):
     x = tf.constant([3.0, 4.0])
-    out = sparsify.sparsify_clip_noise(
+    out = smp.sparsify_clip_noise(
         x, None, scale=1.0, clip=1.0, noise_stddev=0.0
     )
     self.assertAllClose(out, [0.6, 0.8])
-    self.assertAllEqual(sparsify.densify(out, None, 2), out)
+    self.assertAllEqual(smp.densify(out, None, 2), out)
 
   @parameterized.parameters(tf.float32, tf.float64)
   def test_noise_std_and_dtype(self, dtype):
@@ -283,7 +283,7 @@ class FormulaTest(tf.test.TestCase):
     # coordinates.
     sigma, c, size = 1.3, 0.5, 20000
     for n in (1, 4, 25):
-      s = sparsify.client_noise_stddev(sigma, c, n)
+      s = smp.client_noise_stddev(sigma, c, n)
       self.assertAllClose(s, sigma * c / math.sqrt(n))
       total = tf.add_n([
           gaussian.add_gaussian_noise(tf.zeros([size], tf.float32), s)
@@ -294,21 +294,21 @@ class FormulaTest(tf.test.TestCase):
       )
 
   def test_client_noise_stddev_of_an_empty_count_is_that_of_one(self):
-    self.assertAllClose(sparsify.client_noise_stddev(1.5, 2.0, 0), 3.0)
+    self.assertAllClose(smp.client_noise_stddev(1.5, 2.0, 0), 3.0)
     self.assertAllClose(
-        sparsify.client_noise_stddev(1.0, 1.0, tf.constant(4)), 0.5
+        smp.client_noise_stddev(1.0, 1.0, tf.constant(4)), 0.5
     )
 
   def test_secure_sum_bound_covers_clip_and_noise_tail(self):
     # Without noise the bound is the clip (a clipped value reaches at most C).
-    self.assertEqual(sparsify.secure_sum_bound(0.7, 0.0, 6.0), 0.7)
+    self.assertEqual(smp.secure_sum_bound(0.7, 0.0, 6.0), 0.7)
     # With noise, the largest per-client std is sigma C (n = 1); a fraction
     # 2 (1 - Phi(z)) of pure-noise values then exceed the bound minus C: at
     # z = 2 about 4.55%. Tolerance: 5 standard errors.
     sigma, c, size = 1.0, 1.0, 20000
-    bound = sparsify.secure_sum_bound(c, sigma, 2.0)
+    bound = smp.secure_sum_bound(c, sigma, 2.0)
     noise = gaussian.add_gaussian_noise(
-        tf.zeros([size], tf.float32), sparsify.client_noise_stddev(sigma, c, 1)
+        tf.zeros([size], tf.float32), smp.client_noise_stddev(sigma, c, 1)
     ).numpy()
     frac = np.mean(np.abs(noise) > bound - c)
     p = math.erfc(2.0 / math.sqrt(2.0))
@@ -318,7 +318,7 @@ class FormulaTest(tf.test.TestCase):
 class CheckMaskIndicesTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_sorts_and_casts(self):
-    out = sparsify.check_mask_indices([5, 1, 3], 3)
+    out = smp.check_mask_indices([5, 1, 3], 3)
     self.assertEqual(out.dtype, np.int32)
     self.assertAllEqual(out, [1, 3, 5])
 
@@ -331,7 +331,7 @@ class CheckMaskIndicesTest(tf.test.TestCase, parameterized.TestCase):
   )
   def test_rejects(self, indices, k):
     with self.assertRaises(ValueError):
-      sparsify.check_mask_indices(indices, k)
+      smp.check_mask_indices(indices, k)
 
 
 if __name__ == '__main__':

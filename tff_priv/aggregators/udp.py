@@ -44,7 +44,7 @@ UDP_GUARANTEE = guarantees.Guarantee(
         'sigma_t / Delta for one example of the client\'s data (replace one '
         'example), against the server that sees the upload and anyone after; '
         'only for uploads whose sensitivity to one example is Delta (UDP\'s '
-        'client work, tff_priv.learning.crd.build_udp_process: one clipped '
+        'client work, tff_priv.learning.udp.build_udp_process: one clipped '
         'full-batch step, Delta = 2 eta C / |D_i|), not under local SGD'
     ),
 )
@@ -287,7 +287,7 @@ class ClientNoiseFactory(
       raise TypeError(
           'this noise factory averages with weights (its inner_agg_factory, '
           'by default tff.aggregators.MeanFactory(), is weighted): use a '
-          'weighted builder (build_weighted_fed_avg, crd.build_udp_process) '
+          'weighted builder (build_weighted_fed_avg, udp.build_udp_process) '
           'or pass inner_agg_factory=tff.aggregators.UnweightedMeanFactory()'
       )
     if not self.weighted and weight_type is not None:
@@ -367,11 +367,11 @@ def GaussianUDPFactory(  # pylint: disable=invalid-name
   Noise: `noise_stddev=s` adds N(0, s^2) per coordinate every round;
   `schedule=BudgetSchedule(...)` takes each round's sigma_t from a CRD
   schedule held in the state (`state.noise`, a `ScheduleState`; the learning
-  process of `tff_priv.learning.crd` discounts its planned rounds).
+  process of `tff_priv.learning.udp` discounts its planned rounds).
 
   Precondition: the event holds only for uploads whose L2 sensitivity to
   one example is at most `sensitivity` = Delta, which the client work, not
-  this factory, decides. Use it through `tff_priv.learning.crd`
+  this factory, decides. Use it through `tff_priv.learning.udp`
   (`build_udp_process`, `build_crd_process`), which pairs it with UDP's
   client work (one clipped full-batch step, Delta = 2 eta C / |D_i|,
   `tff_priv.learning.udp_client_work.udp_sensitivity`, of the smallest

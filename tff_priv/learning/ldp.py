@@ -45,7 +45,7 @@ import tensorflow_federated as tff
 from tff_priv import validation
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import ledger as ledger_lib
-from tff_priv.aggregators import ldp_encode
+from tff_priv.aggregators import ldp as ldp_aggregators
 
 MODES = ('deltas', 'weights')
 
@@ -75,7 +75,7 @@ def ldp_factory(
     center=None,
     radius=None,
     expected_clients_per_round: Optional[float] = None,
-) -> Optional[ldp_encode.LDPEncodeFactory]:
+) -> Optional[ldp_aggregators.LDPEncodeFactory]:
   """The `LDPEncodeFactory` a process of `mode` uses (None if noise-free).
 
   Args:
@@ -100,7 +100,7 @@ def ldp_factory(
     radius = (
         DEFAULT_WEIGHTS_RADIUS if mode == 'weights' else DEFAULT_DELTAS_RADIUS
     )
-  return ldp_encode.LDPEncodeFactory(
+  return ldp_aggregators.LDPEncodeFactory(
       epsilon,
       range_mode,
       center,
@@ -418,7 +418,7 @@ def ldp_privacy_report(
   """
   rounds = validation.int_at_least('rounds', rounds, 1)
   range_mode = validation.one_of(
-      'range_mode', range_mode, ldp_encode.RANGE_MODES
+      'range_mode', range_mode, ldp_aggregators.RANGE_MODES
   )
   if range_mode == 'quantile' and range_event is None:
     raise ValueError('range_event is required for range_mode="quantile"')

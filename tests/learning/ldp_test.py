@@ -1,4 +1,4 @@
-"""Tests of tff_priv.learning.ldp_fl (LDP-FL weights/deltas processes, report)."""
+"""Tests of tff_priv.learning.ldp (LDP-FL weights/deltas processes, report)."""
 
 from absl.testing import parameterized
 import numpy as np
@@ -8,9 +8,9 @@ import tensorflow_federated as tff
 
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import guarantees
-from tff_priv.aggregators import ldp_encode as ldp_encode_factory
-from tff_priv.learning import ldp_fl
-from tff_priv.mechanisms import ldp_encode
+from tff_priv.aggregators import ldp as ldp_aggregators
+from tff_priv.learning import ldp as ldp_learning
+from tff_priv.mechanisms import ldp as ldp_mechanisms
 
 _DIM = 6
 _CLASSES = 3
@@ -58,8 +58,8 @@ def _trainable(process, state):
 
 def _local_weights(data):
   """Each client's trained weights from the weights-mode client work."""
-  work = ldp_fl.build_weights_client_work(_model_fn, _sgd())
-  proc = ldp_fl.build_ldp_fl_process(
+  work = ldp_learning.build_weights_client_work(_model_fn, _sgd())
+  proc = ldp_learning.build_ldp_fl_process(
       _model_fn, client_optimizer_fn=_sgd(), epsilon=None, mode='weights'
   )
   weights = proc.get_model_weights(proc.initialize())
@@ -75,7 +75,7 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     # Mean of the local weights = w - mean of the deltas: unweighted FedAvg
     # with server SGD lr 1. Exact up to float32 rounding.
     data = _client_data(4)
-    weights_proc = ldp_fl.build_ldp_fl_process(
+    weights_proc = ldp_learning.build_ldp_fl_process(
         _model_fn, client_optimizer_fn=_sgd(), epsilon=None, mode='weights'
     )
     fedavg = tff.learning.algorithms.build_unweighted_fed_avg(
@@ -114,7 +114,7 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     data = _client_data(num_clients, seed=1)
     _, local = _local_weights(data)
     radius = 0.5
-    proc = ldp_fl.build_ldp_fl_process(
+    proc = ldp_learning.build_ldp_fl_process(
         _model_fn, client_optimizer_fn=_sgd(), epsilon=50.0, mode='weights',
         radius=radius,
     )
@@ -123,7 +123,7 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     for l, got in enumerate(_trainable(proc, state)):
       values = np.stack([c[l] for c in local])
       self.assertLess(np.max(np.abs(values)), radius)  # No clipping.
-      sd = np.sqrt(ldp_encode.mean_variance(values, 0.0, radius, 50.0))
+      sd = np.sqrt(ldp_mechanisms.mean_variance(values, 0.0, radius, 50.0))
       z = (got - values.mean(0)) / sd
       self.assertLess(np.max(np.abs(z)), 6.0)
 
@@ -138,7 +138,7 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     num_clients, repeats, eps, radius = 5, 30, 1.0, 0.5
     data = _client_data(num_clients, seed=2)
     _, local = _local_weights(data)
-    proc = ldp_fl.build_ldp_fl_process(
+    proc = ldp_learning.build_ldp_fl_process(
         _model_fn, client_optimizer_fn=_sgd(), epsilon=eps, mode='weights',
         radius=radius,
     )
@@ -149,7 +149,7 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     zs = []
     for l in range(len(local[0])):
       values = np.stack([c[l] for c in local])
-      var = ldp_encode.mean_variance(values, 0.0, radius, eps).numpy()
+      var = ldp_mechanisms.mean_variance(values, 0.0, radius, eps).numpy()
       got = np.stack([r[l] for r in runs])
       # Single-round z per repeat, then averaged over repeats.
       zs.append(((got - values.mean(0)) / np.sqrt(var)).reshape(repeats, -1))
@@ -161,7 +161,7 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_deltas_mode_composes(self):
     data = _client_data(3)
-    proc = ldp_fl.build_ldp_fl_process(
+    proc = ldp_learning.build_ldp_fl_process(
         _model_fn, client_optimizer_fn=_sgd(), epsilon=1.0, radius=0.05
     )
     state = proc.initialize()
@@ -171,20 +171,20 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     agg = output.metrics['aggregator']
     self.assertAllClose(agg['radius'], [0.05, 0.05])
     self.assertAllClose(agg['center'], [0.0, 0.0])
-    q = float(ldp_encode.two_point_q(1.0))
+    q = float(ldp_mechanisms.two_point_q(1.0))
     for b, a in zip(before, after):
       # w' = w - mean of reports, each report = +-r q: |w' - w| <= r q.
       self.assertLessEqual(np.max(np.abs(a - b)), 0.05 * q + 1e-6)
       self.assertGreater(np.max(np.abs(a - b)), 0.0)
 
   def test_weights_mode_uses_paper_range_by_default(self):
-    proc = ldp_fl.build_ldp_fl_process(
+    proc = ldp_learning.build_ldp_fl_process(
         _model_fn, client_optimizer_fn=_sgd(), epsilon=2.0, mode='weights'
     )
     output = proc.next(proc.initialize(), _client_data(2))
     agg = output.metrics['aggregator']
-    self.assertAllClose(agg['radius'], [ldp_fl.DEFAULT_WEIGHTS_RADIUS] * 2)
-    low, high = ldp_encode.output_values(0.0, 0.075, 2.0)
+    self.assertAllClose(agg['radius'], [ldp_learning.DEFAULT_WEIGHTS_RADIUS] * 2)
+    low, high = ldp_mechanisms.output_values(0.0, 0.075, 2.0)
     for w in _trainable(proc, output.state):
       # Mean of 2 reports in {c - r q, c + r q}: one of 3 values.
       allowed = np.array([low, (low + high) / 2, high], np.float32)
@@ -209,19 +209,19 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     kwargs.update(override)
     model_fn = kwargs.pop('model_fn')
     with self.assertRaises(error):
-      ldp_fl.build_ldp_fl_process(model_fn, **kwargs)
+      ldp_learning.build_ldp_fl_process(model_fn, **kwargs)
 
 
 class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_parts_are_the_ldp_reports(self):
-    report = ldp_fl.ldp_privacy_report(
+    report = ldp_learning.ldp_privacy_report(
         0.5, num_values=1000, rounds=7, num_clients=10**6, delta=1e-5
     )
     for rounds, part in ((1, 'per_round'), (7, 'cumulative')):
       self.assertEqual(
           report[part],
-          ldp_fl.ldp_report(
+          ldp_learning.ldp_report(
               0.5, delta=1e-5, rounds=rounds, num_values=1000,
               num_clients=10**6,
           ),
@@ -229,7 +229,7 @@ class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.parameters(1, 3, 10)
   def test_cumulative_is_rounds_times_per_round(self, rounds):
-    report = ldp_fl.ldp_privacy_report(
+    report = ldp_learning.ldp_privacy_report(
         2.0, num_values=50, rounds=rounds, num_clients=100, delta=1e-5
     )
     self.assertEqual(
@@ -244,12 +244,12 @@ class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIn('guarantee', report['cumulative'])
 
   def test_shuffle_condition_reported(self):
-    small = ldp_fl.ldp_privacy_report(
+    small = ldp_learning.ldp_privacy_report(
         1.0, num_values=10, rounds=2, num_clients=100, delta=1e-5
     )
     self.assertFalse(small['cumulative']['shuffle_applicable'])
     self.assertTrue(small['cumulative']['shuffle_reason'])
-    big = ldp_fl.ldp_privacy_report(
+    big = ldp_learning.ldp_privacy_report(
         0.1, num_values=10, rounds=2, num_clients=10**7, delta=1e-5
     )
     self.assertTrue(big['cumulative']['shuffle_applicable'])
@@ -259,17 +259,17 @@ class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
     )
 
   def test_range_release(self):
-    fixed = ldp_fl.ldp_privacy_report(
+    fixed = ldp_learning.ldp_privacy_report(
         1.0, num_values=10, rounds=2, num_clients=100, delta=1e-5
     )
     self.assertTrue(fixed['range_release']['private'])
-    minmax = ldp_fl.ldp_privacy_report(
+    minmax = ldp_learning.ldp_privacy_report(
         1.0, num_values=10, rounds=2, num_clients=100, delta=1e-5,
         range_mode='minmax',
     )
     self.assertFalse(minmax['range_release']['private'])
     self.assertEqual(minmax['range_release']['epsilon'], float('inf'))
-    factory = ldp_encode_factory.LDPEncodeFactory(
+    factory = ldp_aggregators.LDPEncodeFactory(
         1.0, 'quantile', 0.0, 0.1, expected_clients_per_round=100
     )
     process = factory.create(tff.TensorType(np.float32, [10]))
@@ -278,7 +278,7 @@ class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
     )
     # The round's event: [10 eps-LDP values, the range release].
     event = guarantees.extract_dp_event(output.state).events[1]
-    quantile = ldp_fl.ldp_privacy_report(
+    quantile = ldp_learning.ldp_privacy_report(
         1.0, num_values=10, rounds=2, num_clients=100, delta=1e-5,
         range_mode='quantile', range_event=event,
     )['range_release']
@@ -290,7 +290,7 @@ class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
         fixed['cumulative']['rdp_epsilon'],
     )
     with self.assertRaises(ValueError):
-      ldp_fl.ldp_privacy_report(
+      ldp_learning.ldp_privacy_report(
           1.0, num_values=10, rounds=2, num_clients=100, delta=1e-5,
           range_mode='quantile',
       )
@@ -308,7 +308,7 @@ class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
     kwargs.update(override)
     eps = kwargs.pop('epsilon')
     with self.assertRaises(error):
-      ldp_fl.ldp_privacy_report(eps, **kwargs)
+      ldp_learning.ldp_privacy_report(eps, **kwargs)
 
 
 if __name__ == '__main__':
