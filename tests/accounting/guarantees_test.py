@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import ldp as ldp_aggregators
 
 
@@ -113,22 +114,22 @@ class SampledEventTest(tf.test.TestCase):
     event = dp_event.GaussianDpEvent(2.0)
     self.assertEqual(
         guarantees.sampled_event(
-            event, 'add_or_remove_one', sampling_probability=0.1),
+            event, 'add_or_remove_one', sampling_lib.Sampling.poisson(0.1)),
         dp_event.PoissonSampledDpEvent(0.1, event),
     )
     self.assertEqual(
         guarantees.sampled_event(
-            event, 'add_or_remove_one', population=10, sample_size=2),
+            event, 'add_or_remove_one', sampling_lib.Sampling.fixed(10, 2)),
         dp_event.SampledWithoutReplacementDpEvent(
             10, 2, dp_event.GaussianDpEvent(1.0)),
     )
     self.assertEqual(
         guarantees.sampled_event(
-            event, 'replace_one', population=10, sample_size=2),
+            event, 'replace_one', sampling_lib.Sampling.fixed(10, 2)),
         dp_event.SampledWithoutReplacementDpEvent(10, 2, event),
     )
     with self.assertRaisesRegex(ValueError, 'fixed-size sampling'):
-      guarantees.sampled_event(event, 'replace_one', sampling_probability=0.1)
+      guarantees.sampled_event(event, 'replace_one', sampling_lib.Sampling.poisson(0.1))
 
   def test_unknown_state_and_event_classes_are_refused(self):
     with self.assertRaisesRegex(TypeError, 'neighboring_relation'):

@@ -7,13 +7,14 @@ from dp_accounting.rdp import rdp_privacy_accountant
 import tensorflow as tf
 
 from tff_priv.accounting import reports
+from tff_priv.accounting import sampling as sampling_lib
 
 
 class ReportsTest(tf.test.TestCase):
 
   def test_gaussian_report_matches_dp_accounting(self):
     report = reports.gaussian_report(
-        1.1, 1e-5, 300, sampling_probability=0.01
+        1.1, 1e-5, 300, sampling=sampling_lib.Sampling.poisson(0.01)
     )
     direct = rdp_privacy_accountant.RdpAccountant().compose(
         dp_accounting.PoissonSampledDpEvent(
@@ -43,7 +44,7 @@ class ReportsTest(tf.test.TestCase):
 
     report = reports.gaussian_mechanism_report(
         'm', delta=1e-5, rounds=10, noise_multiplier=2.0,
-        sampling_probability=0.5, claim_for_noise=for_noise,
+        sampling=sampling_lib.Sampling.poisson(0.5), claim_for_noise=for_noise,
     )
     self.assertEqual(report['paper'], {'formula': 'f'})
     self.assertEqual(seen, [(2.0, report['rdp_epsilon'], 1e-5, 0.5, 10)])

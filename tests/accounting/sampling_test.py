@@ -6,6 +6,7 @@ from absl.testing import absltest
 import dp_accounting
 
 from tff_priv.accounting import events
+from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.accounting import sampling as sampling_lib
 
 Sampling = sampling_lib.Sampling
@@ -60,8 +61,18 @@ class SamplingTest(absltest.TestCase):
     gaussian = dp_accounting.GaussianDpEvent(1.0)
     self.assertEqual(
         events.sampled_gaussian_event(1.0, sampling=Sampling.fixed(10, 3)),
-        events.sampled_gaussian_event(1.0, population=10, sample_size=3),
+        dp_accounting.SampledWithoutReplacementDpEvent(10, 3, gaussian),
     )
+    # The public entry points take the triple too, as the same Sampling.
+    ledger = ledger_lib.PrivacyLedger()
+    ledger.record_gaussian(1.0, population=10, sample_size=3)
+    ledger.record_gaussian(1.0, sampling=Sampling.fixed(10, 3))
+    (event, count), = ledger.entries  # One event, recorded twice.
+    self.assertEqual(
+        (event, count),
+        (dp_accounting.SampledWithoutReplacementDpEvent(10, 3, gaussian), 2))
+    with self.assertRaisesRegex(TypeError, 'Sampling'):
+      events.sampled_gaussian_event(1.0, sampling={'population': 10})
     self.assertEqual(
         events.sampled_gaussian_event(1.0, sampling=Sampling.poisson(0.1)),
         dp_accounting.PoissonSampledDpEvent(0.1, gaussian),

@@ -22,6 +22,7 @@ from tests import neighbours as neighbours_lib
 from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import smp as smp_aggregators
 from tff_priv.mechanisms import smp as smp_mechanisms
 
@@ -526,7 +527,7 @@ class OverTargetTest(tf.test.TestCase):
     ledger = ledger_lib.PrivacyLedger()
     for _ in range(rounds):
       ledger.record(guarantees.sampled_event(
-          events[0], 'add_or_remove_one', sampling_probability=q
+          events[0], 'add_or_remove_one', sampling_lib.Sampling.poisson(q)
       ))
     self.assertLessEqual(ledger.epsilon(delta), target)
 

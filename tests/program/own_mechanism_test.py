@@ -131,9 +131,8 @@ class RunTest(_Registered):
     self.assertEqual(analyst['unit'], 'client')
     # By hand: 2 rounds of Gaussian(1.5) on Poisson-sampled clients (digits:
     # 10 clients, K = 2), read by dp_accounting's RDP accountant.
-    q = sampling_lib.ClientSampling('poisson', 10, 2).ledger_kwargs()[
-        'sampling_probability'
-    ]
+    q = sampling_lib.ClientSampling(
+        'poisson', 10, 2).ledger_sampling().sampling_probability
     accountant = dp_accounting.rdp.RdpAccountant()
     accountant.compose(dp_accounting.PoissonSampledDpEvent(
         q, dp_accounting.GaussianDpEvent(1.5)), 2)

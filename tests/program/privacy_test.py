@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tff_priv.accounting import accountants
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import sampling as accounting_sampling
 from tff_priv.accounting import udp as udp_accounting
 from tff_priv.learning import udp
 from tff_priv.program import privacy
@@ -26,7 +27,7 @@ def _eps(event, relation, delta=1e-5):
 
 def _run(guarantee, sampling, event, rounds, budget=None, seed=0):
   run = privacy.RunPrivacy.create(
-      guarantee, sampling.ledger_kwargs(), 1e-5, budget
+      guarantee, sampling.ledger_sampling(), 1e-5, budget
   )
   ids = [f'c{i}' for i in range(sampling.num_clients)]
   taken = {c: 0 for c in ids}
@@ -94,7 +95,7 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_central_noise_has_no_server_guarantee(self):
     run = privacy.RunPrivacy.create(
-        _CENTRAL, {'sampling_probability': 0.1}, 1e-5
+        _CENTRAL, accounting_sampling.Sampling.poisson(0.1), 1e-5
     )
     self.assertIsNone(run.server)
     self.assertIsNone(run.server_epsilon())
@@ -102,7 +103,7 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(server['epsilon'], 'inf')
     with self.assertRaisesRegex(ValueError, 'server budget'):
       privacy.RunPrivacy.create(
-          _CENTRAL, {'sampling_probability': 0.1}, 1e-5, budget_epsilon=1.0
+          _CENTRAL, accounting_sampling.Sampling.poisson(0.1), 1e-5, budget_epsilon=1.0
       )
 
   @parameterized.parameters(1.0, 4.0)
@@ -145,7 +146,7 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
     # view, which depends on the participation the run realised.
     self.assertIn('given the participation this run realised',
                   entries[0]['accountant'])
-    not_private = privacy.RunPrivacy.create(None, {}, 1e-5)
+    not_private = privacy.RunPrivacy.create(None, accounting_sampling.Sampling.none(), 1e-5)
     not_private.charge(None, ['a'])
     self.assertTrue(math.isinf(not_private.analyst_epsilon()))
     self.assertEqual(not_private.report()[0]['epsilon'], 'inf')
@@ -153,12 +154,12 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
   def test_json_round_trip(self):
     sampling = sampling_lib.ClientSampling('poisson', 20, 5)
     run, _ = _run(_SECURE, sampling, dp_event.GaussianDpEvent(2.0), rounds=4)
-    again = privacy.RunPrivacy.create(_SECURE, sampling.ledger_kwargs(), 1e-5)
+    again = privacy.RunPrivacy.create(_SECURE, sampling.ledger_sampling(), 1e-5)
     again.restore(run.to_json())
     self.assertEqual(again.analyst, run.analyst)
     self.assertEqual(again.server, run.server)
     self.assertEqual(again.analyst_epsilon(), run.analyst_epsilon())
-    wrong = privacy.RunPrivacy.create(_CENTRAL, sampling.ledger_kwargs(), 1e-5)
+    wrong = privacy.RunPrivacy.create(_CENTRAL, sampling.ledger_sampling(), 1e-5)
     with self.assertRaisesRegex(ValueError, 'another mechanism'):
       wrong.restore(run.to_json())
 
@@ -171,14 +172,14 @@ class AdaptiveRunPrivacyTest(tf.test.TestCase):
     delta, sens = 1e-5, 0.05
     sampling = sampling_lib.ClientSampling('fixed', 10, 3)
     schedule = udp.crd_schedule(
-        4.0, delta, sens, 6, table_size=32, **sampling.ledger_kwargs()
+        4.0, delta, sens, 6, table_size=32, sampling=sampling.ledger_sampling()
     )
     bounds = udp_accounting.crd_bounds(schedule, sens)
     expected = min(b.epsilon(delta) for b in bounds)
     ids = [f'c{i}' for i in range(10)]
     for stalls in ((), (1, 2, 3), (5,)):
       run = privacy.RunPrivacy.create(
-          _LOCAL, sampling.ledger_kwargs(), delta, adaptive=bounds
+          _LOCAL, sampling.ledger_sampling(), delta, adaptive=bounds
       )
       state = schedule.initial_state()
       round_num = 0
@@ -203,13 +204,14 @@ class AdaptiveRunPrivacyTest(tf.test.TestCase):
       self.assertEqual(analyst['epsilon'], expected)
       self.assertEqual(server['epsilon'], bounds[1].epsilon(delta))
       self.assertIn('adaptively', server['accountant'])
-    fixed = privacy.RunPrivacy.create(_LOCAL, sampling.ledger_kwargs(), delta)
+    fixed = privacy.RunPrivacy.create(_LOCAL, sampling.ledger_sampling(), delta)
     self.assertIn('fixed before the run', fixed.report()[0]['accountant'])
 
   def test_a_server_budget_is_refused_with_adaptive_noise(self):
     bounds = udp_accounting.crd_bounds(udp.crd_schedule(4.0, 1e-5, 0.05, 8), 0.05)
     with self.assertRaisesRegex(ValueError, 'server_budget or crd_beta'):
-      privacy.RunPrivacy.create(_LOCAL, {}, 1e-5, 1.0, adaptive=bounds)
+      privacy.RunPrivacy.create(
+          _LOCAL, accounting_sampling.Sampling.none(), 1e-5, 1.0, adaptive=bounds)
 
 
 if __name__ == '__main__':

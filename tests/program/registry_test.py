@@ -654,7 +654,7 @@ class PrivacyReportTest(tf.test.TestCase):
         mech.closed_form,
         registry.privacy_report(
             'smp', rounds=3, noise_multiplier=1.0,
-            **mech.sampling.ledger_kwargs(),
+            sampling=mech.sampling.ledger_sampling(),
         ),
     )
 

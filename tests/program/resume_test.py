@@ -108,7 +108,7 @@ class CrdResumeTest(tf.test.TestCase):
     planned, cost = (float(x) for x in schedule.round_noise(
         schedule.initial_state()))
     ledger = ledger_lib.PrivacyLedger()
-    ledger.record_gaussian(planned / 0.1, count=5, **sampling.kwargs())
+    ledger.record_gaussian(planned / 0.1, count=5, sampling=sampling)
     checkpoint = schedule.initial_state()._replace(
         rounds_done=tf.constant(3, tf.int32),
         spent=tf.constant(3 * cost, tf.float64),
@@ -132,13 +132,13 @@ class CrdResumeTest(tf.test.TestCase):
     self.assertGreater(float(sigma), planned)
     # With only the checkpoint's rounds in the ledger, nothing moves.
     three = ledger_lib.PrivacyLedger()
-    three.record_gaussian(planned / 0.1, count=3, **sampling.kwargs())
+    three.record_gaussian(planned / 0.1, count=3, sampling=sampling)
     same = udp_mechanism._crd_adopt(  # pylint: disable=protected-access
         schedule, 0.1, calibration.Spent.of_ledger(three))(loaded, None)
     self.assertIs(same, loaded)
     # A budget the rounds left cannot share within 4x the planned sigma.
     many = ledger_lib.PrivacyLedger()
-    many.record_gaussian(planned / 0.1, count=8, **sampling.kwargs())
+    many.record_gaussian(planned / 0.1, count=8, sampling=sampling)
     with self.assertRaisesRegex(ValueError, 'planned|budget|tabulated'):
       udp_mechanism._crd_adopt(  # pylint: disable=protected-access
           schedule, 0.1, calibration.Spent.of_ledger(many))(loaded, None)

@@ -58,7 +58,7 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
   def test_epoch_draws_each_client_at_most_once_per_epoch(self):
     s = sampling.ClientSampling('epoch', 23, 5)
     self.assertEqual(s.rounds_per_epoch, 4)
-    self.assertEqual(s.ledger_kwargs(), {})
+    self.assertEqual(s.ledger_sampling().kind, 'none')
     epochs = []
     for epoch in range(3):
       drawn = [s.sample_indices(7, 4 * epoch + r) for r in range(1, 5)]
@@ -137,18 +137,12 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
     poisson = sampling.ClientSampling('poisson', 100, 5)
     fixed = sampling.ClientSampling('fixed', 100, 5)
     self.assertEqual(poisson.rate, 0.05)
-    self.assertEqual(
-        poisson.ledger_kwargs(), {'sampling_probability': 0.05}
-    )
-    self.assertEqual(
-        fixed.ledger_kwargs(), {'population': 100, 'sample_size': 5}
-    )
     ledger = ledger_lib.PrivacyLedger()
-    ledger.record_gaussian(1.0, **poisson.ledger_kwargs())
+    ledger.record_gaussian(1.0, sampling=poisson.ledger_sampling())
     (event, _), = ledger.entries
     self.assertIsInstance(event, dp_event.PoissonSampledDpEvent)
     ledger = ledger_lib.PrivacyLedger()
-    ledger.record_gaussian(1.0, **fixed.ledger_kwargs())
+    ledger.record_gaussian(1.0, sampling=fixed.ledger_sampling())
     (event, _), = ledger.entries
     self.assertIsInstance(event, dp_event.SampledWithoutReplacementDpEvent)
     self.assertEqual(poisson.describe()['model'], 'poisson')

@@ -694,9 +694,8 @@ class DpClientMetricsRunTest(_TempDirTestCase):
         client_metrics_noise_multiplier=z_metrics,
     )
     summary = training.run(config, root, progress=False)
-    q = sampling_lib.ClientSampling('poisson', 10, 2).ledger_kwargs()[
-        'sampling_probability'
-    ]
+    q = sampling_lib.ClientSampling(
+        'poisson', 10, 2).ledger_sampling().sampling_probability
     delta = base.DEFAULT_DELTA
 
     def eps(noise_multiplier):

@@ -23,6 +23,7 @@ from dp_accounting import dp_event
 from tff_priv import validation
 from tff_priv.accounting import accountants
 from tff_priv.accounting import events
+from tff_priv.accounting import sampling as sampling_lib
 
 _PLD_MIN_NOISE_MULTIPLIER = 0.1
 
@@ -75,19 +76,11 @@ class Spent:
 def gaussian_rounds_event(
     noise_multiplier: float,
     rounds: int,
-    *,
-    sampling_probability: Optional[float] = None,
-    population: Optional[int] = None,
-    sample_size: Optional[int] = None,
+    sampling: Optional[sampling_lib.Sampling] = None,
 ) -> dp_event.DpEvent:
   """`rounds` identical rounds of `events.sampled_gaussian_event`."""
   rounds = validation.int_at_least('rounds', rounds, 1)
-  one = events.sampled_gaussian_event(
-      noise_multiplier,
-      sampling_probability=sampling_probability,
-      population=population,
-      sample_size=sample_size,
-  )
+  one = events.sampled_gaussian_event(noise_multiplier, sampling)
   return one if rounds == 1 else dp_event.SelfComposedDpEvent(one, rounds)
 
 
@@ -96,19 +89,27 @@ def gaussian_epsilon(
     delta: float,
     rounds: int,
     *,
+    sampling: Optional[sampling_lib.Sampling] = None,
     sampling_probability: Optional[float] = None,
     population: Optional[int] = None,
     sample_size: Optional[int] = None,
     accountant: str = 'rdp',
 ) -> float:
-  """eps at `delta` of `rounds` rounds of the (sampled) Gaussian."""
+  """eps at `delta` of `rounds` rounds of the (sampled) Gaussian.
+
+  The sampling is a `Sampling`, or the keyword triple of
+  `PrivacyLedger.record_gaussian` (`Sampling.of`).
+  """
   delta = validation.open_unit('delta', delta)
   event = gaussian_rounds_event(
       noise_multiplier,
       rounds,
-      sampling_probability=sampling_probability,
-      population=population,
-      sample_size=sample_size,
+      sampling_lib.Sampling.of(
+          sampling,
+          sampling_probability=sampling_probability,
+          population=population,
+          sample_size=sample_size,
+      ),
   )
   relation = accountants.relation_for(event) or 'add_or_remove_one'
   acc = accountants.make_accountant(accountant, relation)
@@ -122,6 +123,7 @@ def calibrate_noise_multiplier(
     target_delta: float,
     rounds: int,
     *,
+    sampling: Optional[sampling_lib.Sampling] = None,
     sampling_probability: Optional[float] = None,
     population: Optional[int] = None,
     sample_size: Optional[int] = None,
@@ -136,6 +138,7 @@ def calibrate_noise_multiplier(
     target_epsilon: > 0.
     target_delta: in (0, 1).
     rounds: number of rounds T >= 1.
+    sampling: the rounds' client `Sampling` (instead of the three below).
     sampling_probability: Poisson client sampling rate q in (0, 1].
     population: N, for fixed-size sampling of `sample_size` of N clients.
     sample_size: K, for fixed-size sampling.
@@ -157,16 +160,20 @@ def calibrate_noise_multiplier(
   Raises:
     BudgetSpentError: `spent` alone reaches the target.
   """
-  key = (target_epsilon, target_delta, rounds, sampling_probability,
-         population, sample_size, accountant, tol, min_with_unsampled,
-         None if spent is None else repr(spent))
+  sampling = sampling_lib.Sampling.of(
+      sampling,
+      sampling_probability=sampling_probability,
+      population=population,
+      sample_size=sample_size,
+  )
+  key = (target_epsilon, target_delta, rounds, sampling, accountant, tol,
+         min_with_unsampled, None if spent is None else repr(spent))
   if key not in _CALIBRATED:
     if len(_CALIBRATED) >= _CACHE_SIZE:
       _CALIBRATED.pop(next(iter(_CALIBRATED)))
     _CALIBRATED[key] = _calibrate(
-        target_epsilon, target_delta, rounds,
-        sampling_probability=sampling_probability, population=population,
-        sample_size=sample_size, accountant=accountant, tol=tol,
+        target_epsilon, target_delta, rounds, sampling=sampling,
+        accountant=accountant, tol=tol,
         min_with_unsampled=min_with_unsampled, spent=spent)
   return _CALIBRATED[key]
 
@@ -179,17 +186,15 @@ _CALIBRATED = {}
 _CACHE_SIZE = 256
 
 
-def _calibrate(target_epsilon, target_delta, rounds, *, sampling_probability,
-               population, sample_size, accountant, tol, min_with_unsampled,
-               spent):
+def _calibrate(target_epsilon, target_delta, rounds, *, sampling, accountant,
+               tol, min_with_unsampled, spent):
   """calibrate_noise_multiplier, computed."""
   if min_with_unsampled:
     # Either bound meets the target; with releases spent, one of them may
     # have no budget left while the other has.
     found, spent_error = [], None
     for kwargs in (
-        dict(sampling_probability=sampling_probability, population=population,
-             sample_size=sample_size, spent=spent),
+        dict(sampling=sampling, spent=spent),
         dict(spent=None if spent is None else spent.as_unsampled()),
     ):
       try:
@@ -208,13 +213,7 @@ def _calibrate(target_epsilon, target_delta, rounds, *, sampling_probability,
   prior = spent.event if spent is not None and spent.releases else None
 
   def make_event(z):
-    event = gaussian_rounds_event(
-        z,
-        rounds,
-        sampling_probability=sampling_probability,
-        population=population,
-        sample_size=sample_size,
-    )
+    event = gaussian_rounds_event(z, rounds, sampling)
     return event if prior is None else dp_event.ComposedDpEvent([prior, event])
 
   relation = accountants.relation_for(make_event(1.0)) or (

@@ -47,6 +47,7 @@ from dp_accounting.pld import privacy_loss_distribution
 from tff_priv import validation
 from tff_priv.accounting import accountants
 from tff_priv.accounting import calibration
+from tff_priv.accounting import sampling as sampling_lib
 
 # UDP (Wei et al.)
 
@@ -320,7 +321,7 @@ class ClaimCheck:
 
 def _check(formula, z, epsilon, delta, q, rounds, accountant):
   event = calibration.gaussian_rounds_event(
-      z, rounds, sampling_probability=q
+      z, rounds, sampling_lib.Sampling.poisson(q)
   )
   composed = accountants.make_accountant(
       accountant, 'add_or_remove_one'

@@ -105,37 +105,22 @@ def pure_epsilon_rdp(orders, epsilon: float) -> np.ndarray:
 
 def sampled_event(
     event: dp_event.DpEvent,
-    *,
     sampling: Optional[sampling_lib.Sampling] = None,
-    sampling_probability: Optional[float] = None,
-    population: Optional[int] = None,
-    sample_size: Optional[int] = None,
 ) -> dp_event.DpEvent:
   """`event` (one round, one unit) under the round's client sampling.
 
-  Give the sampling as a `Sampling`, or as at most one description:
-  `sampling_probability` (Poisson sampling with that rate), or `population`
-  and `sample_size` (fixed-size sampling without replacement). None: every
-  client takes part.
-
   Args:
     event: the event of one round for a unit that takes part.
-    sampling: the round's `sampling.Sampling` (instead of the triple).
-    sampling_probability: Poisson sampling rate q in (0, 1].
-    population: number of clients N sampled from (fixed-size sampling).
-    sample_size: number of clients K sampled per round (fixed-size sampling).
+    sampling: the round's `sampling.Sampling`: Poisson sampling with rate q,
+      or fixed-size sampling of K of N clients without replacement. None:
+      every client takes part.
 
   Returns:
     A `dp_accounting.DpEvent`.
   """
   if not isinstance(event, dp_event.DpEvent):
     raise TypeError(f'event must be a dp_accounting DpEvent, got {event!r}')
-  sampling = sampling_lib.Sampling.of(
-      sampling,
-      sampling_probability=sampling_probability,
-      population=population,
-      sample_size=sample_size,
-  )
+  sampling = sampling_lib.Sampling.of(sampling)
   if sampling.kind == 'poisson' and sampling.sampling_probability < 1:
     return dp_event.PoissonSampledDpEvent(sampling.sampling_probability, event)
   if sampling.kind == 'fixed' and sampling.sample_size < sampling.population:
@@ -179,19 +164,14 @@ def gaussian_releases(event: dp_event.DpEvent) -> list[tuple[float, int]]:
 
 def sampled_gaussian_event(
     noise_multiplier: float,
-    *,
     sampling: Optional[sampling_lib.Sampling] = None,
-    sampling_probability: Optional[float] = None,
-    population: Optional[int] = None,
-    sample_size: Optional[int] = None,
 ) -> dp_event.DpEvent:
   """The event of one round of a Gaussian sum over sampled clients.
 
   Args:
     noise_multiplier: noise std divided by the L2 sensitivity of the sum, >= 0
       (0 is a non-private release: the accountants then report infinite eps).
-    sampling, sampling_probability, population, sample_size: as
-      `sampled_event`.
+    sampling: as `sampled_event`.
 
   Returns:
     A `dp_accounting.DpEvent`.
@@ -200,11 +180,7 @@ def sampled_gaussian_event(
       'noise_multiplier', noise_multiplier
   )
   return sampled_event(
-      dp_event.GaussianDpEvent(noise_multiplier),
-      sampling=sampling,
-      sampling_probability=sampling_probability,
-      population=population,
-      sample_size=sample_size,
+      dp_event.GaussianDpEvent(noise_multiplier), sampling=sampling
   )
 
 

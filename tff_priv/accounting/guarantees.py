@@ -35,6 +35,7 @@ import numpy as np
 from tff_priv import validation
 from tff_priv.accounting import accountants
 from tff_priv.accounting import events
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import wrapped_states
 
 UNITS = ('example', 'client', 'value')
@@ -324,10 +325,7 @@ def plain_event(value):
 def sampled_event(
     event: dp_event.DpEvent,
     neighboring_relation: str,
-    *,
-    sampling_probability: Optional[float] = None,
-    population: Optional[int] = None,
-    sample_size: Optional[int] = None,
+    sampling: Optional[sampling_lib.Sampling] = None,
 ) -> dp_event.DpEvent:
   """A factory's round event under the round's client sampling.
 
@@ -342,8 +340,7 @@ def sampled_event(
     event: the factory's event of one round (`extract_dp_event`).
     neighboring_relation: the relation `event` holds under
       (`factory.guarantee.neighboring_relation`).
-    sampling_probability, population, sample_size: as
-      `events.sampled_event`.
+    sampling: the round's `Sampling` (None: every client takes part).
 
   Raises:
     ValueError: Poisson sampling of a replace-one event.
@@ -351,22 +348,17 @@ def sampled_event(
   validation.one_of(
       'neighboring_relation', neighboring_relation, accountants.RELATIONS
   )
-  fixed = population is not None or sample_size is not None
-  if sampling_probability is not None and sampling_probability < 1:
+  sampling = sampling_lib.Sampling.of(sampling)
+  if sampling.kind == 'poisson' and sampling.sampling_probability < 1:
     if neighboring_relation == 'replace_one':
       raise ValueError(
           'this event holds under replace-one adjacency (noise on each '
           'client\'s upload): its amplification needs fixed-size sampling '
           '(population=N, sample_size=K), not Poisson sampling'
       )
-  elif fixed and neighboring_relation == 'add_or_remove_one':
+  elif sampling.kind == 'fixed' and neighboring_relation == 'add_or_remove_one':
     event = _halve_gaussians(event)
-  return events.sampled_event(
-      event,
-      sampling_probability=sampling_probability,
-      population=population,
-      sample_size=sample_size,
-  )
+  return events.sampled_event(event, sampling)
 
 
 def guarantee_of(factory: Any) -> Optional[Guarantee]:

@@ -27,6 +27,7 @@ from tff_priv import validation
 from tff_priv.accounting import accountants
 from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import wrapped_states
 
 _FORMAT = 'tff_priv.PrivacyLedger/1'
@@ -88,6 +89,7 @@ class PrivacyLedger:
       self,
       noise_multiplier: float,
       *,
+      sampling: Optional[sampling_lib.Sampling] = None,
       sampling_probability: Optional[float] = None,
       population: Optional[int] = None,
       sample_size: Optional[int] = None,
@@ -95,22 +97,24 @@ class PrivacyLedger:
   ) -> None:
     """Records `count` rounds of a (sampled) Gaussian sum.
 
-    See `events.sampled_gaussian_event` for the arguments.
+    See `events.sampled_gaussian_event` for the arguments; the sampling is a
+    `Sampling`, or the keyword triple (`Sampling.of`): `sampling_probability`
+    q (Poisson), or `population` N and `sample_size` K (fixed-size).
     """
-    self.record(
-        events.sampled_gaussian_event(
-            noise_multiplier,
-            sampling_probability=sampling_probability,
-            population=population,
-            sample_size=sample_size,
-        ),
-        count,
+    sampling = sampling_lib.Sampling.of(
+        sampling,
+        sampling_probability=sampling_probability,
+        population=population,
+        sample_size=sample_size,
     )
+    self.record(events.sampled_gaussian_event(noise_multiplier, sampling),
+                count)
 
   def record_round(
       self,
       aggregator_state,
       *,
+      sampling: Optional[sampling_lib.Sampling] = None,
       sampling_probability: Optional[float] = None,
       population: Optional[int] = None,
       sample_size: Optional[int] = None,
@@ -131,6 +135,7 @@ class PrivacyLedger:
       aggregator_state: the aggregator's state after `next`, of a tff_priv
         factory or of TFF's `DifferentiallyPrivateFactory`
         (`guarantees.extract_dp_event`).
+      sampling: the round's client `Sampling` (instead of the three below).
       sampling_probability: Poisson client sampling rate q.
       population: N, for fixed-size sampling of `sample_size` of N clients.
       sample_size: K, for fixed-size sampling.
@@ -162,13 +167,16 @@ class PrivacyLedger:
           'record_round takes the aggregator\'s state: pass '
           'output.state.aggregator, not output.state'
       )
+    sampling = sampling_lib.Sampling.of(
+        sampling,
+        sampling_probability=sampling_probability,
+        population=population,
+        sample_size=sample_size,
+    )
     # Inside TFF's wrappers too: the stream's event is what gets charged.
     stream = guarantees.stream_factory_of_state(
         wrapped_states.unwrap(aggregator_state)[0])
-    if stream is not None and (
-        sampling_probability is not None or population is not None
-        or sample_size is not None
-    ):
+    if stream is not None and sampling.kind != 'none':
       if stream == 'BandMFFactory':
         raise ValueError(
             'BandMFFactory\'s event already holds its sampling (q within '
@@ -202,9 +210,7 @@ class PrivacyLedger:
     event = guarantees.sampled_event(
         guarantees.extract_dp_event(aggregator_state),
         neighboring_relation,
-        sampling_probability=sampling_probability,
-        population=population,
-        sample_size=sample_size,
+        sampling,
     )
     relation = accountants.relation_for(event) or self.neighboring_relation
     stream_relation = (self._relation is None

@@ -8,28 +8,19 @@ from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.accounting import sampling as sampling_lib
 
 
-def _sampling(sampling_probability, population, sample_size):
-  return sampling_lib.Sampling.of(
-      sampling_probability=sampling_probability,
-      population=population,
-      sample_size=sample_size,
-  )
-
 
 def gaussian_report(
     noise_multiplier: float,
     delta: float,
     rounds: int,
     *,
-    sampling_probability: Optional[float] = None,
-    population: Optional[int] = None,
-    sample_size: Optional[int] = None,
+    sampling: Optional[sampling_lib.Sampling] = None,
 ) -> dict:
   """eps at `delta` of `rounds` rounds of the sampled Gaussian, all accountants."""
   rounds = validation.int_at_least('rounds', rounds, 1)
-  sampling = _sampling(sampling_probability, population, sample_size)
+  sampling = sampling_lib.Sampling.of(sampling)
   ledger = ledger_lib.PrivacyLedger()
-  ledger.record_gaussian(noise_multiplier, count=rounds, **sampling.kwargs())
+  ledger.record_gaussian(noise_multiplier, sampling=sampling, count=rounds)
   result = ledger.report(delta)
   result.update(
       noise_multiplier=float(noise_multiplier),
@@ -45,20 +36,18 @@ def calibrate_report(
     delta: float,
     rounds: int,
     *,
-    sampling_probability: Optional[float] = None,
-    population: Optional[int] = None,
-    sample_size: Optional[int] = None,
+    sampling: Optional[sampling_lib.Sampling] = None,
 ) -> dict:
   """The noise multiplier each accountant needs for (target_epsilon, delta)."""
-  sampling = _sampling(sampling_probability, population, sample_size)
+  sampling = sampling_lib.Sampling.of(sampling)
   result = {'target_epsilon': target_epsilon, 'delta': delta, 'rounds': rounds}
   result['rdp_noise_multiplier'] = calibration.calibrate_noise_multiplier(
-      target_epsilon, delta, rounds, **sampling.kwargs()
+      target_epsilon, delta, rounds, sampling=sampling
   )
   # dp_accounting 0.4.3's PLD has no fixed-size sampling.
   if sampling.kind != 'fixed':
     result['pld_noise_multiplier'] = calibration.calibrate_noise_multiplier(
-        target_epsilon, delta, rounds, accountant='pld', **sampling.kwargs()
+        target_epsilon, delta, rounds, accountant='pld', sampling=sampling
     )
   else:
     result['pld_noise_multiplier'] = None
@@ -80,9 +69,7 @@ def gaussian_mechanism_report(
     claim_for_noise: Optional[
         Callable[[float, float, float, float, int], Optional[dict]]
     ] = None,
-    sampling_probability: Optional[float] = None,
-    population: Optional[int] = None,
-    sample_size: Optional[int] = None,
+    sampling: Optional[sampling_lib.Sampling] = None,
 ) -> dict:
   """A Gaussian mechanism's privacy over `rounds` rounds, or its noise for a target eps.
 
@@ -106,9 +93,7 @@ def gaussian_mechanism_report(
       reading of a target eps (q: the sampling rate).
     claim_for_noise: `(z, rdp_epsilon, delta, q, rounds) -> dict or None`,
       the paper's reading of a noise level z > 0.
-    sampling_probability: Poisson client sampling rate q.
-    population: fixed-size sampling: clients sampled from.
-    sample_size: fixed-size sampling: clients per round.
+    sampling: the rounds' client `Sampling` (None: every client).
 
   Returns:
     A JSON-ready dict.
@@ -119,13 +104,13 @@ def gaussian_mechanism_report(
   """
   delta = validation.open_unit('delta', delta)
   rounds = validation.int_at_least('rounds', rounds, 1)
-  sampling = _sampling(sampling_probability, population, sample_size)
+  sampling = sampling_lib.Sampling.of(sampling)
   q = sampling.rate
   out = {'mechanism': mechanism, 'delta': delta, 'rounds': rounds, 'sampling_rate': q}
   if epsilon is not None:
     epsilon = validation.positive('epsilon', epsilon)
     out['calibration'] = calibrate_report(
-        epsilon, delta, rounds, **sampling.kwargs()
+        epsilon, delta, rounds, sampling=sampling
     )
     if scale is not None:
       out['calibration']['rdp_noise_stddev'] = (
@@ -149,7 +134,7 @@ def gaussian_mechanism_report(
   if noise_multiplier is None:
     raise ValueError('give noise_multiplier (or noise_stddev), or epsilon')
   out.update(
-      gaussian_report(noise_multiplier, delta, rounds, **sampling.kwargs())
+      gaussian_report(noise_multiplier, delta, rounds, sampling=sampling)
   )
   if claim_for_noise is not None and noise_multiplier > 0:
     claim = claim_for_noise(noise_multiplier, out['rdp_epsilon'], delta, q, rounds)

@@ -75,7 +75,7 @@ def noise_for_target(
       epsilon,
       delta,
       rounds,
-      **sampling.kwargs(),
+      sampling=sampling,
       min_with_unsampled=min_with_unsampled,
       spent=spent,
       tol=tol,

@@ -222,5 +222,5 @@ def noise_ledger(
   for sigma in noise_stddevs:
     if not math.isfinite(sigma) or sigma < 0:
       raise ValueError(f'noise_stddevs must be finite and >= 0, got {sigma}')
-    ledger.record_gaussian(sigma / sensitivity, **sampling.kwargs())
+    ledger.record_gaussian(sigma / sensitivity, sampling=sampling)
   return ledger

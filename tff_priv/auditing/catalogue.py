@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 
 from tff_priv import validation
 from tff_priv.accounting import calibration
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import bandmf as bandmf_factory
 from tff_priv.aggregators import blt as blt_factory
 from tff_priv.aggregators import distortion
@@ -70,7 +71,7 @@ def quickstart_settings(
   if noise_multiplier is None:
     z = calibration.calibrate_noise_multiplier(
         QUICKSTART_EPSILON, QUICKSTART_DELTA, QUICKSTART_ROUNDS,
-        sampling_probability=QUICKSTART_SAMPLING,
+        sampling=sampling_lib.Sampling.poisson(QUICKSTART_SAMPLING),
     )
   else:
     z = validation.positive('noise_multiplier', noise_multiplier)

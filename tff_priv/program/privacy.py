@@ -43,6 +43,7 @@ from tff_priv.accounting import filters
 from tff_priv.accounting import guarantees as guarantees_lib
 from tff_priv.accounting import individual
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import sampling as sampling_lib
 
 _FORMAT = 'tff_priv.RunPrivacy/1'
 _UNSET = object()  # No round admitted since the last charge.
@@ -64,8 +65,8 @@ class RunPrivacy:
 
   Attributes:
     guarantee: the factory's `Guarantee`, or None for a non-private run.
-    sampling_kwargs: the sampling arguments of the analyst ledger
-      (`ClientSampling.ledger_kwargs()`).
+    sampling: the client `Sampling` the analyst ledger amplifies by
+      (`ClientSampling.ledger_sampling()`; none: no amplification).
     delta: the run's delta.
     analyst: the analyst-view `PrivacyLedger`.
     server: the server-view `IndividualLedger` (None when the server adds
@@ -76,7 +77,7 @@ class RunPrivacy:
   """
 
   guarantee: Optional[guarantees_lib.Guarantee]
-  sampling_kwargs: dict
+  sampling: sampling_lib.Sampling
   delta: float
   analyst: ledger_lib.PrivacyLedger
   server: Optional[individual.IndividualLedger]
@@ -88,7 +89,7 @@ class RunPrivacy:
   def create(
       cls,
       guarantee: Optional[guarantees_lib.Guarantee],
-      sampling_kwargs: dict,
+      sampling: sampling_lib.Sampling,
       delta: float,
       budget_epsilon: Optional[float] = None,
       adaptive: Optional[tuple[filters.RdpBound, filters.RdpBound]] = None,
@@ -107,14 +108,15 @@ class RunPrivacy:
           'a server budget needs a mechanism private against the server (its '
           'noise added by the clients); this one has none'
       )
-    if not sampling_kwargs and guarantee is not None:
+    sampling = sampling_lib.Sampling.of(sampling)
+    if sampling.kind == 'none' and guarantee is not None:
       # No amplification ('epoch' sampling): the event's own relation.
       relation = guarantee.neighboring_relation
-    elif 'population' in sampling_kwargs:
+    elif sampling.kind == 'fixed':
       relation = 'replace_one'
     else:
       relation = 'add_or_remove_one'
-    return cls(guarantee, dict(sampling_kwargs), delta,
+    return cls(guarantee, sampling, delta,
                ledger_lib.PrivacyLedger(relation), server, adaptive)
 
   def admit(self, clients: Iterable[Any], event: Optional[dp_event.DpEvent]):
@@ -146,7 +148,7 @@ class RunPrivacy:
       self.analyst.record(dp_event.NonPrivateDpEvent())
       return
     sampled = guarantees_lib.sampled_event(
-        event, self.guarantee.neighboring_relation, **self.sampling_kwargs
+        event, self.guarantee.neighboring_relation, self.sampling
     )
     if accountants.can_count(
         'rdp', sampled, self.analyst.neighboring_relation
@@ -192,13 +194,13 @@ class RunPrivacy:
           'meaning': 'no privacy mechanism: the models are released as trained',
       }]
     unit = _UNIT_WORDS[self.guarantee.unit]
-    if not self.sampling_kwargs and (
+    if self.sampling.kind == 'none' and (
         self.guarantee.neighboring_relation == 'replace_special'):
       amplified = (
           'no amplification by sampling (each client as often as the '
           "stream's participation schedule allows)"
       )
-    elif not self.sampling_kwargs:
+    elif self.sampling.kind == 'none':
       amplified = ("the mechanism's events, which hold its sampling (BandMF: "
                    'Poisson inside cyclic groups)')
     elif not self.unamplified_rounds:

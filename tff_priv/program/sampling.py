@@ -140,10 +140,6 @@ class ClientSampling:
       )
     return sampling_lib.Sampling.none()
 
-  def ledger_kwargs(self) -> dict:
-    """The sampling arguments of `PrivacyLedger.record_gaussian` for this draw."""
-    return self.ledger_sampling().kwargs()
-
   def describe(self) -> dict:
     """A JSON-ready description (for the run summary)."""
     return {

@@ -76,7 +76,8 @@ def build(
                'recompute who was sampled in every round, and the amplified '
                'analyst figure assumes that unknown']
               if config.sampling_seed is not None and mechanism.guarantee
-              and mechanism.sampling.ledger_kwargs()  # Amplified at all.
+              # Amplified at all:
+              and mechanism.sampling.ledger_sampling().kind != 'none'
               else []
           ),
           'ledger': json.loads(ledger.to_json()),

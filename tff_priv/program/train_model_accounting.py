@@ -46,6 +46,7 @@ from tff_priv import cli
 from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import wrapped_states
 from tff_priv.learning import client_metrics as client_metrics_lib
 from tff_priv.program import files
@@ -477,15 +478,12 @@ class TrainModelAccounting:
         guarantees.factory_kind_of_state(aggregator),
     )
     round_ledger = ledger_lib.PrivacyLedger()
-    round_ledger.record_round(
-        output.state.aggregator, population=self._population,
-        sample_size=self._k,
-    )
+    sampling = sampling_lib.Sampling.fixed(self._population, self._k)
+    round_ledger.record_round(output.state.aggregator, sampling=sampling)
     if self._client_metrics is not None:
       round_ledger.record(
           guarantees.sampled_event(
-              self._client_metrics.dp_event, 'add_or_remove_one',
-              population=self._population, sample_size=self._k,
+              self._client_metrics.dp_event, 'add_or_remove_one', sampling
           )
       )
     self._ledger.extend(round_ledger)

@@ -417,7 +417,7 @@ class _Run:
     )
     try:
       self.privacy = privacy_lib.RunPrivacy.create(
-          self.mechanism.guarantee, setup.sampling.ledger_kwargs(),
+          self.mechanism.guarantee, setup.sampling.ledger_sampling(),
           self.delta, config.server_budget, self.mechanism.adaptive_bounds,
       )
     except ValueError as e:
@@ -488,7 +488,7 @@ class _Run:
     written_privacy = None
     if written is not None:
       written_privacy = privacy_lib.RunPrivacy.create(
-          self.mechanism.guarantee, self.setup.sampling.ledger_kwargs(),
+          self.mechanism.guarantee, self.setup.sampling.ledger_sampling(),
           self.delta, self.config.server_budget, self.mechanism.adaptive_bounds,
       )
       self._restore(written_privacy, json.dumps(written['privacy']),
@@ -532,7 +532,7 @@ class _Run:
   def _check_ledger_file(self, loaded, version, written_privacy) -> None:
     """Refuses a ledger file missing or older than checkpoint `version`'s."""
     in_checkpoint = privacy_lib.RunPrivacy.create(
-        self.mechanism.guarantee, self.setup.sampling.ledger_kwargs(),
+        self.mechanism.guarantee, self.setup.sampling.ledger_sampling(),
         self.delta, self.config.server_budget, self.mechanism.adaptive_bounds,
     )
     self._restore(in_checkpoint, loaded.ledger, f'checkpoint {version}')

@@ -30,6 +30,7 @@ import typing
 from typing import Any, Mapping, Optional, Union
 
 from tff_priv import validation
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.program.registry import bandmf
 from tff_priv.program.registry import base
 from tff_priv.program.registry import blt
@@ -308,6 +309,7 @@ def privacy_report(
     name: str,
     *,
     rounds: int,
+    sampling: Optional[sampling_lib.Sampling] = None,
     sampling_probability: Optional[float] = None,
     population: Optional[int] = None,
     sample_size: Optional[int] = None,
@@ -323,6 +325,7 @@ def privacy_report(
   Args:
     name: one of REPORTS.
     rounds: T >= 1.
+    sampling: the rounds' client `Sampling` (instead of the three below).
     sampling_probability: Poisson client sampling rate q.
     population: fixed-size sampling: clients sampled from.
     sample_size: fixed-size sampling: clients per round.
@@ -346,11 +349,10 @@ def privacy_report(
       'delta', given.get('delta', base.DEFAULT_DELTA)
   )
   rounds = validation.int_at_least('rounds', rounds, 1)
-  sampling = {
-      k: v for k, v in (
-          ('sampling_probability', sampling_probability),
-          ('population', population),
-          ('sample_size', sample_size),
-      ) if v is not None
-  }
-  return report.compute(given, rounds, **sampling)
+  sampling = sampling_lib.Sampling.of(
+      sampling,
+      sampling_probability=sampling_probability,
+      population=population,
+      sample_size=sample_size,
+  )
+  return report.compute(given, rounds, sampling)

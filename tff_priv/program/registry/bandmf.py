@@ -16,6 +16,7 @@ import functools
 from typing import Any, Optional
 
 from tff_priv.accounting import reports
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import bandmf as bandmf_factory
 from tff_priv.program.registry import base
 
@@ -83,7 +84,8 @@ def _plan(total_rounds, population, k, epsilon, noise_multiplier, delta,
       noise_multiplier=noise_multiplier, delta=delta, bands=bands)
 
 
-def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+def privacy_report(params: dict[str, Any], rounds: int,
+                   sampling: sampling_lib.Sampling) -> dict:
   """eps of a run's cycles by every accountant, or the noise for a target.
 
   The run (T = `rounds`, N = `population`, K = `sample_size`) plans its
@@ -95,10 +97,9 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
   Args:
     params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given).
     rounds: T >= 1.
-    **sampling: `population` and `sample_size` (needed).
+    sampling: fixed-size, `population` and `sample_size` (needed).
   """
-  if sampling.get('sampling_probability') is not None or not (
-      sampling.get('population') and sampling.get('sample_size')):
+  if sampling.kind != 'fixed':
     raise ValueError(
         "mechanism 'bandmf' needs --population and --clients_per_round (its "
         'groups: the rate in each is K / floor(N / b)), not a sampling rate'
@@ -108,13 +109,13 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
     raise ValueError("mechanism 'bandmf' needs epsilon or noise_multiplier")
   config = Config(**given)
   target = config.epsilon if config.noise_multiplier is None else None
-  plan = _plan(rounds, sampling['population'], sampling['sample_size'],
+  plan = _plan(rounds, sampling.population, sampling.sample_size,
                target, config.noise_multiplier, config.delta, config.bands)
   report = reports.gaussian_mechanism_report(
       NAME, delta=config.delta, rounds=plan.cycles,
       **({'epsilon': target} if target is not None
          else {'noise_multiplier': plan.noise_multiplier}),
-      sampling_probability=plan.sampling_probability,
+      sampling=sampling_lib.Sampling.poisson(plan.sampling_probability),
   )
   reports.counted_as(report, rounds, plan.cycles, 'cycles')
   report['neighboring_relation'] = (

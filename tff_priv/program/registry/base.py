@@ -421,7 +421,7 @@ class Report:
   """A mechanism's privacy report: the accountants, the paper's closed forms beside.
 
   Attributes:
-    compute: `(params, rounds, **sampling) -> dict`: what a run spends, or
+    compute: `(params, rounds, sampling) -> dict`: what a run spends, or
       its noise for a target (`registry.privacy_report`).
     parameters: the config fields it reads.
     inputs: a dataclass of what a run resolves from its task (udp's smallest

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from tff_priv import validation
 from tff_priv.accounting import reports
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import blt as blt_factory
 from tff_priv.program.registry import base
 
@@ -102,7 +103,8 @@ def _plan(config: Config, total_rounds: int, population: int, k: int,
   )
 
 
-def privacy_report(params: dict[str, Any], rounds: int, **sampling_) -> dict:
+def privacy_report(params: dict[str, Any], rounds: int,
+                   sampling: sampling_lib.Sampling) -> dict:
   """eps of a run's streams by every accountant, or the noise for a target.
 
   The run's streams (a stream per epoch of N // K rounds, or one stream of
@@ -115,11 +117,9 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling_) -> dict:
   Args:
     params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given).
     rounds: T >= 1.
-    **sampling_: `population` and `sample_size` (needed).
+    sampling: fixed-size, `population` and `sample_size` (needed).
   """
-  if sampling_.get('sampling_probability') is not None or not (
-      sampling_.get('population') and sampling_.get('sample_size')
-  ):
+  if sampling.kind != 'fixed':
     raise ValueError(
         "mechanism 'blt' needs --population and --clients_per_round (its "
         'schedule: N // K rounds per epoch or between participations), not '
@@ -129,8 +129,7 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling_) -> dict:
   if given.get('epsilon') is None and given.get('noise_multiplier') is None:
     raise ValueError("mechanism 'blt' needs epsilon or noise_multiplier")
   config = Config(**given)
-  plan = _plan(config, rounds, sampling_['population'],
-               sampling_['sample_size'])
+  plan = _plan(config, rounds, sampling.population, sampling.sample_size)
   report = reports.gaussian_mechanism_report(
       NAME, delta=config.delta, rounds=plan.streams,
       **({'epsilon': config.epsilon} if config.noise_multiplier is None

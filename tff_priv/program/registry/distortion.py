@@ -14,6 +14,7 @@ import numpy as np
 
 from tff_priv import validation
 from tff_priv.accounting import reports
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import distortion
 from tff_priv.mechanisms import bernoulli_sampling
 from tff_priv.program.registry import base
@@ -88,7 +89,8 @@ class Config:
       )
 
 
-def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+def privacy_report(params: dict[str, Any], rounds: int,
+                   sampling: sampling_lib.Sampling) -> dict:
   """The distortion read as a Gaussian mechanism, by every accountant.
 
   Any two clipped uploads differ by at most Delta = 2C, so z = sigma_e / 2C;
@@ -99,8 +101,7 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
     params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given;
       `clip` required).
     rounds: T >= 1.
-    **sampling: the rounds' client sampling (`sampling_probability`, or
-      `population` and `sample_size`).
+    sampling: the rounds' client `Sampling`.
   """
   params = dict(params)
   clip = params.pop('clip', None)
@@ -108,7 +109,7 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
       validation.positive('clip', validation.required('clip', clip))
   )
   return reports.gaussian_mechanism_report(
-      NAME, rounds=rounds, scale=scale, **params, **sampling
+      NAME, rounds=rounds, scale=scale, sampling=sampling, **params
   )
 
 

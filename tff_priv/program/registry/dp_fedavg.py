@@ -22,6 +22,7 @@ import tensorflow_federated as tff
 from tff_priv import validation
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import reports
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.program.registry import base
 
 NAME = 'dp_fedavg'
@@ -73,17 +74,17 @@ class Config:
       )
 
 
-def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+def privacy_report(params: dict[str, Any], rounds: int,
+                   sampling: sampling_lib.Sampling) -> dict:
   """The sampled Gaussian's eps by every accountant, or the noise for a target.
 
   Args:
     params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given).
     rounds: T >= 1.
-    **sampling: the rounds' client sampling (`sampling_probability`, or
-      `population` and `sample_size`).
+    sampling: the rounds' client `Sampling`.
   """
   return reports.gaussian_mechanism_report(
-      NAME, rounds=rounds, **params, **sampling
+      NAME, rounds=rounds, sampling=sampling, **params
   )
 
 

@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any, Optional
 
 from tff_priv import validation
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import ldp as ldp_aggregators
 from tff_priv.learning import client_metrics
 from tff_priv.learning import ldp as ldp_learning
@@ -86,7 +87,8 @@ class ReportInputs:
   num_clients: Optional[int] = None
 
 
-def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+def privacy_report(params: dict[str, Any], rounds: int,
+                   sampling: sampling_lib.Sampling) -> dict:
   """A client's local DP: the paper's per-value claim, composition, shuffle bound.
 
   `ldp_learning.ldp_report` for `rounds` rounds of d eps0-LDP values; client
@@ -96,7 +98,7 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
     params: `REPORT_PARAMETERS` and `ReportInputs` fields by name (absent:
       not given; `delta` given; `ldp_epsilon` and `num_values` required).
     rounds: T >= 1.
-    **sampling: ignored.
+    sampling: ignored.
   """
   del sampling
   return {'mechanism': NAME, **ldp_learning.ldp_report(
@@ -166,6 +168,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
           {'ldp_epsilon': config.ldp_epsilon, 'delta': config.delta,
            'num_values': d, 'num_clients': k},
           context.total_rounds,
+          context.sampling.ledger_sampling(),
       ),
       caveats=[
           'local DP: each client is charged d values of eps0 for every round '

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from tff_priv import validation
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import reports
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import smp as smp_aggregators
 from tff_priv.learning import canary_clients
 from tff_priv.learning import client_metrics
@@ -102,7 +103,8 @@ def _theorem1_for_noise(noise_multiplier, rdp_epsilon, delta, q, rounds) -> dict
   }
 
 
-def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+def privacy_report(params: dict[str, Any], rounds: int,
+                   sampling: sampling_lib.Sampling) -> dict:
   """The sampled Gaussian's eps by every accountant, Fed-SMP Theorem 1 beside.
 
   For a target eps: the noise the accountants need, and the theorem's noise
@@ -113,16 +115,15 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
   Args:
     params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given).
     rounds: T >= 1.
-    **sampling: the rounds' client sampling (`sampling_probability`, or
-      `population` and `sample_size`).
+    sampling: the rounds' client `Sampling`.
   """
   return reports.gaussian_mechanism_report(
       NAME,
       rounds=rounds,
       claim_for_target=_theorem1_for_target,
       claim_for_noise=_theorem1_for_noise,
+      sampling=sampling,
       **params,
-      **sampling,
   )
 
 
@@ -179,7 +180,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       closed_form=privacy_report(
           {'noise_multiplier': z, 'delta': config.delta},
           context.total_rounds,
-          **context.sampling.ledger_kwargs(),
+          context.sampling.ledger_sampling(),
       ),
   )
   if top_k:

@@ -24,6 +24,7 @@ from tff_priv.accounting import calibration
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import events
 from tff_priv.accounting import reports
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import target_noise
 from tff_priv.accounting import udp as udp_accounting
 from tff_priv.aggregators import udp as udp_aggregators
@@ -138,7 +139,8 @@ def _theorem1_for_noise(noise_multiplier, rdp_epsilon, delta, q, rounds) -> dict
   }
 
 
-def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
+def privacy_report(params: dict[str, Any], rounds: int,
+                   sampling: sampling_lib.Sampling) -> dict:
   """Each client's Gaussian by every accountant, UDP Theorem 1 (eq. 10) beside.
 
   z = sigma / Delta. For a target eps: the noise the accountants need (and
@@ -150,8 +152,7 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
     params: `REPORT_PARAMETERS` and `ReportInputs` fields by name (absent:
       not given; `delta` given).
     rounds: T >= 1.
-    **sampling: the rounds' client sampling (`sampling_probability`, or
-      `population` and `sample_size`).
+    sampling: the rounds' client `Sampling`.
 
   Raises:
     ValueError: noise_stddev without the sensitivity, or a bad value.
@@ -171,8 +172,8 @@ def privacy_report(params: dict[str, Any], rounds: int, **sampling) -> dict:
       scale=sensitivity,
       claim_for_target=_theorem1_for_target,
       claim_for_noise=_theorem1_for_noise,
+      sampling=sampling,
       **params,
-      **sampling,
   )
 
 
@@ -256,7 +257,7 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
           {'noise_stddev': sigma, 'sensitivity': sensitivity,
            'delta': config.delta},
           context.total_rounds,
-          **context.sampling.ledger_kwargs(),
+          context.sampling.ledger_sampling(),
       ),
       caveats=[
           "record-level DP of each client's data (replace one example); "
