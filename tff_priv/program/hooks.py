@@ -1,15 +1,18 @@
-"""The parts of a training run the loop calls at fixed points: the canary audits.
+"""The parts of a training run the loop calls at fixed points: evaluation, the canary audits.
 
 In the style of pfl-research's callbacks: the loop calls every hook at the
 same points of a round and knows nothing of what a hook does. A hook never
-touches the sampling, the ledger or the releases: what it adds to a round
-(canary clients, canary examples) is part of the audited run, and what it
-reports comes at the end, in summary.json's privacy['empirical'].
+touches the sampling or the ledger: what it adds to a round (canary clients,
+canary examples) is part of the audited run; what it evaluates on the server's
+public data is released with the round, after the round is charged; what it
+reports at the end goes in summary.json's privacy['empirical'].
 """
 
+import functools
 from typing import Any, Callable, Optional
 
 import numpy as np
+import tensorflow_federated as tff
 
 from tff_priv.auditing import canaries as canaries_lib
 from tff_priv.auditing import canary_examples as canary_examples_lib
@@ -36,11 +39,49 @@ class RunHook:
   def after_round(self, model_weights) -> None:
     """The model the round released (a round that ran)."""
 
+  def evaluate(self, round_num: int, model_weights: Callable[[], Any],
+               last: bool) -> Optional[dict[str, float]]:
+    """Metrics of round `round_num`'s model on public data, released with it.
+
+    Called after the round is charged. `model_weights()` gives the model;
+    `last`: the run's last round. None: nothing this round.
+    """
+    del round_num, model_weights, last
+    return None
+
   def summary(self, initial_model_path: str, final_weights, delta: float,
               accounted_epsilon: float) -> Optional[dict[str, Any]]:
     """privacy['empirical'] of the summary; None: nothing to report."""
     del initial_model_path, final_weights, delta, accounted_epsilon
     return None
+
+
+class Evaluation(RunHook):
+  """The released model on the server's test data, every `every` rounds and at the last.
+
+  The test data are the server's, none of the clients': the metrics are a
+  function of the released model and public data, and charge nothing.
+  """
+
+  def __init__(self, model_fn: Callable[[], Any], test_data, every: int):
+    self._model_fn = model_fn
+    self._test_data = test_data
+    self._every = every
+
+  @functools.cached_property
+  def _process(self):
+    # Built at the first evaluation: its tracing is not on the way to round 1.
+    return tff.learning.algorithms.build_fed_eval(self._model_fn)
+
+  def evaluate(self, round_num, model_weights, last):
+    if round_num % self._every and not last:
+      return None
+    state = self._process.set_model_weights(
+        self._process.initialize(), model_weights()
+    )
+    output = self._process.next(state, [self._test_data])
+    metrics = output.metrics['client_work']['eval']['current_round_metrics']
+    return {k: float(v) for k, v in metrics.items()}
 
 
 class CanaryClients(RunHook):

@@ -68,7 +68,8 @@ manager, release managers, a federated evaluation) around those needs.
 The parts: `config` (the configuration and config.json), `run_dir` (the
 lock, the write-ahead ledger file), `state` (the program state, the state
 manager that skips a corrupt checkpoint), `releases` (the release boundary),
-`hooks` (the canary audits), `progress`, `summary`, `model_io`.
+`hooks` (the evaluation on the server's test data, the canary audits), `progress`,
+`summary`, `model_io`.
 """
 
 import asyncio
@@ -423,7 +424,8 @@ class _Run:
     except ValueError as e:
       raise ConfigError(str(e)) from e
     self.releases = releases_lib.RunReleases(root_output_dir, self.private)
-    self.hooks: list[hooks_lib.RunHook] = []
+    self.hooks: list[hooks_lib.RunHook] = [hooks_lib.Evaluation(
+        setup.task.model_fn, setup.test_data, config.eval_every)]
     self.canary_hook = None
     # The state this session starts from (`start_or_resume`); the loop then
     # carries each round's, which every step takes and returns.
@@ -447,21 +449,15 @@ class _Run:
         [model_event, self.setup.dp_metrics.dp_event]
     )
 
-  @functools.cached_property
-  def evaluation(self):
-    """TFF's evaluation process, built at the first evaluation (its tracing
-    is not on the way to round 1)."""
-    return tff.learning.algorithms.build_fed_eval(self.setup.task.model_fn)
-
-  def evaluate(self, train_state) -> dict[str, float]:
-    """The released model's metrics on the server's test data."""
-    eval_state = self.evaluation.set_model_weights(
-        self.evaluation.initialize(),
-        self.process.get_model_weights(train_state),
-    )
-    output = self.evaluation.next(eval_state, [self.setup.test_data])
-    metrics = output.metrics['client_work']['eval']['current_round_metrics']
-    return {k: float(v) for k, v in metrics.items()}
+  def evaluate(self, state: state_lib.ProgramState,
+               last: bool) -> Optional[dict[str, float]]:
+    """The hooks' metrics of `state`'s model on public data (None: none due)."""
+    weights = functools.cache(
+        lambda: self.process.get_model_weights(state.train_state))
+    metrics = {}
+    for hook in self.hooks:
+      metrics.update(hook.evaluate(state.round_num, weights, last) or {})
+    return metrics or None
 
   def checkpoint(self, state: state_lib.ProgramState):
     """What the checkpoint of `state` holds: its ledger, the wall time of
@@ -915,8 +911,9 @@ class _Run:
       row.update(metrics)
     releases = [self.releases.train(row, round_num)]
     eval_row = None
-    if round_num % self.config.eval_every == 0 or done:
-      self.test = self.evaluate(state.train_state)
+    evaluated = self.evaluate(state, done)
+    if evaluated is not None:
+      self.test = evaluated
       key = _accuracy_key(self.test)
       self.last_accuracy = self.test[key] if key else None
       self.last_eval_round = round_num
@@ -964,7 +961,7 @@ class _Run:
   def finish(self, state: state_lib.ProgramState) -> dict[str, Any]:
     """Writes the final model and summary.json; the summary."""
     if self.test is None:  # Resumed after the last round: evaluate.
-      self.test = self.evaluate(state.train_state)
+      self.test = self.evaluate(state, last=True) or {}
     key = _accuracy_key(self.test)
     final_weights = self.process.get_model_weights(state.train_state)
     empirical = None
