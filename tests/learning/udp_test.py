@@ -1,4 +1,4 @@
-"""Tests for tff_priv.learning.udp and tff_priv.learning.udp (UDP's CRD schedule and processes)."""
+"""Tests for tff_priv.learning.udp: the CRD schedule, the UDP and CRD processes."""
 
 import math
 
