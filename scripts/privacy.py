@@ -27,6 +27,7 @@ import json
 
 from absl import flags
 
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.program import registry
 
 # pylint: enable=g-import-not-at-top,g-bad-import-order
@@ -84,6 +85,21 @@ def _print_text(report, indent=''):
       print(f'{indent}{key}: {value}')
 
 
+def _sampling() -> sampling_lib.Sampling:
+  """The rounds' client sampling of the flags (a bad mix: one line, exit 2)."""
+  rate, population, k = (_SAMPLING_RATE.value, _POPULATION.value,
+                         _CLIENTS_PER_ROUND.value)
+  if rate is not None and (population is not None or k is not None):
+    _fail('give --sampling_rate (Poisson sampling) or --population and '
+          '--clients_per_round (fixed-size sampling), not both')
+  if (population is None) != (k is None):
+    _fail('fixed-size sampling needs both --population and --clients_per_round')
+  try:
+    return sampling_lib.Sampling(rate, population, k)
+  except ValueError as e:
+    _fail(str(e))
+
+
 def main(argv):
   if len(argv) > 1:
     _fail(f'unexpected arguments {argv[1:]}')
@@ -95,9 +111,7 @@ def main(argv):
     report = registry.privacy_report(
         _MECHANISM.value,
         rounds=_ROUNDS.value,
-        sampling_probability=_SAMPLING_RATE.value,
-        population=_POPULATION.value,
-        sample_size=_CLIENTS_PER_ROUND.value,
+        sampling=_sampling(),
         **{k: flags.FLAGS[k].value for k in registry.report_parameters()},
     )
   except (ValueError, TypeError) as e:

@@ -120,7 +120,7 @@ class CrdResumeTest(tf.test.TestCase):
         )
     )
     loaded = udp_learning.CRDState(learning=learning, validation_loss=0.0,
-                          discounts=0)
+                                   discounts=0)
     adopt = udp_mechanism._crd_adopt(  # pylint: disable=protected-access
         schedule, 0.1, calibration.Spent.of_ledger(ledger)
     )

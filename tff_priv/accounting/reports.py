@@ -8,7 +8,6 @@ from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.accounting import sampling as sampling_lib
 
 
-
 def gaussian_report(
     noise_multiplier: float,
     delta: float,

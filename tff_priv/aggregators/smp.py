@@ -102,7 +102,7 @@ def _with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
     state: a `TopKState` returned by `initialize` or `next` of a process made
       by a `SparsifiedSecureSumFactory(mask='top_k')`.
     indices: k distinct coordinates of the flattened value, chosen from public
-      data only (e.g. `smp_mechanisms.top_k_mask_from_public_update`).
+      data only (e.g. `tff_priv.mechanisms.smp.top_k_mask_from_public_update`).
 
   Returns:
     A copy of `state` with the sorted indices and `mask_is_fresh` set.
@@ -131,8 +131,8 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
   * Mask (server): `mask='rand_k'` draws k distinct coordinates uniformly from
     a public seed in the state (`RandKState.mask_seed` folded with
-    `round_num`, `smp_mechanisms.rand_k_indices`), derived once at the server
-    and broadcast; `mask='top_k'` uses the indices put in the state before the
+    `round_num`, `tff_priv.mechanisms.smp.rand_k_indices`), derived once at
+    the server and broadcast; `mask='top_k'` uses the indices put in the state before the
     round (`tff_priv.learning.smp.build_fedsmp_process` trains on public
     data inside TFF and does it; a round whose mask was not refreshed fails).
     The mask depends on public inputs only.
@@ -141,10 +141,11 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
   * Client: mask -> scale by d/k (rand_k only; unbiased) -> clip the L2 norm
     of the k values to C -> add N(0, sigma^2 C^2 / n) to each of the k values
     with the client's own fresh randomness (never the public mask seed) ->
-    upload (`smp_mechanisms.sparsify_clip_noise`).
+    upload (`tff_priv.mechanisms.smp.sparsify_clip_noise`).
   * Movement: `secure=True` sums the k values with
     `tff.aggregators.SecureSumFactory` (values clipped to [-B, B] and
-    quantized to 32 bits, B = C + z sigma C, `smp_mechanisms.secure_sum_bound`:
+    quantized to 32 bits, B = C + z sigma C,
+    `tff_priv.mechanisms.smp.secure_sum_bound`:
     a value is altered only when its noise exceeds z = `secure_bound_stddevs`
     of its std, probability about 2e-9 per value at z = 6); `secure=False`
     uses `tff.aggregators.SumFactory`.
@@ -196,7 +197,8 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
       noise_multiplier: sigma >= 0; the clients' sum carries noise of std
         sigma * clip on every kept coordinate.
       clip: C > 0, L2 bound of each client's k (scaled) values.
-      compression: p = k / d in (0, 1]; k = `smp_mechanisms.num_kept(d, p)`.
+      compression: p = k / d in (0, 1];
+        k = `tff_priv.mechanisms.smp.num_kept(d, p)`.
       expected_clients_per_round: K >= 1, the divisor of the sum.
       mask: 'rand_k' (uniform, unbiased with the d/k scaling) or 'top_k'
         (indices put in the state before each round by the learning
@@ -205,7 +207,8 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
         False with `tff.aggregators.SumFactory`.
       secure_bound: B, the secure sum clips every value to [-B, B]; must be
         >= clip (a clipped value can reach C). Default
-        `smp_mechanisms.secure_sum_bound(clip, sigma, secure_bound_stddevs)`.
+        `tff_priv.mechanisms.smp.secure_sum_bound(clip, sigma,
+        secure_bound_stddevs)`.
         Only with secure=True.
       secure_bound_stddevs: z > 0 of the default bound (ignored when
         `secure_bound` is given).

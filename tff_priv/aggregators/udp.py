@@ -287,7 +287,8 @@ class ClientNoiseFactory(
       raise TypeError(
           'this noise factory averages with weights (its inner_agg_factory, '
           'by default tff.aggregators.MeanFactory(), is weighted): use a '
-          'weighted builder (build_weighted_fed_avg, udp.build_udp_process) '
+          'weighted builder (build_weighted_fed_avg, '
+          'tff_priv.learning.build_udp_process) '
           'or pass inner_agg_factory=tff.aggregators.UnweightedMeanFactory()'
       )
     if not self.weighted and weight_type is not None:

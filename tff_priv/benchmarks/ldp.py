@@ -65,8 +65,8 @@ class Options:
 def run(options: Options, out: Callable[[str], Any] = print) -> None:
   """Measures the three parts side by side, printing each as it is done.
 
-  1. Client encode (`ldp_mechanisms.encode`) of d values vs `tf.random.uniform`
-     of the same size (target <= 1.5x), once with all values inside the
+  1. Client encode (`tff_priv.mechanisms.ldp.encode`) of d values vs
+     `tf.random.uniform` of the same size (target <= 1.5x), once with all values inside the
      range (fast path) and once with some values clipped (exact path).
   2. `LDPEncodeFactory.next` with `clients` clients vs
      `tff.aggregators.UnweightedMeanFactory` on the same data (target

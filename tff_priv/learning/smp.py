@@ -7,9 +7,9 @@
    a copy on its public data D_pub with the clients' optimizer, optimizer
    hyperparameters and local period, getting theta_pub, and puts the k largest
    |theta_pub - theta^t| coordinates (global over the flattened trainable
-   weights, `smp_mechanisms.top_k_mask_from_public_update`;
-   k = `smp_mechanisms.num_kept(d, compression)` as the factory computes it) into the aggregator state as the
-   round's mask. The mask is a function of theta^t (already public) and D_pub
+   weights, `tff_priv.mechanisms.smp.top_k_mask_from_public_update`;
+   k = `tff_priv.mechanisms.smp.num_kept(d, compression)` as the factory
+   computes it) into the aggregator state as the round's mask. The mask is a function of theta^t (already public) and D_pub
    only: it releases nothing about the clients.
    mask='rand_k': the aggregator draws the round's mask from its public seed;
    nothing happens here.
@@ -398,7 +398,7 @@ def _top_k_mask_computations(
       aggregator_state_type, tff.TensorType(np.int32, [k])
   )
   def set_round_mask(state, indices):
-    # What `smp_aggregators._with_top_k_mask` does outside TFF; the
+    # What `tff_priv.aggregators.smp._with_top_k_mask` does outside TFF; the
     # aggregator's `next` checks that the indices are sorted, distinct and in [0, d).
     return state._replace(
         mask_indices=indices, mask_is_fresh=tf.constant(True)

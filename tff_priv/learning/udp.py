@@ -8,7 +8,8 @@ broadcast, UDP client work (`udp_client_work`: one clipped full-batch step),
 `BudgetSchedule` and shrinks the planned rounds when the validation loss of
 the global model on server-side data stalls. Each round's DpEvent is the
 aggregator's (`state.aggregator.dp_event`, read with
-`tff_priv.accounting.guarantees.extract_dp_event`).
+`tff_priv.accounting.guarantees.extract_dp_event`). `crd_schedule` builds the
+CRD `BudgetSchedule` for a client's (eps, delta) target.
 """
 
 import collections
@@ -51,9 +52,10 @@ def build_udp_process(
 
   The new model is the noisy (weighted) mean of the clients' models, as the
   paper. The aggregator state (`state.aggregator`, a
-  `udp_aggregators.ClientNoiseState`) holds the noise schedule (`noise`) and the
-  DpEvent of the last round, GaussianDpEvent(sigma_t / sensitivity) for one
-  example of one participating client, without client sampling.
+  `tff_priv.aggregators.udp.ClientNoiseState`) holds the noise schedule
+  (`noise`) and the DpEvent of the last round, GaussianDpEvent(sigma_t /
+  sensitivity) for one example of one participating client, without client
+  sampling.
 
   Args:
     model_fn: no-arg function returning a fresh `VariableModel`.

@@ -205,11 +205,12 @@ class IntactStateManager(tff.program.FileProgramStateManager):
 
   async def _load_any(self, version: int, templates):
     # The first template the checkpoint loads into. Not TFF's error text: a
-    # shape mismatch fails the load whatever its message, and a checkpoint
-    # that loads into none of them fails on the last with its own error.
+    # shape mismatch fails the load (ValueError or TypeError) whatever its
+    # message; a checkpoint that loads into none fails on the last with its
+    # own error, and any other error (a bad file) at once.
     for template in templates[:-1]:
       try:
         return await self.load(version, template)
-      except Exception:  # pylint: disable=broad-except
+      except (ValueError, TypeError):
         pass
     return await self.load(version, templates[-1])

@@ -38,7 +38,8 @@ class Config:
       tensor's min/max) or 'quantile' (noised, charged).
     ldp_center: the range center c (None: the mode's default).
     ldp_radius: the range radius r, initial when adaptive (None: the mode's
-      default, `ldp_learning.DEFAULT_DELTAS_RADIUS` / `DEFAULT_WEIGHTS_RADIUS`).
+      default, `tff_priv.learning.ldp.DEFAULT_DELTAS_RADIUS` /
+      `DEFAULT_WEIGHTS_RADIUS`).
   """
 
   delta: float = base.DEFAULT_DELTA
@@ -91,8 +92,8 @@ def privacy_report(params: dict[str, Any], rounds: int,
                    sampling: sampling_lib.Sampling) -> dict:
   """A client's local DP: the paper's per-value claim, composition, shuffle bound.
 
-  `ldp_learning.ldp_report` for `rounds` rounds of d eps0-LDP values; client
-  sampling is not credited (every report is local DP).
+  `tff_priv.learning.ldp.ldp_report` for `rounds` rounds of d eps0-LDP values;
+  client sampling is not credited (every report is local DP).
 
   Args:
     params: `REPORT_PARAMETERS` and `ReportInputs` fields by name (absent:

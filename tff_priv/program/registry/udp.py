@@ -7,10 +7,10 @@ per-example gradients clipped to C, adds N(0, sigma^2 I) and uploads; the
 server's model is the mean of the noisy client models. One example's effect on
 a client's update is Delta = 2 eta C / min_i |D_i| (replace-one example), local
 noise, under fixed-size sampling of K of N clients. With `crd_beta` the run is
-CRD (Algorithm 2, `udp_learning.build_crd_process`): the budget of the target epsilon is
-spread over a plan of `total_rounds` rounds that shrinks when the validation
-loss of the released model on server-side data stalls, and the run ends when
-the plan is done.
+CRD (Algorithm 2, `tff_priv.learning.udp.build_crd_process`): the budget of
+the target epsilon is spread over a plan of `total_rounds` rounds that shrinks
+when the validation loss of the released model on server-side data stalls, and
+the run ends when the plan is done.
 """
 
 import dataclasses
