@@ -55,6 +55,15 @@ class EvaluationTest(tf.test.TestCase):
     self.assertEqual(metrics, {'loss': 0.5, 'sparse_categorical_accuracy': 0.75})
     self.assertTrue(all(type(v) is float for v in metrics.values()))  # pylint: disable=unidiomatic-typecheck
 
+  def test_the_model_is_read_only_by_a_hook_that_asks(self):
+    # Each read moves the learning state through TFF's executor.
+    never = lambda: self.fail('the model was read')
+    hook, _ = self._hook(every=2)
+    for quiet in (hooks.RunHook(), hook):
+      quiet.before_round(never)
+      quiet.after_round(never)
+    self.assertIsNone(hook.evaluate(1, never, last=False))
+
   def test_a_hook_evaluates_nothing_by_default(self):
     self.assertIsNone(
         hooks.RunHook().evaluate(5, lambda: self.fail('read'), last=True))

@@ -33,11 +33,15 @@ class RunHook:
     del round_num
     return data
 
-  def before_round(self, model_weights) -> None:
-    """The model the round starts from (a round that runs)."""
+  def before_round(self, model_weights: Callable[[], Any]) -> None:
+    """`model_weights()`: the model the round starts from (a round that runs).
 
-  def after_round(self, model_weights) -> None:
-    """The model the round released (a round that ran)."""
+    Read only when a hook calls it: each read moves the learning state
+    through TFF's executor.
+    """
+
+  def after_round(self, model_weights: Callable[[], Any]) -> None:
+    """`model_weights()`: the model the round released (a round that ran)."""
 
   def evaluate(self, round_num: int, model_weights: Callable[[], Any],
                last: bool) -> Optional[dict[str, float]]:
@@ -124,12 +128,12 @@ class CanaryClients(RunHook):
     ]
 
   def before_round(self, model_weights):
-    self._before = model_io.flat(model_weights)
+    self._before = model_io.flat(model_weights())
 
   def after_round(self, model_weights):
     self.max_cosines = np.maximum(
         self.max_cosines,
-        self.canaries.cosines(model_io.flat(model_weights) - self._before),
+        self.canaries.cosines(model_io.flat(model_weights()) - self._before),
     )
 
   def summary(self, initial_model_path, final_weights, delta,

@@ -848,13 +848,17 @@ class _Run:
       data.append(
           self.mechanism.preprocess(x, round_num, setup.client_index[c])
       )
-    weights = self.process.get_model_weights(train_state)
+    # The model is read only for a hook that asks (the canary audit): each
+    # read moves the whole learning state through TFF's executor.
+    weights = functools.cache(
+        lambda: self.process.get_model_weights(train_state))
     for hook in self.hooks:
       data = hook.round_data(data, round_num)
       hook.before_round(weights)
     output = self.process.next(train_state, data)
     state = dataclasses.replace(state, train_state=output.state)
-    weights = self.process.get_model_weights(output.state)
+    weights = functools.cache(
+        lambda: self.process.get_model_weights(output.state))
     for hook in self.hooks:
       hook.after_round(weights)
     return state, chosen, output.metrics, self.next_event(output.state)
