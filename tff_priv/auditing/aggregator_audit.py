@@ -823,13 +823,11 @@ def audit_aggregator(
 
   Verdict (`_refuted_by`): the audit fails when eps_lb > the claimed eps, or
   when the mu test's point lies below the claimed trade-off curve (for a
-  claimed GaussianDpEvent(z): mu_lb > 1 / z). A failed audit is loud: a
-  `AuditFailedWarning` is warned and logged (unless `warn=False`), and
-  `result.raise_if_failed()` raises `AuditFailedError`.
+  claimed GaussianDpEvent(z): mu_lb > 1 / z); it is warned and logged (unless
+  `warn=False`), and `result.raise_if_failed()` raises `AuditFailedError`.
 
-  Randomness: `seed` fixes the canary, the other clients' values and the
-  split into halves; the factories' noise comes from TF's nondeterministic
-  kernels, so two audits with one seed agree in distribution, not bit for bit.
+  Randomness: `seed` fixes the canary, the other clients and the split; the
+  noise is TF's (nondeterministic): one seed's audits agree in distribution.
 
   Args:
     factory: a `tff.aggregators.UnweightedAggregationFactory` or
