@@ -5,7 +5,7 @@ train.py and its TFF workers is read at every round (`--rounds_shown` picks
 the rounds printed; all are in --json_output).
 
     .venv/bin/python scripts/benchmark_train.py --rounds_shown=1,5,50 -- \
-        --task=emnist_shaped --task_options=model=mlp --mechanism=dp_fedavg \
+        --task=emnist_shaped --model=mlp --mechanism=dp_fedavg \
         --epsilon=8 --clients_per_round=100 --total_rounds=50 \
         --root_output_dir=/tmp/emnist_shaped_50
 """

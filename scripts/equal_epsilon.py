@@ -45,7 +45,7 @@ _OUTPUT_DIR = flags.DEFINE_string('output_dir', 'results/equal_epsilon',
 _EPSILONS = flags.DEFINE_list('epsilons', ['2', '8'], 'Target epsilons.')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Model seeds.')
 _METHODS = flags.DEFINE_list(
-    'methods', list(equal_epsilon.METHODS),
+    'methods', list(equal_epsilon.DEFAULT_METHODS),
     f'Private methods: {", ".join(equal_epsilon.METHODS)}.')
 _VERBOSE = flags.DEFINE_bool('verbose', False, "TF's and the runs' logs.")
 

@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 from absl.testing import parameterized
 import pytest
@@ -114,6 +116,12 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     self._run_and_end('wait', signal.SIGKILL)
 
   @pytest.mark.slow
+  def test_sigkill_stops_a_worker_started_early(self):
+    # The worker is forked by set_context's own thread, not TFF's loop: the
+    # parent-death signal still ends it.
+    self._run_and_end('wait', signal.SIGKILL, subprocess.DEVNULL, 'early')
+
+  @pytest.mark.slow
   def test_control_plain_tff_leaves_worker_behind(self):
     # Shows that the checks above can fail: without tff_priv.runtime the worker
     # outlives a normally exiting process (TFF 0.87). Cleans up after itself.
@@ -152,6 +160,32 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(runtime.worker_pids(), [])
     self.assertAllClose(total([4.0, 2.0]), 6.0)  # A fresh worker serves on.
     self.assertLen(runtime.worker_pids(), 1)
+
+  def test_a_worker_started_early_serves_the_first_computation(self):
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+    runtime.set_context(start_worker=True)
+    self.addCleanup(runtime.set_context)
+    deadline = time.monotonic() + 60
+    while not runtime.worker_pids() and time.monotonic() < deadline:
+      time.sleep(0.05)
+    early = runtime.worker_pids()
+    self.assertLen(early, 1, 'no worker started before any computation')
+
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+    def total(x):
+      return tff.federated_sum(x)
+
+    self.assertAllClose(total([1.0, 2.0]), 3.0)
+    self.assertEqual(runtime.worker_pids(), early)  # That one, not a second.
+    starter = [t for t in threading.enumerate()
+               if t.name == 'tff_priv-worker-start']
+    self.assertLen(starter, 1)
+    runtime.stop_workers()
+    starter[0].join(timeout=10)  # It waits on its worker only.
+    self.assertFalse(starter[0].is_alive())
+    self.assertAllClose(total([4.0, 2.0]), 6.0)
 
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'kind'):

@@ -116,6 +116,7 @@ class _TrackedPopen(subprocess.Popen):
       # and signal hooks below do not depend on this at all.
       kwargs['preexec_fn'] = dies_with_this_process()
     super().__init__(*args, **kwargs)
+    self.started_by = threading.get_ident()
     with _lock:
       _workers.append(self)
     logging.debug('tff_priv.runtime: started TFF worker pid %d', self.pid)
@@ -298,14 +299,6 @@ def _install_worker_tracking() -> None:
   _installed = True
 
 
-def _release_replaced_contexts() -> None:
-  # A context TFF no longer references is finalized by the cyclic GC; if that
-  # happens during interpreter teardown, its `ServiceManager.__del__` fails on
-  # module globals already cleared ("Exception ignored in ... __del__"). Collect
-  # it now, while modules are intact.
-  gc.collect()
-
-
 def _at_exit() -> None:
   stop_workers()
   # pylint: disable=g-import-not-at-top
@@ -316,7 +309,13 @@ def _at_exit() -> None:
   context_stack_impl.context_stack.set_default_context(
       runtime_error_context.RuntimeErrorContext()
   )
-  _release_replaced_contexts()
+  # A context TFF no longer references is finalized by the cyclic GC; if that
+  # happened during interpreter teardown, its `ServiceManager.__del__` would
+  # fail on module globals already cleared ("Exception ignored in ...
+  # __del__"). Every context replaced in this process goes now, while modules
+  # are intact (once, here: a collection costs ~0.3 s with TF loaded, which
+  # `set_context` no longer pays).
+  gc.collect()
 
 
 def set_context(
@@ -326,6 +325,7 @@ def set_context(
     program: bool = False,
     workers=None,
     timeout: float = 30.0,
+    start_worker: bool = False,
 ):
   """Sets TFF's default execution context, with worker cleanup guaranteed.
 
@@ -343,6 +343,9 @@ def set_context(
     workers: kind 'remote': the workers' 'host:port' addresses.
     timeout: kind 'remote': seconds to wait for each worker at start, and for
       a worker that stops answering mid-computation before it fails.
+    start_worker: kinds 'simulation' and 'native': start TFF's worker now, in
+      the background, rather than at the first computation (it takes about a
+      second to answer, which then overlaps the caller's tracing).
 
   Returns:
     The installed context.
@@ -384,12 +387,57 @@ def set_context(
     create = getattr(backend, f'create_{mode}_{flavour}_cpp_execution_context')
     context = create(default_num_clients=default_num_clients)
     executors.close_evicted(context.executor_factory)
+    if start_worker:
+      _start_worker_early(context.executor_factory, default_num_clients)
     if program:
       context = tff.program.NativeFederatedContext(context)
   tff.framework.set_default_context(context)
   _current_kind = kind
-  _release_replaced_contexts()
   return context
+
+
+def _start_worker_early(factory, default_num_clients: int) -> None:
+  """Starts `factory`'s worker on a thread of its own, now.
+
+  TFF starts the worker (and waits, polling every second, until it answers)
+  inside `create_executor` at the first computation. A thread does that here
+  while the caller goes on tracing; the factory's `create_executor` takes a
+  lock, so the first computation waits for this start instead of racing it
+  (TFF's service manager would start a second worker). The thread then stays
+  until that worker exits: Linux sends the parent-death signal that ends the
+  worker with this process when the thread that forked it exits. A failed
+  start is left to the first computation, which starts the worker again and
+  raises its error.
+  """
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.types import placements
+  # pylint: enable=g-import-not-at-top
+
+  lock = threading.Lock()
+  create = factory.create_executor
+
+  def create_executor(cardinalities):
+    with lock:
+      return create(cardinalities)
+
+  factory.create_executor = create_executor
+
+  def start():
+    try:
+      create_executor({placements.CLIENTS: default_num_clients})
+    except Exception as e:  # pylint: disable=broad-except
+      logging.debug('tff_priv.runtime: early worker start failed: %s', e)
+    with _lock:
+      started = [p for p in _workers if p.started_by == threading.get_ident()]
+    for proc in started:
+      try:  # Waits for its exit without reaping it (see `stop_workers`).
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+      except ChildProcessError:
+        pass
+
+  threading.Thread(
+      target=start, name='tff_priv-worker-start', daemon=True
+  ).start()
 
 
 def check_secure_intrinsics(what: str) -> None:

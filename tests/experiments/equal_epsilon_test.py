@@ -19,7 +19,7 @@ class EqualEpsilonTest(tf.test.TestCase):
 
   def test_configs(self):
     configs = equal_epsilon.configs(_SETTING)
-    methods = len(equal_epsilon.METHODS)
+    methods = len(equal_epsilon.DEFAULT_METHODS)
     self.assertLen(configs, 2 * (1 + 2 * methods))  # seeds x (none + eps x m)
     fixed = configs['dp_fedavg_eps8_seed1'].validate()
     self.assertEqual((fixed.mechanism, fixed.seed), ('dp_fedavg', 1))
@@ -38,6 +38,22 @@ class EqualEpsilonTest(tf.test.TestCase):
     free = configs['none_seed0'].validate()
     self.assertEqual((free.mechanism, free.total_rounds,
                       free.clients_per_round), ('none', 50, 20))
+
+  def test_clip_sensitivity_methods_scale_the_settings_clip(self):
+    setting = equal_epsilon.Setting(
+        clip=0.5, epsilons=(8.0,), seeds=(0,),
+        methods=('dp_fedavg_clip_x0.25', 'dp_fedavg_clip_x4',
+                 'dp_fedavg_adaptive_q90'))
+    configs = equal_epsilon.configs(setting)
+    self.assertEqual(
+        configs['dp_fedavg_clip_x0.25_eps8_seed0'].validate().params.clip,
+        0.125)
+    self.assertEqual(
+        configs['dp_fedavg_clip_x4_eps8_seed0'].validate().params.clip, 2.0)
+    q90 = configs['dp_fedavg_adaptive_q90_eps8_seed0'].validate().params
+    self.assertEqual(
+        (q90.adaptive_clip_quantile, q90.adaptive_clip_initial), (0.9, 0.5))
+    self.assertNotIn('dp_fedavg_clip_x4', equal_epsilon.DEFAULT_METHODS)
 
   def test_the_larger_population_preset(self):
     configs = equal_epsilon.configs(equal_epsilon.N1000)

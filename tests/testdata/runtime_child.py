@@ -5,7 +5,8 @@ result, waits for one line on stdin, then ends as argv[1] says:
 'exit' (normal exit), 'raise' (uncaught exception), 'wait' (blocks until a
 signal arrives). With argv[2] == 'plain' it skips tff_priv.runtime and uses the
 context TFF sets on import (the control case); with argv[2] == 'tracked' it
-keeps that context and only calls `runtime.track_workers()`.
+keeps that context and only calls `runtime.track_workers()`; with argv[2] ==
+'early' it sets the context with `start_worker=True`.
 """
 
 import os
@@ -24,7 +25,7 @@ if variant != 'plain':
   if variant == 'tracked':
     runtime.track_workers()
   else:
-    runtime.set_context()
+    runtime.set_context(start_worker=variant == 'early')
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
 

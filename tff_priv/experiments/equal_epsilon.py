@@ -20,21 +20,43 @@ from tff_priv import validation
 from tff_priv.program import runs as runs_lib
 from tff_priv.program import training
 
-# Method label -> (mechanism, its parameters beside epsilon and delta; the
-# clip is the setting's where the method takes one).
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipTimes:
+  """A parameter equal to the setting's clip times `factor`."""
+
+  factor: float
+
+
+# Method label -> (mechanism, its parameters beside epsilon and delta; True:
+# the setting's clip).
 METHODS = {
     'dp_fedavg': ('dp_fedavg', {'clip': True}),
+    # The fixed clip a quarter of and 4 times the setting's: what a clip chosen
+    # without tuning costs, against which adaptive clipping is measured.
+    'dp_fedavg_clip_x0.25': ('dp_fedavg', {'clip': ClipTimes(0.25)}),
+    'dp_fedavg_clip_x4': ('dp_fedavg', {'clip': ClipTimes(4.0)}),
     'dp_fedavg_adaptive': ('dp_fedavg', {'adaptive_clip_quantile': 0.5}),
     # Adaptive clipping from the fixed clip's value (TFF's first clip, 0.1,
     # takes about 23 rounds to reach 1 at its learning rate).
     'dp_fedavg_adaptive_c1': ('dp_fedavg', {'adaptive_clip_quantile': 0.5,
                                             'adaptive_clip_initial': True}),
+    # ... tracking the 0.9 quantile: few updates cut.
+    'dp_fedavg_adaptive_q90': ('dp_fedavg', {'adaptive_clip_quantile': 0.9,
+                                             'adaptive_clip_initial': True}),
     'dp_ftrl': ('dp_ftrl', {'clip': True}),
     'blt_epoch': ('blt', {'clip': True, 'participation': 'epoch'}),
     'blt_cyclic': ('blt', {'clip': True, 'participation': 'cyclic'}),
     # Amplified BandMF, its bands chosen for each target (b = 1: DP-FedAvg).
     'bandmf': ('bandmf', {'clip': True}),
 }
+# What a grid runs unless told: the clip-sensitivity methods are asked for.
+DEFAULT_METHODS = tuple(
+    m for m in METHODS
+    if m not in ('dp_fedavg_clip_x0.25', 'dp_fedavg_clip_x4',
+                 'dp_fedavg_adaptive_q90')
+)
 NONE = 'none'
 
 
@@ -58,7 +80,7 @@ class Setting:
     epsilons: the targets, each at `delta`.
     delta: delta of every target.
     seeds: model-initialisation seeds (sampling is secret in every run).
-    methods: the private methods run (keys of METHODS).
+    methods: the private methods run (keys of METHODS; DEFAULT_METHODS).
   """
 
   task: str = 'mnist5k'
@@ -75,7 +97,7 @@ class Setting:
   epsilons: Sequence[float] = (2.0, 8.0)
   delta: float = 1e-5
   seeds: Sequence[int] = (0, 1, 2)
-  methods: Sequence[str] = tuple(METHODS)
+  methods: Sequence[str] = DEFAULT_METHODS
 
   def __post_init__(self):
     for method in self.methods:
@@ -128,7 +150,11 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
         mechanism, extra = METHODS[method]
         params = {'epsilon': epsilon, 'delta': setting.delta}
         for key, value in extra.items():
-          params[key] = setting.clip if value is True else value
+          if value is True:
+            value = setting.clip
+          elif isinstance(value, ClipTimes):
+            value = setting.clip * value.factor
+          params[key] = value
         out[label(method, epsilon, seed)] = training.RunConfig(
             mechanism=mechanism, params=params, seed=seed, **base)
   return out

@@ -146,7 +146,7 @@ def set_context():
     return runtime.set_context(
         'remote', workers=workers, timeout=WORKER_TIMEOUT.value
     )
-  return runtime.set_context('simulation')
+  return runtime.set_context('simulation', start_worker=True)
 
 
 def main(
