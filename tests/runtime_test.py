@@ -6,12 +6,14 @@ process name), ends it in one way or another, and checks that those PIDs are
 gone and that the pipe reached EOF (a worker holding it would hang the read).
 """
 
+import gc
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 import time
 
 from absl.testing import parameterized
@@ -165,6 +167,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
+    before = set(threading.enumerate())
     runtime.set_context(start_worker=True)
     self.addCleanup(runtime.set_context)
     deadline = time.monotonic() + 60
@@ -179,7 +182,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
 
     self.assertAllClose(total([1.0, 2.0]), 3.0)
     self.assertEqual(runtime.worker_pids(), early)  # That one, not a second.
-    starter = [t for t in threading.enumerate()
+    starter = [t for t in set(threading.enumerate()) - before
                if t.name == 'tff_priv-worker-start']
     self.assertLen(starter, 1)
     runtime.stop_workers()
@@ -187,11 +190,37 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertFalse(starter[0].is_alive())
     self.assertAllClose(total([4.0, 2.0]), 6.0)
 
+  def test_a_context_started_early_is_freed_without_the_cyclic_gc(self):
+    # In a reference cycle, the cyclic GC finalizes the context's objects in
+    # any order: TFF's `ServiceManager.__del__` then signalled a worker its
+    # `Popen` finalizer had reaped ("Exception ignored ... ProcessLookupError"
+    # at the exit of every train.py run).
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+    def total(x):
+      return tff.federated_sum(x)
+
+    for start_worker in (False, True):
+      context = runtime.set_context(start_worker=start_worker)
+      self.assertAllClose(total([1.0, 2.0]), 3.0)  # The worker is up.
+      factory = weakref.ref(context.executor_factory)
+      del context
+      gc.disable()
+      try:
+        runtime.set_context()
+        self.assertIsNone(factory(), f'start_worker={start_worker}')
+      finally:
+        gc.enable()
+
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'kind'):
       runtime.set_context('remote')
     with self.assertRaisesRegex(ValueError, 'default_num_clients'):
       runtime.set_context(default_num_clients=-1)
+    with self.assertRaisesRegex(ValueError, 'start_worker applies to the local'):
+      runtime.set_context('remote', workers=['localhost:1'], start_worker=True)
 
 
 if __name__ == '__main__':

@@ -66,6 +66,7 @@ import sys
 import threading
 import time
 import types
+import weakref
 
 from absl import logging
 
@@ -81,6 +82,8 @@ _workers: list[subprocess.Popen] = []
 _installed = False
 _previous_handlers: dict[int, object] = {}
 _current_kind = None
+# Set once the last early worker start (`start_worker=True`) has ended.
+_early_start = None
 
 
 def dies_with_this_process():
@@ -352,7 +355,8 @@ def set_context(
 
   Raises:
     ValueError: `kind` is not one of the contexts above, or
-      `default_num_clients` is negative, or 'remote' without workers.
+      `default_num_clients` is negative, or 'remote' without workers or with
+      `start_worker`.
     tff_priv.remote.WorkerLostError (a ConnectionError): kind 'remote' and a
       worker does not answer (one line naming its address).
   """
@@ -367,8 +371,17 @@ def set_context(
 
   if (kind == 'remote') != (workers is not None):
     raise ValueError("workers are given with kind='remote', and only then")
+  if kind == 'remote' and start_worker:
+    raise ValueError(
+        "start_worker applies to the local contexts: kind='remote' uses "
+        'workers already running'
+    )
   _install_worker_tracking()
   _install_signal_handlers()
+  if _early_start is not None:
+    # A worker still starting for the context we replace would start after
+    # the stop below and live until exit.
+    _early_start.wait(timeout)
   # Workers of a context we replace would otherwise live until exit.
   stop_workers()
   if kind == 'remote':
@@ -414,19 +427,29 @@ def _start_worker_early(factory, default_num_clients: int) -> None:
   # pylint: enable=g-import-not-at-top
 
   lock = threading.Lock()
-  create = factory.create_executor
+  # Through a weak reference: a closure holding the factory would put the
+  # context in a reference cycle, finalized by the cyclic GC in any order,
+  # so TFF's `ServiceManager.__del__` could signal a worker its `Popen`'s
+  # finalizer had already reaped (a ProcessLookupError at exit).
+  factory_ref = weakref.ref(factory)
+  create = type(factory).create_executor
 
   def create_executor(cardinalities):
     with lock:
-      return create(cardinalities)
+      return create(factory_ref(), cardinalities)
 
   factory.create_executor = create_executor
+  global _early_start
+  _early_start = threading.Event()
+  done = _early_start
 
   def start():
     try:
       create_executor({placements.CLIENTS: default_num_clients})
     except Exception as e:  # pylint: disable=broad-except
       logging.debug('tff_priv.runtime: early worker start failed: %s', e)
+    finally:
+      done.set()
     with _lock:
       started = [p for p in _workers if p.started_by == threading.get_ident()]
     for proc in started:
