@@ -50,6 +50,11 @@ Contexts:
 `tff.program.NativeFederatedContext`, what `tff.program` and
 `tff.learning.programs.train_model` need.
 
+`set_context(..., start_worker=True)` starts the local worker at once on a
+thread of its own (the training scripts do), so that its start (about a
+second) overlaps the caller's tracing instead of delaying the first
+computation.
+
 Every context `set_context` makes keeps `executors.KEPT` executors (one per
 client count) and closes those it drops (`tff_priv.executors`): TFF's own cache
 leaves them on the worker, whose memory then grows with every new count.
