@@ -55,6 +55,18 @@ def _start(mode, *extra, stderr=subprocess.DEVNULL):
   return proc, line
 
 
+def _federated_sum():
+  """A federated computation: the sum of the clients' float32 values."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def total(x):
+    return tff.federated_sum(x)
+
+  return total
+
+
 class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
 
   def _run_and_end(self, mode, how, stderr=subprocess.DEVNULL, *extra):
@@ -148,13 +160,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
       proc.stdout.close()
 
   def test_in_process_stop_and_restart(self):
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-
-    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
-    def total(x):
-      return tff.federated_sum(x)
-
+    total = _federated_sum()
     self.assertAllClose(total([1.0, 2.0]), 3.0)
     pids = runtime.worker_pids()
     self.assertLen(pids, 1)
@@ -164,9 +170,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertLen(runtime.worker_pids(), 1)
 
   def test_a_worker_started_early_serves_the_first_computation(self):
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-
+    total = _federated_sum()
     before = set(threading.enumerate())
     runtime.set_context(start_worker=True)
     self.addCleanup(runtime.set_context)
@@ -175,10 +179,6 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
       time.sleep(0.05)
     early = runtime.worker_pids()
     self.assertLen(early, 1, 'no worker started before any computation')
-
-    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
-    def total(x):
-      return tff.federated_sum(x)
 
     self.assertAllClose(total([1.0, 2.0]), 3.0)
     self.assertEqual(runtime.worker_pids(), early)  # That one, not a second.
@@ -195,13 +195,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     # any order: TFF's `ServiceManager.__del__` then signalled a worker its
     # `Popen` finalizer had reaped ("Exception ignored ... ProcessLookupError"
     # at the exit of every train.py run).
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-
-    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
-    def total(x):
-      return tff.federated_sum(x)
-
+    total = _federated_sum()
     for start_worker in (False, True):
       context = runtime.set_context(start_worker=start_worker)
       self.assertAllClose(total([1.0, 2.0]), 3.0)  # The worker is up.
