@@ -1,5 +1,8 @@
-"""Tests for tff_priv.executors: few executors kept, the dropped ones closed."""
+"""Tests for tff_priv.executors: few executors kept, the dropped ones closed, fresh workers."""
 
+import asyncio
+import os
+import subprocess
 from unittest import mock
 
 from absl.testing import absltest
@@ -38,9 +41,107 @@ class ExecutorsTest(absltest.TestCase):
     self.assertLen(closed, 7 - executors.KEPT)
     self.assertEqual(total([5, 6]), 11)  # An evicted count runs again.
 
+  def _total(self):
+    @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+    def total(values):
+      return tff.federated_sum(values)
+
+    return total
+
+  def _counts_and_workers(self, program=False):
+    """Worker PIDs seen while `total` runs with 1, 2, ... clients."""
+    context = runtime.set_context(program=program, start_worker=not program)
+    self.addCleanup(runtime.set_context)
+    total = self._total()
+    calls = 2 * (executors.KEPT + executors.RESTART_AFTER)
+    seen = []
+    for n in range(1, calls + 1):
+      if program:
+
+        async def call(n=n):
+          return await total(list(range(n))).get_value()
+
+        result = asyncio.run(call())
+      else:
+        result = total(list(range(n)))
+      self.assertEqual(result, sum(range(n)))
+      seen.append(tuple(runtime.worker_pids()))
+    return context, seen
+
+  def test_a_fresh_worker_after_restart_after_closed_executors(self):
+    # Counts 1 .. KEPT are kept; every later count closes one executor. After
+    # RESTART_AFTER closed ones the next new count runs on a new worker, and
+    # the stopped worker is reaped (no child of ours is left a zombie).
+    _, seen = self._counts_and_workers()
+    self.assertTrue(all(len(pids) == 1 for pids in seen), seen)
+    # start_worker keeps the count 0 as well; a restart empties the cache.
+    first_restart = executors.KEPT - 1 + executors.RESTART_AFTER  # 0-based
+    second_restart = first_restart + executors.KEPT + executors.RESTART_AFTER
+    changes = [i for i in range(1, len(seen)) if seen[i] != seen[i - 1]]
+    self.assertEqual(
+        changes, [first_restart, second_restart]
+    )
+    children = subprocess.run(
+        ['ps', '--ppid', str(os.getpid()), '-o', 'pid=,stat='],
+        capture_output=True, text=True, check=True,
+    ).stdout.split('\n')
+    self.assertFalse([c for c in children if 'Z' in c.split()[1:]], children)
+
+  def test_a_program_context_keeps_its_worker(self):
+    # The async context may run computations side by side: no restart.
+    _, seen = self._counts_and_workers(program=True)
+    self.assertLen(set(seen), 1)
+
+  def test_restart_closes_what_it_keeps_and_swaps_the_stack_function(self):
+    made, closed, restarts = [], [], []
+
+    class Executor(tff.framework.RemoteExecutor):
+      """An executor of a generation of workers, connected to none."""
+
+      def __init__(self, generation):  # pylint: disable=super-init-not-called
+        self.generation = generation
+
+      def close(self):
+        closed.append(self)
+
+    def stack_fn(generation):
+      def make(cardinalities):
+        del cardinalities
+        made.append(Executor(generation))
+        return made[-1]
+      return make
+
+    def restart(old):
+      restarts.append(old)
+      return stack_fn(len(restarts))
+
+    factory = tff.framework.ResourceManagingExecutorFactory(stack_fn(0))
+    executors.close_evicted(factory, kept=2, restart=restart, restart_after=3)
+    for n in range(1, 6):  # counts 3, 4, 5 close 3 executors
+      factory.create_executor({tff.CLIENTS: n})
+    self.assertEqual([e.generation for e in made], [0] * 5)
+    self.assertLen(closed, 3)
+    self.assertEmpty(restarts)
+    factory.create_executor({tff.CLIENTS: 5})  # kept: no restart
+    self.assertEmpty(restarts)
+    new = factory.create_executor({tff.CLIENTS: 1})
+    self.assertLen(restarts, 1)
+    self.assertEqual(new.generation, 1)
+    self.assertLen(closed, 5)  # and the two kept ones (counts 4 and 5)
+    self.assertEqual(  # the new worker's executor, kept alone
+        list(factory._executors.values()), [new]  # pylint: disable=protected-access
+    )
+
   def test_a_factory_without_tffs_cache_is_refused(self):
     with self.assertRaisesRegex(RuntimeError, 'TFF 0.87'):
       executors.close_evicted(object())
+
+  def test_bad_sizes_are_refused(self):
+    factory = tff.framework.ResourceManagingExecutorFactory(lambda c: None)
+    with self.assertRaisesRegex(ValueError, 'kept and restart_after'):
+      executors.close_evicted(factory, kept=0)
+    with self.assertRaisesRegex(ValueError, 'kept and restart_after'):
+      executors.close_evicted(factory, restart_after=0)
 
 
 if __name__ == '__main__':

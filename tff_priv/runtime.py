@@ -57,7 +57,13 @@ computation.
 
 Every context `set_context` makes keeps `executors.KEPT` executors (one per
 client count) and closes those it drops (`tff_priv.executors`): TFF's own cache
-leaves them on the worker, whose memory then grows with every new count.
+leaves them on the worker, whose memory then grows with every new count. A
+local synchronous context (`program=False`) also starts a fresh worker after
+`executors.RESTART_AFTER` closed executors, before its next new client count:
+a closed executor still leaves part of its memory on the worker. Such a
+context runs one computation at a time (called from one thread); the
+asynchronous one may run several, which a restart would cut short, and keeps
+its worker.
 """
 
 import atexit
@@ -171,6 +177,16 @@ def stop_workers(timeout: float = _STOP_TIMEOUT_SECONDS) -> None:
   # A worker whose start raced this stop (forked, not yet registered) is
   # still a child of this process running TFF's worker binary.
   strays = _untracked_worker_children({p.pid for p in procs})
+  _stop(procs, strays, timeout)
+  if _lock.acquire(timeout=1.0):
+    try:
+      _workers[:] = [p for p in _workers if _running(p)]
+    finally:
+      _lock.release()
+
+
+def _stop(procs, strays, timeout: float) -> None:
+  """SIGINT to `procs` and the PIDs `strays`, then SIGKILL; reaps none."""
   for pid in [p.pid for p in procs] + strays:
     try:
       os.kill(pid, signal.SIGINT)  # How TFF itself asks the worker to stop.
@@ -194,11 +210,6 @@ def stop_workers(timeout: float = _STOP_TIMEOUT_SECONDS) -> None:
         os.kill(pid, signal.SIGKILL)
       except ProcessLookupError:
         pass
-  if _lock.acquire(timeout=1.0):
-    try:
-      _workers[:] = [p for p in _workers if _running(p)]
-    finally:
-      _lock.release()
 
 
 def _proc_stat(pid: int):
@@ -404,7 +415,12 @@ def set_context(
     flavour = 'test' if kind == 'simulation' else 'local'
     create = getattr(backend, f'create_{mode}_{flavour}_cpp_execution_context')
     context = create(default_num_clients=default_num_clients)
-    executors.close_evicted(context.executor_factory)
+    # The async context (program=True) may run computations side by side
+    # (train_model's evaluations), which a worker restart would cut short.
+    executors.close_evicted(
+        context.executor_factory,
+        restart=None if program else _worker_restart(default_num_clients),
+    )
     if start_worker:
       _start_worker_early(context.executor_factory, default_num_clients)
     if program:
@@ -412,6 +428,40 @@ def set_context(
   tff.framework.set_default_context(context)
   _current_kind = kind
   return context
+
+
+def _worker_restart(default_num_clients: int):
+  """A `restart` for `executors.close_evicted` on a local TFF factory.
+
+  It stops the worker of the executor stack function it is given (TFF 0.87's
+  `local_cpp_executor_factory` keeps it in the `ServiceManager` that function
+  closes over) and returns the stack function of a new TFF factory, whose
+  worker starts at its first executor. The old `ServiceManager` reaps the
+  stopped worker when the old function is dropped.
+  """
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
+  # pylint: enable=g-import-not-at-top
+
+  def restart(stack_fn):
+    managers = [
+        cell.cell_contents for cell in stack_fn.__closure__ or ()
+        if hasattr(cell.cell_contents, 'get_stub')
+    ]
+    if len(managers) != 1:
+      raise RuntimeError(
+          'tff_priv.runtime: cannot find the worker of this TFF executor '
+          'factory; tff_priv supports TFF 0.87 (see requirements-nodeps.txt).'
+      )
+    process = managers[0]._process  # pylint: disable=protected-access
+    if process is not None:
+      _stop([process], [], _STOP_TIMEOUT_SECONDS)
+    logging.debug('tff_priv.runtime: restarting the TFF worker')
+    return executor_factory.local_cpp_executor_factory(
+        default_num_clients=default_num_clients
+    )._executor_stack_fn  # pylint: disable=protected-access
+
+  return restart
 
 
 def _start_worker_early(factory, default_num_clients: int) -> None:
