@@ -1,6 +1,8 @@
 """Tests for tff_priv.executors: few executors kept, the dropped ones closed, fresh workers."""
 
 import asyncio
+import contextlib
+import io
 import os
 import subprocess
 from unittest import mock
@@ -55,6 +57,9 @@ class ExecutorsTest(absltest.TestCase):
     total = self._total()
     calls = 2 * (executors.KEPT + executors.RESTART_AFTER)
     seen = []
+    # Streams without a file (TFF hands the worker sys.stdout / sys.stderr).
+    self.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    self.enter_context(contextlib.redirect_stderr(io.StringIO()))
     for n in range(1, calls + 1):
       if program:
 
@@ -85,7 +90,8 @@ class ExecutorsTest(absltest.TestCase):
         ['ps', '--ppid', str(os.getpid()), '-o', 'pid=,stat='],
         capture_output=True, text=True, check=True,
     ).stdout.split('\n')
-    self.assertFalse([c for c in children if 'Z' in c.split()[1:]], children)
+    zombies = [c for c in children if c.split()[1:2] and c.split()[1][0] == 'Z']
+    self.assertFalse(zombies, children)
 
   def test_a_program_context_keeps_its_worker(self):
     # The async context may run computations side by side: no restart.
@@ -131,6 +137,32 @@ class ExecutorsTest(absltest.TestCase):
     self.assertEqual(  # the new worker's executor, kept alone
         list(factory._executors.values()), [new]  # pylint: disable=protected-access
     )
+
+  def test_a_failed_restart_keeps_the_old_stack_function(self):
+    made = []
+
+    def stack_fn(cardinalities):
+      made.append(cardinalities[tff.CLIENTS])
+      executor = mock.create_autospec(tff.framework.RemoteExecutor)
+      return executor
+
+    def restart(old):
+      raise OSError('no worker binary')
+
+    factory = tff.framework.ResourceManagingExecutorFactory(stack_fn)
+    executors.close_evicted(factory, kept=1, restart=restart, restart_after=1)
+    factory.create_executor({tff.CLIENTS: 1})
+    factory.create_executor({tff.CLIENTS: 2})  # closes 1
+    with self.assertLogs(level='WARNING') as logs:
+      factory.create_executor({tff.CLIENTS: 3})  # restart fails
+    self.assertIn('worker restart failed: no worker binary', logs.output[0])
+    self.assertEqual(made, [1, 2, 3])
+    self.assertEqual(factory._executors.closed, 0)  # pylint: disable=protected-access
+
+  def test_a_factory_without_tffs_service_manager_is_refused_at_once(self):
+    factory = tff.framework.ResourceManagingExecutorFactory(lambda c: None)
+    with self.assertRaisesRegex(RuntimeError, 'TFF 0.87'):
+      runtime._worker_restart(factory, 0)  # pylint: disable=protected-access
 
   def test_a_factory_without_tffs_cache_is_refused(self):
     with self.assertRaisesRegex(RuntimeError, 'TFF 0.87'):

@@ -21,6 +21,7 @@ another executor of the same factory would be, which is why only contexts
 that run one computation at a time are given a `restart` (`tff_priv.runtime`).
 """
 
+from absl import logging
 import cachetools
 
 # Executors a context keeps: a round's count, the evaluation's and the
@@ -97,9 +98,16 @@ def close_evicted(
     # Called by the factory for a client count it does not keep, before the
     # new executor enters the cache.
     if closing.closed >= restart_after:
-      closing.clear()  # Closes every kept executor (popitem).
-      closing.closed = 0
-      current[0] = restart(current[0])
+      try:
+        closing.clear()  # Closes every kept executor (popitem).
+      finally:
+        closing.closed = 0
+      try:
+        current[0] = restart(current[0])
+      except Exception as e:  # pylint: disable=broad-except
+        # The old function still works: TFF's service manager starts a new
+        # worker itself if the old one was stopped.
+        logging.warning('tff_priv.executors: worker restart failed: %s', e)
     return current[0](cardinalities)
 
   factory._executor_stack_fn = executor_stack_fn  # pylint: disable=protected-access

@@ -129,6 +129,16 @@ class _TrackedPopen(subprocess.Popen):
       # context's event loop, which lives as long as the context; the atexit
       # and signal hooks below do not depend on this at all.
       kwargs['preexec_fn'] = dies_with_this_process()
+    for name in ('stdout', 'stderr'):
+      # TFF hands the worker sys.stdout and sys.stderr, which fails on a
+      # stream without a file (`contextlib.redirect_stderr(StringIO())`):
+      # the worker then writes to the process's own.
+      stream = kwargs.get(name)
+      if stream is not None and not isinstance(stream, int):
+        try:
+          stream.fileno()
+        except (AttributeError, OSError, ValueError):
+          kwargs[name] = getattr(sys, f'__{name}__')
     super().__init__(*args, **kwargs)
     self.started_by = threading.get_ident()
     with _lock:
@@ -355,9 +365,10 @@ def set_context(
     default_num_clients: the client cardinality used when a computation's
       arguments do not determine it.
     program: False installs TFF's synchronous context (computations return
-      values); True installs a `tff.program.NativeFederatedContext` over the
-      asynchronous one, for `tff.program` and
-      `tff.learning.programs.train_model`.
+      values; call it from one thread: it restarts its worker between
+      computations, see the module docstring); True installs a
+      `tff.program.NativeFederatedContext` over the asynchronous one, for
+      `tff.program` and `tff.learning.programs.train_model`.
 
     workers: kind 'remote': the workers' 'host:port' addresses.
     timeout: kind 'remote': seconds to wait for each worker at start, and for
@@ -419,7 +430,9 @@ def set_context(
     # (train_model's evaluations), which a worker restart would cut short.
     executors.close_evicted(
         context.executor_factory,
-        restart=None if program else _worker_restart(default_num_clients),
+        restart=None if program else _worker_restart(
+            context.executor_factory, default_num_clients
+        ),
     )
     if start_worker:
       _start_worker_early(context.executor_factory, default_num_clients)
@@ -430,30 +443,41 @@ def set_context(
   return context
 
 
-def _worker_restart(default_num_clients: int):
-  """A `restart` for `executors.close_evicted` on a local TFF factory.
+def _service_manager(stack_fn):
+  """TFF 0.87's `ServiceManager` (which owns the worker) of a stack function."""
+  managers = [
+      cell.cell_contents for cell in getattr(stack_fn, '__closure__', None) or ()
+      if hasattr(cell.cell_contents, 'get_stub')
+  ]
+  if len(managers) != 1:
+    raise RuntimeError(
+        'tff_priv.runtime: cannot find the worker of this TFF executor '
+        'factory; tff_priv supports TFF 0.87 (see requirements-nodeps.txt).'
+    )
+  return managers[0]
+
+
+def _worker_restart(factory, default_num_clients: int):
+  """A `restart` for `executors.close_evicted` on the local TFF `factory`.
 
   It stops the worker of the executor stack function it is given (TFF 0.87's
   `local_cpp_executor_factory` keeps it in the `ServiceManager` that function
   closes over) and returns the stack function of a new TFF factory, whose
   worker starts at its first executor. The old `ServiceManager` reaps the
   stopped worker when the old function is dropped.
+
+  Raises:
+    RuntimeError: `factory` is not TFF 0.87's (checked now, not at the
+      first restart).
   """
   # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
   # pylint: enable=g-import-not-at-top
 
+  _service_manager(factory._executor_stack_fn)  # pylint: disable=protected-access
+
   def restart(stack_fn):
-    managers = [
-        cell.cell_contents for cell in stack_fn.__closure__ or ()
-        if hasattr(cell.cell_contents, 'get_stub')
-    ]
-    if len(managers) != 1:
-      raise RuntimeError(
-          'tff_priv.runtime: cannot find the worker of this TFF executor '
-          'factory; tff_priv supports TFF 0.87 (see requirements-nodeps.txt).'
-      )
-    process = managers[0]._process  # pylint: disable=protected-access
+    process = _service_manager(stack_fn)._process  # pylint: disable=protected-access
     if process is not None:
       _stop([process], [], _STOP_TIMEOUT_SECONDS)
     logging.debug('tff_priv.runtime: restarting the TFF worker')
