@@ -52,10 +52,12 @@ class ExecutorsTest(absltest.TestCase):
 
   def _counts_and_workers(self, program=False):
     """Worker PIDs seen while `total` runs with 1, 2, ... clients."""
-    context = runtime.set_context(program=program, start_worker=not program)
+    # RESTART_AFTER as it is when the context is made: 2 here, for speed.
+    with mock.patch.object(executors, 'RESTART_AFTER', 2):
+      context = runtime.set_context(program=program, start_worker=not program)
     self.addCleanup(runtime.set_context)
     total = self._total()
-    calls = 2 * (executors.KEPT + executors.RESTART_AFTER)
+    calls = 2 * (executors.KEPT + 2)
     seen = []
     # Streams without a file (TFF hands the worker sys.stdout / sys.stderr).
     self.enter_context(contextlib.redirect_stdout(io.StringIO()))
@@ -80,8 +82,8 @@ class ExecutorsTest(absltest.TestCase):
     _, seen = self._counts_and_workers()
     self.assertTrue(all(len(pids) == 1 for pids in seen), seen)
     # start_worker keeps the count 0 as well; a restart empties the cache.
-    first_restart = executors.KEPT - 1 + executors.RESTART_AFTER  # 0-based
-    second_restart = first_restart + executors.KEPT + executors.RESTART_AFTER
+    first_restart = executors.KEPT - 1 + 2  # 0-based; RESTART_AFTER = 2
+    second_restart = first_restart + executors.KEPT + 2
     changes = [i for i in range(1, len(seen)) if seen[i] != seen[i - 1]]
     self.assertEqual(
         changes, [first_restart, second_restart]
