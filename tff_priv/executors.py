@@ -75,8 +75,8 @@ def close_evicted(
       getattr(factory, '_executor_stack_fn', None)
   ):
     raise RuntimeError(
-        'tff_priv expects the executor cache of TFF 0.87 '
-        f'(ResourceManagingExecutorFactory._executors), got {type(cache)}'
+        "tff_priv expects TFF 0.87's ResourceManagingExecutorFactory (its "
+        f'_executors cache and _executor_stack_fn), got {type(factory)}'
     )
   if restart_after is None:
     restart_after = RESTART_AFTER
