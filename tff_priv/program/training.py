@@ -856,6 +856,10 @@ class _Run:
       data = hook.round_data(data, round_num)
       hook.before_round(weights)
     output = self.process.next(train_state, data)
+    # The round's client datasets are consumed: their eager kernels would
+    # otherwise stay cached for the life of the process.
+    del data
+    runtime.release_eager_kernels()
     state = dataclasses.replace(state, train_state=output.state)
     weights = functools.cache(
         lambda: self.process.get_model_weights(output.state))
