@@ -269,7 +269,11 @@ class RunTest(_TempDirTestCase):
         params=dict(noise_multiplier=1.0, clip=1.0),
     )
     root = os.path.join(self._make_tempdir(), 'run')
-    summary = training.run(config, root, progress=False)
+    release = mock.Mock(wraps=training.runtime.release_eager_kernels)
+    with mock.patch.object(training.runtime, 'release_eager_kernels', release):
+      summary = training.run(config, root, progress=False)
+    # Every round, empty or not, drops its datasets' cached eager kernels.
+    self.assertEqual(release.call_count, rounds)
     rows = _rows(layout.path(root, layout.TRAIN_CSV))
     self.assertLen(rows, rounds)
     filled = [frozenset(k for k, v in r.items() if v != '') for r in rows]
