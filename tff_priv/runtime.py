@@ -557,7 +557,7 @@ def release_eager_kernels() -> None:
   the process: TensorFlow 2.14 removes the function when the dataset is
   dropped, but not its cached kernel. 100 EMNIST-preprocessed clients a round
   grew a process by about 7.8 MB a round; with this call after each round,
-  not at all (docs/benchmarks.md). The kernels the next round needs are
+  by 0.4 MB (docs/benchmarks.md). The kernels the next round needs are
   built again: the call and the first dataset after it cost about 4 ms.
 
   TensorFlow has no public call for this; `Context.clear_kernel_cache` has

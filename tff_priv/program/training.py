@@ -856,9 +856,8 @@ class _Run:
       data = hook.round_data(data, round_num)
       hook.before_round(weights)
     output = self.process.next(train_state, data)
-    # The round's client datasets are consumed: their eager kernels would
-    # otherwise stay cached for the life of the process.
-    del data
+    # The eager kernels of the round's client datasets would otherwise stay
+    # cached for the life of the process.
     runtime.release_eager_kernels()
     state = dataclasses.replace(state, train_state=output.state)
     weights = functools.cache(
