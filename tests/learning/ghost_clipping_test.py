@@ -1,5 +1,7 @@
 """Tests for tff_priv.learning.ghost_clipping: norms and clipped sums."""
 
+from unittest import mock
+
 import numpy as np
 import tensorflow as tf
 from tensorflow_privacy.privacy.fast_gradient_clipping import clip_grads
@@ -11,13 +13,14 @@ _LOSS = lambda y, p: tf.keras.losses.sparse_categorical_crossentropy(y, p)
 
 def _conv_model():
   # Strides, valid and same padding, dilation, no bias; the kernel norms of
-  # the first two are materialised, of the last two ghost (checked below).
+  # the first two are materialised, of the last two ghost (checked below);
+  # one of each form dilated.
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=(11, 11, 2)),
       tf.keras.layers.Conv2D(4, 3, strides=2, activation='relu'),
       tf.keras.layers.Conv2D(5, 2, padding='same', dilation_rate=2),
       tf.keras.layers.Conv2D(16, 3, use_bias=False, activation='tanh'),
-      tf.keras.layers.Conv2D(8, 2, padding='same'),
+      tf.keras.layers.Conv2D(8, 2, padding='same', dilation_rate=2),
       tf.keras.layers.Flatten(),
       tf.keras.layers.Dense(3, activation='softmax'),
   ])
@@ -82,6 +85,51 @@ class GhostClippingTest(tf.test.TestCase):
     for got, want in zip(grads, expected):
       self.assertAllClose(got, want, rtol=1e-5, atol=1e-6)
     self.assertAllClose(losses, _LOSS(self.y, self.model(self.x)), rtol=1e-6)
+
+  def test_a_materialised_kernel_norm_gives_the_kernel_sum_too(self):
+    # The two materialised layers' clipped kernel sums are the weighted sums
+    # of the per-example gradients their norms computed (by the depthwise
+    # convolution: a stride, then a dilation): no filter gradient.
+    # Of the ghost layers, the undilated one takes TF's filter gradient, the
+    # dilated one the patch sum. (The values: the test above.)
+    real = tf.compat.v1.nn.conv2d_backprop_filter
+    with mock.patch.object(
+        tf.compat.v1.nn, 'conv2d_backprop_filter', side_effect=real
+    ) as filter_grad:
+      ghost_clipping.clipped_grad_sum(self.model, self.x, self.y, _LOSS, 1.0)
+    self.assertEqual(filter_grad.call_count, 1)
+
+  def test_depthwise_kernel_grads_equal_the_patch_products(self):
+    # Per-example kernel gradients by the depthwise convolution against the
+    # patch products, A_b^T G_b, on odd sizes where 'same' pads unevenly;
+    # the configurations TF's depthwise convolution cannot take give None.
+    rng = np.random.default_rng(5)
+    for strides, dilation, padding, size, works in [
+        (1, 1, 'same', 9, True),
+        (2, 1, 'valid', 9, True),
+        (2, 1, 'same', 10, True),
+        ((3, 2), 1, 'same', 11, True),
+        (1, 2, 'same', 9, True),
+        (1, 3, 'valid', 10, True),
+        (1, (1, 2), 'same', 9, False),
+    ]:
+      with self.subTest(strides=strides, dilation=dilation, padding=padding):
+        layer = tf.keras.layers.Conv2D(
+            3, (3, 2), strides=strides, dilation_rate=dilation, padding=padding
+        )
+        x = tf.constant(rng.normal(size=(4, size, size - 1, 2)), tf.float32)
+        g = tf.constant(
+            rng.normal(size=layer(x).shape), tf.float32
+        )
+        got = ghost_clipping._per_example_kernel_grads(layer, x, g)
+        if not works:
+          self.assertIsNone(got)
+          continue
+        a = ghost_clipping._conv2d_patches(layer, x)
+        want = tf.einsum('btp,btd->bpd', a, tf.reshape(g, [4, -1, 3]))
+        self.assertAllClose(
+            got, tf.reshape(want, [4, 3, 2, 2, 3]), rtol=1e-5, atol=1e-5
+        )
 
   def _check_bad_example_adds_nothing(self, x_bad, bad):
     grads, losses = ghost_clipping.clipped_grad_sum(
