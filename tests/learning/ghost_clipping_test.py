@@ -92,12 +92,18 @@ class GhostClippingTest(tf.test.TestCase):
     # convolution: a stride, then a dilation): no filter gradient.
     # Of the ghost layers, the undilated one takes TF's filter gradient, the
     # dilated one the patch sum. (The values: the test above.)
+    # Input patches: the two ghost norms and the dilated ghost layer's sum;
+    # a materialised layer that fell back to patches would add calls.
     real = tf.compat.v1.nn.conv2d_backprop_filter
     with mock.patch.object(
         tf.compat.v1.nn, 'conv2d_backprop_filter', side_effect=real
-    ) as filter_grad:
+    ) as filter_grad, mock.patch.object(
+        ghost_clipping, '_conv2d_patches',
+        wraps=ghost_clipping._conv2d_patches,
+    ) as patches:
       ghost_clipping.clipped_grad_sum(self.model, self.x, self.y, _LOSS, 1.0)
     self.assertEqual(filter_grad.call_count, 1)
+    self.assertEqual(patches.call_count, 3)
 
   def test_depthwise_kernel_grads_equal_the_patch_products(self):
     # Per-example kernel gradients by the depthwise convolution against the
@@ -111,6 +117,7 @@ class GhostClippingTest(tf.test.TestCase):
         ((3, 2), 1, 'same', 11, True),
         (1, 2, 'same', 9, True),
         (1, 3, 'valid', 10, True),
+        (1, 3, 'same', 10, True),  # Width 2 dilated: uneven padding.
         (1, (1, 2), 'same', 9, False),
     ]:
       with self.subTest(strides=strides, dilation=dilation, padding=padding):
@@ -212,6 +219,31 @@ class GhostClippingTest(tf.test.TestCase):
         ghost_clipping.unsupported_layers(Subclassed()),
         ['sub (Subclassed, not a functional Keras model)'],
     )
+
+  def test_a_layer_called_twice_is_refused(self):
+    # The example's gradient of a shared layer is the sum of its calls'
+    # terms: the sum of their squared norms is not its squared norm (a
+    # clipped contribution could reach sqrt(2) C). Also when the layer sits
+    # in a nested model called twice.
+    shared = tf.keras.layers.Dense(3, name='shared')
+    inputs = tf.keras.Input((3,))
+    outputs = tf.keras.layers.Dense(2, name='head')(shared(shared(inputs)))
+    model = tf.keras.Model(inputs, outputs)
+    self.assertEqual(ghost_clipping.unsupported_layers(model),
+                     ['shared (Dense, called 2 times)'])
+    x = np.ones((2, 3), np.float32)
+    with self.assertRaisesRegex(NotImplementedError, 'shared .* more than once'):
+      ghost_clipping.clipped_grad_sum(
+          model, x, np.zeros(2, np.int32), _LOSS, 1.0)
+    block = tf.keras.Sequential(
+        [tf.keras.layers.Dense(3, name='inner')], name='block')
+    inputs = tf.keras.Input((3,))
+    outputs = tf.keras.layers.Dense(2)(block(block(inputs)))
+    self.assertEqual(
+        ghost_clipping.unsupported_layers(tf.keras.Model(inputs, outputs)),
+        ['inner (Dense, called 2 times)'])
+    self.assertEmpty(ghost_clipping.unsupported_layers(
+        tf.keras.Sequential([tf.keras.Input((3,)), block])))
 
 
 if __name__ == '__main__':

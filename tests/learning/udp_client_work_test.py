@@ -59,6 +59,16 @@ def _prelu_classifier():
   ])
 
 
+def _shared_layer_classifier():
+  # One Dense layer called twice (shared weights): its norm is not the sum
+  # of its calls' norms, so ghost clipping does not cover it.
+  inputs = tf.keras.Input((6,))
+  shared = tf.keras.layers.Dense(6, activation='tanh', name='shared')
+  outputs = tf.keras.layers.Dense(3, activation='softmax')(
+      shared(shared(inputs)))
+  return tf.keras.Model(inputs, outputs)
+
+
 def _per_example_norms(model_fn, weights, x, y):
   """Each example's gradient L2 norm at `weights`, one example at a time."""
   model = model_fn()
@@ -180,8 +190,13 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
     )
 
   @pytest.mark.slow
-  def test_unregistered_layer_falls_back_and_says_so(self):
-    model_fn = _keras_model_fn(_prelu_classifier, (6,))
+  @parameterized.named_parameters(
+      ('unregistered', _prelu_classifier, r'slope \(PReLU\)'),
+      ('called_twice', _shared_layer_classifier,
+       r'shared \(Dense, called 2 times\)'),
+  )
+  def test_unsupported_layer_falls_back_and_says_so(self, build, blocker):
+    model_fn = _keras_model_fn(build, (6,))
     rng = np.random.default_rng(8)
     x = rng.normal(size=(5, 6)).astype(np.float32)
     y = rng.integers(0, 3, size=5).astype(np.int32)
@@ -190,7 +205,7 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
     with self.assertLogs(logger='absl', level='WARNING') as logs:
       auto = udp_client_work.build_udp_client_work(model_fn, **base)
     self.assertLen(logs.output, 1)
-    self.assertRegex(logs.output[0], r'per-example gradients.*: slope \(PReLU\)$')
+    self.assertRegex(logs.output[0], r'per-example gradients.*: ' + blocker + '$')
     reference = udp_client_work.build_udp_client_work(
         model_fn, clipping='per_example', **base
     )
@@ -202,7 +217,7 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
             .result[0].update
         ),
     )
-    with self.assertRaisesRegex(ValueError, r"clipping='ghost'.*slope \(PReLU\)"):
+    with self.assertRaisesRegex(ValueError, r"clipping='ghost'.*" + blocker):
       udp_client_work.build_udp_client_work(model_fn, clipping='ghost', **base)
 
   def test_replacing_one_example_moves_update_by_at_most_sensitivity(self):

@@ -4,7 +4,11 @@
 clipped to L2 norm C, in one forward and one backward pass: the per-example
 norms by tensorflow_privacy's fast gradient clipping registry functions, the
 clipped sum by each layer's weight gradient from its recorded input and
-row-scaled output gradient ("book-keeping"). `layer_registry` extends
+row-scaled output gradient ("book-keeping"), or, for a Conv2D whose norm
+materialised its per-example kernel gradients, by their weighted sum.
+Every trainable layer is called once per forward pass: a shared layer's
+per-example norm is not the sum of its calls' norms, so a model that calls
+one twice is refused (`unsupported_layers`). `layer_registry` extends
 tensorflow_privacy's registry (Dense, Embedding) with Conv2D;
 `unsupported_layers` names the layers of a Keras model it cannot handle.
 """
@@ -61,12 +65,14 @@ def _per_example_kernel_grads(layer: tf.keras.layers.Conv2D, inputs, grads):
   Example b's kernel gradient, K_b[i, j, c, o] = sum_{h, w}
   X_b[h s + i r, w s + j r, c] G_b[h, w, o] (X padded, s the stride, r the
   dilation), is a depthwise convolution of the inputs with the batch as
-  channels, the channels as batch and the output gradients as filters (Rochette
-  et al. 2019, "Efficient per-example gradient computations in convolutional
-  neural networks"), which on 2 CPU cores computed the McMahan CNN's second
-  kernel norm in about half the time of input patches and a batched product. None where TensorFlow's depthwise convolution cannot take
-  it (unequal dilations of the two axes, or spatial sizes unknown when
-  tracing).
+  channels, the channels as batch and the output gradients as filters
+  (Rochette et al. 2019, "Efficient per-example gradient computations in
+  convolutional neural networks"), which on 2 CPU cores computed the McMahan
+  CNN's second kernel norm in half to three quarters of the time of input
+  patches and a batched product. Examples do not mix: output channel
+  b d + o reads input channel b and filter b only. None where TensorFlow's
+  depthwise convolution cannot take it (unequal dilations of the two axes,
+  or spatial sizes unknown when tracing).
   """
   (kh, kw), (sh, sw), (dh, dw) = (
       layer.kernel_size, layer.strides, layer.dilation_rate)
@@ -227,9 +233,9 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
   """dL/dZ -> weighted kernel and bias gradients of `Z = conv(X, K) + b`.
 
   `kept`: the per-example kernel gradients of these dL/dZ ([batch, kh, kw,
-  c_in, d] or [batch, p, d]) if the norm materialised them (`conv2d_layer_computation`); their weighted
-  sum is then the kernel's, one contraction in place of a filter gradient
-  (about a convolution's work).
+  c_in, d] or [batch, p, d]) if the norm materialised them
+  (`conv2d_layer_computation`); their weighted sum is then the kernel's, one
+  contraction in place of a filter gradient (about a convolution's work).
   """
   inputs = input_args[0]
 
@@ -305,6 +311,23 @@ def layer_registry() -> lr.LayerRegistry:
   return registry
 
 
+def _trainable_layer_calls(keras_model: tf.keras.Model, calls: dict) -> dict:
+  """id(layer) -> how often one forward pass calls it, nested models included.
+
+  Walks the nodes `gradient_clipping_utils.model_forward_pass` runs (the
+  model's protected `_nodes_by_depth`, as tensorflow_privacy does).
+  """
+  for nodes in keras_model._nodes_by_depth.values():  # pylint: disable=protected-access
+    for node in nodes:
+      if node.is_input:
+        continue
+      if gradient_clipping_utils.has_internal_compute_graph(node.layer):
+        _trainable_layer_calls(node.layer, calls)
+      elif node.layer.trainable_weights:
+        calls[id(node.layer)] = calls.get(id(node.layer), 0) + 1
+  return calls
+
+
 def unsupported_layers(
     keras_model: tf.keras.Model, registry: Optional[lr.LayerRegistry] = None
 ) -> list[str]:
@@ -312,8 +335,11 @@ def unsupported_layers(
 
   A layer blocks it if it has trainable weights and no registry function
   (or one that does not support its configuration, e.g. a grouped Conv2D),
-  or if its training-mode output is random (dropout, Gaussian noise). A
-  model that is not a functional/Sequential Keras graph blocks it as a whole.
+  if its training-mode output is random (dropout, Gaussian noise), or if a
+  forward pass calls it more than once (shared weights: the example's
+  gradient is the sum of the calls' terms, whose norm the registry's
+  per-call norms do not give). A model that is not a functional/Sequential
+  Keras graph blocks it as a whole.
 
   Args:
     keras_model: the model.
@@ -327,14 +353,23 @@ def unsupported_layers(
   if not gradient_clipping_utils.has_internal_compute_graph(keras_model):
     return [f'{keras_model.name} ({type(keras_model).__name__}, not a '
             'functional Keras model)']
+  return _unsupported(keras_model, registry, _trainable_layer_calls(
+      keras_model, {}))
+
+
+def _unsupported(keras_model, registry, calls) -> list[str]:
   blocking = []
   for layer in keras_model.layers:
     if gradient_clipping_utils.has_internal_compute_graph(layer):
-      blocking += unsupported_layers(layer, registry)
+      blocking += _unsupported(layer, registry, calls)
       continue
     supported = True
     if isinstance(layer, _RANDOM_LAYERS):
       supported = False
+    elif calls.get(id(layer), 0) > 1:
+      blocking.append(f'{layer.name} ({type(layer).__name__}, called '
+                      f'{calls[id(layer)]} times)')
+      continue
     elif layer.trainable_weights:
       supported = (registry.is_elem(layer)
                    and layer.__class__ in _WEIGHTED_GRADS)
@@ -373,9 +408,10 @@ def clipped_grad_sum(
     sum_m min(1, C / n_m) g_m by each layer's weight gradient computed from
                               X and the rows of G scaled by min(1, C / n_m)
                               (Dense: X^T G, Conv2D: the filter gradient, or
-                              the weighted sum of the per-example kernel
-                              gradients its norm materialised, Embedding: a
-                              segment sum; bias: sum of G).
+                              the sum of the per-example kernel gradients its
+                              norm materialised, each scaled by
+                              min(1, C / n_m), Embedding: a segment sum;
+                              bias: sum of G).
 
   This is the "book-keeping" form of ghost clipping (Bu, Wang, Zha,
   Karypis, "Differentially Private Optimization on Large Model at Small
@@ -387,10 +423,11 @@ def clipped_grad_sum(
   is its `model_forward_pass`, the norms its registry functions.
 
   An example whose norm or loss is not finite (NaN or inf in its input or
-  gradient) gets weight 0 and its rows of X and G are replaced by zeros, so,
+  gradient) gets weight 0 and its rows of X and G (and of the kept
+  per-example kernel gradients) are replaced by zeros, so,
   as in the per-example path, it contributes a zero gradient and a zero
-  loss. Every trainable layer must be registered (`unsupported_layers` is
-  empty).
+  loss. Every trainable layer must be registered and called once
+  (`unsupported_layers` is empty); a layer called twice raises.
 
   Args:
     keras_model: a functional/Sequential Keras model.
@@ -407,6 +444,7 @@ def clipped_grad_sum(
   """
   registry = registry or layer_registry()
   tape = tf.GradientTape(persistent=True, watch_accessed_variables=False)
+  recorded = set()
 
   def record(layer, args, kwargs):
     if not layer.trainable_variables:
@@ -415,6 +453,12 @@ def clipped_grad_sum(
       raise NotImplementedError(
           f'{layer.name} ({type(layer).__name__}) has no ghost-norm clipping'
       )
+    if id(layer) in recorded:
+      raise NotImplementedError(
+          f'{layer.name} ({type(layer).__name__}) is called more than once '
+          'in a forward pass: no ghost-norm clipping for shared layers'
+      )
+    recorded.add(id(layer))
     z, outputs, sqr_norm_fn = registry.lookup(layer)(
         layer, args, kwargs, tape, None
     )
@@ -444,7 +488,7 @@ def clipped_grad_sum(
   sums = {}
   for g, k, (_, _, weighted_grads) in zip(base_grads, kept, records):
     for variable, grad in weighted_grads(g, weights, k):
-      key = variable.ref()  # A layer called twice adds both calls' terms.
+      key = variable.ref()
       sums[key] = sums[key] + grad if key in sums else grad
   grads = [
       sums.get(v.ref(), tf.zeros_like(v)) for v in keras_model.trainable_variables

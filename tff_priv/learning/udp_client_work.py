@@ -24,7 +24,8 @@ In `build_udp_client_work`, the clipped sum is computed one of two ways
   registered; otherwise a ValueError names the layers that are not.
 * 'auto' (default): 'ghost' where it applies, else 'per_example' with one
   logged warning naming the layers that forced it (e.g. LSTM, which has no
-  registry function, or Dropout, whose training-mode output is random).
+  registry function, Dropout, whose training-mode output is random, or a
+  layer the forward pass calls twice).
 
 The full-batch gradient is accumulated over the client's batches at the
 fixed weights w^t, so batching does not change the step.
