@@ -35,6 +35,13 @@ def _per_example_grads(model, x, y):
   return grads
 
 
+def _patch_products(layer, x, g):
+  """[batch, kh, kw, c_in, d]: A_b^T G_b from the input patches A_b."""
+  a = ghost_clipping._conv2d_patches(layer, x)
+  flat = tf.einsum('btp,btd->bpd', a, tf.reshape(g, [len(x), -1, g.shape[-1]]))
+  return tf.reshape(flat, [len(x), *layer.kernel.shape])
+
+
 class GhostClippingTest(tf.test.TestCase):
 
   def setUp(self):
@@ -125,18 +132,40 @@ class GhostClippingTest(tf.test.TestCase):
             3, (3, 2), strides=strides, dilation_rate=dilation, padding=padding
         )
         x = tf.constant(rng.normal(size=(4, size, size - 1, 2)), tf.float32)
-        g = tf.constant(
-            rng.normal(size=layer(x).shape), tf.float32
-        )
-        got = ghost_clipping._per_example_kernel_grads(layer, x, g)
+        g = tf.constant(rng.normal(size=layer(x).shape), tf.float32)
+        args = ghost_clipping._depthwise_args(layer, x, g)
+        self.assertEqual(args is not None, works)
         if not works:
-          self.assertIsNone(got)
           continue
-        a = ghost_clipping._conv2d_patches(layer, x)
-        want = tf.einsum('btp,btd->bpd', a, tf.reshape(g, [4, -1, 3]))
+        got = ghost_clipping._depthwise_kernel_grads(layer, x, g, *args)
         self.assertAllClose(
-            got, tf.reshape(want, [4, 3, 2, 2, 3]), rtol=1e-5, atol=1e-5
+            got, _patch_products(layer, x, g), rtol=1e-5, atol=1e-5
         )
+
+  def test_kernel_grads_take_the_depthwise_form_for_small_batches(self):
+    # Batches of at most _DEPTHWISE_MAX_BATCH take the depthwise form,
+    # larger ones the patches; chosen by tf.cond when the batch is unknown.
+    rng = np.random.default_rng(6)
+    layer = tf.keras.layers.Conv2D(4, 3, padding='same')
+    layer.build([None, 7, 7, 2])
+    limit = ghost_clipping._DEPTHWISE_MAX_BATCH
+    traced = tf.function(
+        lambda x, g: ghost_clipping._per_example_kernel_grads(layer, x, g),
+        input_signature=[tf.TensorSpec([None, 7, 7, 2]),
+                         tf.TensorSpec([None, 7, 7, 4])],
+    )
+    for batch, depthwise_calls in [(3, 1), (limit, 1), (limit + 1, 0)]:
+      x = tf.constant(rng.normal(size=(batch, 7, 7, 2)), tf.float32)
+      g = tf.constant(rng.normal(size=(batch, 7, 7, 4)), tf.float32)
+      with mock.patch.object(
+          ghost_clipping, '_depthwise_kernel_grads',
+          wraps=ghost_clipping._depthwise_kernel_grads,
+      ) as depthwise:
+        got = ghost_clipping._per_example_kernel_grads(layer, x, g)
+      self.assertEqual(depthwise.call_count, depthwise_calls)
+      want = _patch_products(layer, x, g)
+      self.assertAllClose(got, want, rtol=1e-5, atol=1e-5)
+      self.assertAllClose(traced(x, g), want, rtol=1e-5, atol=1e-5)
 
   def _check_bad_example_adds_nothing(self, x_bad, bad):
     grads, losses = ghost_clipping.clipped_grad_sum(

@@ -59,38 +59,39 @@ def _same_padding(size: int, kernel: int, stride: int, dilation: int):
   return total // 2, total - total // 2
 
 
-def _per_example_kernel_grads(layer: tf.keras.layers.Conv2D, inputs, grads):
-  """[batch, kh, kw, c_in, d]: each example's kernel gradient, or None.
+# The largest batch for which `_per_example_kernel_grads` takes the depthwise
+# form. Timed alone on 2 CPU cores against input patches and a batched
+# product, on materialised layer shapes of the McMahan CNN, small_vgg and
+# udp_cifar_cnn: 1.1-2.5x faster at batch 10 (six shapes), 1.1-1.6x slower
+# at batch 32 (three).
+_DEPTHWISE_MAX_BATCH = 16
 
-  Example b's kernel gradient, K_b[i, j, c, o] = sum_{h, w}
-  X_b[h s + i r, w s + j r, c] G_b[h, w, o] (X padded, s the stride, r the
-  dilation), is a depthwise convolution of the inputs with the batch as
-  channels, the channels as batch and the output gradients as filters
-  (Rochette et al. 2019, "Efficient per-example gradient computations in
-  convolutional neural networks"), which on 2 CPU cores computed the McMahan
-  CNN's second kernel norm in half to three quarters of the time of input
-  patches and a batched product. Examples do not mix: output channel
-  b d + o reads input channel b and filter b only. None where TensorFlow's
-  depthwise convolution cannot take it (unequal dilations of the two axes,
-  or spatial sizes unknown when tracing).
+
+def _depthwise_args(layer: tf.keras.layers.Conv2D, inputs, grads):
+  """(strides, dilations) of the depthwise form, or None where TF lacks it.
+
+  None for unequal dilations of the two axes (TF's depthwise convolution
+  strides both alike) or spatial sizes unknown when tracing.
   """
-  (kh, kw), (sh, sw), (dh, dw) = (
-      layer.kernel_size, layer.strides, layer.dilation_rate)
-  height, width = inputs.shape[1], inputs.shape[2]
-  out_h, out_w = grads.shape[1], grads.shape[2]
-  if None in (height, width, out_h, out_w):
+  (sh, sw), (dh, dw) = layer.strides, layer.dilation_rate
+  if None in (inputs.shape[1], inputs.shape[2], grads.shape[1], grads.shape[2]):
     return None
   if (dh, dw) == (1, 1):
-    strides, rates = [1, 1, 1, 1], [sh, sw]
-  elif dh == dw:  # Keras: a dilated Conv2D has strides 1.
-    strides, rates = [1, dh, dw, 1], [1, 1]
-  else:  # TF's depthwise convolution strides both axes alike.
-    return None
+    return [1, 1, 1, 1], [sh, sw]
+  if dh == dw:  # Keras: a dilated Conv2D has strides 1.
+    return [1, dh, dw, 1], [1, 1]
+  return None
+
+
+def _depthwise_kernel_grads(layer, inputs, grads, strides, rates):
+  """[batch, kh, kw, c_in, d] by one depthwise convolution (see below)."""
+  (kh, kw), (sh, sw), (dh, dw) = (
+      layer.kernel_size, layer.strides, layer.dilation_rate)
   if layer.padding == 'same':
     inputs = tf.pad(inputs, [
         [0, 0],
-        _same_padding(height, kh, sh, dh),
-        _same_padding(width, kw, sw, dw),
+        _same_padding(inputs.shape[1], kh, sh, dh),
+        _same_padding(inputs.shape[2], kw, sw, dw),
         [0, 0],
     ])
   by_channel = tf.nn.depthwise_conv2d(
@@ -104,6 +105,41 @@ def _per_example_kernel_grads(layer: tf.keras.layers.Conv2D, inputs, grads):
   return tf.transpose(
       tf.reshape(by_channel, [c_in, kh, kw, -1, d]), [3, 1, 2, 0, 4]
   )
+
+
+def _per_example_kernel_grads(layer: tf.keras.layers.Conv2D, inputs, grads):
+  """[batch, kh, kw, c_in, d]: each example's kernel gradient.
+
+  Example b's kernel gradient, K_b[i, j, c, o] = sum_{h, w}
+  X_b[h s + i r, w s + j r, c] G_b[h, w, o] (X padded, s the stride, r the
+  dilation), is A_b^T G_b, A_b the input patches, or equally a depthwise
+  convolution of the inputs with the batch as channels, the channels as
+  batch and the output gradients as filters (Rochette et al. 2019,
+  "Efficient per-example gradient computations in convolutional neural
+  networks"). Examples do not mix in either: output channel b d + o of the
+  depthwise form reads input channel b and filter b only. The depthwise
+  form is taken for batches of at most `_DEPTHWISE_MAX_BATCH` (by `tf.cond`
+  when the batch is unknown when tracing) where TF has it
+  (`_depthwise_args`), the patches otherwise.
+  """
+  kh, kw = layer.kernel_size
+  c_in, d = inputs.shape[-1], grads.shape[-1]
+
+  def from_patches():
+    a = _conv2d_patches(layer, inputs)
+    g = tf.reshape(grads, [tf.shape(grads)[0], -1, d])
+    return tf.reshape(
+        tf.einsum('btp,btd->bpd', a, g), [-1, kh, kw, c_in, d])
+
+  args = _depthwise_args(layer, inputs, grads)
+  if args is None:
+    return from_patches()
+  depthwise = lambda: _depthwise_kernel_grads(layer, inputs, grads, *args)
+  batch = grads.shape[0]
+  if batch is not None:
+    return depthwise() if batch <= _DEPTHWISE_MAX_BATCH else from_patches()
+  return tf.cond(
+      tf.shape(grads)[0] <= _DEPTHWISE_MAX_BATCH, depthwise, from_patches)
 
 
 def use_ghost_form(positions: Optional[int], patch_size: int, filters: int):
@@ -135,8 +171,8 @@ def conv2d_layer_computation(
   As tensorflow_privacy's Dense function: the layer's pre-activation output
   Z is watched, and the returned function maps dL/dZ ([batch, H', W', d]) to
   the per-example squared gradient norms of kernel and bias, the kernel's by
-  `use_ghost_form`'s choice (materialised: `_per_example_kernel_grads`,
-  else from the input patches) and the bias's as ||sum_t g_t||^2. Supports
+  `use_ghost_form`'s choice (materialised: `_per_example_kernel_grads`)
+  and the bias's as ||sum_t g_t||^2. Supports
   channels_last inputs and groups=1 (see `unsupported_layers`).
 
   Args:
@@ -178,9 +214,6 @@ def conv2d_layer_computation(
       )
     else:
       kernel_grads = _per_example_kernel_grads(layer_instance, inputs, grads)
-      if kernel_grads is None:
-        a = _conv2d_patches(layer_instance, inputs)
-        kernel_grads = tf.einsum('btp,btd->bpd', a, g)
       sqr = tf.reduce_sum(
           tf.square(tf.reshape(kernel_grads, [tf.shape(g)[0], -1])), axis=1)
     if layer_instance.use_bias:
@@ -233,7 +266,7 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
   """dL/dZ -> weighted kernel and bias gradients of `Z = conv(X, K) + b`.
 
   `kept`: the per-example kernel gradients of these dL/dZ ([batch, kh, kw,
-  c_in, d] or [batch, p, d]) if the norm materialised them
+  c_in, d]) if the norm materialised them
   (`conv2d_layer_computation`); their weighted sum is then the kernel's, one
   contraction in place of a filter gradient (about a convolution's work).
   """
