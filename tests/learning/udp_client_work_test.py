@@ -189,12 +189,12 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
         rtol=1e-5,
     )
 
-  @pytest.mark.slow
   @parameterized.named_parameters(
       ('unregistered', _prelu_classifier, r'slope \(PReLU\)'),
       ('called_twice', _shared_layer_classifier,
        r'shared \(Dense, called 2 times\)'),
   )
+  @pytest.mark.slow
   def test_unsupported_layer_falls_back_and_says_so(self, build, blocker):
     model_fn = _keras_model_fn(build, (6,))
     rng = np.random.default_rng(8)
