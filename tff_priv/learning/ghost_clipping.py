@@ -273,8 +273,9 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
   inputs = input_args[0]
 
   def grads(base_grads, weights, kept=None):
-    x = _scaled_rows(tf.cast(weights > 0, inputs.dtype), inputs)
     g = _scaled_rows(weights, base_grads)
+    # The inputs, rows of weight 0 zeroed: only the two forms below need them.
+    x = lambda: _scaled_rows(tf.cast(weights > 0, inputs.dtype), inputs)
     if kept is not None:
       kernel = tf.reshape(
           tf.reduce_sum(_scaled_rows(weights, kept), axis=0),
@@ -282,7 +283,7 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
       )
     elif tuple(layer.dilation_rate) == (1, 1):
       kernel = tf.compat.v1.nn.conv2d_backprop_filter(
-          x,
+          x(),
           tf.shape(layer.kernel),
           g,
           strides=[1, *layer.strides, 1],
@@ -293,7 +294,7 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
       # on CPUs with AVX-512 VNNI and the like: not on most AMD machines)
       # refuses dilations > 1: the kernel gradient as sum_t a_t g_t^T over
       # the input patches instead (the same sum, more memory).
-      a = _conv2d_patches(layer, x)
+      a = _conv2d_patches(layer, x())
       flat_g = tf.reshape(g, [tf.shape(g)[0], -1, g.shape[-1]])
       kernel = tf.reshape(
           tf.einsum('bpk,bpo->ko', a, flat_g), tf.shape(layer.kernel)
