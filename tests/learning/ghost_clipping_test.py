@@ -249,6 +249,21 @@ class GhostClippingTest(tf.test.TestCase):
         ['sub (Subclassed, not a functional Keras model)'],
     )
 
+  def test_clipped_grad_sum_refuses_an_unsupported_configuration(self):
+    # Called directly (without `unsupported_layers` first), a grouped Conv2D
+    # is refused, not clipped with the ungrouped norm.
+    model = tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=(6, 6, 4)),
+        tf.keras.layers.Conv2D(4, 3, groups=2, name='grouped'),
+        tf.keras.layers.Flatten(),
+        tf.keras.layers.Dense(2),
+    ])
+    with self.assertRaisesRegex(NotImplementedError,
+                                'grouped .* in this configuration'):
+      ghost_clipping.clipped_grad_sum(
+          model, np.ones((2, 6, 6, 4), np.float32), np.zeros(2, np.int32),
+          _LOSS, 1.0)
+
   def test_a_layer_called_twice_is_refused(self):
     # The example's gradient of a shared layer is the sum of its calls'
     # terms: the sum of their squared norms is not its squared norm (a

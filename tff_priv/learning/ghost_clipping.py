@@ -391,6 +391,14 @@ def unsupported_layers(
       keras_model, {}))
 
 
+def _registered(layer, registry) -> bool:
+  """Whether `registry` and this module clip `layer` in its configuration."""
+  if not registry.is_elem(layer) or layer.__class__ not in _WEIGHTED_GRADS:
+    return False
+  extra = _EXTRA_LAYERS.get(type(layer))
+  return extra is None or extra[1](layer)
+
+
 def _unsupported(keras_model, registry, calls) -> list[str]:
   blocking = []
   for layer in keras_model.layers:
@@ -405,11 +413,7 @@ def _unsupported(keras_model, registry, calls) -> list[str]:
                       f'{calls[id(layer)]} times)')
       continue
     elif layer.trainable_weights:
-      supported = (registry.is_elem(layer)
-                   and layer.__class__ in _WEIGHTED_GRADS)
-      extra = _EXTRA_LAYERS.get(type(layer))
-      if supported and extra is not None:
-        supported = extra[1](layer)
+      supported = _registered(layer, registry)
     if not supported:
       blocking.append(f'{layer.name} ({type(layer).__name__})')
   return blocking
@@ -461,7 +465,9 @@ def clipped_grad_sum(
   per-example kernel gradients) are replaced by zeros, so,
   as in the per-example path, it contributes a zero gradient and a zero
   loss. Every trainable layer must be registered and called once
-  (`unsupported_layers` is empty); a layer called twice raises.
+  (`unsupported_layers` is empty); an unregistered layer, one in a
+  configuration it does not support (a grouped or channels_first Conv2D) or
+  one called twice raises.
 
   Args:
     keras_model: a functional/Sequential Keras model.
@@ -483,9 +489,10 @@ def clipped_grad_sum(
   def record(layer, args, kwargs):
     if not layer.trainable_variables:
       return layer(*args, **kwargs), None
-    if not registry.is_elem(layer) or layer.__class__ not in _WEIGHTED_GRADS:
+    if not _registered(layer, registry):
       raise NotImplementedError(
           f'{layer.name} ({type(layer).__name__}) has no ghost-norm clipping'
+          ' in this configuration'
       )
     if id(layer) in recorded:
       raise NotImplementedError(
