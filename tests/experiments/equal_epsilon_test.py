@@ -44,7 +44,7 @@ class EqualEpsilonTest(tf.test.TestCase):
         clip=0.5, epsilons=(8.0,), seeds=(0,),
         methods=('dp_fedavg_clip_x0.25', 'dp_fedavg_clip_x4',
                  'dp_fedavg_adaptive_q90', 'blt_epoch_clip_x0.25',
-                 'dp_ftrl_clip_x0.25'))
+                 'dp_ftrl_clip_x0.25', 'bandmf_clip_x0.25'))
     configs = equal_epsilon.configs(setting)
     self.assertEqual(
         configs['dp_fedavg_clip_x0.25_eps8_seed0'].validate().params.clip,
@@ -55,7 +55,8 @@ class EqualEpsilonTest(tf.test.TestCase):
     self.assertEqual(
         (q90.adaptive_clip_quantile, q90.adaptive_clip_initial), (0.9, 0.5))
     for label, mechanism in [('blt_epoch_clip_x0.25', 'blt'),
-                             ('dp_ftrl_clip_x0.25', 'dp_ftrl')]:
+                             ('dp_ftrl_clip_x0.25', 'dp_ftrl'),
+                             ('bandmf_clip_x0.25', 'bandmf')]:
       config = configs[label + '_eps8_seed0'].validate()
       self.assertEqual((config.mechanism, config.params.clip),
                        (mechanism, 0.125))

@@ -62,6 +62,7 @@ _CLIP_SWEEP = {
     'blt_epoch_clip_x0.25': ('blt', {'clip': ClipTimes(0.25),
                                      'participation': 'epoch'}),
     'dp_ftrl_clip_x0.25': ('dp_ftrl', {'clip': ClipTimes(0.25)}),
+    'bandmf_clip_x0.25': ('bandmf', {'clip': ClipTimes(0.25)}),
 }
 METHODS = {**_DEFAULT, **_CLIP_SWEEP}
 DEFAULT_METHODS = tuple(_DEFAULT)
