@@ -251,7 +251,8 @@ class GhostClippingTest(tf.test.TestCase):
 
   def test_clipped_grad_sum_refuses_an_unsupported_configuration(self):
     # Called directly (without `unsupported_layers` first), a grouped Conv2D
-    # is refused, not clipped with the ungrouped norm.
+    # is refused in one line (it used to fail deep in TensorFlow, a reshape
+    # error).
     model = tf.keras.Sequential([
         tf.keras.layers.InputLayer(input_shape=(6, 6, 4)),
         tf.keras.layers.Conv2D(4, 3, groups=2, name='grouped'),

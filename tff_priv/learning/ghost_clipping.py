@@ -274,8 +274,12 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
 
   def grads(base_grads, weights, kept=None):
     g = _scaled_rows(weights, base_grads)
-    # The inputs, rows of weight 0 zeroed: only the two forms below need them.
-    x = lambda: _scaled_rows(tf.cast(weights > 0, inputs.dtype), inputs)
+
+    def x():
+      # The inputs, rows of weight 0 zeroed: only the two forms below read
+      # them.
+      return _scaled_rows(tf.cast(weights > 0, inputs.dtype), inputs)
+
     if kept is not None:
       kernel = tf.reshape(
           tf.reduce_sum(_scaled_rows(weights, kept), axis=0),
