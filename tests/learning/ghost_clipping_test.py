@@ -1,13 +1,20 @@
 """Tests for tff_priv.learning.ghost_clipping: norms and clipped sums."""
 
+import os
+import subprocess
+import sys
+import textwrap
 from unittest import mock
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from tensorflow_privacy.privacy.fast_gradient_clipping import clip_grads
 
 from tff_priv.learning import ghost_clipping
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
 _LOSS = lambda y, p: tf.keras.losses.sparse_categorical_crossentropy(y, p)
 
 
@@ -35,11 +42,52 @@ def _per_example_grads(model, x, y):
   return grads
 
 
-def _patch_products(layer, x, g):
-  """[batch, kh, kw, c_in, d]: A_b^T G_b from the input patches A_b."""
-  a = ghost_clipping._conv2d_patches(layer, x)
-  flat = tf.einsum('btp,btd->bpd', a, tf.reshape(g, [len(x), -1, g.shape[-1]]))
-  return tf.reshape(flat, [len(x), *layer.kernel.shape])
+def _same_pad(size, kernel, stride, dilation):
+  out = -(-size // stride)
+  total = max((out - 1) * stride + (kernel - 1) * dilation + 1 - size, 0)
+  return total // 2, total - total // 2
+
+
+def _reference_kernel_grads(layer, x, g):
+  """[batch, kh, kw, c_in, d] by the definition, in numpy.
+
+  K_b[i, j, c, o] = sum_{h, w} X_b[h s + i r, w s + j r, c] G_b[h, w, o],
+  X padded as TensorFlow's 'same' pads.
+  """
+  x, g = np.asarray(x, np.float64), np.asarray(g, np.float64)
+  (kh, kw), (sh, sw), (dh, dw) = (
+      layer.kernel_size, layer.strides, layer.dilation_rate)
+  if layer.padding == 'same':
+    x = np.pad(x, [(0, 0), _same_pad(x.shape[1], kh, sh, dh),
+                   _same_pad(x.shape[2], kw, sw, dw), (0, 0)])
+  out_h, out_w = g.shape[1:3]
+  k = np.zeros((len(x), kh, kw, x.shape[-1], g.shape[-1]))
+  for i in range(kh):
+    for j in range(kw):
+      window = x[:, i * dh : i * dh + (out_h - 1) * sh + 1 : sh,
+                 j * dw : j * dw + (out_w - 1) * sw + 1 : sw, :]
+      k[:, i, j] = np.einsum('bhwc,bhwo->bco', window, g)
+  return k
+
+
+def _as_batch_first(kernel_grads):
+  """[batch, kh, kw, c_in, d] of a `KernelGrads`."""
+  values = np.asarray(kernel_grads.values)
+  return np.moveaxis(values, kernel_grads.batch_axis, 0)
+
+
+def _forms():
+  """The forms of the per-example kernel gradients this TensorFlow runs.
+
+  'patches' everywhere, 'grouped' where the CPU kernels take a grouped
+  filter gradient (oneDNN; `test_without_onednn` runs the rest without it).
+  """
+  forms = {'patches': mock.patch.object(
+      ghost_clipping, 'grouped_filter_grads', return_value=False)}
+  if ghost_clipping.grouped_filter_grads():
+    forms['grouped'] = mock.patch.object(
+        ghost_clipping, 'grouped_filter_grads', return_value=True)
+  return forms
 
 
 class GhostClippingTest(tf.test.TestCase):
@@ -86,86 +134,112 @@ class GhostClippingTest(tf.test.TestCase):
         sum(min(1.0, clip / n) * g[j].numpy() for n, g in zip(norms, per_example))
         for j in range(len(per_example[0]))
     ]
-    grads, losses = ghost_clipping.clipped_grad_sum(
-        self.model, self.x, self.y, _LOSS, clip
-    )
-    for got, want in zip(grads, expected):
-      self.assertAllClose(got, want, rtol=1e-5, atol=1e-6)
-    self.assertAllClose(losses, _LOSS(self.y, self.model(self.x)), rtol=1e-6)
+    for form, patch in _forms().items():
+      with self.subTest(form=form), patch:
+        grads, losses = ghost_clipping.clipped_grad_sum(
+            self.model, self.x, self.y, _LOSS, clip
+        )
+        for got, want in zip(grads, expected):
+          self.assertAllClose(got, want, rtol=1e-5, atol=1e-6)
+        self.assertAllClose(
+            losses, _LOSS(self.y, self.model(self.x)), rtol=1e-6)
 
   def test_a_materialised_kernel_norm_gives_the_kernel_sum_too(self):
     # The two materialised layers' clipped kernel sums are the weighted sums
-    # of the per-example gradients their norms computed (by the depthwise
-    # convolution: a stride, then a dilation): no filter gradient.
-    # Of the ghost layers, the undilated one takes TF's filter gradient, the
-    # dilated one the patch sum. (The values: the test above.)
-    # Input patches: the two ghost norms and the dilated ghost layer's sum;
-    # a materialised layer that fell back to patches would add calls.
+    # of the per-example gradients their norms computed: no filter gradient
+    # of their own. Of the ghost layers, the undilated one takes TF's filter
+    # gradient, the dilated one the patch sum. Input patches: the two ghost
+    # norms and the dilated ghost layer's sum, plus, where the per-example
+    # gradients are not a grouped filter gradient, the two materialised
+    # layers' products. (The values: the test above.)
     real = tf.compat.v1.nn.conv2d_backprop_filter
-    with mock.patch.object(
-        tf.compat.v1.nn, 'conv2d_backprop_filter', side_effect=real
-    ) as filter_grad, mock.patch.object(
-        ghost_clipping, '_conv2d_patches',
-        wraps=ghost_clipping._conv2d_patches,
-    ) as patches:
-      ghost_clipping.clipped_grad_sum(self.model, self.x, self.y, _LOSS, 1.0)
-    self.assertEqual(filter_grad.call_count, 1)
-    self.assertEqual(patches.call_count, 3)
+    calls = {'grouped': (3, 3), 'patches': (1, 5)}
+    for form, patch in _forms().items():
+      filter_grads, patch_calls = calls[form]
+      with self.subTest(form=form), patch, mock.patch.object(
+          tf.compat.v1.nn, 'conv2d_backprop_filter', side_effect=real
+      ) as filter_grad, mock.patch.object(
+          ghost_clipping, '_input_patches',
+          wraps=ghost_clipping._input_patches,
+      ) as patches:
+        ghost_clipping.clipped_grad_sum(self.model, self.x, self.y, _LOSS, 1.0)
+        self.assertEqual(filter_grad.call_count, filter_grads)
+        self.assertEqual(patches.call_count, patch_calls)
 
-  def test_depthwise_kernel_grads_equal_the_patch_products(self):
-    # Per-example kernel gradients by the depthwise convolution against the
-    # patch products, A_b^T G_b, on odd sizes where 'same' pads unevenly;
-    # the configurations TF's depthwise convolution cannot take give None.
+  def test_per_example_kernel_grads_equal_the_definition(self):
+    # Both forms against the definition, on odd sizes where 'same' pads
+    # unevenly, with strides and (unequal) dilations, and with the batch
+    # unknown when tracing.
     rng = np.random.default_rng(5)
-    for strides, dilation, padding, size, works in [
-        (1, 1, 'same', 9, True),
-        (2, 1, 'valid', 9, True),
-        (2, 1, 'same', 10, True),
-        ((3, 2), 1, 'same', 11, True),
-        (1, 2, 'same', 9, True),
-        (1, 3, 'valid', 10, True),
-        (1, 3, 'same', 10, True),  # Width 2 dilated: uneven padding.
-        (1, (1, 2), 'same', 9, False),
+    for strides, dilation, padding, size in [
+        (1, 1, 'same', 9),
+        (2, 1, 'valid', 9),
+        (2, 1, 'same', 10),
+        ((3, 2), 1, 'same', 11),
+        (1, 2, 'same', 9),
+        (1, 3, 'valid', 10),
+        (1, 3, 'same', 10),  # Width 2 dilated: uneven padding.
+        (1, (1, 2), 'same', 9),
     ]:
-      with self.subTest(strides=strides, dilation=dilation, padding=padding):
-        layer = tf.keras.layers.Conv2D(
-            3, (3, 2), strides=strides, dilation_rate=dilation, padding=padding
-        )
-        x = tf.constant(rng.normal(size=(4, size, size - 1, 2)), tf.float32)
-        g = tf.constant(rng.normal(size=layer(x).shape), tf.float32)
-        args = ghost_clipping._depthwise_args(layer, x, g)
-        self.assertEqual(args is not None, works)
-        if not works:
-          continue
-        got = ghost_clipping._depthwise_kernel_grads(layer, x, g, *args)
-        self.assertAllClose(
-            got, _patch_products(layer, x, g), rtol=1e-5, atol=1e-5
-        )
+      layer = tf.keras.layers.Conv2D(
+          3, (3, 2), strides=strides, dilation_rate=dilation, padding=padding
+      )
+      x = tf.constant(rng.normal(size=(4, size, size - 1, 2)), tf.float32)
+      g = tf.constant(rng.normal(size=layer(x).shape), tf.float32)
+      want = _reference_kernel_grads(layer, x, g)
+      for form, patch in _forms().items():
+        with self.subTest(strides=strides, dilation=dilation,
+                          padding=padding, form=form), patch:
+          got = ghost_clipping._per_example_kernel_grads(layer, x, g)
+          traced = tf.function(
+              lambda x, g, layer=layer: (
+                  ghost_clipping._per_example_kernel_grads(layer, x, g).values),
+              input_signature=[tf.TensorSpec([None, *x.shape[1:]]),
+                               tf.TensorSpec([None, *g.shape[1:]])],
+          )
+          self.assertAllClose(
+              _as_batch_first(got), want, rtol=1e-5, atol=1e-5)
+          self.assertAllClose(
+              _as_batch_first(got._replace(values=traced(x, g))), want,
+              rtol=1e-5, atol=1e-5)
+          self.assertAllClose(
+              got.sqr_norms(), np.sum(want**2, axis=(1, 2, 3, 4)), rtol=1e-5)
+          weights = rng.uniform(size=4)
+          self.assertAllClose(
+              got.weighted_sum(tf.constant(weights, tf.float32)),
+              np.einsum('b,bijco->ijco', weights, want),
+              rtol=1e-5, atol=1e-5)
 
-  def test_kernel_grads_take_the_depthwise_form_for_small_batches(self):
-    # Batches of at most _DEPTHWISE_MAX_BATCH take the depthwise form,
-    # larger ones the patches; chosen by tf.cond when the batch is unknown.
-    rng = np.random.default_rng(6)
-    layer = tf.keras.layers.Conv2D(4, 3, padding='same')
-    layer.build([None, 7, 7, 2])
-    limit = ghost_clipping._DEPTHWISE_MAX_BATCH
-    traced = tf.function(
-        lambda x, g: ghost_clipping._per_example_kernel_grads(layer, x, g),
-        input_signature=[tf.TensorSpec([None, 7, 7, 2]),
-                         tf.TensorSpec([None, 7, 7, 4])],
+  @pytest.mark.slow
+  def test_without_onednn(self):
+    # TensorFlow's CPU kernels without oneDNN (as on most AMD machines):
+    # no grouped filter gradient, no dilated Conv2DBackpropFilter. The
+    # per-example kernel gradients and the clipped sum still equal the
+    # definition, in a fresh process with TF_ENABLE_ONEDNN_OPTS=0.
+    script = textwrap.dedent("""
+        import importlib.util
+        import sys
+        from tff_priv.learning import ghost_clipping
+        spec = importlib.util.spec_from_file_location('t', sys.argv[1])
+        t = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(t)
+        assert not ghost_clipping.grouped_filter_grads()
+        case = t.GhostClippingTest('test_clipped_grad_sum_equals_sum_of_clipped_grads')
+        case.setUp()
+        case.test_clipped_grad_sum_equals_sum_of_clipped_grads()
+        case.test_per_example_kernel_grads_equal_the_definition()
+        case.test_a_materialised_kernel_norm_gives_the_kernel_sum_too()
+        case.test_non_finite_example_adds_nothing()
+        print('ok')
+    """)
+    result = subprocess.run(
+        [sys.executable, '-c', script, os.path.abspath(__file__)],
+        env={**os.environ, 'TF_ENABLE_ONEDNN_OPTS': '0',
+             'PYTHONPATH': _ROOT + os.pathsep + os.environ.get('PYTHONPATH', '')},
+        cwd=_ROOT, capture_output=True, text=True, timeout=600,
     )
-    for batch, depthwise_calls in [(3, 1), (limit, 1), (limit + 1, 0)]:
-      x = tf.constant(rng.normal(size=(batch, 7, 7, 2)), tf.float32)
-      g = tf.constant(rng.normal(size=(batch, 7, 7, 4)), tf.float32)
-      with mock.patch.object(
-          ghost_clipping, '_depthwise_kernel_grads',
-          wraps=ghost_clipping._depthwise_kernel_grads,
-      ) as depthwise:
-        got = ghost_clipping._per_example_kernel_grads(layer, x, g)
-      self.assertEqual(depthwise.call_count, depthwise_calls)
-      want = _patch_products(layer, x, g)
-      self.assertAllClose(got, want, rtol=1e-5, atol=1e-5)
-      self.assertAllClose(traced(x, g), want, rtol=1e-5, atol=1e-5)
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertEqual(result.stdout.split()[-1], 'ok')
 
   def _check_bad_example_adds_nothing(self, x_bad, bad):
     grads, losses = ghost_clipping.clipped_grad_sum(

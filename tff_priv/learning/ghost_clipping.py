@@ -13,7 +13,8 @@ tensorflow_privacy's registry (Dense, Embedding) with Conv2D;
 `unsupported_layers` names the layers of a Keras model it cannot handle.
 """
 
-from typing import Callable, Optional
+import functools
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -37,109 +38,138 @@ def clip_scale(norms: tf.Tensor, clip_norm: float) -> tf.Tensor:
   return tf.minimum(1.0, clip_norm / tf.maximum(norms, 1e-30))
 
 
-def _conv2d_patches(layer: tf.keras.layers.Conv2D, inputs: tf.Tensor):
-  """[batch, positions, kh * kw * c_in]: the input patch of every output position."""
-  kh, kw = layer.kernel_size
-  sh, sw = layer.strides
-  dh, dw = layer.dilation_rate
-  patches = tf.image.extract_patches(
-      inputs,
-      sizes=[1, kh, kw, 1],
-      strides=[1, sh, sw, 1],
-      rates=[1, dh, dw, 1],
-      padding=layer.padding.upper(),
-  )
-  return tf.reshape(patches, [tf.shape(patches)[0], -1, patches.shape[-1]])
+def _same_padding(size, kernel: int, stride: int, dilation: int):
+  """(before, after): TensorFlow's 'SAME' padding of one spatial axis.
 
-
-def _same_padding(size: int, kernel: int, stride: int, dilation: int):
-  """(before, after): TensorFlow's 'SAME' padding of one spatial axis."""
+  `size` is an int, or a scalar tensor where it is unknown when tracing.
+  """
   out = -(-size // stride)
-  total = max((out - 1) * stride + (kernel - 1) * dilation + 1 - size, 0)
+  total = (out - 1) * stride + (kernel - 1) * dilation + 1 - size
+  total = max(total, 0) if isinstance(total, int) else tf.maximum(total, 0)
   return total // 2, total - total // 2
 
 
-# The largest batch for which `_per_example_kernel_grads` takes the depthwise
-# form. Timed alone on 2 CPU cores against input patches and a batched
-# product, on materialised layer shapes of the McMahan CNN, small_vgg and
-# udp_cifar_cnn: 1.1-2.5x faster at batch 10 (six shapes), 1.1-1.6x slower
-# at batch 32 (three).
-_DEPTHWISE_MAX_BATCH = 16
+def _padded(layer: tf.keras.layers.Conv2D, inputs: tf.Tensor) -> tf.Tensor:
+  """The inputs with the layer's 'same' padding added ('valid': unchanged)."""
+  if layer.padding != 'same':
+    return inputs
+  pads = [[0, 0]]
+  for axis, kernel, stride, dilation in zip(
+      (1, 2), layer.kernel_size, layer.strides, layer.dilation_rate):
+    size = inputs.shape[axis]
+    size = tf.shape(inputs)[axis] if size is None else size
+    pads.append(_same_padding(size, kernel, stride, dilation))
+  return tf.pad(inputs, pads + [[0, 0]])
 
 
-def _depthwise_args(layer: tf.keras.layers.Conv2D, inputs, grads):
-  """(strides, dilations) of the depthwise form, or None where TF lacks it.
+def _input_patches(layer: tf.keras.layers.Conv2D, inputs, out_size):
+  """[batch, kh * kw * c_in, positions]: each output position's input patch.
 
-  None for unequal dilations of the two axes (TF's depthwise convolution
-  strides both alike) or spatial sizes unknown when tracing.
+  Entry (i, j, c) of output position (h, w) is X[h s + i r, w s + j r, c] of
+  the padded inputs X (s the stride, r the dilation), for the `out_size`
+  (H', W') output positions; the patch axis is ordered as the kernel's
+  (kh, kw, c_in). Built from kh * kw strided slices of the inputs with the
+  channels first. Timed on one CPU thread on the conv layers of the McMahan
+  CNN, small_vgg and udp_cifar_cnn, the per-example kernel gradients from
+  these patches took 0.2-0.8x the time of the same product from
+  `tf.image.extract_patches` (whose output puts the patch axis last).
   """
-  (sh, sw), (dh, dw) = layer.strides, layer.dilation_rate
-  if None in (inputs.shape[1], inputs.shape[2], grads.shape[1], grads.shape[2]):
-    return None
-  if (dh, dw) == (1, 1):
-    return [1, 1, 1, 1], [sh, sw]
-  if dh == dw:  # Keras: a dilated Conv2D has strides 1.
-    return [1, dh, dw, 1], [1, 1]
-  return None
-
-
-def _depthwise_kernel_grads(layer, inputs, grads, strides, rates):
-  """[batch, kh, kw, c_in, d] by one depthwise convolution (see below)."""
   (kh, kw), (sh, sw), (dh, dw) = (
       layer.kernel_size, layer.strides, layer.dilation_rate)
-  if layer.padding == 'same':
-    inputs = tf.pad(inputs, [
-        [0, 0],
-        _same_padding(inputs.shape[1], kh, sh, dh),
-        _same_padding(inputs.shape[2], kw, sw, dw),
-        [0, 0],
-    ])
-  by_channel = tf.nn.depthwise_conv2d(
-      tf.transpose(inputs, [3, 1, 2, 0]),  # [c_in, H, W, batch]
-      tf.transpose(grads, [1, 2, 0, 3]),  # [H', W', batch, d]
-      strides=strides,
-      padding='VALID',
-      dilations=rates,
-  )[:, :kh, :kw, :]  # [c_in, kh, kw, batch * d]
-  c_in, d = inputs.shape[-1], grads.shape[-1]
-  return tf.transpose(
-      tf.reshape(by_channel, [c_in, kh, kw, -1, d]), [3, 1, 2, 0, 4]
-  )
+  out_h, out_w = out_size
+  x = tf.transpose(_padded(layer, inputs), [0, 3, 1, 2])  # [batch, c, H, W]
+  patches = tf.stack([
+      x[:, :, i * dh : i * dh + (out_h - 1) * sh + 1 : sh,
+        j * dw : j * dw + (out_w - 1) * sw + 1 : sw]
+      for i in range(kh) for j in range(kw)
+  ], axis=1)  # [batch, kh * kw, c, H', W']
+  return tf.reshape(patches, [tf.shape(inputs)[0], -1, out_h * out_w])
 
 
-def _per_example_kernel_grads(layer: tf.keras.layers.Conv2D, inputs, grads):
-  """[batch, kh, kw, c_in, d]: each example's kernel gradient.
+def _spatial(t: tf.Tensor):
+  """(H, W) of a [batch, H, W, channels] tensor: ints, or scalar tensors."""
+  shape = tf.shape(t)
+  return tuple(shape[a] if t.shape[a] is None else t.shape[a] for a in (1, 2))
+
+
+@functools.cache
+def grouped_filter_grads() -> bool:
+  """Whether this TensorFlow's CPU Conv2DBackpropFilter takes grouped inputs.
+
+  oneDNN's kernel does (TensorFlow uses oneDNN on CPUs with AVX-512 VNNI and
+  the like, unless TF_ENABLE_ONEDNN_OPTS=0); Eigen's, the one used otherwise,
+  refuses them ("filter_size does not have enough elements"). TensorFlow's
+  GPU kernel (cuDNN) takes them too (tensorflow/tensorflow#25818). Asked
+  once, by running one on a 1x1 kernel, in the process that traces the
+  computation: a TFF worker on another machine must have the same CPU
+  kernels (docs/remote.md).
+  """
+  with tf.init_scope(), tf.device('/CPU:0'):
+    try:
+      tf.compat.v1.nn.conv2d_backprop_filter(
+          tf.ones([1, 1, 1, 2]), [1, 1, 1, 2], tf.ones([1, 1, 1, 2]),
+          strides=[1, 1, 1, 1], padding='VALID')
+    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
+      return False
+  return True
+
+
+class KernelGrads(NamedTuple):
+  """Per-example kernel gradients, the batch on axis `batch_axis`.
+
+  Without that axis, `values` has the kernel's shape [kh, kw, c_in, d].
+  """
+  values: tf.Tensor
+  batch_axis: int
+
+  def sqr_norms(self) -> tf.Tensor:
+    """[batch] squared Frobenius norms."""
+    axes = [a for a in range(5) if a != self.batch_axis]
+    return tf.reduce_sum(tf.square(self.values), axis=axes)
+
+  def weighted_sum(self, weights: tf.Tensor) -> tf.Tensor:
+    """sum_b weights[b] K_b, kernel-shaped."""
+    return tf.tensordot(weights, self.values, [[0], [self.batch_axis]])
+
+
+def _per_example_kernel_grads(
+    layer: tf.keras.layers.Conv2D, inputs, grads) -> KernelGrads:
+  """Each example's kernel gradient.
 
   Example b's kernel gradient, K_b[i, j, c, o] = sum_{h, w}
   X_b[h s + i r, w s + j r, c] G_b[h, w, o] (X padded, s the stride, r the
-  dilation), is A_b^T G_b, A_b the input patches, or equally a depthwise
-  convolution of the inputs with the batch as channels, the channels as
-  batch and the output gradients as filters (Rochette et al. 2019,
-  "Efficient per-example gradient computations in convolutional neural
-  networks"). Examples do not mix in either: output channel b d + o of the
-  depthwise form reads input channel b and filter b only. The depthwise
-  form is taken for batches of at most `_DEPTHWISE_MAX_BATCH` (by `tf.cond`
-  when the batch is unknown when tracing) where TF has it
-  (`_depthwise_args`), the patches otherwise.
+  dilation), is the filter gradient of a grouped convolution whose groups
+  are the examples: the batch moved into the channels of the inputs
+  ([1, H, W, batch c_in]) and of the output gradients ([1, H', W', batch d]),
+  output channel b d + o reads input channels b c_in to (b + 1) c_in only,
+  so examples do not mix. That is one Conv2DBackpropFilter, taken where
+  TensorFlow's CPU kernel has groups (`grouped_filter_grads`); elsewhere
+  K_b = A_b G_b from the input patches A_b (`_input_patches`), a batched
+  product. Timed on one CPU thread (oneDNN) on the materialised conv layers
+  of the McMahan CNN, small_vgg and udp_cifar_cnn at batch 10, the grouped
+  form took 1.1-1.25x the time of the summed filter gradient and the
+  patches 1.3-2.2x (0.7-1.25x without oneDNN); the depthwise convolution of
+  Rochette et al. 2019, the form this replaced, took 1.5-2.6x with oneDNN
+  and up to 5.2x without it (docs/benchmarks.md).
   """
   kh, kw = layer.kernel_size
   c_in, d = inputs.shape[-1], grads.shape[-1]
-
-  def from_patches():
-    a = _conv2d_patches(layer, inputs)
-    g = tf.reshape(grads, [tf.shape(grads)[0], -1, d])
-    return tf.reshape(
-        tf.einsum('btp,btd->bpd', a, g), [-1, kh, kw, c_in, d])
-
-  args = _depthwise_args(layer, inputs, grads)
-  if args is None:
-    return from_patches()
-  depthwise = lambda: _depthwise_kernel_grads(layer, inputs, grads, *args)
-  batch = grads.shape[0]
-  if batch is not None:
-    return depthwise() if batch <= _DEPTHWISE_MAX_BATCH else from_patches()
-  return tf.cond(
-      tf.shape(grads)[0] <= _DEPTHWISE_MAX_BATCH, depthwise, from_patches)
+  batch = tf.shape(grads)[0]
+  if grouped_filter_grads():
+    as_channels = lambda t: tf.reshape(
+        tf.transpose(t, [1, 2, 0, 3]), [1, *_spatial(t), -1])
+    kernels = tf.compat.v1.nn.conv2d_backprop_filter(
+        as_channels(inputs),
+        tf.stack([kh, kw, c_in, batch * d]),
+        as_channels(grads),
+        strides=[1, *layer.strides, 1],
+        padding=layer.padding.upper(),
+        dilations=[1, *layer.dilation_rate, 1],
+    )  # [kh, kw, c_in, batch * d]
+    return KernelGrads(tf.reshape(kernels, [kh, kw, c_in, -1, d]), 3)
+  a = _input_patches(layer, inputs, _spatial(grads))
+  products = tf.matmul(a, tf.reshape(grads, [batch, -1, d]))
+  return KernelGrads(tf.reshape(products, [-1, kh, kw, c_in, d]), 0)
 
 
 def use_ghost_form(positions: Optional[int], patch_size: int, filters: int):
@@ -207,15 +237,14 @@ def conv2d_layer_computation(
     positions = grads.shape[1] * grads.shape[2] if None not in grads.shape[1:3] else None
     kernel_grads = None
     if use_ghost_form(positions, patch_size, g.shape[-1]):
-      a = _conv2d_patches(layer_instance, inputs)
+      a = _input_patches(layer_instance, inputs, _spatial(grads))
       sqr = tf.reduce_sum(
-          tf.einsum('bsp,btp->bst', a, a) * tf.einsum('bsd,btd->bst', g, g),
+          tf.einsum('bps,bpt->bst', a, a) * tf.einsum('bsd,btd->bst', g, g),
           axis=[1, 2],
       )
     else:
       kernel_grads = _per_example_kernel_grads(layer_instance, inputs, grads)
-      sqr = tf.reduce_sum(
-          tf.square(tf.reshape(kernel_grads, [tf.shape(g)[0], -1])), axis=1)
+      sqr = kernel_grads.sqr_norms()
     if layer_instance.use_bias:
       sqr += tf.reduce_sum(tf.square(tf.reduce_sum(g, axis=1)), axis=1)
     return sqr, kernel_grads
@@ -233,27 +262,41 @@ def _conv2d_supported(layer: tf.keras.layers.Conv2D) -> bool:
   return layer.data_format == 'channels_last' and layer.groups == 1
 
 
-def _scaled_rows(weights, t):
-  """Each row m of `t` times weights[m]; rows of weight 0 are exactly 0.
+def _rows(weights: tf.Tensor, t: tf.Tensor, axis: int = 0) -> tf.Tensor:
+  """`weights` shaped to multiply the slices of `t` along `axis`."""
+  shape = [1] * t.shape.rank
+  shape[axis] = -1
+  return tf.reshape(weights, shape)
 
-  tf.where, not a product alone: a row of weight 0 may hold NaN or inf.
+
+def _zero_rows(keep: tf.Tensor, t: tf.Tensor, axis: int = 0) -> tf.Tensor:
+  """`t` with the slices along `axis` where `keep` is False set to 0.
+
+  tf.where, not a product: such a slice may hold NaN or inf.
   """
-  shape = tf.concat(
-      [tf.shape(weights), tf.ones([tf.rank(t) - 1], tf.int32)], axis=0
-  )
-  w = tf.reshape(weights, shape)
-  return tf.where(w > 0, t * w, tf.zeros_like(t))
+  return tf.where(_rows(keep, t, axis), t, tf.zeros_like(t))
+
+
+# The book-keeping functions below map (dL/dZ, the examples' weights, the
+# per-example kernel gradients the norm kept or None, `safe`) to
+# (variable, weighted gradient) pairs. With `safe`, some weight is 0 (an
+# example whose norm or loss is not finite) and the rows of that example
+# are zeroed before they are used; `clipped_grad_sum` passes safe=False only
+# when every weight is positive, and the weighted sums are then the plain
+# products.
 
 
 def _dense_grads(layer: tf.keras.layers.Dense, input_args):
   """dL/dZ -> weighted kernel and bias gradients of `Z = X W + b`."""
   inputs = input_args[0]
 
-  def grads(base_grads, weights, kept=None):
+  def grads(base_grads, weights, kept, safe):
     del kept  # tensorflow_privacy's Dense norm keeps no gradient.
-    x = tf.reshape(_scaled_rows(tf.cast(weights > 0, inputs.dtype), inputs),
-                   [-1, inputs.shape[-1]])
-    g = tf.reshape(_scaled_rows(weights, base_grads), [-1, base_grads.shape[-1]])
+    x = _zero_rows(weights > 0, inputs) if safe else inputs
+    g = _zero_rows(weights > 0, base_grads) if safe else base_grads
+    g = g * _rows(weights, g)
+    x = tf.reshape(x, [-1, inputs.shape[-1]])
+    g = tf.reshape(g, [-1, base_grads.shape[-1]])
     out = [(layer.kernel, tf.matmul(x, g, transpose_a=True))]
     if layer.use_bias:
       out.append((layer.bias, tf.reduce_sum(g, axis=0)))
@@ -265,26 +308,22 @@ def _dense_grads(layer: tf.keras.layers.Dense, input_args):
 def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
   """dL/dZ -> weighted kernel and bias gradients of `Z = conv(X, K) + b`.
 
-  `kept`: the per-example kernel gradients of these dL/dZ ([batch, kh, kw,
-  c_in, d]) if the norm materialised them
-  (`conv2d_layer_computation`); their weighted sum is then the kernel's, one
-  contraction in place of a filter gradient (about a convolution's work).
+  `kept`: the per-example kernel gradients of these dL/dZ (a `KernelGrads`)
+  if the norm materialised them (`conv2d_layer_computation`); their
+  weighted sum is then the kernel's, one contraction in place of a filter
+  gradient (about a convolution's work).
   """
   inputs = input_args[0]
 
-  def grads(base_grads, weights, kept=None):
-    g = _scaled_rows(weights, base_grads)
-
-    def x():
-      # The inputs, rows of weight 0 zeroed: only the two forms below read
-      # them.
-      return _scaled_rows(tf.cast(weights > 0, inputs.dtype), inputs)
-
+  def grads(base_grads, weights, kept, safe):
+    g = _zero_rows(weights > 0, base_grads) if safe else base_grads
+    g = g * _rows(weights, g)
+    x = lambda: _zero_rows(weights > 0, inputs) if safe else inputs
     if kept is not None:
-      kernel = tf.reshape(
-          tf.reduce_sum(_scaled_rows(weights, kept), axis=0),
-          tf.shape(layer.kernel),
-      )
+      values = kept.values
+      if safe:
+        values = _zero_rows(weights > 0, values, kept.batch_axis)
+      kernel = KernelGrads(values, kept.batch_axis).weighted_sum(weights)
     elif tuple(layer.dilation_rate) == (1, 1):
       kernel = tf.compat.v1.nn.conv2d_backprop_filter(
           x(),
@@ -298,11 +337,10 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
       # on CPUs with AVX-512 VNNI and the like: not on most AMD machines)
       # refuses dilations > 1: the kernel gradient as sum_t a_t g_t^T over
       # the input patches instead (the same sum, more memory).
-      a = _conv2d_patches(layer, x())
+      a = _input_patches(layer, x(), _spatial(g))
       flat_g = tf.reshape(g, [tf.shape(g)[0], -1, g.shape[-1]])
       kernel = tf.reshape(
-          tf.einsum('bpk,bpo->ko', a, flat_g), tf.shape(layer.kernel)
-      )
+          tf.einsum('bpt,bto->po', a, flat_g), tf.shape(layer.kernel))
     out = [(layer.kernel, kernel)]
     if layer.use_bias:
       out.append((layer.bias, tf.reduce_sum(g, axis=[0, 1, 2])))
@@ -315,13 +353,17 @@ def _embedding_grads(layer: tf.keras.layers.Embedding, input_args):
   """dL/dtable (IndexedSlices, one row per lookup) -> weighted table gradient."""
   ids = input_args[0]
 
-  def grads(base_grads, weights, kept=None):
+  def grads(base_grads, weights, kept, safe):
     del kept  # tensorflow_privacy's Embedding norm keeps no gradient.
     lookups = tf.size(ids) // tf.shape(ids)[0]
     row_weights = tf.repeat(weights, lookups)
-    values = _scaled_rows(row_weights, base_grads.values)
+    values = base_grads.values
+    if safe:
+      values = _zero_rows(row_weights > 0, values)
     table = tf.math.unsorted_segment_sum(
-        values, base_grads.indices, tf.shape(layer.embeddings)[0]
+        values * _rows(row_weights, values),
+        base_grads.indices,
+        tf.shape(layer.embeddings)[0],
     )
     return [(layer.embeddings, table)]
 
@@ -530,12 +572,23 @@ def clipped_grad_sum(
   norms = tf.sqrt(tf.add_n(sqr_norms))
   finite = tf.math.is_finite(norms) & tf.math.is_finite(losses)
   weights = tf.where(finite, clip_scale(norms, clip_norm), 0.0)
-  sums = {}
-  for g, k, (_, _, weighted_grads) in zip(base_grads, kept, records):
-    for variable, grad in weighted_grads(g, weights, k):
-      key = variable.ref()
-      sums[key] = sums[key] + grad if key in sums else grad
-  grads = [
-      sums.get(v.ref(), tf.zeros_like(v)) for v in keras_model.trainable_variables
-  ]
+
+  def bookkeeping(safe):
+    sums = {}
+    for g, k, (_, _, weighted_grads) in zip(base_grads, kept, records):
+      for variable, grad in weighted_grads(g, weights, k, safe):
+        key = variable.ref()
+        sums[key] = sums[key] + grad if key in sums else grad
+    return [
+        sums.get(v.ref(), tf.zeros_like(v))
+        for v in keras_model.trainable_variables
+    ]
+
+  # The zeroing of `safe` costs a select per tensor, needed only when some
+  # example's weight is 0.
+  grads = tf.cond(
+      tf.reduce_all(weights > 0),
+      lambda: bookkeeping(safe=False),
+      lambda: bookkeeping(safe=True),
+  )
   return grads, tf.where(finite, losses, 0.0)
