@@ -226,8 +226,11 @@ def _client_update_fn(use_ghost, per_example_loss, learning_rate, clip_norm,
     finite = tf.reduce_all(
         [tf.reduce_all(tf.math.is_finite(u)) for u in tf.nest.flatten(update)]
     )
-    update = tf.nest.map_structure(
-        lambda u: tf.where(finite, u, tf.zeros_like(u)), update
+    # A branch, not a select of every coordinate (clipping.clip_l2 too).
+    update = tf.cond(
+        finite,
+        lambda: update,
+        lambda: tf.nest.map_structure(tf.zeros_like, update),
     )
     loss_sum = tf.where(tf.math.is_finite(loss_sum), loss_sum, 0.0)
     n = tf.cast(count, tf.float32)

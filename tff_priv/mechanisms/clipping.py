@@ -28,8 +28,17 @@ def clip_l2(value: Any, clip: Optional[float]) -> Any:
   """
   leaves = [tf.convert_to_tensor(t) for t in tf.nest.flatten(value)]
   norm = tf.linalg.global_norm(leaves)
-  if clip is not None:
-    leaves, _ = tf.clip_by_global_norm(leaves, clip, use_norm=norm)
-  finite = tf.math.is_finite(norm)
-  leaves = [tf.where(finite, t, tf.zeros_like(t)) for t in leaves]
+
+  def clipped():
+    if clip is None:
+      return leaves
+    return tf.clip_by_global_norm(leaves, clip, use_norm=norm)[0]
+
+  # A branch, not a select of every coordinate: one pass over the value
+  # fewer, for what is zeros only in the rare non-finite case.
+  leaves = tf.cond(
+      tf.math.is_finite(norm),
+      clipped,
+      lambda: [tf.zeros_like(t) for t in leaves],
+  )
   return tf.nest.pack_sequence_as(value, leaves)
