@@ -105,6 +105,8 @@ def grouped_filter_grads() -> bool:
   kernels (docs/remote.md).
   """
   with tf.init_scope(), tf.device('/CPU:0'):
+    if not tf.executing_eagerly():  # TF1 graph mode: nothing runs here.
+      return False
     try:
       tf.compat.v1.nn.conv2d_backprop_filter(
           tf.ones([1, 1, 1, 2]), [1, 1, 1, 2], tf.ones([1, 1, 1, 2]),
