@@ -158,8 +158,10 @@ def _per_example_kernel_grads(
   c_in, d = inputs.shape[-1], grads.shape[-1]
   batch = tf.shape(grads)[0]
   if grouped_filter_grads():
-    as_channels = lambda t: tf.reshape(
-        tf.transpose(t, [1, 2, 0, 3]), [1, *_spatial(t), -1])
+
+    def as_channels(t):  # [batch, H, W, c] -> [1, H, W, batch c]
+      return tf.reshape(tf.transpose(t, [1, 2, 0, 3]), [1, *_spatial(t), -1])
+
     kernels = tf.compat.v1.nn.conv2d_backprop_filter(
         as_channels(inputs),
         tf.stack([kh, kw, c_in, batch * d]),
@@ -320,7 +322,10 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
   def grads(base_grads, weights, kept, safe):
     g = _zero_rows(weights > 0, base_grads) if safe else base_grads
     g = g * _rows(weights, g)
-    x = lambda: _zero_rows(weights > 0, inputs) if safe else inputs
+    def x():
+      # Read only by the two filter-gradient forms below.
+      return _zero_rows(weights > 0, inputs) if safe else inputs
+
     if kept is not None:
       values = kept.values
       if safe:
@@ -473,6 +478,28 @@ def batch_losses(per_example_loss, y_true, y_pred) -> tf.Tensor:
   return tf.reduce_sum(tf.reshape(losses, [tf.shape(losses)[0], -1]), axis=1)
 
 
+def _weighted_sums(variables, records, base_grads, kept, weights):
+  """sum_m weights[m] g_m for each variable, from the layers' book-keeping.
+
+  The zeroing of a zero-weight example's rows (`safe`) costs a select per
+  tensor, needed only when some example's weight is 0: a branch.
+  """
+
+  def bookkeeping(safe):
+    sums = {}
+    for g, k, (_, _, weighted_grads) in zip(base_grads, kept, records):
+      for variable, grad in weighted_grads(g, weights, k, safe):
+        key = variable.ref()
+        sums[key] = sums[key] + grad if key in sums else grad
+    return [sums.get(v.ref(), tf.zeros_like(v)) for v in variables]
+
+  return tf.cond(
+      tf.reduce_all(weights > 0),
+      lambda: bookkeeping(safe=False),
+      lambda: bookkeeping(safe=True),
+  )
+
+
 def clipped_grad_sum(
     keras_model: tf.keras.Model,
     x,
@@ -575,22 +602,6 @@ def clipped_grad_sum(
   finite = tf.math.is_finite(norms) & tf.math.is_finite(losses)
   weights = tf.where(finite, clip_scale(norms, clip_norm), 0.0)
 
-  def bookkeeping(safe):
-    sums = {}
-    for g, k, (_, _, weighted_grads) in zip(base_grads, kept, records):
-      for variable, grad in weighted_grads(g, weights, k, safe):
-        key = variable.ref()
-        sums[key] = sums[key] + grad if key in sums else grad
-    return [
-        sums.get(v.ref(), tf.zeros_like(v))
-        for v in keras_model.trainable_variables
-    ]
-
-  # The zeroing of `safe` costs a select per tensor, needed only when some
-  # example's weight is 0.
-  grads = tf.cond(
-      tf.reduce_all(weights > 0),
-      lambda: bookkeeping(safe=False),
-      lambda: bookkeeping(safe=True),
-  )
+  grads = _weighted_sums(
+      keras_model.trainable_variables, records, base_grads, kept, weights)
   return grads, tf.where(finite, losses, 0.0)
