@@ -154,9 +154,12 @@ def run(name: str, clients, sampler, test) -> tuple[float, float]:
   process = build()
   ledger = PrivacyLedger()
   state = process.initialize()
-  streams = StreamSampler(POPULATION, K, 'cyclic')  # A secret permutation.
+  # A secret permutation; rounds past the plan are refused, as by the
+  # calibrated factories.
+  streams = StreamSampler(POPULATION, K, 'cyclic', total_rounds=ROUNDS)
   if sampling == 'bands':
-    groups = BandSampler(POPULATION, K, bandmf_factory().bands)
+    groups = BandSampler(POPULATION, K, bandmf_factory().bands,
+                         total_rounds=ROUNDS)
   for t in range(ROUNDS):
     if sampling == 'poisson':
       chosen = np.flatnonzero(sampler.random(POPULATION) < K / POPULATION)
@@ -168,17 +171,17 @@ def run(name: str, clients, sampler, test) -> tuple[float, float]:
       chosen = sampler.choice(POPULATION, size=K, replace=False)
     output = process.next(state, [clients[i] for i in chosen])
     state = output.state
+    # The round's whole output: the ledger also refuses exact client
+    # statistics among its measurements (TFF's debug measurements).
     if sampling == 'poisson':
-      ledger.record_round(state.aggregator,
-                          sampling_probability=K / POPULATION)
+      ledger.record_round(output, sampling_probability=K / POPULATION)
     elif sampling == 'fixed':
-      ledger.record_round(state.aggregator, population=POPULATION,
-                          sample_size=K)
+      ledger.record_round(output, population=POPULATION, sample_size=K)
     else:
       # A stream's state is known (BLT: its zero-out relation, no
       # amplification; BandMF: its event holds its sampling), LDP's events
       # have no known amplification: no sampling arguments.
-      ledger.record_round(state.aggregator)
+      ledger.record_round(output)
   return ledger.epsilon(DELTA), accuracy(process, state, test)
 
 

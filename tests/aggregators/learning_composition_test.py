@@ -5,8 +5,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tff_priv_tasks as tasks
+from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import wrapped_states
 from tff_priv.aggregators import distortion
+from tff_priv.aggregators import dp_fedavg
 from tff_priv.aggregators import udp
+from tff_priv.learning import client_metrics
 
 
 def _task():
@@ -28,12 +32,13 @@ def _client_data(task, n):
 
 class LearningCompositionTest(tf.test.TestCase):
 
-  def _train(self, build, aggregator, rounds=2):
+  def _train(self, build, aggregator, rounds=2, record=None):
     task = _task()
     process = build(
         task.model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
         model_aggregator=aggregator,
+        metrics_aggregator=client_metrics.no_client_metrics,
     )
     state = process.initialize()
     data = _client_data(task, 4)
@@ -41,6 +46,8 @@ class LearningCompositionTest(tf.test.TestCase):
     for _ in range(rounds):
       output = process.next(state, data)
       state = output.state
+      if record is not None:
+        record(output)
     after = process.get_model_weights(state)
     moved = [
         np.linalg.norm(a - b)
@@ -66,6 +73,32 @@ class LearningCompositionTest(tf.test.TestCase):
         distortion.DistortionFactory(target_tv=0.3, parameter_variance=1e-4),
     )
     self.assertAllClose(metrics['aggregator']['noise']['tv_upper'], 0.3)
+
+
+  def test_the_ledger_charges_a_round_from_its_output(self):
+    ledger = ledger_lib.PrivacyLedger()
+    factory = dp_fedavg.calibrated(8.0, total_rounds=2, population=10,
+                                   clients_per_round=4)
+    self._train(tff.learning.algorithms.build_unweighted_fed_avg, factory,
+                record=lambda o: ledger.record_round(o,
+                                                     sampling_probability=0.4))
+    self.assertEqual(ledger.num_releases, 2)
+    self.assertBetween(ledger.epsilon(1e-5), 7.9, 8.0 + 1e-6)
+
+  def test_the_ledger_refuses_debug_measurements_in_an_output(self):
+    # add_debug_measurements leaves the state as it is: the ledger sees its
+    # exact client norms in the round's output.
+    ledger = ledger_lib.PrivacyLedger()
+    factory = tff.learning.add_debug_measurements(
+        dp_fedavg.calibrated(8.0, total_rounds=2, population=10,
+                             clients_per_round=4))
+    with self.assertRaisesRegex(wrapped_states.UnnoisedWrapperError,
+                                'average_client_norm'):
+      self._train(tff.learning.algorithms.build_unweighted_fed_avg, factory,
+                  rounds=1,
+                  record=lambda o: ledger.record_round(
+                      o, sampling_probability=0.4))
+    self.assertEqual(ledger.num_releases, 0)
 
 
 if __name__ == '__main__':

@@ -58,6 +58,13 @@ class Spent:
   relation: str
 
   @classmethod
+  def of(cls, spent) -> Optional['Spent']:
+    """`spent` (a `PrivacyLedger`, a `Spent` or None) as a Spent; None: none."""
+    if spent is None or isinstance(spent, Spent):
+      return spent
+    return cls.of_ledger(spent) if spent.num_releases else None
+
+  @classmethod
   def of_ledger(cls, ledger) -> 'Spent':
     """The releases a `PrivacyLedger` holds."""
     return cls(ledger.dp_event(), ledger.num_releases,

@@ -173,7 +173,8 @@ _STREAM_RELATIONS = {
 def stream_factory_of_state(aggregator_state: Any) -> Optional[str]:
   """'BLTFactory', 'TreeRestartFactory' or 'BandMFFactory' for their states."""
   if isinstance(aggregator_state, dict):
-    return _STREAM_STATES.get(frozenset(aggregator_state))
+    # A calibrated factory's state also carries its plan.
+    return _STREAM_STATES.get(frozenset(aggregator_state) - {'planned_rounds'})
   return None
 
 
@@ -371,4 +372,36 @@ def guarantee_of(factory: Any) -> Optional[Guarantee]:
       'tensorflow_federated'
   ):
     return TFF_DP_FACTORY_GUARANTEE
+  return None
+
+
+def past_plan(state: Any) -> Optional[tuple[int, int]]:
+  """(rounds_done, planned_rounds) of a plan in `state` that is exceeded.
+
+  Looks through mappings, named tuples and attrs classes for one that has
+  both fields (a calibrated factory's state, or its inner factory's).
+  """
+  names = ('rounds_done', 'planned_rounds')
+  if isinstance(state, dict):
+    fields = state if all(n in state for n in names) else None
+    children = list(state.values())
+  elif hasattr(state, '_asdict'):
+    fields = state._asdict() if all(hasattr(state, n) for n in names) else None
+    children = list(state)
+  elif hasattr(state, '__attrs_attrs__'):
+    children = [getattr(state, a.name) for a in state.__attrs_attrs__]
+    fields = None
+  elif isinstance(state, (list, tuple)):
+    fields, children = None, list(state)
+  else:
+    return None
+  if fields is not None:
+    done, plan = int(np.asarray(fields[names[0]])), int(
+        np.asarray(fields[names[1]]))
+    if plan > 0 and done > plan:
+      return done, plan
+  for child in children:
+    found = past_plan(child)
+    if found is not None:
+      return found
   return None

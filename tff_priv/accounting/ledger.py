@@ -125,16 +125,18 @@ class PrivacyLedger:
     The one call a user's own `tff.learning` loop needs:
 
       output = process.next(state, client_data)
-      ledger.record_round(output.state.aggregator, sampling_probability=q)
+      ledger.record_round(output, sampling_probability=q)
 
     The factory's event is read in the relation the sampling needs
     (`guarantees.sampled_event`): Poisson sampling under add-or-remove-one,
     fixed-size sampling under replace-one.
 
     Args:
-      aggregator_state: the aggregator's state after `next`, of a tff_priv
-        factory or of TFF's `DifferentiallyPrivateFactory`
-        (`guarantees.extract_dp_event`).
+      aggregator_state: the round's output (`process.next(...)`: then its
+        aggregator's measurements are checked too, and an exact client
+        statistic among them, such as TFF's debug measurements, is refused),
+        or the aggregator's state after `next`, of a tff_priv factory or of
+        TFF's `DifferentiallyPrivateFactory` (`guarantees.extract_dp_event`).
       sampling: the round's client `Sampling` (instead of the three below).
       sampling_probability: Poisson client sampling rate q.
       population: N, for fixed-size sampling of `sample_size` of N clients.
@@ -149,23 +151,42 @@ class PrivacyLedger:
       The event recorded.
 
     Raises:
-      ValueError: Poisson sampling of an event that holds under replace-one
+      ValueError: a state past its factory's plan of rounds
+        (`guarantees.past_plan`); Poisson sampling of an event that holds
+        under replace-one
         (noise added on each client: sample K of N instead); any sampling
         of a BLT or tree stream (no amplification is claimed) or of a BandMF
         state (its event holds its sampling); a TFF
         wrapper that tracks its norm without noise
-        (`wrapped_states.UnnoisedWrapperError`); an explicit
+        (`wrapped_states.UnnoisedWrapperError`, also for debug measurements
+        in an output's metrics); an explicit
         `neighboring_relation` that contradicts the state's; a sampling under
         which the accountant cannot count the event (refused here, not later
         in `epsilon`).
       TypeError: a whole learning-process state instead of its `aggregator`.
     """
+    measurements = None
+    if hasattr(aggregator_state, 'state') and hasattr(aggregator_state,
+                                                      'metrics'):
+      # The round's whole output: its aggregator's measurements are checked
+      # too (an exact client statistic among them is refused).
+      measurements = aggregator_state.metrics.get('aggregator')
+      aggregator_state = getattr(aggregator_state.state, 'aggregator',
+                                 aggregator_state.state)
     if hasattr(aggregator_state, 'global_model_weights') and hasattr(
         aggregator_state, 'aggregator'
     ):
       raise TypeError(
-          'record_round takes the aggregator\'s state: pass '
-          'output.state.aggregator, not output.state'
+          'record_round takes the round\'s output or the aggregator\'s '
+          'state: pass output or output.state.aggregator, not output.state'
+      )
+    wrapped_states.check_no_debug_measurements(measurements)
+    past = guarantees.past_plan(aggregator_state)
+    if past is not None:
+      raise ValueError(
+          f'the state is at round {past[0]} of a factory calibrated for '
+          f'{past[1]} rounds: its plan was exceeded (see '
+          'tff_priv.aggregators.plan to extend a plan explicitly)'
       )
     sampling = sampling_lib.Sampling.of(
         sampling,
@@ -236,7 +257,10 @@ class PrivacyLedger:
     self.record(events.pure_epsilon_event(epsilon), count)
 
   def extend(self, other: 'PrivacyLedger') -> None:
-    """Records every release of `other` after this ledger's."""
+    """Records every release of `other` after this ledger's (an empty
+    ledger without a relation takes `other`'s)."""
+    if self._relation is None and not self._entries:
+      self._relation = other._relation  # pylint: disable=protected-access
     for event, count in other.entries:
       self.record(event, count)
 

@@ -129,6 +129,27 @@ def _leaves(tree, prefix=()):
     yield prefix
 
 
+def check_no_debug_measurements(measurements: Any) -> None:
+  """Refuses `add_debug_measurements`' exact client statistics, at any depth.
+
+  Raises:
+    UnnoisedWrapperError: one line naming them and the fix.
+  """
+  found, todo = [], [measurements]
+  while todo:
+    value = todo.pop()
+    if isinstance(value, Mapping):
+      found += [k for k in _DEBUG if k in value]
+      todo += list(value.values())
+  if found:
+    raise UnnoisedWrapperError(
+        f'the aggregator\'s measurements {", ".join(sorted(set(found)))} '
+        '(from tff.learning.add_debug_measurements) are exact statistics of '
+        'the clients\' updates, released uncharged: build the process '
+        'without add_debug_measurements'
+    )
+
+
 def public_measurement_paths(state: Any, measurements: Any,
                              inner_public: str) -> set[tuple]:
   """The paths of the measurement leaves a private round may release.
@@ -172,15 +193,7 @@ def public_measurement_paths(state: Any, measurements: Any,
     # `count_key`: an exact count of clients: dropped.
     state, measurements = state['inner_agg'], measurements[inner_key]
     prefix += (inner_key,)
-  if isinstance(measurements, Mapping):
-    debug = [k for k in _DEBUG if k in measurements]
-    if debug:
-      raise UnnoisedWrapperError(
-          f'the aggregator\'s measurements {", ".join(debug)} (from '
-          'tff.learning.add_debug_measurements) are exact statistics of the '
-          'clients\' updates, released uncharged: build the process without '
-          'add_debug_measurements'
-      )
+  check_no_debug_measurements(measurements)
   if inner_public == 'tff_priv':
     return paths | {prefix + p for p in _leaves(measurements)}
   if not isinstance(measurements, Mapping):

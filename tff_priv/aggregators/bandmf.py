@@ -48,10 +48,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
+from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import target_noise
 from tff_priv.aggregators import correlated_noise
+from tff_priv.aggregators import plan as plan_lib
 from tff_priv.mechanisms import bandmf as bandmf_lib
 
 GUARANTEE = guarantees.Guarantee(
@@ -180,6 +182,8 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
       group's round (`BandSampler`).
     noise_seed: None (a secret key from the operating system); an int is the
       key and the nonce is 0 (tests only: then no guarantee holds).
+    planned_rounds: None, or T: the state carries the plan and the T+1-th
+      round is refused (`tff_priv.aggregators.plan`; `calibrated` sets it).
   """
 
   def __init__(
@@ -190,6 +194,7 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
       coefs: Sequence[float],
       sampling_probability: float,
       noise_seed: Optional[int] = None,
+      planned_rounds: Optional[int] = None,
   ):
     self._z = validation.positive('noise_multiplier', noise_multiplier)
     self._k = validation.int_at_least('clients_per_round', clients_per_round, 1)
@@ -202,6 +207,7 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
     self._q = validation.half_open_unit('sampling_probability',
                                         sampling_probability)
     self._noise_seed = noise_seed
+    self._planned = plan_lib.planned(planned_rounds)
 
   @classmethod
   def calibrated(
@@ -214,6 +220,7 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
       delta: float = 1e-5,
       clip: float = 1.0,
       bands: Optional[int] = None,
+      spent=None,
   ) -> 'BandMFFactory':
     """A factory whose run of `total_rounds` rounds meets (eps, delta).
 
@@ -221,18 +228,30 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
     K, factory.bands)` and charges each round's state with
     `PrivacyLedger.record_round(state)` (no sampling arguments): the ledger
     then holds ceil(T / b) cycle events, whose eps at `delta` is at most
-    `epsilon`. `bands` None: chosen by `plan_bands`.
+    `epsilon`. `bands` None: chosen by `plan_bands`. Round T+1 is refused
+    (`plan`). `spent`: a `PrivacyLedger` of earlier rounds: the
+    `total_rounds` rounds added (new cycles) are calibrated so that they and
+    its charges meet `epsilon` together (a plan extended).
     """
     plan = plan_bands(total_rounds, population, clients_per_round,
-                      epsilon=epsilon, delta=delta, bands=bands)
-    return cls.from_plan(plan, clients_per_round, clip)
+                      epsilon=epsilon, delta=delta, bands=bands,
+                      spent=calibration.Spent.of(spent))
+    return cls.from_plan(plan, clients_per_round, clip,
+                         planned_rounds=total_rounds)
 
   @classmethod
   def from_plan(cls, plan: BandPlan, clients_per_round: int,
-                clip: float) -> 'BandMFFactory':
+                clip: float,
+                planned_rounds: Optional[int] = None) -> 'BandMFFactory':
     """The factory of a `BandPlan`."""
     return cls(plan.noise_multiplier, clients_per_round, clip,
-               list(plan.coefs), plan.sampling_probability)
+               list(plan.coefs), plan.sampling_probability,
+               planned_rounds=planned_rounds)
+
+  @property
+  def planned_rounds(self) -> Optional[int]:
+    """T of a calibrated factory (round T+1 is refused); None: no plan."""
+    return self._planned
 
   @property
   def guarantee(self) -> guarantees.Guarantee:
@@ -273,8 +292,10 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
     def charged(count):
       return dp_accounting.SelfComposedDpEvent(event, count).to_named_tuple()
 
+    planned = self._planned
+
     def initial_state():
-      return collections.OrderedDict(
+      return correlated_noise.with_plan(collections.OrderedDict(
           window=tf.nest.map_structure(
               lambda s: tf.zeros([bands - 1] + s.shape.as_list(), s.dtype),
               specs),
@@ -283,7 +304,7 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
           force_restart=tf.constant(False),
           dp_event=charged(tf.constant(1, tf.int32)),
           is_init_state=tf.constant(True),
-      )
+      ), planned)
 
     def inverse_step(window, z):
       # w_t = (z_t - sum_{i=1}^{b-1} c_i w_{t-i}) / c_0; window[i-1] = w_{t-i}.
@@ -293,6 +314,7 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
       w = (z - inner) / tf.constant(coefs[0], z.dtype)
       return w, tf.concat([w[tf.newaxis], window[:-1]], axis=0)
 
+    @correlated_noise.refusing_past(planned, 'BandMFFactory')
     def add_noise(state, total):
       restart = state['force_restart']
       rounds_done = state['rounds_done']
@@ -308,7 +330,7 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
       result, measurements = correlated_noise.noised_mean(
           total, flat_noise, self._z * self._clip, float(self._k),
           rounds_done)
-      new_state = collections.OrderedDict(
+      new_state = correlated_noise.with_plan(collections.OrderedDict(
           window=tf.nest.pack_sequence_as(window, flat_window),
           nonce=nonce,
           rounds_done=rounds_done + 1,
@@ -320,7 +342,7 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
               tf.logical_or(restart, tf.equal(rounds_done % bands, 0)),
               tf.int32)),
           is_init_state=tf.constant(False),
-      )
+      ), planned)
       return collections.OrderedDict(
           state=new_state, result=result, measurements=measurements)
 

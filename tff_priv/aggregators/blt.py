@@ -46,9 +46,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
+from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import target_noise
 from tff_priv.aggregators import correlated_noise
+from tff_priv.aggregators import plan as plan_lib
 from tff_priv.mechanisms import blt as blt_lib
 from tff_priv.mechanisms import blt_sensitivity
 
@@ -188,6 +190,8 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
     min_sep: b >= 1 rounds between two participations of one client.
     noise_seed: None (a secret key from the operating system); an int is
       the key and the nonce is 0 (tests only: then no guarantee holds).
+    planned_rounds: None, or T: the state carries the plan and the T+1-th
+      round is refused (`tff_priv.aggregators.plan`; `calibrated` sets it).
   """
 
   def __init__(
@@ -201,6 +205,7 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
       max_participations: int = 1,
       min_sep: int = 1,
       noise_seed: Optional[int] = None,
+      planned_rounds: Optional[int] = None,
   ):
     self._z = validation.positive('noise_multiplier', noise_multiplier)
     self._k = validation.int_at_least('clients_per_round', clients_per_round, 1)
@@ -221,6 +226,7 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
         self._rounds, self._min_sep, self._participations
     )
     self._noise_seed = noise_seed
+    self._planned = plan_lib.planned(planned_rounds)
 
   @classmethod
   def calibrated(
@@ -234,31 +240,44 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
       delta: float = 1e-5,
       clip: float = 1.0,
       num_buffers: Optional[int] = None,
+      spent=None,
   ) -> 'BLTFactory':
     """A BLTFactory whose run of `total_rounds` rounds meets (eps, delta).
 
     For a loop that draws its clients with `tff_priv.program.StreamSampler`
-    of the same `participation` (and N, K), and charges each round's state
-    with `PrivacyLedger.record_round(state)` (no sampling arguments): the
-    ledger then holds the run's streams (`plan_streams`), whose eps at
-    `delta` is at most `epsilon`.
+    of the same `participation` (and N, K, T), and charges each round's
+    state with `PrivacyLedger.record_round(state)` (no sampling arguments):
+    the ledger then holds the run's streams (`plan_streams`), whose eps at
+    `delta` is at most `epsilon`. Round T+1 is refused (`plan`).
+
+    `spent`: a `PrivacyLedger` of earlier rounds: the `total_rounds` rounds
+    added (new streams) are calibrated so that they and its charges meet
+    `epsilon` together (a plan extended).
     """
     plan = plan_streams(
         total_rounds, population, clients_per_round,
         participation=participation, epsilon=epsilon, delta=delta,
-        num_buffers=num_buffers,
+        num_buffers=num_buffers, spent=calibration.Spent.of(spent),
     )
-    return cls.from_plan(plan, clients_per_round, clip)
+    return cls.from_plan(plan, clients_per_round, clip,
+                         planned_rounds=total_rounds)
 
   @classmethod
   def from_plan(cls, plan: StreamPlan, clients_per_round: int,
-                clip: float) -> 'BLTFactory':
+                clip: float,
+                planned_rounds: Optional[int] = None) -> 'BLTFactory':
     """The factory of a `StreamPlan`."""
     return cls(
         plan.noise_multiplier, clients_per_round, clip,
         list(plan.strategy.buf_decay), list(plan.strategy.output_scale),
         plan.rounds_per_stream, plan.max_participations, plan.min_sep,
+        planned_rounds=planned_rounds,
     )
+
+  @property
+  def planned_rounds(self) -> Optional[int]:
+    """T of a calibrated factory (round T+1 is refused); None: no plan."""
+    return self._planned
 
   @property
   def guarantee(self) -> guarantees.Guarantee:
@@ -281,6 +300,16 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
   def rounds_per_stream(self) -> int:
     return self._rounds
 
+  @property
+  def max_participations(self) -> int:
+    """k: the participations of one client a stream's event allows."""
+    return self._participations
+
+  @property
+  def min_sep(self) -> int:
+    """b: the rounds a stream's event needs between two participations."""
+    return self._min_sep
+
   def event(self) -> dp_accounting.DpEvent:
     """The DpEvent of one stream."""
     return stream_event(self._z, self._sensitivity)
@@ -298,8 +327,10 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
     def charged(count):
       return dp_accounting.SelfComposedDpEvent(event, count).to_named_tuple()
 
+    planned = self._planned
+
     def initial_state():
-      return collections.OrderedDict(
+      return correlated_noise.with_plan(collections.OrderedDict(
           buffers=tf.nest.map_structure(
               lambda s: tf.zeros([nbuf] + s.shape.as_list(), s.dtype), specs),
           nonce=correlated_noise.initial_nonce(fixed),
@@ -307,8 +338,9 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
           force_restart=tf.constant(False),
           dp_event=charged(tf.constant(1, tf.int32)),
           is_init_state=tf.constant(True),
-      )
+      ), planned)
 
+    @correlated_noise.refusing_past(planned, 'BLTFactory')
     def add_noise(state, total):
       restart = tf.logical_or(
           state['force_restart'], tf.equal(state['rounds_done'] % rounds, 0)
@@ -327,14 +359,14 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
       result, measurements = correlated_noise.noised_mean(
           total, flat_noise, self._z * self._clip, float(self._k),
           state['rounds_done'])
-      new_state = collections.OrderedDict(
+      new_state = correlated_noise.with_plan(collections.OrderedDict(
           buffers=tf.nest.pack_sequence_as(buffers, flat_buffers),
           nonce=nonce,
           rounds_done=state['rounds_done'] + 1,
           force_restart=tf.constant(False),
           dp_event=charged(tf.cast(restart, tf.int32)),
           is_init_state=tf.constant(False),
-      )
+      ), planned)
       return collections.OrderedDict(
           state=new_state, result=result, measurements=measurements)
 

@@ -28,6 +28,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_priv.aggregators import plan as plan_lib
 from tff_priv.mechanisms import clipping
 from tff_priv.mechanisms import gaussian
 
@@ -125,6 +126,32 @@ def stream_process(value_type, clip: float, initial_state: Callable,
     )
 
   return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def with_plan(state, planned_rounds: Optional[int]):
+  """`state` (an OrderedDict) with `planned_rounds` when there is a plan (TF)."""
+  if planned_rounds is not None:
+    state['planned_rounds'] = tf.constant(planned_rounds, tf.int64)
+  return state
+
+
+def refusing_past(planned_rounds: Optional[int], name: str):
+  """Decorates `add_noise(state, total)`: with a plan, it fails on the round
+  past it (`plan.check` on the state's `rounds_done`) before any noise."""
+
+  def decorate(add_noise):
+    if planned_rounds is None:
+      return add_noise
+
+    def checked(state, total):
+      with tf.control_dependencies(
+          [plan_lib.check(state['rounds_done'], planned_rounds, name)]):
+        total = tf.nest.map_structure(tf.identity, total)
+      return add_noise(state, total)
+
+    return checked
+
+  return decorate
 
 
 def with_restart_forced(aggregator_state):

@@ -21,7 +21,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
+from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import sampling as sampling_lib
+from tff_priv.accounting import target_noise
+from tff_priv.aggregators import plan as plan_lib
 from tff_priv.aggregators import udp
 from tff_priv.mechanisms import total_variation
 
@@ -161,6 +165,7 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
       parameter_variance: Optional[float] = None,
       tv_bound: str = 'upper',
       clip: Optional[float] = None,
+      planned_rounds: Optional[int] = None,
   ):
     """Validates the arguments (see the class docstring).
 
@@ -174,6 +179,9 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
       tv_bound: 'upper' (TV <= target) or 'lower' (TV >= target).
       clip: optional L2 clip C of each upload before distortion; without it
         the rounds have no DP bound.
+      planned_rounds: None, or T: the mean's state carries the plan and the
+        T+1-th round is refused (`tff_priv.aggregators.plan`; `calibrated`
+        sets it).
     """
     if (noise_stddev is None) == (target_tv is None):
       raise ValueError('give exactly one of noise_stddev and target_tv')
@@ -202,6 +210,46 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
     )
     self._clip = clip
     self._guarantee = self.guarantee_of(clip)
+    self._planned = plan_lib.planned(planned_rounds)
+
+  @classmethod
+  def calibrated(
+      cls,
+      epsilon: float,
+      *,
+      total_rounds: int,
+      population: int,
+      clients_per_round: int,
+      parameter_variance: float,
+      clip: float = 1.0,
+      delta: float = 1e-5,
+      spent=None,
+  ) -> 'DistortionFactory':
+    """A factory whose run of `total_rounds` rounds meets (eps, delta).
+
+    sigma_e = 2C z (`sensitivity`), z calibrated as UDP's local noise
+    (`GaussianUDPFactory.calibrated`): for a loop that draws K of the N
+    clients uniformly each round and charges it with
+    `PrivacyLedger.record_round(state, population=N, sample_size=K)`. Round
+    T+1 is refused (`plan`). `spent`: a `PrivacyLedger` of earlier rounds,
+    met together with the `total_rounds` rounds added (a plan extended).
+    """
+    clip = validation.positive('clip', clip)
+    noise_stddev = target_noise.noise_for_target(
+        epsilon, delta,
+        validation.int_at_least('total_rounds', total_rounds, 1),
+        sampling_lib.Sampling.fixed(population, clients_per_round),
+        sensitivity=sensitivity(clip), min_with_unsampled=True,
+        spent=calibration.Spent.of(spent),
+    )
+    return cls(noise_stddev=noise_stddev,
+               parameter_variance=parameter_variance, clip=clip,
+               planned_rounds=total_rounds)
+
+  @property
+  def planned_rounds(self) -> Optional[int]:
+    """T of a calibrated factory (round T+1 is refused); None: no plan."""
+    return self._planned
 
   @property
   def clip(self) -> Optional[float]:
@@ -240,7 +288,8 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
     dimension = _num_elements(value_type)
     factory = udp.client_noise_factory(
         self.noise_source(dimension),
-        tff.aggregators.UnweightedMeanFactory(),
+        udp.planned_inner(tff.aggregators.UnweightedMeanFactory(),
+                          self._planned, 'DistortionFactory'),
         dp_event_fn=self._dp_event,
         guarantee=self.guarantee,
         clip=self._clip,

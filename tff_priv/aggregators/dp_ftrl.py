@@ -46,6 +46,7 @@ guarantee is against an analyst who sees the released models only.
 """
 
 import collections
+import math
 import secrets
 from typing import Optional
 
@@ -56,8 +57,12 @@ import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
 from tff_priv import validation
+from tff_priv.accounting import calibration
+from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import target_noise
 from tff_priv.aggregators import correlated_noise
+from tff_priv.aggregators import plan as plan_lib
 from tff_priv.mechanisms import clipping
 
 GUARANTEE = guarantees.Guarantee(
@@ -69,6 +74,22 @@ GUARANTEE = guarantees.Guarantee(
         'its update replaced by zero; the server sees the clipped updates'
     ),
 )
+
+
+def tree_noise(epsilon: float, delta: float, total_rounds: int,
+               rounds_per_tree: int, *, trees_left: Optional[int] = None,
+               spent=None) -> float:
+  """z for which ceil(T / R) trees (or `trees_left`) meet (eps, delta).
+
+  Each tree is counted by dp_accounting as an unsampled Gaussian of
+  multiplier z / sqrt(S) (`events.tree_sensitivity_squared`); `spent`
+  (`calibration.Spent`): the charges already made, met together.
+  """
+  sensitivity = math.sqrt(events.tree_sensitivity_squared(rounds_per_tree))
+  return target_noise.noise_for_target(
+      epsilon, delta, trees_left or math.ceil(total_rounds / rounds_per_tree),
+      sensitivity=sensitivity, spent=spent,
+  )
 
 
 def tree_event(noise_multiplier: float, rounds_per_tree: int):
@@ -89,6 +110,8 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
     noise_seed: None (a secret key from the operating system); an int is
       the key and the nonce is 0, so the noise is reproducible (tests only:
       then the guarantee does not hold).
+    planned_rounds: None, or T: the state carries the plan and the T+1-th
+      round is refused (`tff_priv.aggregators.plan`; `calibrated` sets it).
   """
 
   def __init__(
@@ -98,16 +121,59 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
       clip: float,
       rounds_per_tree: int,
       noise_seed: Optional[int] = None,
+      planned_rounds: Optional[int] = None,
   ):
     self._z = validation.positive('noise_multiplier', noise_multiplier)
     self._k = validation.int_at_least('clients_per_round', clients_per_round, 1)
     self._clip = validation.positive('clip', clip)
     self._rounds = validation.int_at_least('rounds_per_tree', rounds_per_tree, 1)
     self._noise_seed = noise_seed
+    self._planned = plan_lib.planned(planned_rounds)
+
+  @classmethod
+  def calibrated(
+      cls,
+      epsilon: float,
+      *,
+      total_rounds: int,
+      population: int,
+      clients_per_round: int,
+      delta: float = 1e-5,
+      clip: float = 1.0,
+      spent=None,
+  ) -> 'TreeRestartFactory':
+    """A factory whose run of `total_rounds` rounds meets (eps, delta).
+
+    One tree per epoch of R = N // K rounds, for a loop that draws its
+    clients with `tff_priv.program.StreamSampler(N, K, 'epoch')` (each client
+    at most once per epoch) and charges each round with
+    `PrivacyLedger.record_round(state)` (no sampling arguments). Round T+1
+    is refused (`plan`). `spent`: a `PrivacyLedger` of earlier rounds, met
+    together with the `total_rounds` rounds added (a plan extended).
+    """
+    population = validation.int_at_least('population', population, 1)
+    k = validation.int_at_least('clients_per_round', clients_per_round, 1)
+    if k > population:
+      raise ValueError(f'clients_per_round={k} exceeds population='
+                       f'{population}')
+    total_rounds = validation.int_at_least('total_rounds', total_rounds, 1)
+    rounds_per_tree = population // k
+    z = tree_noise(epsilon, delta, total_rounds, rounds_per_tree,
+                   spent=calibration.Spent.of(spent))
+    return cls(z, k, clip, rounds_per_tree, planned_rounds=total_rounds)
+
+  @property
+  def planned_rounds(self) -> Optional[int]:
+    """T of a calibrated factory (round T+1 is refused); None: no plan."""
+    return self._planned
 
   @property
   def guarantee(self) -> guarantees.Guarantee:
     return GUARANTEE
+
+  def event(self) -> dp_accounting.DpEvent:
+    """The DpEvent of one tree."""
+    return tree_event(self._z, self._rounds)
 
   @property
   def rounds_per_tree(self) -> int:
@@ -149,8 +215,13 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
     def placeholder_dp_event():
       return charged(tf.constant(1, tf.int32))
 
+    planned = self._planned
+
     @tff.federated_computation()
     def init_fn():
+      plan_field = ({} if planned is None else {
+          'planned_rounds': tff.federated_value(np.int64(planned),
+                                                tff.SERVER)})
       return tff.federated_zip(collections.OrderedDict(
           tree=inner.initialize(),
           nonce=tff.federated_eval(new_nonce, tff.SERVER),
@@ -158,6 +229,7 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
           force_restart=tff.federated_value(False, tff.SERVER),
           dp_event=tff.federated_eval(placeholder_dp_event, tff.SERVER),
           is_init_state=tff.federated_value(True, tff.SERVER),
+          **plan_field,
       ))
 
     state_type = init_fn.type_signature.result
@@ -175,6 +247,10 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(np.bool_, np.int64, tree_type, _NONCE_TYPE)
     def new_state(restart, rounds_done, tree, nonce):
+      if planned is not None:
+        with tf.control_dependencies(
+            [plan_lib.check(rounds_done, planned, 'TreeRestartFactory')]):
+          rounds_done = tf.identity(rounds_done)
       return collections.OrderedDict(
           tree=tree,
           nonce=nonce,
@@ -182,6 +258,8 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
           force_restart=tf.constant(False),
           dp_event=charged(tf.cast(restart, tf.int32)),
           is_init_state=tf.constant(False),
+          **({} if planned is None else {
+              'planned_rounds': tf.constant(planned, tf.int64)}),
       )
 
     @tff.tensorflow.computation(value_type)

@@ -22,7 +22,9 @@ import tensorflow_federated as tff
 
 from tff_priv import runtime
 from tff_priv import validation
+from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
+from tff_priv.aggregators import plan as plan_lib
 from tff_priv.mechanisms import smp as smp_mechanisms
 
 MASKS = ('rand_k', 'top_k')
@@ -190,6 +192,7 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
       secure_bound: Optional[float] = None,
       secure_bound_stddevs: float = DEFAULT_SECURE_BOUND_STDDEVS,
       mask_seed: Optional[int] = None,
+      planned_rounds: Optional[int] = None,
   ):
     """Initializes the factory; every argument is validated here.
 
@@ -214,6 +217,9 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
         `secure_bound` is given).
       mask_seed: rand_k only: an int makes the mask sequence reproducible;
         None draws a fresh seed at every `initialize()`.
+      planned_rounds: None, or T: the inner sum's state carries the plan
+        and the T+1-th round is refused (`tff_priv.aggregators.plan`;
+        `calibrated` sets it).
 
     Raises:
       TypeError: an argument has the wrong type.
@@ -256,6 +262,7 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
         raise ValueError("mask_seed applies only with mask='rand_k'")
       mask_seed = validation.int_at_least('mask_seed', mask_seed, -(2**63))
 
+    self._planned = plan_lib.planned(planned_rounds)
     self._noise_multiplier = noise_multiplier
     self._clip = clip
     self._compression = compression
@@ -301,6 +308,46 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
             'whose 1/n share of the noise protects nothing against it'
         ),
     )
+
+  @classmethod
+  def calibrated(
+      cls,
+      epsilon: float,
+      *,
+      total_rounds: int,
+      population: int,
+      clients_per_round: int,
+      compression: float,
+      delta: float = 1e-5,
+      clip: float = 1.0,
+      spent=None,
+      **kwargs,
+  ) -> 'SparsifiedSecureSumFactory':
+    """A factory whose run of `total_rounds` rounds meets (eps, delta).
+
+    For a loop that Poisson-samples each of the N clients with q = K / N
+    every round and charges each round with `PrivacyLedger.record_round(
+    state, sampling_probability=q)`: sigma is calibrated for T sampled
+    Gaussians. Round T+1 is refused (`plan`). `spent`: a `PrivacyLedger` of
+    earlier rounds, met together with the `total_rounds` rounds added (a
+    plan extended). `kwargs`: the constructor's other arguments (`mask`,
+    `secure`, ...).
+    """
+    population = validation.int_at_least('population', population, 1)
+    k = validation.int_at_least('clients_per_round', clients_per_round, 1)
+    if k > population:
+      raise ValueError(f'clients_per_round={k} exceeds population='
+                       f'{population}')
+    z = calibration.calibrate_noise_multiplier(
+        epsilon, delta, total_rounds, sampling_probability=k / population,
+        spent=calibration.Spent.of(spent))
+    return cls(z, clip, compression, k, planned_rounds=total_rounds,
+               **kwargs)
+
+  @property
+  def planned_rounds(self) -> Optional[int]:
+    """T of a calibrated factory (round T+1 is refused); None: no plan."""
+    return self._planned
 
   @property
   def clip(self) -> float:
@@ -363,7 +410,7 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
     bound = self._secure_bound
     tf_dtype = tf.as_dtype(dtype)
     upload_type, inner, uploaded_bits = _inner_sum(
-        secure, bound, full, specs, dtype, k
+        secure, bound, full, specs, dtype, k, self._planned
     )
     indices_type = tff.TensorType(np.int32, [k])
 
@@ -473,7 +520,7 @@ def _count_clients(secure):
   return tff.federated_sum(ones)
 
 
-def _inner_sum(secure, bound, full, specs, dtype, k):
+def _inner_sum(secure, bound, full, specs, dtype, k, planned_rounds):
   """(upload type, the inner sum's process, bits a client uploads)."""
   # k == d (rand_k) uploads the value structure itself (no flat copy), typed
   # with Python containers: SecureSumFactory cannot trace a bare StructType.
@@ -494,6 +541,9 @@ def _inner_sum(secure, bound, full, specs, dtype, k):
     inner_factory = tff.aggregators.SumFactory()
     bits_per_value = 8 * np.dtype(dtype).itemsize
   uploaded_bits = np.int64(bits_per_value) * np.int64(k)
+  if planned_rounds is not None:
+    inner_factory = plan_lib.planned_factory(
+        inner_factory, planned_rounds, 'SparsifiedSecureSumFactory')
   return upload_type, inner_factory.create(upload_type), uploaded_bits
 
 

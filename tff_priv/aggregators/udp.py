@@ -21,7 +21,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
+from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import sampling as sampling_lib
+from tff_priv.accounting import target_noise
+from tff_priv.aggregators import plan as plan_lib
 from tff_priv.mechanisms import clipping
 from tff_priv.mechanisms import gaussian
 from tff_priv.mechanisms import noise_schedule
@@ -353,6 +357,7 @@ def GaussianUDPFactory(  # pylint: disable=invalid-name
     sensitivity: float,
     schedule: Optional[noise_schedule.BudgetSchedule] = None,
     inner_agg_factory: Optional[InnerFactory] = None,
+    planned_rounds: Optional[int] = None,
 ):
   """UDP's client-side Gaussian noise on each upload, then `inner_agg_factory`.
 
@@ -410,6 +415,9 @@ def GaussianUDPFactory(  # pylint: disable=invalid-name
     inner_agg_factory: the mean; default `tff.aggregators.MeanFactory()`
       (weighted, as the paper). Pass `tff.aggregators.UnweightedMeanFactory()`
       for the unweighted form.
+    planned_rounds: None, or T: the inner mean's state carries the plan and
+      the T+1-th round is refused (`tff_priv.aggregators.plan`;
+      `GaussianUDPFactory.calibrated` sets it).
 
   Returns:
     A `ClientNoiseFactory`, weighted or unweighted as `inner_agg_factory`
@@ -432,7 +440,53 @@ def GaussianUDPFactory(  # pylint: disable=invalid-name
 
   return client_noise_factory(
       source,
-      inner_agg_factory,
+      planned_inner(inner_agg_factory, planned_rounds, 'GaussianUDPFactory'),
       dp_event_fn=dp_event_fn,
       guarantee=UDP_GUARANTEE,
   )
+
+
+def planned_inner(inner_agg_factory: Optional[InnerFactory],
+                  planned_rounds: Optional[int], name: str):
+  """The inner mean (default `MeanFactory()`), carrying a plan if one is given."""
+  if planned_rounds is None:
+    return inner_agg_factory
+  if inner_agg_factory is None:
+    inner_agg_factory = tff.aggregators.MeanFactory()
+  return plan_lib.planned_factory(inner_agg_factory, planned_rounds, name)
+
+
+def _calibrated(
+    epsilon: float,
+    *,
+    total_rounds: int,
+    population: int,
+    clients_per_round: int,
+    sensitivity: float,
+    delta: float = 1e-5,
+    spent=None,
+    inner_agg_factory: Optional[InnerFactory] = None,
+):
+  """A `GaussianUDPFactory` whose run of `total_rounds` rounds meets (eps, delta).
+
+  For a loop that draws K of the N clients uniformly each round and charges
+  each round with `PrivacyLedger.record_round(state, population=N,
+  sample_size=K)`: sigma is calibrated (`target_noise.noise_for_target`) so
+  that the smaller of the sampled and the unsampled composition of T rounds
+  of `GaussianDpEvent(sigma / sensitivity)` meets the target (both bound the
+  release of noise added on each client). Round T+1 is refused (`plan`).
+  `spent`: a `PrivacyLedger` of earlier rounds, met together with the
+  `total_rounds` rounds added (a plan extended).
+  """
+  sigma = target_noise.noise_for_target(
+      epsilon, delta, validation.int_at_least('total_rounds', total_rounds, 1),
+      sampling_lib.Sampling.fixed(population, clients_per_round),
+      sensitivity=validation.positive('sensitivity', sensitivity),
+      min_with_unsampled=True, spent=calibration.Spent.of(spent),
+  )
+  return GaussianUDPFactory(
+      sigma, sensitivity=sensitivity, inner_agg_factory=inner_agg_factory,
+      planned_rounds=total_rounds)
+
+
+GaussianUDPFactory.calibrated = _calibrated

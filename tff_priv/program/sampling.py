@@ -51,7 +51,7 @@ amplification by sampling assumes hidden from the analyst.
 
 import dataclasses
 import secrets
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -250,20 +250,36 @@ class StreamSampler:
     clients_per_round: K in 1..N.
     participation: 'epoch' or 'cyclic'.
     seed: None (drawn from the operating system), or a saved `seed`.
+    total_rounds: T of the factory's plan: rounds 1..T are drawn, any other
+      refused (None: no plan, every t >= 1).
   """
 
   def __init__(self, population: int, clients_per_round: int,
-               participation: str = 'epoch', seed=None):
+               participation: str = 'epoch', seed=None,
+               total_rounds: Optional[int] = None):
     validation.one_of('participation', participation, STREAM_KINDS)
     self._sampling = ClientSampling(participation, population,
                                     clients_per_round)
     if seed is None:
       seed = secrets.randbits(62)
     self.seed = validation.int_at_least('seed', seed, 0)
+    self.total_rounds = (None if total_rounds is None else
+                         validation.int_at_least('total_rounds', total_rounds,
+                                                 1))
 
   @property
   def participation(self) -> str:
     return self._sampling.kind
+
+  @property
+  def population(self) -> int:
+    """N: the clients drawn from (indices 0 .. N - 1)."""
+    return self._sampling.num_clients
+
+  @property
+  def clients_per_round(self) -> int:
+    """K: the clients of a round."""
+    return self._sampling.clients_per_round
 
   @property
   def min_separation(self) -> int:
@@ -271,7 +287,8 @@ class StreamSampler:
     return self._sampling.rounds_per_epoch
 
   def sample(self, round_num: int) -> list[int]:
-    """The clients (indices, sorted) of round `round_num` >= 1."""
+    """The clients (indices, sorted) of round `round_num`, 1..total_rounds."""
+    round_num = _planned_round('StreamSampler', round_num, self.total_rounds)
     return self._sampling.sample_indices(self.seed, round_num).tolist()
 
 
@@ -292,10 +309,12 @@ class BandSampler:
     clients_per_round: K, the expected clients a round, 1..N // b.
     bands: b >= 1 (`BandMFFactory.bands`).
     seed: None (drawn from the operating system), or a saved `seed`.
+    total_rounds: T of the factory's plan: rounds 1..T are drawn, any other
+      refused (None: no plan, every t >= 1).
   """
 
   def __init__(self, population: int, clients_per_round: int, bands: int,
-               seed=None):
+               seed=None, total_rounds: Optional[int] = None):
     self.population = validation.int_at_least('population', population, 1)
     k = validation.int_at_least('clients_per_round', clients_per_round, 1)
     self.bands = validation.int_at_least('bands', bands, 1)
@@ -308,6 +327,9 @@ class BandSampler:
     if seed is None:
       seed = secrets.randbits(62)
     self.seed = validation.int_at_least('seed', seed, 0)
+    self.total_rounds = (None if total_rounds is None else
+                         validation.int_at_least('total_rounds', total_rounds,
+                                                 1))
 
   def sample(self, round_num: int, attempt: int = 0) -> list[int]:
     """The clients (indices, sorted) of round `round_num` >= 1.
@@ -316,10 +338,27 @@ class BandSampler:
     state) draws with fresh coins, as the ledger's second charge assumes;
     the groups stay.
     """
-    round_num = validation.int_at_least('round_num', round_num, 1)
+    round_num = _planned_round('BandSampler', round_num, self.total_rounds)
     attempt = validation.int_at_least('attempt', attempt, 0)
     return banded_indices(self.seed, round_num, self.population, self.bands,
                           self.sampling_probability, attempt).tolist()
+
+
+def _planned_round(name: str, round_num: int,
+                   total_rounds: Optional[int]) -> int:
+  """`round_num` if in 1..total_rounds (rounds count from 1), or one line."""
+  if (not isinstance(round_num, (int, np.integer)) or isinstance(round_num, bool)
+      or round_num < 1):
+    raise ValueError(f'{name}.sample takes round numbers from 1 (the first '
+                     f'round is 1), got {round_num!r}')
+  if total_rounds is not None and round_num > total_rounds:
+    raise ValueError(
+        f'{name} was planned for {total_rounds} rounds and refuses round '
+        f'{round_num}: to go on, extend the plan (a factory calibrated for '
+        'the rounds added with spent=ledger) and draw them with a new '
+        f'{name}(..., total_rounds=<rounds added>)'
+    )
+  return int(round_num)
 
 
 def banded_indices(seed: int, round_num: int, population: int, bands: int,

@@ -16,11 +16,8 @@ noised residual sums: the program's server optimizer and rate.
 """
 
 import dataclasses
-import math
 from typing import Optional
 
-from tff_priv.accounting import events
-from tff_priv.accounting import target_noise
 from tff_priv.aggregators import dp_ftrl
 from tff_priv.program.registry import base
 
@@ -63,15 +60,11 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   rounds_per_epoch = context.sampling.rounds_per_epoch
   noise_multiplier = config.noise_multiplier
   if noise_multiplier is None:
-    # ceil(T / R) unsampled trees, each a Gaussian of z / sqrt(S) to the
-    # accountant: z is their noise std relative to sensitivity sqrt(S).
-    sensitivity = math.sqrt(events.tree_sensitivity_squared(rounds_per_epoch))
     noise_multiplier = context.stream_noise(
         rounds_per_epoch,
-        lambda trees, spent: target_noise.noise_for_target(
-            config.epsilon, config.delta,
-            trees or math.ceil(context.total_rounds / rounds_per_epoch),
-            sensitivity=sensitivity, spent=spent,
+        lambda trees, spent: dp_ftrl.tree_noise(
+            config.epsilon, config.delta, context.total_rounds,
+            rounds_per_epoch, trees_left=trees, spent=spent,
         ),
     )
   factory = dp_ftrl.TreeRestartFactory(
