@@ -19,9 +19,13 @@ from tests import script_runs
 from tests import tiny_models
 from tff_priv import runtime
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.aggregators import bandmf
+from tff_priv.aggregators import blt
+from tff_priv.aggregators import dp_ftrl
 from tff_priv.aggregators import smp
 from tff_priv.learning import client_metrics
 from tff_priv.program import data_sources
+from tff_priv.program import sampling
 from tff_priv.program import train_model_accounting as tma
 
 _SIGMA, _K, _N = 0.8, 2, 6
@@ -307,6 +311,206 @@ class TrainModelAccountingTest(tf.test.TestCase):
       tma.TrainModelAccounting(root, population=6, clients_per_round=3)
 
 
+_DRAWS = []  # (seed, round, clients) of each `_LoggedSampler.sample`.
+
+
+class _LoggedSampler(sampling.StreamSampler):
+
+  def sample(self, round_num):
+    drawn = super().sample(round_num)
+    _DRAWS.append((self.seed, round_num, tuple(drawn)))
+    return drawn
+
+
+def _stream_program(factory, accounting, source, rounds, manager=None,
+                    should_discard_round=None):
+  """train_model of FedAvg with `factory`, through `accounting`."""
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      tiny_models.softmax_model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      model_aggregator=factory,
+      metrics_aggregator=client_metrics.no_client_metrics,
+  )
+  return tff.learning.programs.train_model(
+      train_process=process, train_data_source=source,
+      train_per_round_clients=_K, train_total_rounds=rounds,
+      should_discard_round=(should_discard_round
+                            or accounting.should_discard_round),
+      program_state_manager=manager or accounting.program_state_manager(),
+      model_output_manager=tff.program.MemoryReleaseManager(),
+      train_metrics_manager=accounting.public_metrics(
+          tff.program.MemoryReleaseManager()),
+      evaluation_manager=None, evaluation_periodicity=1,
+  )
+
+
+def _arrays(population=_N):
+  return [array_clients.client_arrays(s) for s in range(population)]
+
+
+def _charged_counts(ledger):
+  """Each charged round's count of its stream's event (1: a stream starts)."""
+  return [event.count for event, n in ledger.entries for _ in range(n)]
+
+
+@pytest.mark.slow
+class StreamsInTrainModelTest(tf.test.TestCase):
+  """BLT, BandMF and DP-FTRL in train_model, drawn by their samplers."""
+
+  def setUp(self):
+    super().setUp()
+    runtime.set_context('simulation', program=True)
+
+  def tearDown(self):
+    runtime.set_context('simulation')
+    super().tearDown()
+
+  def test_blt_is_charged_as_in_the_own_loop_and_resumes_its_schedule(self):
+    # Streams of N // K = 3 rounds ('epoch'): charged at rounds 1 and 4.
+    factory = blt.BLTFactory.calibrated(4.0, total_rounds=5, population=_N,
+                                        clients_per_round=_K)
+    root = tempfile.mkdtemp()
+    ledger_file = os.path.join(root, tma.LEDGER_FILE)
+    # train_model's own uniform draw: refused before round 1, in one line.
+    uniform = tma.TrainModelAccounting(root, population=_N,
+                                       clients_per_round=_K)
+    with self.assertRaisesRegex(
+        ValueError, r'^BLTFactory needs its clients drawn by StreamSampler: '
+        r'train_model draws K of N uniformly each round, which is not the '
+        r'\(k, b\) participation its event charges; [^\n]*own_loop.py$'):
+      uniform.run(_stream_program(factory, uniform,
+                                  array_clients.source(_N), 5))
+    self.assertFalse(os.path.exists(ledger_file))
+
+    del _DRAWS[:]
+    accounting = tma.TrainModelAccounting(
+        root, population=_N, clients_per_round=_K, aggregator=factory)
+
+    def crash_after_second(output):
+      accounting.should_discard_round(output)
+      if accounting.rounds == 2:
+        raise _Crash()
+      return False
+
+    source = data_sources.ClientArraysSource(
+        _arrays(), 3, sampler=_LoggedSampler(_N, _K))
+    with self.assertRaises(_Crash):
+      accounting.run(_stream_program(
+          factory, accounting, source, 5,
+          should_discard_round=crash_after_second))
+    # Resumed in a new program with a new source (a new seed): the
+    # checkpointed iterator continues the first schedule at round 2 (charged,
+    # not saved: run again).
+    resumed = tma.TrainModelAccounting(
+        root, population=_N, clients_per_round=_K, aggregator=factory)
+    resumed.run(_stream_program(
+        factory, resumed, data_sources.ClientArraysSource(
+            _arrays(), 3, sampler=_LoggedSampler(_N, _K)), 5))
+    seed = _DRAWS[0][0]
+    schedule = sampling.StreamSampler(_N, _K, seed=seed)
+    self.assertEqual(_DRAWS, [(seed, r, tuple(schedule.sample(r)))
+                              for r in (1, 2, 2, 3, 4, 5)])
+    self.assertEqual(resumed.rounds, 6)
+    self.assertEqual(_charged_counts(resumed.ledger), [1, 0, 0, 0, 1, 0])
+    self.assertEqual(resumed.ledger.neighboring_relation, 'replace_special')
+    # Two streams, as the own loop charges them: the calibrated eps.
+    self.assertAllClose(resumed.epsilon(1e-5), 4.0, rtol=1e-3)
+
+  def test_bandmf_and_dp_ftrl_are_charged_as_in_the_own_loop(self):
+    bands = bandmf.BandMFFactory.calibrated(
+        4.0, total_rounds=4, population=_N, clients_per_round=_K, bands=2)
+    tree = dp_ftrl.TreeRestartFactory.calibrated(
+        4.0, total_rounds=3, population=_N, clients_per_round=_K)
+    for factory, sampler, counts in (
+        (bands, sampling.BandSampler(_N, _K, 2), [1, 0, 1, 0]),
+        (tree, sampling.StreamSampler(_N, _K, 'epoch'), [1, 0, 0]),
+    ):
+      root = tempfile.mkdtemp()
+      accounting = tma.TrainModelAccounting(
+          root, population=_N, clients_per_round=_K, aggregator=factory)
+      source = data_sources.ClientArraysSource(_arrays(), 3, sampler=sampler)
+      # TFF's own state manager saves after the release: refused.
+      with self.assertRaisesRegex(ValueError, 'must not be released twice'):
+        accounting.run(_stream_program(
+            factory, accounting, source, len(counts),
+            manager=tff.program.FileProgramStateManager(root)))
+      accounting.run(_stream_program(factory, accounting, source,
+                                     len(counts)))
+      self.assertEqual(_charged_counts(accounting.ledger), counts)
+      self.assertAllClose(accounting.epsilon(1e-5), 4.0, rtol=1e-3)
+    # The wrong sampler for the factory: refused before round 1.
+    accounting = tma.TrainModelAccounting(
+        tempfile.mkdtemp(), population=_N, clients_per_round=_K,
+        aggregator=bands)
+    with self.assertRaisesRegex(ValueError, r'BandSampler\(bands=1\) but '
+                                'BandMFFactory charges cycles of bands=2'):
+      accounting.run(_stream_program(
+          bands, accounting, data_sources.ClientArraysSource(
+              _arrays(), 3, sampler=sampling.BandSampler(_N, _K, 1)), 4))
+    self.assertEqual(accounting.rounds, 0)
+
+
+class ScheduleCheckTest(tf.test.TestCase):
+  """Which samplers draw what a stream factory's event assumes."""
+
+  def _blt(self, rounds_per_stream, participations, min_sep):
+    return blt.BLTFactory(1.0, 2, 1.0, [0.5], [0.5], rounds_per_stream,
+                          participations, min_sep)
+
+  def test_a_sampler_meets_the_streams_it_is_checked_against(self):
+    epoch = sampling.StreamSampler(12, 2, 'epoch')  # Epochs of 6 rounds.
+    cyclic = sampling.StreamSampler(12, 2, 'cyclic')  # Every 6 rounds.
+    ok = [
+        (epoch, self._blt(6, 1, 1)),  # calibrated(participation='epoch').
+        (cyclic, self._blt(6, 1, 1)),
+        (cyclic, self._blt(20, 4, 6)),  # calibrated('cyclic'), T = 20.
+        (epoch, self._blt(3, 1, 1)),  # Streams inside an epoch.
+        (epoch, dp_ftrl.TreeRestartFactory(1.0, 2, 1.0, 6)),
+        (epoch, dp_ftrl.TreeRestartFactory(1.0, 2, 1.0, 2)),
+        (cyclic, dp_ftrl.TreeRestartFactory(1.0, 2, 1.0, 6)),
+    ]
+    for sampler, factory in ok:
+      self.assertIsNone(tma._schedule_error(sampler, factory, 12, 2))
+    refused = [
+        # An epoch's last round and the next epoch's first are 1 apart.
+        (epoch, self._blt(20, 4, 6), r"'epoch'\) lets a client take part 4 "
+         r'times, 1 round\(s\) apart, in a BLTFactory stream of 20 rounds, '
+         'whose event charges at most 4, 6 apart'),
+        (epoch, self._blt(4, 1, 1), 'take part 2 times'),  # Across epochs.
+        (cyclic, self._blt(7, 1, 1), 'take part 2 times'),
+        (epoch, dp_ftrl.TreeRestartFactory(1.0, 2, 1.0, 4),
+         'TreeRestartFactory stream of 4 rounds'),
+        (sampling.StreamSampler(10, 2), self._blt(5, 1, 1),
+         'draws 2 of 10 clients a round but this accounting charges 2 of 12'),
+        (sampling.BandSampler(12, 2, 2), self._blt(6, 1, 1),
+         'needs its clients drawn by StreamSampler, not BandSampler'),
+    ]
+    for sampler, factory, message in refused:
+      self.assertRegex(tma._schedule_error(sampler, factory, 12, 2), message)
+    bands = bandmf.BandMFFactory(1.0, 2, 1.0, [1.0, 0.5], 2 / 6)
+    self.assertIsNone(tma._schedule_error(sampling.BandSampler(12, 2, 2),
+                                          bands, 12, 2))
+    self.assertRegex(tma._schedule_error(epoch, bands, 12, 2),
+                     'needs its clients drawn by BandSampler')
+    self.assertRegex(tma._schedule_error(sampling.BandSampler(12, 2, 3),
+                                         bands, 12, 2),
+                     r'BandSampler\(bands=3\) but BandMFFactory')
+
+  def test_a_sampled_source_is_refused_outside_run(self):
+    accounting = tma.TrainModelAccounting(
+        tempfile.mkdtemp(), population=_N, clients_per_round=_K,
+        aggregator=self._blt(3, 1, 1))
+    source = data_sources.ClientArraysSource(
+        _arrays(), 3, sampler=sampling.StreamSampler(_N, _K))
+    with self.assertRaisesRegex(ValueError, 'runs through accounting.run'):
+      accounting.data_source(source)
+    with self.assertRaisesRegex(TypeError, 'aggregator is for BLTFactory'):
+      tma.TrainModelAccounting(tempfile.mkdtemp(), population=_N,
+                               clients_per_round=_K,
+                               aggregator=smp.SparsifiedSecureSumFactory(
+                                   _SIGMA, 1.0, 0.5, _K))
+
+
 class ClientArraysSourceTest(tf.test.TestCase):
 
   def test_draws_k_distinct_clients_from_a_secret_seed(self):
@@ -341,9 +545,48 @@ class ClientArraysSourceTest(tf.test.TestCase):
     self.assertEqual(firsts(iterator), firsts(restored))
     self.assertEqual(iterator.federated_type, restored.federated_type)
 
+  def test_a_sampler_draws_its_schedule_across_checkpoints(self):
+    sampler = sampling.StreamSampler(20, 4, 'cyclic')
+    iterator = data_sources.ClientArraysSource(
+        [array_clients.client_arrays(s) for s in range(20)], 3,
+        sampler=sampler).iterator()
+
+    def firsts(datasets):
+      return [float(next(iter(d))[0][0, 0]) for d in datasets]
+
+    def expected(round_num):
+      return [float(array_clients.client_arrays(i)[0][0, 0])
+              for i in sampler.sample(round_num)]
+
+    self.assertEqual(firsts(iterator.select(4)), expected(1))
+    restored = data_sources.ClientArraysIterator.from_bytes(
+        iterator.to_bytes())
+    self.assertEqual(restored.rounds_drawn, 1)
+    self.assertEqual(restored.sampler.seed, sampler.seed)
+    self.assertEqual(firsts(restored.select(4)), expected(2))
+    with self.assertRaisesRegex(
+        ValueError, r'draws by StreamSampler of clients_per_round=4: give '
+        'train_per_round_clients=4'):
+      restored.select(3)
+    # BandMF's rounds: a Poisson draw inside the round's group.
+    bands = sampling.BandSampler(20, 4, 2)
+    iterator = data_sources.ClientArraysSource(
+        [array_clients.client_arrays(s) for s in range(20)], 3,
+        sampler=bands).iterator()
+    for r in range(1, 4):
+      self.assertEqual(firsts(iterator.select(4)), [
+          float(array_clients.client_arrays(i)[0][0, 0])
+          for i in bands.sample(r)])
+
   def test_bad_arguments_fail_in_one_line(self):
     with self.assertRaisesRegex(ValueError, 'clients is empty'):
       data_sources.ClientArraysSource([], 3)
+    with self.assertRaisesRegex(ValueError, 'draws from 7 clients but the '
+                                'source holds 6'):
+      data_sources.ClientArraysSource(_arrays(), 3,
+                                      sampler=sampling.StreamSampler(7, 2))
+    with self.assertRaisesRegex(TypeError, 'StreamSampler or BandSampler'):
+      data_sources.ClientArraysSource(_arrays(), 3, sampler=object())
     source = data_sources.ClientArraysSource(
         [array_clients.client_arrays(0)], 3
     )

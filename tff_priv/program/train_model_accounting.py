@@ -34,7 +34,9 @@ What `train_model` releases, and what is private with a tff_priv process:
 """
 
 import asyncio
+import copy
 import json
+import math
 import os
 import sys
 import threading
@@ -48,13 +50,152 @@ from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import wrapped_states
+from tff_priv.aggregators import bandmf
+from tff_priv.aggregators import blt
+from tff_priv.aggregators import dp_ftrl
 from tff_priv.learning import client_metrics as client_metrics_lib
+from tff_priv.program import data_sources
 from tff_priv.program import files
+from tff_priv.program import sampling
 from tff_priv.program import state as state_lib
 
 LEDGER_FILE = 'train_model_ledger.json'
 _DP_METRICS = (client_metrics_lib.DP_LOSS, client_metrics_lib.DP_ACCURACY,
                client_metrics_lib.DP_CLIENTS)
+
+
+_STREAM_FACTORIES = (blt.BLTFactory, dp_ftrl.TreeRestartFactory,
+                     bandmf.BandMFFactory)
+# What each stream factory's event assumes of the draws, and who draws so.
+_SCHEDULES = {
+    'BLTFactory': ('StreamSampler', 'the (k, b) participation its event '
+                   'charges'),
+    'TreeRestartFactory': ('StreamSampler', 'each client at most once per '
+                           'tree, which its event charges'),
+    'BandMFFactory': ('BandSampler', 'the cyclic Poisson sampling its event '
+                      'holds'),
+}
+
+
+def _needs_sampler(stream: str) -> str:
+  sampler, pattern = _SCHEDULES[stream]
+  return (
+      f'{stream} needs its clients drawn by {sampler}: train_model draws K of '
+      f'N uniformly each round, which is not {pattern}; give train_model '
+      'train_data_source=ClientArraysSource(clients, batch_size, '
+      f'sampler={sampler}(N, K, ...)) and TrainModelAccounting(..., '
+      'aggregator=factory), or use the own loop of examples/own_loop.py'
+  )
+
+
+def _stream_factory_of_type(type_spec) -> Optional[str]:
+  """The stream factory whose state a process state's type holds, if any."""
+  if isinstance(type_spec, tff.FederatedType):
+    type_spec = type_spec.member
+  if not isinstance(type_spec, tff.StructType):
+    return None
+  items = list(tff.structure.iter_elements(type_spec))
+  names = [name for name, _ in items]
+  if all(names):
+    found = guarantees.stream_factory_of_state(dict.fromkeys(names))
+    if found is not None:
+      return found
+  for _, member in items:
+    found = _stream_factory_of_type(member)
+    if found is not None:
+      return found
+  return None
+
+
+def _most_in_stream(participation: str, period: int,
+                    rounds: int) -> tuple[int, int]:
+  """(most rounds one client takes part in, least gap) in a stream.
+
+  The streams are `rounds` long from round 1; `period` is the sampler's
+  N // K: 'cyclic' draws each client every `period` rounds, 'epoch' once in
+  each epoch of `period` rounds, anywhere in it (worst case: the last round
+  of one epoch and the first of the next).
+  """
+  if participation == 'cyclic':
+    return -(-rounds // period), period
+  starts = range(period // math.gcd(rounds, period))  # Offsets repeat.
+  most = max(((s + 1) * rounds - 1) // period - (s * rounds) // period + 1
+             for s in starts)
+  return most, 1
+
+
+def _schedule_error(sampler, factory, population: int,
+                    k: int) -> Optional[str]:
+  """Why `sampler`'s draws are not what `factory`'s event assumes, or None."""
+  name = type(factory).__name__
+  n, expected = data_sources.sampler_size(sampler)
+  if n != population or abs(expected - k) > 1e-9 * k:
+    return (f'the sampler draws {expected:g} of {n} clients a round but this '
+            f'accounting charges {k} of {population}: give both the same N '
+            'and K')
+  if isinstance(factory, bandmf.BandMFFactory):
+    if not isinstance(sampler, sampling.BandSampler):
+      return f'{name} needs its clients drawn by BandSampler, not StreamSampler'
+    if sampler.bands != factory.bands:
+      return (f'BandSampler(bands={sampler.bands}) but {name} charges cycles '
+              f'of bands={factory.bands}: draw with BandSampler(N, K, '
+              'factory.bands)')
+    if sampler.sampling_probability > factory.sampling_probability * (
+        1 + 1e-9):
+      return (f'BandSampler samples q={sampler.sampling_probability:.6g} of '
+              f'each group but {name} charges q='
+              f'{factory.sampling_probability:.6g}: build both from the '
+              'same N, K and bands')
+    return None
+  if isinstance(sampler, sampling.BandSampler):
+    return f'{name} needs its clients drawn by StreamSampler, not BandSampler'
+  if isinstance(factory, blt.BLTFactory):
+    rounds, at_most, apart = (factory.rounds_per_stream,
+                              factory.max_participations, factory.min_sep)
+  else:
+    rounds, at_most, apart = factory.rounds_per_tree, 1, 1
+  most, gap = _most_in_stream(sampler.participation, sampler.min_separation,
+                              rounds)
+  if most <= at_most and (most == 1 or gap >= apart):
+    return None
+  return (
+      f'StreamSampler(participation={sampler.participation!r}) lets a client '
+      f'take part {most} times, {gap} round(s) apart, in a {name} stream of '
+      f'{rounds} rounds, whose event charges at most {at_most}, {apart} '
+      'apart: draw with the participation the factory was built for'
+  )
+
+
+def _stream_event(factory):
+  """The event a stream factory charges at a stream's (cycle's) first round."""
+  return factory.event()
+
+
+def _same_event(a, b) -> bool:
+  """Events equal up to the float32 the state carries them in."""
+  return _same_event_values(ledger_lib.encode_event(a),
+                            ledger_lib.encode_event(b))
+
+
+def _same_event_values(a, b) -> bool:
+  if isinstance(a, dict) and isinstance(b, dict):
+    return a.keys() == b.keys() and all(_same_event_values(a[f], b[f])
+                                        for f in a)
+  if isinstance(a, list) and isinstance(b, list):
+    return len(a) == len(b) and all(map(_same_event_values, a, b))
+  if isinstance(a, float) or isinstance(b, float):
+    return math.isclose(a, b, rel_tol=1e-6)
+  return a == b
+
+
+def _raised_here(error: BaseException) -> bool:
+  """Whether tff_priv's code raised `error` (a one-line refusal)."""
+  tb = error.__traceback__
+  while tb is not None and tb.tb_next is not None:
+    tb = tb.tb_next
+  package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  return tb is not None and os.path.abspath(
+      tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
 
 
 def _client_train_metrics(metrics) -> dict[str, Any]:
@@ -178,6 +319,11 @@ class _CheckedIterator(tff.program.FederatedDataSourceIterator):
   def from_bytes(cls, buffer: bytes):
     return cls(cls._inner.from_bytes(buffer), cls._owner)
 
+  def __deepcopy__(self, memo):
+    # train_model's copies (one per checkpoint) copy the draws, not the
+    # accounting they report to.
+    return type(self)(copy.deepcopy(self._iterator, memo), self._accounting)
+
   def __eq__(self, other) -> bool:
     return (isinstance(other, _CheckedIterator)
             and self._iterator == other._iterator)
@@ -232,6 +378,18 @@ class TrainModelAccounting:
   Unit: the client (for the client-level factories; the state's event names
   it); adversary: an analyst who sees the released models and metrics.
 
+  `BLTFactory`, `TreeRestartFactory` and `BandMFFactory` (passed as
+  `aggregator`) are charged as in the own loop, their state's event without
+  sampling arguments, when `run`'s data source draws round r as the event
+  assumes: `ClientArraysSource(..., sampler=StreamSampler(N, K,
+  participation))` (BandMF: `BandSampler(N, K, factory.bands)`). `run`
+  checks the sampler against the factory's stream (k, b) / tree / bands
+  before round 1; each round, before its charge, that the source drew
+  round r of its schedule where the state is at round r (`rounds_done`:
+  the iterator's count travels with the state in the program state, so a
+  resume continues both), and that no round runs again after a later one
+  was charged.
+
   Args:
     root_dir: the directory of the ledger file (`LEDGER_FILE`) and of the
       program state (`program_state_manager`), created if missing; a run
@@ -241,6 +399,9 @@ class TrainModelAccounting:
     client_metrics: the `DpClientMetrics` the process was built with as its
       `metrics_aggregator`; None: the process must release no client metrics
       (`client_metrics.no_client_metrics`).
+    aggregator: the `BLTFactory`, `TreeRestartFactory` or `BandMFFactory`
+      the process was built with (its clients drawn by a sampler); None for
+      the other factories.
 
   Raises:
     ValueError: K outside 1..N; a ledger in `root_dir` written with another
@@ -254,6 +415,7 @@ class TrainModelAccounting:
       population: int,
       clients_per_round: int,
       client_metrics: Optional[client_metrics_lib.DpClientMetrics] = None,
+      aggregator=None,
   ):
     self._population = validation.int_at_least('population', population, 1)
     self._k = validation.int_at_least('clients_per_round', clients_per_round,
@@ -269,6 +431,14 @@ class TrainModelAccounting:
           'client_metrics must be the DpClientMetrics the process was built '
           f'with, got {type(client_metrics).__name__}'
       )
+    if aggregator is not None and not isinstance(aggregator,
+                                                 _STREAM_FACTORIES):
+      raise TypeError(
+          'aggregator is for BLTFactory, TreeRestartFactory or '
+          f'BandMFFactory (drawn by a sampler), got {type(aggregator).__name__}'
+          ': omit it'
+      )
+    self._aggregator = aggregator
     self._client_metrics = client_metrics
     self._config = {
         'population': self._population,
@@ -282,7 +452,10 @@ class TrainModelAccounting:
     self._path = os.path.join(root_dir, LEDGER_FILE)
     self._ledger = ledger_lib.PrivacyLedger()
     self._rounds = 0
+    self._last_round = 0  # The highest schedule round charged.
     self._k_checked = False
+    self._frame = None  # The running train_model's, under `run`.
+    self._checked_sampler = None
     self._public_aggregator_paths = frozenset()
     saved = _saved_rounds(os.path.join(root_dir, 'state'))
     if saved and not os.path.exists(self._path):
@@ -297,6 +470,7 @@ class TrainModelAccounting:
           saved = json.load(f)
         ledger = ledger_lib.PrivacyLedger.from_json(saved['ledger'])
         rounds = int(saved['rounds'])
+        last_round = int(saved.get('last_round', 0))
         config = saved['config']
       except (ValueError, KeyError, TypeError) as e:
         raise ValueError(
@@ -311,6 +485,7 @@ class TrainModelAccounting:
             'root_dir'
         )
       self._ledger, self._rounds = ledger, rounds
+      self._last_round = last_round
 
   @property
   def ledger(self) -> ledger_lib.PrivacyLedger:
@@ -328,8 +503,16 @@ class TrainModelAccounting:
     """`source`, whose draws are checked to be K clients (before any release).
 
     For a program that does not run through `run` (which checks
-    `train_per_round_clients` itself).
+    `train_per_round_clients` itself). A source drawn by a sampler (BLT,
+    DP-FTRL, BandMF) runs through `run`, which checks its schedule.
     """
+    sampler = getattr(source, 'sampler', None)
+    if sampler is not None:
+      raise ValueError(
+          f'a source drawn by {type(sampler).__name__} runs through '
+          'accounting.run(train_model(...)), which checks its schedule '
+          'against the factory: give train_model the source itself'
+      )
     return _CheckedSource(source, self)
 
   def run(self, program, *, name: str = 'train_model') -> None:
@@ -339,8 +522,15 @@ class TrainModelAccounting:
     Before it starts, its arguments are checked against this accounting
     (each a one-line ValueError): `train_per_round_clients` must be K (the
     sampling every round is charged under), a data source that knows its
-    population (`population`) must hold N; an `evaluation_manager` gets a
-    one-line warning (its clients' exact metrics are released uncharged).
+    population (`population`) must hold N; a process of `BLTFactory`,
+    `TreeRestartFactory` or `BandMFFactory` needs a source drawn by the
+    sampler its event assumes (checked against `aggregator`) and this
+    accounting's `program_state_manager()` (a round is saved before it is
+    released, so no released round of a stream runs again); an
+    `evaluation_manager` gets a one-line warning (its clients' exact
+    metrics are released uncharged). An error tff_priv raises while the
+    program runs (a refusal before a charge) is raised from here, without
+    TFF's frames.
 
     SIGINT and SIGTERM end the program with one line saying what is kept
     (exit status 128 + the signal; everything charged is on disk, and the
@@ -355,7 +545,10 @@ class TrainModelAccounting:
         data_source(...)`, or its first round is refused).
       name: the program's name in its lines.
     """
-    total = self._check_program(program)
+    try:
+      total = self._check_program(program)
+    except (ValueError, TypeError) as e:
+      raise e.with_traceback(None) from None  # One line: the message.
     stop = cli.OneLineStop(
         name,
         lambda: (f'the ledger ({self._rounds} charged rounds) and the program '
@@ -365,8 +558,17 @@ class TrainModelAccounting:
         lambda: state_lib.remove_temporary_states(
             os.path.join(self._root_dir, 'state')),
     )
-    with stop:
-      asyncio.run(program)
+    try:
+      with stop:
+        asyncio.run(program)
+    except Exception as e:  # pylint: disable=broad-except
+      if not _raised_here(e):
+        raise
+      # A refusal of tff_priv's (one line: a check, a plan exceeded, a full
+      # disk), raised here rather than from inside TFF's loop.
+      raise e.with_traceback(None) from None
+    finally:
+      self._frame = None
     if total is not None:
       line = self.planned_and_spent(total)
       if line:
@@ -381,11 +583,18 @@ class TrainModelAccounting:
     """
     if self._rounds <= total_rounds or not self._rounds:
       return None
-    releases = [e for e, n in self._ledger.entries for _ in range(n)]
-    per_round = len(releases) // self._rounds
     planned = ledger_lib.PrivacyLedger(self._ledger.neighboring_relation)
-    for event in releases[:per_round * total_rounds]:
-      planned.record(event)
+    if self._last_round and self._aggregator is not None:
+      # A stream's rounds: its streams (cycles) are charged.
+      factory = self._aggregator
+      period = getattr(factory, 'rounds_per_stream', None) or getattr(
+          factory, 'rounds_per_tree', None) or factory.bands
+      planned.record(_stream_event(factory), -(-total_rounds // period))
+    else:
+      releases = [e for e, n in self._ledger.entries for _ in range(n)]
+      per_round = len(releases) // self._rounds
+      for event in releases[:per_round * total_rounds]:
+        planned.record(event)
     return (
         f'epsilon {self.epsilon(delta):.4g} spent at delta {delta:g} over '
         f'{self._rounds} charged rounds, planned {planned.epsilon(delta):.4g} '
@@ -421,6 +630,11 @@ class TrainModelAccounting:
           f'the data source holds {population} clients but this accounting '
           f'charges a population of {self._population}: give both the same N'
       )
+    try:
+      self._check_schedule_args(args)
+    except ValueError:
+      program.close()
+      raise
     if args['evaluation_manager'] is not None:
       print(
           f'tff_priv: warning: train_model\'s evaluation_manager releases the '
@@ -429,7 +643,61 @@ class TrainModelAccounting:
           file=sys.stderr,
       )
     self._k_checked = True
+    self._frame = program.cr_frame
     return args['train_total_rounds']
+
+  def _check_schedule_args(self, args) -> None:
+    """Refuses (before round 1) a stream factory not drawn by its sampler."""
+    sampler = getattr(args['train_data_source'], 'sampler', None)
+    try:
+      stream = _stream_factory_of_type(
+          args['train_process'].initialize.type_signature.result)
+    except AttributeError:
+      stream = None
+    error = None
+    if stream is not None and sampler is None:
+      error = _needs_sampler(stream)
+    elif sampler is not None:
+      error = self._sampler_error(sampler, stream)
+      if error is None and not isinstance(args['program_state_manager'],
+                                          SerialFileProgramStateManager):
+        error = (
+            f'{stream}\'s rounds must not be released twice in one stream: '
+            'give train_model program_state_manager='
+            'accounting.program_state_manager(), which saves each round '
+            'before its release'
+        )
+    if error is not None:
+      raise ValueError(error)
+
+  def _sampler_error(self, sampler, stream: Optional[str]) -> Optional[str]:
+    """Why the rounds drawn by `sampler` cannot be charged, or None."""
+    if stream is None:
+      return (
+          f'the data source draws by {type(sampler).__name__}, which only '
+          'BLTFactory, TreeRestartFactory and BandMFFactory are charged '
+          'for; this aggregator is charged under uniform sampling of K of '
+          'N: give ClientArraysSource no sampler'
+      )
+    if type(self._aggregator).__name__ != stream:
+      return (
+          f'the process\'s aggregator is a {stream}: pass it as '
+          'TrainModelAccounting(..., aggregator=factory), whose stream the '
+          'sampler is checked against'
+      )
+    if self._client_metrics is not None:
+      return (
+          f'client_metrics are charged under uniform sampling, not '
+          f'{type(sampler).__name__}\'s: build the process with '
+          'client_metrics.no_client_metrics'
+      )
+    if sampler is not self._checked_sampler:
+      error = _schedule_error(sampler, self._aggregator, self._population,
+                              self._k)
+      if error is not None:
+        return error
+      self._checked_sampler = sampler
+    return None
 
   def epsilon(self, delta: float) -> float:
     """The analyst's eps at `delta` over every charged round."""
@@ -445,7 +713,8 @@ class TrainModelAccounting:
         aggregator's measurements hold an exact client statistic
         (`wrapped_states.UnnoisedWrapperError`: TFF's debug measurements,
         a wrapper norm tracked without noise) or one tff_priv does not
-        know.
+        know; a stream factory's state not drawn by its sampler at its
+        round (`_scheduled_round`).
       TypeError / ValueError: as `PrivacyLedger.record_round` (an aggregator
         without a DP event, ...).
     """
@@ -477,27 +746,84 @@ class TrainModelAccounting:
         aggregator, output.metrics.get('aggregator'),
         guarantees.factory_kind_of_state(aggregator),
     )
+    drawn = self._scheduled_round(aggregator)
     round_ledger = ledger_lib.PrivacyLedger()
-    sampling = sampling_lib.Sampling.fixed(self._population, self._k)
-    round_ledger.record_round(output.state.aggregator, sampling=sampling)
-    if self._client_metrics is not None:
-      round_ledger.record(
-          guarantees.sampled_event(
-              self._client_metrics.dp_event, 'add_or_remove_one', sampling
-          )
-      )
+    if drawn is not None:
+      # As in the own loop: the event holds the schedule the source drew.
+      round_ledger.record_round(aggregator)
+    else:
+      sampling = sampling_lib.Sampling.fixed(self._population, self._k)
+      round_ledger.record_round(aggregator, sampling=sampling)
+      if self._client_metrics is not None:
+        round_ledger.record(
+            guarantees.sampled_event(
+                self._client_metrics.dp_event, 'add_or_remove_one', sampling
+            )
+        )
     self._ledger.extend(round_ledger)
     self._rounds += 1
+    self._last_round = max(self._last_round, drawn or 0)
     files.write_json(
         self._path,
         {
             'config': self._config,
             'rounds': self._rounds,
+            'last_round': self._last_round,
             'ledger': self._ledger.to_json(),
         },
         durable=True,
     )
     return False
+
+  def _scheduled_round(self, aggregator) -> Optional[int]:
+    """The schedule round r the source drew for a stream state, else None.
+
+    Raises ValueError (before the charge) unless the state is a stream
+    factory's drawn by its sampler (checked against `aggregator`) at the
+    state's round, and no later round was charged before.
+    """
+    inner = wrapped_states.unwrap(aggregator)[0]
+    stream = guarantees.stream_factory_of_state(inner)
+    iterator = (None if self._frame is None
+                else self._frame.f_locals.get('train_data_iterator'))
+    sampler = getattr(iterator, 'sampler', None)
+    if stream is None and sampler is None:
+      return None
+    if stream is not None and self._frame is None:
+      raise ValueError(
+          f'{stream}\'s rounds are charged through accounting.run('
+          'train_model(...)), which checks the schedule its data source '
+          f'draws by ({_SCHEDULES[stream][0]})'
+      )
+    if stream is not None and sampler is None:
+      raise ValueError(_needs_sampler(stream))
+    error = self._sampler_error(sampler, stream)
+    if error is not None:
+      raise ValueError(error)
+    drawn, done = iterator.rounds_drawn, int(inner['rounds_done'])
+    if drawn != done:
+      raise ValueError(
+          f'the aggregator state is at round {done} but the data source drew '
+          f'round {drawn} of its schedule: start train_model from '
+          'process.initialize() (no initial_train_state) or resume it from '
+          'its program state'
+      )
+    if drawn < self._last_round:
+      raise ValueError(
+          f'round {drawn} runs again after round {self._last_round} was '
+          'charged: a round released before would share its stream '
+          'uncharged; resume from the latest program state '
+          '(accounting.program_state_manager())'
+      )
+    charged = guarantees.extract_dp_event(inner)
+    expected = _stream_event(self._aggregator)
+    if not _same_event(charged.event, expected):
+      raise ValueError(
+          f'the state charges {charged.event}, not the event of the '
+          f'{stream} given as aggregator ({expected}): pass the factory the '
+          'process was built with'
+      )
+    return drawn
 
   def program_state_manager(self) -> tff.program.FileProgramStateManager:
     """A `FileProgramStateManager` in `root_dir/state`, saving one at a time."""
