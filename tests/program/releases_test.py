@@ -81,7 +81,18 @@ class RunReleasesTest(tf.test.TestCase):
     self.assertIn('clients', header)
     self.assertIn(str(_SECRET_VALUE), log)  # The log is captured.
 
+  def test_last_round_is_the_last_row_of_either_csv(self):
+    root = tempfile.mkdtemp()
+    self.assertEqual(releases.last_round(root), 0)  # No CSV yet.
+    run_releases = releases.RunReleases(root, private=True)
+    asyncio.run(run_releases.train({layout.SESSION: 1}, 2))
+    self.assertEqual(releases.last_round(root), 2)
+    asyncio.run(run_releases.eval({layout.SESSION: 1}, 3))
+    self.assertEqual(releases.last_round(root), 3)
+
   def test_public_columns(self):
+    self.assertTrue(releases.is_public_train(layout.SESSION))
+    self.assertTrue(releases.is_public_eval(layout.SESSION))
     self.assertTrue(releases.is_public_train('aggregator/noise/stddev'))
     self.assertTrue(releases.is_public_train('client_work/train/dp_loss'))
     self.assertFalse(releases.is_public_train('client_work/train/loss'))
@@ -109,12 +120,18 @@ class PrivateRunBoundaryTest(tf.test.TestCase):
         clients_per_round=3, total_rounds=2, eval_every=1,
         client_learning_rate=0.1, params={'epsilon': 8.0, 'clip': 1.0},
     )
+    # TF's checkpointing resets absl's level to its verbosity flag's (below
+    # INFO by default): at INFO, the log rows of every round are read.
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity(logging.INFO)
+    self.addCleanup(logging.set_verbosity, verbosity)
     with mock.patch.object(releases.RunReleases, 'train', leaky):
       with self.assertLogs(logger='absl', level='INFO') as logs:
         training.run(config, root, progress=False)
         logging.info('done')
     for path, content in _outputs(root).items():
       self.assertNotIn(b'secret_loss', content, path)
+    self.assertIn(layout.RDP_EPSILON, '\n'.join(logs.output))  # The rows.
     self.assertNotIn('secret_loss', '\n'.join(logs.output))
     with open(layout.path(root, layout.TRAIN_CSV)) as f:
       self.assertIn(layout.RDP_EPSILON, f.readline())

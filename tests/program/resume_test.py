@@ -10,6 +10,7 @@ tests/scripts/train_faults_test.py.
 
 import collections
 import contextlib
+import csv
 import json
 import os
 import shutil
@@ -57,6 +58,11 @@ def _by_hand(sessions_rounds):
     accountant.compose(dp_accounting.PoissonSampledDpEvent(
         0.3, dp_accounting.GaussianDpEvent(z)), rounds)
   return accountant.get_epsilon(1e-5)
+
+
+def _csv_rows(root, name):
+  with open(layout.path(root, name), newline='') as f:
+    return list(csv.DictReader(f))
 
 
 def _corrupt_checkpoints(root):
@@ -188,6 +194,7 @@ class ResumeTest(_RootTestCase):
     self.assertEqual(_ledger(root).num_releases, 6)
     first, second = summary['sessions']
     self.assertEqual(second, {'start_round': 0, 'restarted_model': True,
+                              'round_offset': 2,
                               'noise_multiplier': second['noise_multiplier']})
     eps = summary['privacy']['rdp_epsilon']
     self.assertAllClose(eps, _by_hand([(first['noise_multiplier'], 2),
@@ -198,6 +205,50 @@ class ResumeTest(_RootTestCase):
     self.assertTrue(os.path.isdir(
         layout.path(root, layout.CHECKPOINTS) + '.before_restart.1'
     ))
+
+  def test_a_restarted_model_appends_its_rows(self):
+    # Session 1 stops between round 2's checkpoint and its release; session
+    # 2 restarts the model (releasing round 2's waiting rows first) and stops
+    # after its round 2; session 3 resumes it. The CSVs hold every row once,
+    # the directory's rounds 1-6, and the first initial model is kept.
+    root, config = self._root(), _config()
+    real_train = training.releases_lib.RunReleases.train
+
+    async def stop_at_round_2(releases, row, round_num):
+      if round_num == 2:
+        raise RuntimeError('stopped')
+      await real_train(releases, row, round_num)
+
+    with mock.patch.object(training.releases_lib.RunReleases, 'train',
+                           stop_at_round_2):
+      with self.assertRaisesRegex(RuntimeError, 'stopped'):
+        training.run_until(config, root, 2, progress=False)
+    with open(layout.path(root, layout.INITIAL_MODEL), 'rb') as f:
+      first_model = f.read()
+    self.assertIsNone(training.run_until(config, root, 2, progress=False,
+                                         restart_model=True))
+    summary = training.run(config, root, progress=False)
+    rows = _csv_rows(root, layout.TRAIN_CSV)
+    self.assertEqual([r[layout.ROUND] for r in rows],
+                     ['1', '2', '3', '4', '5', '6'])
+    self.assertEqual([r[layout.SESSION] for r in rows],
+                     ['1', '1', '2', '2', '3', '3'])
+    eps = [float(r[layout.RDP_EPSILON]) for r in rows]
+    self.assertEqual(eps, sorted(eps))  # Every charge kept, in order.
+    # eval_every=100: the new model's last round only.
+    evals = _csv_rows(root, layout.EVAL_CSV)
+    self.assertEqual([(r[layout.ROUND], r[layout.SESSION]) for r in evals],
+                     [('6', '3')])
+    with open(layout.path(root, layout.INITIAL_MODEL + '.before_restart.1'),
+              'rb') as f:
+      self.assertEqual(f.read(), first_model)
+    self.assertTrue(os.path.exists(layout.path(root, layout.INITIAL_MODEL)))
+    self.assertEqual([s.get('round_offset', 0) for s in summary['sessions']],
+                     [0, 2, 2])
+    self.assertEqual(summary['round_offset'], 2)
+    self.assertEqual(summary['best_round'], 6)
+    self.assertEqual(summary['rounds_run'], 4)
+    self.assertEqual(_ledger(root).num_releases, 6)
 
   def test_a_missing_ledger_is_refused_even_for_a_new_model(self):
     root, config = self._root(), _config(total_rounds=3)

@@ -77,6 +77,32 @@ class PlotScriptTest(tf.test.TestCase):
       with open(path, 'rb') as f:
         self.assertEqual(f.read(8), _PNG_SIGNATURE)
 
+  def test_runs_of_one_configuration_and_a_server_view(self):
+    # Completed runs (their unit in summary.json: read without TensorFlow).
+    dirs = []
+    for seed in (1, 2):
+      root = os.path.join(self.tmp, f'seed{seed}')
+      _write_run(root, 'smp', 4.0)
+      with open(layout.path(root, layout.TRAIN_CSV), 'w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow([layout.ROUND, layout.SESSION, layout.RDP_EPSILON,
+                         layout.SERVER_EPSILON])
+        for r in (1, 2, 3):
+          writer.writerow([r, 1, 4.0 * r, 15.0 * r])
+      with open(layout.path(root, layout.SUMMARY), 'w') as f:
+        json.dump({'privacy': {'delta': 1e-5, 'guarantees': [
+            {'epsilon': 12.0, 'unit': 'client'}]}}, f)
+      dirs.append(root)
+    out = os.path.join(self.tmp, 'plots')
+    result = _run(f'--run_dirs={",".join(dirs)}', f'--output_dir={out}')
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertEqual(result.stderr.strip(), '')
+    paths = result.stdout.split()
+    self.assertLen(paths, 2)
+    for path in paths:
+      with open(path, 'rb') as f:
+        self.assertEqual(f.read(8), _PNG_SIGNATURE)
+
   def test_bad_input_exits_2_with_one_line(self):
     for args in ([], [f'--run_dirs={self.tmp}'], ['--bogus=1']):
       result = _run(*args)

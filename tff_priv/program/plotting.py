@@ -23,13 +23,21 @@ TensorFlow).
   eps of millions next to central DP's eps of a few) would squeeze the others
   into one column: the axis spans the others, and each such run is a '>'
   marker at its accuracy on the right edge, its eps written beside it and in
-  its legend entry.
+  its legend entry. Where the eps a run's worst client faces against the
+  server (`server_epsilon` of train_metrics.csv: smp's, udp's, ldp's)
+  differs from the analyst's, it is a dashed line of the run's colour at the
+  same accuracies, '(server view)' in its legend entry.
 
-Round axes have integer ticks.
+A run directory with a restarted model (`layout`: its rows after the
+earlier model's) has its lines broken between the two models. Round axes have
+integer ticks. Runs of one configuration (seeds, repeats) would share a legend
+entry: each such entry ends with as much of its run directory's path as tells
+them apart (`legend_labels`).
 """
 
 import collections
 import dataclasses
+import json
 import math
 import os
 from typing import Optional, Sequence
@@ -60,6 +68,10 @@ class Run:
     epsilon: the analyst's eps spent up to those rounds.
     summary: summary.json, or None if the run has not completed.
     unit: whom the eps protects ('example', 'client'), None if not private.
+    server_epsilon: the worst client's eps against the server at those
+      rounds (train_metrics.csv; NaN where it has none).
+    model_starts: rounds after which a restarted model's rows begin (its
+      sessions' `round_offset`): its lines break there.
   """
 
   directory: str
@@ -71,6 +83,34 @@ class Run:
   epsilon: list[float]
   summary: Optional[dict]
   unit: Optional[str] = None
+  server_epsilon: list[float] = dataclasses.field(default_factory=list)
+  model_starts: list[int] = dataclasses.field(default_factory=list)
+
+  def points(self) -> list[tuple[int, float, float]]:
+    """(round, analyst's eps, accuracy) where both are numbers, eps > 0."""
+    return [
+        (r, e, a) for r, e, a in zip(self.rounds, self.epsilon,
+                                     self.test_accuracy)
+        if math.isfinite(e) and e > 0 and not math.isnan(a)
+    ]
+
+  def server_points(self) -> list[tuple[int, float, float]]:
+    """(round, server-view eps, accuracy) where it differs from the analyst's.
+
+    Empty when it never differs (or the run has none): the analyst's line
+    says it all.
+    """
+    points = [
+        (r, s, a) for r, s, a in zip(self.rounds, self.server_epsilon,
+                                     self.test_accuracy)
+        if math.isfinite(s) and s > 0 and not math.isnan(a)
+    ]
+    differs = any(
+        not math.isclose(s, e, rel_tol=1e-6)
+        for s, e in zip(self.server_epsilon, self.epsilon)
+        if math.isfinite(s)
+    )
+    return points if differs else []
 
 
 def _label(config: dict, summary: Optional[dict]) -> str:
@@ -100,6 +140,11 @@ def load_run(directory: str) -> Run:
     ValueError: the directory has no config.json or no eval_metrics.csv.
   """
   result = runs.read(directory, finished=False)
+  server = {
+      int(row[layout.ROUND]): row[layout.SERVER_EPSILON]
+      for row in result.train_rows
+      if layout.ROUND in row and layout.SERVER_EPSILON in row
+  }
   rows = sorted(
       (
           int(row[layout.ROUND]),
@@ -118,7 +163,63 @@ def load_run(directory: str) -> Run:
       epsilon=[r[2] for r in rows],
       summary=result.summary,
       unit=result.unit,
+      server_epsilon=[server.get(r[0], math.nan) for r in rows],
+      model_starts=_model_starts(directory, result.summary),
   )
+
+
+def _model_starts(directory: str, summary: Optional[dict]) -> list[int]:
+  """The `round_offset` of each restarted model (`layout`), from the
+  summary's sessions or, for a run in progress, the ledger file's."""
+  sessions = (summary or {}).get('sessions')
+  if sessions is None:
+    try:
+      with open(layout.path(directory, layout.PRIVACY)) as f:
+        sessions = json.load(f).get('sessions')
+    except (OSError, ValueError, AttributeError):
+      sessions = None
+  return sorted({
+      int(s['round_offset']) for s in sessions or []
+      if isinstance(s, dict) and s.get('restarted_model')
+      and s.get('round_offset')
+  })
+
+
+def _broken(points, starts):
+  """The x and y of (round, x, y) `points`, NaN between the rows of two
+  models (a restart in `starts`): a line that does not join them."""
+  xs, ys = [], []
+  for k, (r, x, y) in enumerate(points):
+    if k and any(points[k - 1][0] <= s < r for s in starts):
+      xs.append(math.nan)
+      ys.append(math.nan)
+    xs.append(x)
+    ys.append(y)
+  return xs, ys
+
+
+def legend_labels(runs: Sequence[Run]) -> list[str]:
+  """The runs' labels, each shared one followed by its directory's path.
+
+  Of the path, the fewest trailing parts that tell the runs sharing the
+  label apart ('smp eps=8 (seed2)', or '(b/run)' for a/run and b/run).
+  """
+  labels = [run.label for run in runs]
+  shared = collections.defaultdict(list)
+  for i, label in enumerate(labels):
+    shared[label].append(i)
+  for label, indices in shared.items():
+    if len(indices) < 2:
+      continue
+    paths = [os.path.normpath(os.path.abspath(runs[i].directory)).split(os.sep)
+             for i in indices]
+    for parts in range(1, max(len(p) for p in paths) + 1):
+      tails = [os.sep.join(p[-parts:]) for p in paths]
+      if len(set(tails)) == len(tails):
+        break
+    for i, tail in zip(indices, tails):
+      labels[i] = f'{label} ({tail})'
+  return labels
 
 
 def _save(fig: figure.Figure, path: str) -> None:
@@ -163,17 +264,17 @@ def plot_accuracy_vs_round(runs: Sequence[Run], path: str) -> figure.Figure:
     raise ValueError('runs must not be empty')
   fig = figure.Figure(figsize=(7, 4.5))
   ax = fig.add_subplot()
-  for i, run in enumerate(runs):
+  for i, (run, label) in enumerate(zip(runs, legend_labels(runs))):
     ax.plot(
-        run.rounds,
-        run.test_accuracy,
+        *_broken(list(zip(run.rounds, run.rounds, run.test_accuracy)),
+                 run.model_starts),
         marker='o',
         # One point draws no line: a marker (larger, to be seen), in the
         # legend too.
         markersize=3 if len(run.rounds) > 1 else 6,
         linestyle='-' if len(run.rounds) > 1 else 'None',
         color=f'C{i % 10}',  # One colour per run, labelled by its parameters.
-        label=run.label,
+        label=label,
     )
   rounds = sorted({r for run in runs for r in run.rounds})
   if len(rounds) == 1:
@@ -208,83 +309,16 @@ def plot_accuracy_vs_epsilon(
   fig = figure.Figure(figsize=(6.5 * len(units), 4.5))
   axes = fig.subplots(1, len(units), squeeze=False)[0]
   delta = None
+  for run in runs:
+    if run.summary is not None:
+      delta = run.summary.get('privacy', {}).get('delta', delta)
+  finite = [run.points() for run in runs]  # Each run's on an eps axis.
+  labels = legend_labels(runs)
   for ax, unit in zip(axes, units):
-    last_points = collections.defaultdict(list)
-    finite = []  # Each run's points on an eps axis.
-    for run in runs:
-      if run.summary is not None:
-        delta = run.summary.get('privacy', {}).get('delta', delta)
-      finite.append([
-          (e, a)
-          for e, a in zip(run.epsilon, run.test_accuracy)
-          if math.isfinite(e) and e > 0 and not math.isnan(a)
-      ])
-    off_scale = _off_scale(
-        [(i, points) for i, (run, points) in enumerate(zip(runs, finite))
-         if points and run.unit == unit]
-    )
-    for i, (run, points) in enumerate(zip(runs, finite)):
-      color = f'C{i % 10}'
-      if not points:
-        if run.test_accuracy:
-          ax.axhline(
-              run.test_accuracy[-1],
-              color=color,
-              linestyle='--',
-              label=f'{run.label} (eps = inf)',
-          )
-        continue
-      if run.unit != unit:
-        continue
-      eps, acc = zip(*points)
-      if i in off_scale:
-        # x in axes coordinates (the right edge), y in data coordinates.
-        edge = ax.get_yaxis_transform()
-        ax.plot(
-            [1.0], [acc[-1]], '>', color=color, transform=edge,
-            clip_on=False,
-            label=f'{run.label} (eps = {eps[-1]:.3g}, off scale)',
-        )
-        ax.annotate(
-            f'eps = {eps[-1]:.3g}', (1.0, acc[-1]), xycoords=edge,
-            xytext=(-8, 0), textcoords='offset points', ha='right',
-            va='center', fontsize='small', color=color,
-        )
-        continue
-      # The last point marked; the legend entry is drawn the same way (a
-      # marker alone for a run with one point).
-      ax.plot(
-          eps, acc, color=color, linewidth=1,
-          linestyle='-' if len(eps) > 1 else 'None',
-          marker='o', markevery=[len(eps) - 1], label=run.label,
-      )
-      last_points[run.mechanism].append((eps[-1], acc[-1]))
-    if join_runs:
-      for mechanism, points in sorted(last_points.items()):
-        if len(points) > 1:
-          points.sort()
-          ax.plot(
-              [p[0] for p in points], [p[1] for p in points], ':',
-              color='0.4', label=f'{mechanism}: runs joined',
-          )
-    ax.set_xscale('log')
-    # Plain numbers (2, 10, 50), not powers of ten (2 x 10^0, 10^1), and
-    # some between the powers of ten when the axis spans 2 or fewer.
-    ax.xaxis.set_major_formatter(ticker.LogFormatter())
-    ax.xaxis.set_minor_formatter(
-        ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5))
-    )
-    if off_scale:
-      on_scale = [
-          e
-          for i, (run, points) in enumerate(zip(runs, finite))
-          if run.unit == unit and i not in off_scale
-          for e, _ in points
-      ]
-      # Room on the right for the off-scale runs' eps.
-      ax.set_xlim(min(on_scale) / 1.5, max(on_scale) * 3)
+    server_view = _epsilon_panel(ax, unit, runs, labels, finite, join_runs)
     ax.set_xlabel(
         "analyst's eps spent"
+        + (' (dashed: the server view)' if server_view else '')
         + (f', delta = {delta:g}' if delta is not None else '')
     )
     ax.set_ylabel('test accuracy')
@@ -293,3 +327,90 @@ def plot_accuracy_vs_epsilon(
     ax.legend(fontsize='small')
   _save(fig, path)
   return fig
+
+
+def _epsilon_panel(ax, unit, runs, labels, finite, join_runs) -> bool:
+  """Draws the runs of `unit` (and the non-private ones) on `ax`.
+
+  Returns:
+    Whether it drew a server view.
+  """
+  server_view = False
+  last_points = collections.defaultdict(list)
+  off_scale = _off_scale(
+      [(i, [(e, a) for _, e, a in points])
+       for i, (run, points) in enumerate(zip(runs, finite))
+       if points and run.unit == unit]
+  )
+  on_scale = []  # The eps drawn on the axis.
+  for i, (run, label, points) in enumerate(zip(runs, labels, finite)):
+    color = f'C{i % 10}'
+    if not points:
+      if run.test_accuracy:
+        ax.axhline(
+            run.test_accuracy[-1],
+            color=color,
+            linestyle='--',
+            label=f'{label} (eps = inf)',
+        )
+      continue
+    if run.unit != unit:
+      continue
+    _, eps, acc = zip(*points)
+    if i in off_scale:
+      # x in axes coordinates (the right edge), y in data coordinates.
+      edge = ax.get_yaxis_transform()
+      ax.plot(
+          [1.0], [acc[-1]], '>', color=color, transform=edge,
+          clip_on=False,
+          label=f'{label} (eps = {eps[-1]:.3g}, off scale)',
+      )
+      ax.annotate(
+          f'eps = {eps[-1]:.3g}', (1.0, acc[-1]), xycoords=edge,
+          xytext=(-8, 0), textcoords='offset points', ha='right',
+          va='center', fontsize='small', color=color,
+      )
+      continue
+    # The last point marked; the legend entry is drawn the same way (a
+    # marker alone for a run with one point).
+    xs, ys = _broken(points, run.model_starts)
+    ax.plot(
+        xs, ys, color=color, linewidth=1,
+        linestyle='-' if len(eps) > 1 else 'None',
+        marker='o', markevery=[len(xs) - 1], label=label,
+    )
+    on_scale.extend(eps)
+    server = run.server_points()
+    if server:
+      # The same models, at the eps their worst client faces against the
+      # server: dashed, in the run's colour.
+      _, server_eps, _ = zip(*server)
+      xs, ys = _broken(server, run.model_starts)
+      ax.plot(
+          xs, ys, color=color, linewidth=1,
+          linestyle='--' if len(server) > 1 else 'None',
+          marker='x', markevery=[len(xs) - 1],
+          label=f'{label} (server view)',
+      )
+      on_scale.extend(server_eps)
+      server_view = True
+    last_points[run.mechanism].append((eps[-1], acc[-1]))
+  if join_runs:
+    for mechanism, points in sorted(last_points.items()):
+      if len(points) > 1:
+        points.sort()
+        ax.plot(
+            [p[0] for p in points], [p[1] for p in points], ':',
+            color='0.4', label=f'{mechanism}: runs joined',
+        )
+  ax.set_xscale('log')
+  # Plain numbers (2, 10, 50), not powers of ten (2 x 10^0, 10^1), and
+  # some between the powers of ten when the axis spans 2 or fewer.
+  ax.xaxis.set_major_formatter(ticker.LogFormatter())
+  ax.xaxis.set_minor_formatter(
+      ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5))
+  )
+  if off_scale and on_scale:
+    # Room on the right for the off-scale runs' eps.
+    ax.set_xlim(min(on_scale) / 1.5, max(on_scale) * 3)
+  return server_view

@@ -12,9 +12,12 @@ The public columns are functions of the configuration and the round number
 measurements) or releases charged to the ledger (the noised client metrics of
 `--client_metrics=dp`, the quantile range release of LDP, TFF's adaptive
 clip, which its effective noise multiplier covers). Evaluation rows hold the
-released model's metrics on the server's test data.
+released model's metrics on the server's test data. Both have the `session`
+that wrote them (public: how often the directory was started).
 """
 
+import csv
+import os
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -24,7 +27,8 @@ from tff_priv.program import layout
 
 # Training-row columns a private run may release, by full name...
 PUBLIC_TRAIN_COLUMNS = frozenset({
-    layout.RDP_EPSILON, layout.SERVER_EPSILON, 'delta', 'uplink_bytes',
+    layout.SESSION, layout.RDP_EPSILON, layout.SERVER_EPSILON, 'delta',
+    'uplink_bytes',
     'aggregator/uploaded_bits_per_client', 'finalizer/update_non_finite',
     'mask/mask_size', 'aggregator/center', 'aggregator/radius',
 })
@@ -36,7 +40,7 @@ PUBLIC_TRAIN_PREFIXES = (
 )
 # Evaluation-row columns: the released model on the server's test data.
 PUBLIC_EVAL_COLUMNS = frozenset({
-    layout.TEST_ACCURACY, layout.TEST_LOSS, layout.RDP_EPSILON,
+    layout.SESSION, layout.TEST_ACCURACY, layout.TEST_LOSS, layout.RDP_EPSILON,
 })
 PUBLIC_EVAL_PREFIXES = ('eval/',)
 
@@ -51,6 +55,22 @@ def is_public_eval(column: str) -> bool:
   """Whether a private run may release evaluation column `column`."""
   return (column in PUBLIC_EVAL_COLUMNS
           or column.startswith(PUBLIC_EVAL_PREFIXES))
+
+
+def last_round(root_output_dir: str) -> int:
+  """The largest round the run directory's CSVs hold a row of (0: none)."""
+  last = 0
+  for name in (layout.TRAIN_CSV, layout.EVAL_CSV):
+    path = layout.path(root_output_dir, name)
+    if not os.path.exists(path):
+      continue
+    with open(path, newline='') as f:
+      for row in csv.DictReader(f):
+        try:
+          last = max(last, int(row[layout.ROUND]))
+        except (KeyError, TypeError, ValueError):
+          pass  # Not a row of this program's.
+  return last
 
 
 def _column(path) -> str:

@@ -1,4 +1,4 @@
-"""A finished run's summary.json."""
+"""A finished run's summary.json, and the accuracy train.py prints of it."""
 
 import json
 
@@ -18,8 +18,13 @@ def build(
     sessions,
     rounds_run,
     empirical=None,
+    round_offset=0,
 ):
-  """The run's summary (see `run`); `empirical`: the canary estimate."""
+  """The run's summary (see `run`); `empirical`: the canary estimate.
+
+  `best_round` is the round of eval_metrics.csv (`round_offset` + the
+  model's round: a restarted model's rows follow the earlier ones).
+  """
   delta = mechanism.config.delta
   ledger = privacy.analyst
   accounted = ledger.report(delta)
@@ -41,6 +46,8 @@ def build(
       'final_test_accuracy': final_accuracy,
       'best_test_accuracy': best_accuracy,
       'best_round': best_round if best_accuracy is not None else None,
+      # This model's round t is the CSVs' round round_offset + t.
+      'round_offset': round_offset,
       'final_test_metrics': final_metrics,
       'privacy': {
           'delta': delta,
@@ -72,9 +79,9 @@ def build(
           },
           'closed_form': closed_form,
           'caveats': mechanism.caveats + (
-              ['sampling_seed was given: whoever reads config.json can '
-               'recompute who was sampled in every round, and the amplified '
-               'analyst figure assumes that unknown']
+              ['sampling_seed was given: whoever knows it (the command '
+               'line, secrets.json) can recompute who was sampled in every '
+               'round, and the amplified analyst figure assumes that unknown']
               if config.sampling_seed is not None and mechanism.guarantee
               # Amplified at all:
               and mechanism.sampling.ledger_sampling().kind != 'none'
@@ -94,3 +101,26 @@ def build(
       ),
       'sessions': sessions,
   }
+
+
+def accuracy_line(summary) -> str:
+  """The final and the best test accuracy, the best with its round.
+
+  E.g. 'test_accuracy=0.208 (best 0.385 at round 12)'; 'test_accuracy=n/a'
+  for a run with no accuracy. The round is the CSVs'; for a restarted model
+  its own round follows ('at round 14, model round 4').
+  """
+  final = summary.get('final_test_accuracy')
+  best = summary.get('best_test_accuracy')
+  text = f'test_accuracy={_short(final)}'
+  if best is not None:
+    best_round, offset = summary.get('best_round'), summary.get('round_offset')
+    text += f' (best {_short(best)} at round {best_round}'
+    if offset and isinstance(best_round, int):
+      text += f', model round {best_round - offset}'
+    text += ')'
+  return text
+
+
+def _short(x) -> str:
+  return 'n/a' if x is None else f'{x:.4g}' if isinstance(x, float) else str(x)
