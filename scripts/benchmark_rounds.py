@@ -31,7 +31,9 @@ from tff_priv.benchmarks import rounds
 _VERBOSE = cli.define_verbose()
 
 # Task and model.
-_TASK = flags.DEFINE_string('task', 'mnist5k', 'Task name (tasks.TASK_NAMES).')
+_TASK = flags.DEFINE_string(
+    'task', 'mnist5k', 'Task name (tff_priv_tasks.TASK_NAMES).'
+)
 _MODEL = flags.DEFINE_string(
     'model', None, "The task's model option (e.g. cnn, mlp); None: its default."
 )

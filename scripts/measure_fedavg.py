@@ -2,9 +2,9 @@ r"""Measures plain FedAvg (no privacy) on a task: test accuracy, seconds/round.
 
 A baseline for the private runs (`tff_priv.benchmarks.fedavg`): TFF's
 `build_weighted_fed_avg` with client SGD and server SGD(1.0) on
-`tasks.get_task(--task)`, test accuracy from TFF's federated evaluation of the
-task's own model and metrics on the whole test set (one evaluation client
-holding it). Run from the repository root:
+`tff_priv_tasks.get_task(--task)`, test accuracy from TFF's federated
+evaluation of the task's own model and metrics on the whole test set (one
+evaluation client holding it). Run from the repository root:
 
   .venv/bin/python scripts/measure_fedavg.py --task=mnist5k --rounds=10 \
       --clients_per_round=100 --client_learning_rate=0.05 --batch_size=10

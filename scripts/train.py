@@ -21,9 +21,10 @@ refused. Writes <root_output_dir>/summary.json at the end and prints its path.
 Exit status 2 with one line on stderr for bad flags or a refused directory
 (another configuration, another run using it); SIGINT/SIGTERM end the run
 with one line saying how to resume (exit 128 + the signal); an unwritable
-directory ends it with one line (exit 1). Quiet by default: a progress bar on
-a terminal, one line per round otherwise; --verbose shows TF's and the
-program's logs.
+directory ends it with one line (exit 1). Quiet by default: a line per phase
+as it starts (loading, tracing, the first round, each evaluation: public
+values only), then a progress bar on a terminal, one line per round
+otherwise; --verbose shows TF's and the program's logs.
 """
 
 import sys
@@ -33,6 +34,10 @@ from tff_priv.program import command
 _VERBOSE_ARGV = command.quiet_environment(sys.argv)
 command.refuse_busy_directory('train.py', sys.argv)
 command.probe_workers('train.py', sys.argv)
+# The first phase line, in a second: TF and TFF then load for several.
+from tff_priv.program import progress  # pylint: disable=g-import-not-at-top
+
+progress.phase(progress.shows_progress(sys.argv), 'loading TensorFlow and TFF')
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import flags
@@ -40,6 +45,7 @@ from absl import flags
 from tff_priv import cli
 from tff_priv.program import layout
 from tff_priv.program import run_flags
+from tff_priv.program import summary as summary_lib
 from tff_priv.program import training
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
@@ -119,7 +125,7 @@ def main(argv):
   print(
       f"{layout.path(root, layout.SUMMARY)}: {summary['task']} "
       f"{summary['mechanism']} rounds={summary['rounds_run']} "
-      f"test_accuracy={_short(summary['final_test_accuracy'])} "
+      f"{summary_lib.accuracy_line(summary)} "
       f"{guarantees} at delta={privacy['delta']}"
       + (f" (target epsilon={privacy['target_epsilon']})"
          if privacy.get('target_epsilon') is not None else '')

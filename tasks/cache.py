@@ -75,7 +75,8 @@ def how_to(source: str, python_call: str, download_note: str) -> str:
 
   Args:
     source: where the file(s) come from and where to put them.
-    python_call: the Python call that reads them (e.g. "tasks.get_task(...)").
+    python_call: the Python call that reads them (e.g.
+      "tff_priv_tasks.get_task(...)").
     download_note: what `download=True` does there.
 
   Returns:

@@ -80,7 +80,7 @@ def _how_to(name: str, cache_dir: Optional[str]) -> str:
     )
   return cache.how_to(
       source,
-      'tasks.get_task or tasks.keras_files.load',
+      'tff_priv_tasks.get_task or tff_priv_tasks.keras_files.load',
       'downloads them into the default Keras cache (needs network access '
       'and cache_dir unset)',
   )

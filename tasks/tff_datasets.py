@@ -40,7 +40,7 @@ def _load(name, cache_dir, download, timeout, load_data):
   how_to = cache.how_to(
       f'Get {url}, decompress it (xz -d {SQLITE_FILES[name]}.lzma) and put '
       f'{SQLITE_FILES[name]} in {root}/.',
-      'tasks.get_task or tasks.tff_datasets.load_*',
+      'tff_priv_tasks.get_task or tff_priv_tasks.tff_datasets.load_*',
       f'downloads {SQLITE_FILES[name]} (needs network access)',
   )
   if os.path.exists(path):

@@ -105,6 +105,8 @@ class WheelTest(absltest.TestCase):
       helped = _run([os.path.join(self.bin, command), '--help'], cwd=self.tmp)
       self.assertEqual(helped.returncode, 0, helped.stderr[-2000:])
       self.assertIn(shown, helped.stdout)
+      script = f"scripts/{command.rsplit('-', 1)[1]}.py"
+      self.assertNotIn(script, helped.stdout)  # Usage names the command.
     # The privacy calculator answers from the installed package.
     report = _run([os.path.join(self.bin, 'tff-priv-privacy'),
                    '--mechanism=blt', '--epsilon=2', '--population=100',

@@ -36,7 +36,7 @@ def _run_snippet(code):
       f.write(code)
     return subprocess.run(
         [sys.executable, path], cwd=tmp, capture_output=True, text=True,
-        timeout=600, env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'},
+        timeout=600, env=readme_snippets.user_env(),  # As a user runs it.
     )
 
 
@@ -79,9 +79,11 @@ class ReadmeTest(unittest.TestCase):
     result = _run_snippet(code)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertEqual(result.stdout.strip().splitlines()[-2:], claimed)
-    # Quiet as a library: no error line from tff_priv or TFF's parts of it.
+    # Quiet as a library: no error line from tff_priv or TFF's parts of it,
+    # no log line of TF, TFF, gRPC or absl (`runtime.set_context()`).
     self.assertNotIn('Traceback', result.stderr)
     self.assertNotRegex(result.stderr, r'(^|\n)E\d{4} |ERROR')
+    self.assertEqual(readme_snippets.log_lines(result.stderr), [])
 
   def test_quickstart_and_train_model_release_no_exact_client_statistic(self):
     # Every value the quickstart's loop gets from its last round
@@ -119,6 +121,7 @@ class ReadmeTest(unittest.TestCase):
     result = _run_snippet(code)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertEqual(result.stdout.strip().splitlines()[-1], claimed)
+    self.assertEqual(readme_snippets.log_lines(result.stderr), [])
     replaced = (
         '\nclient_arrays = [(np.concatenate([x[:19], x[:1] + 1.0]), '
         'np.concatenate([y[:19], (y[:1] + 1) % 3])) for x, y in client_arrays]\n'
@@ -158,10 +161,11 @@ class ReadmeTest(unittest.TestCase):
       result = subprocess.run(
           [sys.executable, path], cwd=tmp, capture_output=True, text=True,
           timeout=900,
-          env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3',
-               'PYTHONPATH': _ROOT},
+          env={**readme_snippets.user_env(), 'PYTHONPATH': _ROOT},
       )
       self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+      # Its progress lines only: no log line of TF, TFF, gRPC or absl.
+      self.assertEqual(readme_snippets.log_lines(result.stderr), [])
       self.assertEqual(
           result.stdout.strip().splitlines()[-1], "['dp_fedavg', 'smp'] 5"
       )

@@ -7,6 +7,7 @@ gone and that the pipe reached EOF (a worker holding it would hang the read).
 """
 
 import gc
+import logging
 import os
 import signal
 import subprocess
@@ -15,12 +16,14 @@ import tempfile
 import threading
 import weakref
 import time
+from unittest import mock
 
 from absl.testing import parameterized
 import pytest
 import tensorflow as tf
 
 from tests import procfs
+from tests import readme_snippets
 from tff_priv import runtime
 
 _CHILD = os.path.join(os.path.dirname(__file__), 'testdata', 'runtime_child.py')
@@ -261,6 +264,138 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
       runtime.set_context(default_num_clients=-1)
     with self.assertRaisesRegex(ValueError, 'start_worker applies to the local'):
       runtime.set_context('remote', workers=['localhost:1'], start_worker=True)
+
+
+# TF imported first, as a user's script does: what set_context can still
+# silence after it (the lines TF prints as it loads come before "IMPORTED").
+_QUIET_CHILD = """
+import sys
+import threading
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+from absl import logging
+print('IMPORTED', file=sys.stderr, flush=True)
+from tff_priv import runtime
+runtime.set_context()
+# A warning of TF's own code (its record's path in the installed package),
+# dropped, and one of the caller's, kept.
+import logging as std_logging
+import os
+library = os.path.join(os.path.dirname(tf.__file__), 'python', 'x.py')
+for name in ('absl', 'tensorflow'):
+  logger = std_logging.getLogger(name)
+  logger.handle(logger.makeRecord(name, std_logging.WARNING, library, 1,
+                                  'a library warning', (), None))
+logging.warning('a user warning')
+# tff_priv's own warning (set_context off the main thread) stays.
+thread = threading.Thread(target=runtime._install_signal_handlers)
+thread.start()
+thread.join()
+
+@tff.tensorflow.computation(np.float32)
+def add_noise(x):
+  return tf.reduce_sum(tf.random.normal([3])) + x
+
+@tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+def total(x):
+  return tff.federated_sum(tff.federated_map(add_noise, x))
+
+print(float(total([1.0, 2.0])) > -1e9)
+raise ValueError('an error stays')
+"""
+
+
+class QuietTest(tf.test.TestCase):
+  """`set_context()` silences TF's, TFF's, gRPC's, absl's logs, not errors."""
+
+  def test_after_tensorflow_loaded_only_callers_warnings_and_errors_remain(
+      self):
+    with tempfile.TemporaryDirectory() as tmp:
+      path = os.path.join(tmp, 'child.py')
+      with open(path, 'w') as f:
+        f.write(_QUIET_CHILD)
+      result = subprocess.run(
+          [sys.executable, path], capture_output=True, text=True,
+          timeout=_TIMEOUT, cwd=tmp,
+          env={**readme_snippets.user_env(),
+               'PYTHONPATH': readme_snippets.ROOT},
+      )
+    self.assertEqual(result.returncode, 1, result.stderr[-3000:])
+    self.assertEqual(result.stdout.strip(), 'True')
+    after = result.stderr.split('IMPORTED\n', 1)[1]
+    # The log lines left: the caller's warning and tff_priv's own.
+    logged = readme_snippets.log_lines(after)
+    self.assertLen(logged, 2, after)
+    self.assertIn('a user warning', logged[0])
+    self.assertIn('tff_priv.runtime: set_context() called off the main thread',
+                  logged[1])
+    self.assertNotIn('a library warning', after)
+    self.assertEqual(after.strip().splitlines()[-1],
+                     'ValueError: an error stays')
+
+  def test_cpp_log_lines_are_dropped_and_all_else_is_passed_on(self):
+    lines = [
+        b'2026-12-02 00:36:17.694429: I tensorflow/core/grappler/devices.cc:66]'
+        b' Number of eligible GPUs (core count >= 8): 0\n',
+        b'2026-12-02 00:36:17.694779: W tensorflow/core/a.cc:1] a warning\n',
+        b'2026-12-02 00:36:17.694780: E tensorflow/core/grappler/grappler_item_'
+        b'builder.cc:435] Failed to detect the fetch node(s), skipping this '
+        b'input\n',
+        b'WARNING: All log messages before absl::InitializeLog() is called are'
+        b' written to STDERR\n',
+        b'I0000 00:00:1796171652.430587    7859 fork_posix.cc:71] Other threads'
+        b' are currently calling into gRPC, skipping fork() handlers\n',
+        b'Traceback (most recent call last):\n',
+        b'tff_priv: loading task digits ...\n',
+    ]
+    with tempfile.TemporaryFile() as out:
+      saved = os.dup(2)
+      os.dup2(out.fileno(), 2)
+      try:
+        with mock.patch.object(runtime, '_filtered', {'compile'}):
+          with runtime._cpp_logs_filtered('compile') as real:
+            self.assertNotEqual(real, 2)
+            self.assertEqual(runtime.real_stderr(), real)
+            os.write(2, b''.join(lines[:3]))
+            with runtime._cpp_logs_filtered('compile'):  # Nested: one read.
+              os.write(2, b''.join(lines[3:]))
+          self.assertEqual(runtime.real_stderr(), 2)
+          with runtime._cpp_logs_filtered('fork') as real:  # Not filtered.
+            self.assertEqual(real, 2)
+            os.write(2, lines[0])
+      finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+      out.seek(0)
+      self.assertEqual(out.read(), b''.join(lines[5:]) + lines[0])
+
+  def test_records_of_tff_priv_and_errors_pass_the_quiet_filter(self):
+    def record(path, level):
+      return logging.LogRecord('absl', level, path, 1, 'm', (), None)
+
+    own = os.path.join(readme_snippets.ROOT, 'tff_priv', 'program', 'x.py')
+    tasks = os.path.join(readme_snippets.ROOT, 'tasks', 'x.py')
+    other = os.path.join(os.path.dirname(tf.__file__), 'x.py')
+    quiet = runtime._QuietFilter()
+    with mock.patch.object(runtime, '_quiet', True):
+      self.assertTrue(quiet.filter(record(own, logging.WARNING)))
+      self.assertTrue(quiet.filter(record(tasks, logging.WARNING)))
+      self.assertTrue(quiet.filter(record(other, logging.ERROR)))
+      self.assertFalse(quiet.filter(record(other, logging.WARNING)))
+    with mock.patch.object(runtime, '_quiet', False):  # verbose: all pass.
+      self.assertTrue(quiet.filter(record(other, logging.INFO)))
+
+  def test_the_compiler_of_every_context_kind_is_wrapped(self):
+    for program in (False, True):
+      context = runtime.set_context(program=program)
+      self.addCleanup(runtime.set_context)
+      holders = [context, getattr(context, '_context', None)]
+      holders += [getattr(h, '_async_context', None) for h in holders]
+      compilers = [h._compiler_pipeline._compiler_fn for h in holders
+                   if getattr(h, '_compiler_pipeline', None) is not None]
+      self.assertLen(compilers, 1)
+      self.assertTrue(getattr(compilers[0], 'quiet', False), program)
 
 
 if __name__ == '__main__':

@@ -10,6 +10,7 @@ after the one line.
 
 import logging as std_logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -24,13 +25,17 @@ def quiet_environment(argv: list[str]) -> bool:
   """Silences TF's and gRPC's C++ logs unless `--verbose` is in argv; returns verbose.
 
   Must run before TensorFlow is imported (the C++ logger reads the
-  environment once).
+  environment once). `--verbose` also keeps `runtime.set_context` verbose
+  (`TFF_PRIV_VERBOSE=1`).
   """
   verbose = '--verbose' in argv
-  if not verbose:
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+  if verbose:
+    os.environ.setdefault('TFF_PRIV_VERBOSE', '1')
+  else:
+    # Over a level of the user's: 2 still shows TF's start-up "E" lines.
+    os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
     # gRPC (TFF's worker channel) logs INFO lines such as its fork notice.
-    os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
+    os.environ['GRPC_VERBOSITY'] = 'ERROR'
   return verbose
 
 
@@ -66,7 +71,9 @@ def silence_output() -> int:
   """
   sys.stdout.flush()
   sys.stderr.flush()
-  real = os.dup(2)
+  runtime = sys.modules.get('tff_priv.runtime')
+  # Not the file `runtime.quiet_logs` may be reading stderr into just now.
+  real = os.dup(runtime.real_stderr() if runtime is not None else 2)
   devnull = os.open(os.devnull, os.O_WRONLY)
   os.dup2(devnull, 1)
   os.dup2(devnull, 2)
@@ -157,8 +164,9 @@ class Cli:
       # A console command (pip's stub is `__main__`): its usage lines name
       # the command, not the clone's `.venv/bin/python scripts/<prog>`.
       command = os.path.basename(sys.argv[0])
-      main.__doc__ = self._doc.replace(
-          f'.venv/bin/python scripts/{self.prog}', command)
+      main.__doc__ = re.sub(
+          r'(?:(?:\S*/)?python[\d.]*\s+)?scripts/' + re.escape(self.prog),
+          command, self._doc)
     for module in self._key_modules:
       for flag in flags.FLAGS.get_key_flags_for_module(module):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)

@@ -65,19 +65,28 @@ context runs one computation at a time (called from one thread); the
 asynchronous one may run several, which a restart would cut short, and keeps
 its worker.
 
+Quiet: `set_context()` silences TF's, TFF's, gRPC's and absl's logs (warnings
+and below; tff_priv's own warnings and every exception stay) unless
+`verbose=True` or the environment has `TFF_PRIV_VERBOSE=1` (`quiet_logs`).
+
 `release_eager_kernels()` is for a training loop that builds client datasets
 in this process every round (the program calls it after each round): see its
 docstring.
 """
 
+import asyncio
 import atexit
+import contextlib
 import ctypes
 import ctypes.util
 import gc
+import logging as std_logging
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -99,6 +108,31 @@ _previous_handlers: dict[int, object] = {}
 _current_kind = None
 # Set once the last early worker start (`start_worker=True`) has ended.
 _early_start = None
+
+VERBOSE_ENV = 'TFF_PRIV_VERBOSE'
+# The C++ log lines `quiet_logs` drops from what is written while TFF
+# compiles and while the worker starts: TF's INFO / WARNING / ERROR lines
+# ("2026-01-01 00:00:00.000000: I tensorflow/...", what TF_CPP_MIN_LOG_LEVEL=3
+# drops: Grappler's, as "E ... Failed to detect the fetch node(s)") and
+# absl's INFO / WARNING ones (gRPC's, "I0000 00:00:1700000000.000000   123
+# fork_posix.cc:71] ...", and its preamble). Fatal lines, exceptions and
+# anything else are kept.
+_CPP_LOG_LINE = re.compile(
+    rb'(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] '
+    rb'|[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] '
+    rb'|WARNING: All log messages before absl::InitializeLog\(\) is called)'
+)
+# tff_priv's and tff_priv_tasks' modules (`_QuietFilter`).
+# The libraries whose log records below ERROR quiet mode drops (the
+# caller's own records, and tff_priv's, pass).
+_QUIET_PACKAGES = ('tensorflow', 'tensorflow_federated', 'tensorflow_privacy',
+                   'absl', 'jax', 'grpc', 'keras')
+_quiet = False
+# Where `quiet_logs` reads stderr: 'compile' (TF loaded before its C++ logs
+# could be turned off), 'fork' (gRPC loaded before its logs could be).
+_filtered = set()
+_capture_lock = threading.Lock()
+_capture = None  # [depth, the real stderr (a dup), the capture file]
 
 
 def dies_with_this_process():
@@ -123,10 +157,159 @@ def dies_with_this_process():
   return set_signal
 
 
+def _verbose_env() -> bool:
+  return os.environ.get(VERBOSE_ENV, '').strip().lower() in ('1', 'true', 'yes')
+
+
+def _library_record(pathname: str) -> bool:
+  """Whether a log record comes from one of `_QUIET_PACKAGES`."""
+  parts = os.path.normpath(os.path.abspath(pathname)).split(os.sep)
+  installed = [parts[i + 1] for i, p in enumerate(parts[:-1])
+               if p in ('site-packages', 'dist-packages')]
+  return bool(installed) and installed[-1] in _QUIET_PACKAGES and (
+      # TFF's LoggingReleaseManager writes a run's releases to the log.
+      os.path.basename(pathname) != 'logging_release_manager.py')
+
+
+class _QuietFilter(std_logging.Filter):
+  """Drops the libraries' records below ERROR; passes everything else."""
+
+  def filter(self, record):
+    return (not _quiet or record.levelno >= std_logging.ERROR
+            or not _library_record(record.pathname))
+
+
+_QUIET_FILTER = _QuietFilter()
+
+
+def quiet_logs() -> None:
+  """Silences TF's, TFF's, gRPC's and absl's logs (warnings and below).
+
+  What `set_context()` does unless verbose. Before TensorFlow loads it turns
+  off its C++ logs (`TF_CPP_MIN_LOG_LEVEL=3`, `GRPC_VERBOSITY=ERROR`, over
+  the environment's: the lines TF prints as it loads can only be silenced
+  so); after, it
+  still silences the TFF worker (started later, with this environment), TF's
+  and absl's Python loggers, and the C++ log lines TF and gRPC print in
+  this process while TFF compiles a computation and starts its worker
+  (stderr is read then, and all else written to it passed on). Log records
+  of the caller's and tff_priv's own modules, Python errors and exceptions
+  are kept.
+  """
+  global _quiet
+  tf_level = os.environ.get('TF_CPP_MIN_LOG_LEVEL', '0').strip()
+  if 'tensorflow' in sys.modules and tf_level not in ('2', '3'):
+    _filtered.add('compile')
+  grpc_level = os.environ.get('GRPC_VERBOSITY', '').strip().upper()
+  if 'grpc' in sys.modules and grpc_level not in ('ERROR', 'NONE'):
+    _filtered.add('fork')
+  # Over a level of the user's (2 still shows TF's start-up "E" lines):
+  # verbose leaves them as set.
+  os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
+  os.environ['GRPC_VERBOSITY'] = 'ERROR'
+  _quiet = True
+  for name in ('absl', 'tensorflow', 'tensorflow_federated'):
+    logger = std_logging.getLogger(name)
+    if _QUIET_FILTER not in logger.filters:
+      logger.addFilter(_QUIET_FILTER)
+
+
+def _set_logs(verbose: bool) -> None:
+  """`quiet_logs()`, unless verbose: then undoes it where it can (TF's C++
+  log level is read once)."""
+  global _quiet
+  if not (verbose or _verbose_env()):
+    quiet_logs()
+    return
+  _quiet = False
+  _filtered.clear()
+
+
+@contextlib.contextmanager
+def _cpp_logs_filtered(when: str):
+  """Within: stderr (fd 2) is read, and passed on without `_CPP_LOG_LINE`s.
+
+  Only `when` ('compile', 'fork') is in `_filtered`. Yields the real
+  stderr's descriptor. Nests, and spans threads: what any thread writes
+  within is passed on, in order, when the last block ends.
+  """
+  global _capture
+  if when not in _filtered:
+    yield 2
+    return
+  with _capture_lock:
+    if _capture is None:
+      sys.stderr.flush()
+      capture = tempfile.TemporaryFile()
+      real = os.dup(2)
+      os.dup2(capture.fileno(), 2)
+      _capture = [0, real, capture]
+    _capture[0] += 1
+    real = _capture[1]
+  try:
+    yield real
+  finally:
+    with _capture_lock:
+      _capture[0] -= 1
+      if not _capture[0]:
+        _, real, capture = _capture
+        _capture = None
+        sys.stderr.flush()
+        os.dup2(real, 2)
+        os.close(real)
+        capture.seek(0)
+        kept = b''.join(line for line in capture.read().splitlines(True)
+                        if not _CPP_LOG_LINE.match(line))
+        capture.close()
+        if kept:
+          os.write(2, kept)
+
+
+def real_stderr() -> int:
+  """The process's stderr descriptor, also while `quiet_logs` reads it."""
+  with _capture_lock:
+    return _capture[1] if _capture is not None else 2
+
+
+def _quiet_compiler(context) -> None:
+  """Compiles in `_cpp_logs_filtered` (TFF runs Grappler in this process)."""
+  holders = []
+  while context is not None and len(holders) < 8:  # Through the wrappers.
+    holders += [context, getattr(context, '_async_context', None)]
+    context = getattr(context, '_context', None)
+  for holder in holders:
+    pipeline = getattr(holder, '_compiler_pipeline', None)
+    compile_fn = getattr(pipeline, '_compiler_fn', None)
+    if compile_fn is None or getattr(compile_fn, 'quiet', False):
+      continue
+
+    def quiet_compile(comp, compile_fn=compile_fn):
+      with _cpp_logs_filtered('compile'):
+        return compile_fn(comp)
+
+    quiet_compile.quiet = True
+    pipeline._compiler_fn = quiet_compile  # pylint: disable=protected-access
+
+
+def _fileno(stream):
+  """`stream`'s file descriptor (None: inherited, or none)."""
+  if stream is None or isinstance(stream, int):
+    return stream
+  try:
+    return stream.fileno()
+  except (AttributeError, OSError, ValueError):
+    return None
+
+
 class _TrackedPopen(subprocess.Popen):
   """`subprocess.Popen` that registers the process as a TFF worker of ours."""
 
   def __init__(self, *args, **kwargs):
+    # gRPC logs its fork handlers in this process as the worker forks.
+    with _cpp_logs_filtered('fork') as real:
+      self._start(real, *args, **kwargs)
+
+  def _start(self, real_stderr_fd, *args, **kwargs):
     if sys.platform.startswith('linux') and kwargs.get('preexec_fn') is None:
       # Linux delivers the parent-death signal when the *thread* that forked
       # the child exits. TFF starts its worker from the thread of its sync
@@ -143,6 +326,8 @@ class _TrackedPopen(subprocess.Popen):
           stream.fileno()
         except (AttributeError, OSError, ValueError):
           kwargs[name] = getattr(sys, f'__{name}__')
+    if real_stderr_fd != 2 and _fileno(kwargs.get('stderr')) in (None, 2):
+      kwargs['stderr'] = real_stderr_fd  # Not the capture: the real stderr.
     super().__init__(*args, **kwargs)
     self.started_by = threading.get_ident()
     with _lock:
@@ -359,6 +544,7 @@ def set_context(
     workers=None,
     timeout: float = 30.0,
     start_worker: bool = False,
+    verbose: bool = False,
 ):
   """Sets TFF's default execution context, with worker cleanup guaranteed.
 
@@ -380,6 +566,8 @@ def set_context(
     start_worker: kinds 'simulation' and 'native': start TFF's worker now, in
       the background, rather than at the first computation (it takes about a
       second to answer, which then overlaps the caller's tracing).
+    verbose: keep TF's, TFF's and absl's logs (so does `TFF_PRIV_VERBOSE=1`
+      in the environment); else `quiet_logs()`, before TF loads if it can.
 
   Returns:
     The installed context.
@@ -398,6 +586,7 @@ def set_context(
     raise ValueError(
         f'default_num_clients must be >= 0, got {default_num_clients}'
     )
+  _set_logs(verbose)  # Before TensorFlow loads, when it has not yet.
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   if (kind == 'remote') != (workers is not None):
@@ -440,11 +629,54 @@ def set_context(
     )
     if start_worker:
       _start_worker_early(context.executor_factory, default_num_clients)
+    _refusals_in_one_line(context)
     if program:
       context = tff.program.NativeFederatedContext(context)
+  _quiet_compiler(context)
   tff.framework.set_default_context(context)
   _current_kind = kind
   return context
+
+
+def _refusals_in_one_line(context) -> None:
+  """Makes `context` raise a calibrated factory's refusal of a round past its
+  plan as `plan.PlanExceededError` in one line (TFF raises it as a gRPC or
+  TF error of many lines, the message inside)."""
+  from tff_priv.aggregators import plan  # pylint: disable=g-import-not-at-top
+
+  # Weakly: the context holds `checked`, which would otherwise hold the
+  # context (a cycle only the cyclic GC frees, after TFF's worker is gone).
+  invoke_ref = weakref.WeakMethod(context.invoke)
+
+  def invoke(comp, arg):
+    return invoke_ref()(comp, arg)
+
+  def refused(e: Exception):
+    message = plan.one_line(e)
+    return None if message is None else plan.PlanExceededError(message)
+
+  if asyncio.iscoroutinefunction(context.invoke):
+
+    async def checked(comp, arg):
+      try:
+        return await invoke(comp, arg)
+      except Exception as e:  # pylint: disable=broad-except
+        error = refused(e)
+        if error is None:
+          raise
+        raise error from None
+  else:
+
+    def checked(comp, arg):
+      try:
+        return invoke(comp, arg)
+      except Exception as e:  # pylint: disable=broad-except
+        error = refused(e)
+        if error is None:
+          raise
+        raise error from None
+
+  context.invoke = checked
 
 
 def _service_manager(stack_fn):

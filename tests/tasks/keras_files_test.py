@@ -20,7 +20,7 @@ def _assert_train_py_and_python_instructions(test, message):
   (train_py,) = [l for l in lines if 'scripts/train.py' in l]
   test.assertIn('--cache_dir=DIR', train_py)
   (python,) = [l for l in lines if 'download=True' in l]
-  test.assertStartsWith(python, 'From Python (tasks.get_task')
+  test.assertStartsWith(python, 'From Python (tff_priv_tasks.get_task')
   test.assertIn('cache_dir unset', python)
 
 

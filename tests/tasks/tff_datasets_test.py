@@ -91,7 +91,7 @@ class TffDatasetsTest(tf.test.TestCase, parameterized.TestCase):
     (train_py,) = [l for l in message.splitlines() if 'scripts/train.py' in l]
     self.assertIn('--cache_dir=DIR', train_py)
     (python,) = [l for l in message.splitlines() if 'download=True' in l]
-    self.assertStartsWith(python, 'From Python (tasks.get_task')
+    self.assertStartsWith(python, 'From Python (tff_priv_tasks.get_task')
 
   def test_unknown_name(self):
     with self.assertRaisesRegex(ValueError, 'name must be one of'):

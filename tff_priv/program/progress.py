@@ -1,4 +1,9 @@
-"""A run's per-round progress on stderr (public values only)."""
+"""A run's progress on stderr (public values only): its phases, then its rounds.
+
+Phase lines (`phase`, `starting`, `Progress.first_round`,
+`Progress.evaluating`) name what the run does and its configured values
+only: nothing of the sampled clients (their count, their timings).
+"""
 
 import os
 import sys
@@ -21,16 +26,37 @@ def _terminal_size() -> os.terminal_size:
                            size.lines or _DEFAULT_SIZE.lines))
 
 
-def starting(enabled: bool, task: str, mechanism: str) -> None:
-  """One line on a terminal while the task loads and TFF traces the process.
+def phase(enabled: bool, what: str) -> None:
+  """`tff_priv: <what> ...` on stderr: what the run does until its next line."""
+  if enabled:
+    print(f'tff_priv: {what} ...', file=sys.stderr, flush=True)
 
-  (Before round 1 a run spends most of its time tracing TFF's computations,
-  with nothing else to show; a log that is not a terminal gets its first line
-  at round 1, as before.)
+
+def shows_progress(argv) -> bool:
+  """Whether a script's argv leaves `--progress` on and asks no `--help`."""
+  for arg in argv[1:]:
+    if arg in ('--help', '-h', '-?', '--helpfull', '--helpshort',
+               '--noprogress'):
+      return False
+    if arg.startswith('--progress=') and arg.split('=', 1)[1].lower() in (
+        'false', 'f', '0', 'no', 'n'):
+      return False
+  return True
+
+
+def starting(enabled: bool, task: str, mechanism: str) -> None:
+  """The phase line as the task loads; `building` follows it.
+
+  (Before round 1 a run spends most of its time loading the task and
+  tracing TFF's computations: each says so as it starts.)
   """
-  if enabled and sys.stderr.isatty():
-    print(f'building the task {task} and the {mechanism} process '
-          '(TFF traces its computations) ...', file=sys.stderr, flush=True)
+  del mechanism  # Named by `building`, once the task is loaded.
+  phase(enabled, f'loading task {task}')
+
+
+def building(enabled: bool, mechanism: str) -> None:
+  """The phase line as the mechanism's process is built (TFF traces it)."""
+  phase(enabled, f'building the {mechanism} process (TFF traces it)')
 
 
 class Progress:
@@ -38,7 +64,9 @@ class Progress:
 
   Shows public values only (the round, eps, the test accuracy of the
   released model, and the clients' training metrics where a run releases
-  them). The bar is redrawn every round.
+  them). The bar is redrawn every round; while the first round compiles
+  and while a model is evaluated its description says so (off a terminal,
+  a phase line).
 
   Args:
     enabled: show progress at all.
@@ -49,6 +77,7 @@ class Progress:
   def __init__(self, enabled: bool, total: int, initial: int):
     self._tty = sys.stderr.isatty()
     self._enabled = enabled
+    self._closed = False
     self._total = total
     self._round = initial
     size = _terminal_size() if self._tty else None
@@ -63,10 +92,30 @@ class Progress:
         mininterval=0,
     )
 
+  def first_round(self) -> None:
+    """The phase line before a session's first round (TFF compiles it first)."""
+    if self._round < self._total:
+      phase(self._enabled and not self._tty,
+            f'round {self._round + 1}/{self._total} (TFF compiles it first)')
+      self._describe(f'round {self._round + 1}: compiling')
+
+  def evaluating(self, round_num: int) -> None:
+    """Round `round_num`'s model is being evaluated (on public test data)."""
+    if self._closed:
+      return
+    phase(self._enabled and not self._tty,
+          f'round {round_num}/{self._total}: evaluating')
+    self._describe(f'round {round_num}: evaluating')
+
+  def _describe(self, what: str) -> None:
+    if self._enabled and self._tty:
+      self._bar.set_description_str(what, refresh=True)
+
   def update(self, **postfix):
     """One round done; `postfix`: the values shown (None: not shown)."""
     shown = {k: f'{v:.4g}' for k, v in postfix.items() if v is not None}
     self._round += 1
+    self._bar.set_description_str('', refresh=False)
     if self._enabled and not self._tty:
       values = ' '.join(f'{k}={v}' for k, v in shown.items())
       print(f'round {self._round}/{self._total} {values}', file=sys.stderr,
@@ -75,4 +124,5 @@ class Progress:
     self._bar.update(1)
 
   def close(self):
+    self._closed = True
     self._bar.close()
