@@ -373,9 +373,9 @@ class RunTest(_TempDirTestCase):
     charged = [(1, 0), (2, 0), (3, 0), (3, 1), (4, 0)]
     self.assertEqual(ledger.num_releases, len(charged))
     draws = sampling_lib.ClientSampling('fixed', 10, 2)
-    # The sampling seed is secret: kept in the write-ahead ledger and the
-    # checkpoints, not in anything released.
-    with open(layout.path(root, layout.PRIVACY)) as f:
+    # The sampling seed is secret: kept in the owner's secrets file and the
+    # checkpoints, not in anything released (tests/program/secrets_test.py).
+    with open(layout.path(root, layout.SECRETS)) as f:
       sampling_seed = json.load(f)['sampling_seed']
     with open(layout.path(root, layout.CONFIG)) as f:
       self.assertIsNone(json.load(f)['sampling_seed'])

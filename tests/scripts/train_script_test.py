@@ -191,7 +191,7 @@ class _MechanismRunsChecks(_TempDirMixin):
     )
     # Only a non-private run writes who took part and how long it took.
     kind = summary['sampling']['model']
-    seed = summary['parameters']['sampling_seed']
+    seed = _load_json(layout.path(root, layout.SECRETS))['sampling_seed']
     draw = sampling.ClientSampling(kind, num_clients, _K)
     if registry.unit(mechanism) is None:  # Not private.
       self.assertEqual(
@@ -339,7 +339,8 @@ class _MechanismRunsChecks(_TempDirMixin):
             0.8, sampling_probability=q, count=2)),
     )
     draw = sampling.ClientSampling('poisson', private, _K)
-    seed = summary['parameters']['sampling_seed']
+    seed = _load_json(
+        layout.path(self.dirs['smp_top_k'], layout.SECRETS))['sampling_seed']
     self.assertTrue(any(len(draw.sample_indices(seed, t)) for t in (1, 2)))
     for t, row in enumerate(rows, start=1):
       if len(draw.sample_indices(seed, t)):
@@ -561,9 +562,11 @@ class TrainSmokeTest(_TempDirMixin, tf.test.TestCase):
     self.assertNotEmpty(result.children, 'no TFF worker was seen')
     self.assertEqual(result.survivors, [], 'a TFF worker outlived its run')
     summary_path = layout.path(self.dirs['dp_fedavg'], layout.SUMMARY)
-    self.assertEqual(
-        result.stdout.strip().splitlines()[-1].split(':')[0], summary_path
-    )
+    last = result.stdout.strip().splitlines()[-1]
+    self.assertEqual(last.split(':')[0], summary_path)
+    # The final accuracy and the best with its round.
+    self.assertRegex(
+        last, r' test_accuracy=[0-9.]+ \(best [0-9.]+ at round 1\) ')
     self.assertEqual(_load_json(summary_path)['rounds_run'], 1)
 
   def test_bad_flag_in_a_subprocess_exits_2_with_one_line(self):
@@ -614,9 +617,12 @@ class TrainFlagsTest(_TempDirMixin, tf.test.TestCase):
             script, *args, f'--root_output_dir={root}'
         )
         self.assertEqual(status, 2, err)
-        lines = err.splitlines()
+        # One error line, after the phase lines of what had started.
+        lines = [l for l in err.splitlines()
+                 if not (l.startswith('tff_priv: ') and l.endswith(' ...'))]
         self.assertLen(lines, 1, err)
         self.assertStartsWith(lines[0], 'train.py: error: ')
+        self.assertStartsWith(err.splitlines()[-1], 'train.py: error: ')
         self.assertIn(message, lines[0])
         self.assertFalse(os.path.exists(root))  # Nothing created.
 

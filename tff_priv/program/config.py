@@ -67,10 +67,11 @@ class RunConfig:
       server would exceed it is left out of the round (mechanisms private
       against the server only; None: no filter).
     sampling_seed: seeds who is sampled. None (default): drawn from the
-      operating system at the first start and kept only in the checkpoints
-      and the write-ahead ledger, so that the released outputs do not tell
-      who was sampled, as the amplification by sampling assumes. Given: the
-      draws are reproducible, and whoever reads config.json knows them.
+      operating system at the first start. Either way it is kept only in
+      the checkpoints and the owner-only `secrets.json` (config.json and the
+      summary say only whether one was given), so that the published
+      outputs do not tell who was sampled, as the amplification by sampling
+      assumes. Given: the draws are reproducible by whoever knows it.
     audit_canaries: N > 0: estimate eps empirically from this run (Andrew et
       al., ICLR 2024): N canary clients whose model delta is a secret random
       direction at the clip join the rounds at the real clients' rate (under
@@ -199,12 +200,22 @@ class RunConfig:
     return dataclasses.replace(self, task_options=options, params=params)
 
   def to_dict(self) -> dict[str, Any]:
-    """JSON-ready, with the mechanism's parameters under 'params'."""
-    out = dataclasses.asdict(dataclasses.replace(self, params=None))
+    """JSON-ready and publishable, the mechanism's parameters under 'params'.
+
+    A given `sampling_seed` is written as `GIVEN_SEED`: the seed itself is
+    secret (`run_dir.write_secrets`).
+    """
+    out = dataclasses.asdict(dataclasses.replace(
+        self, params=None,
+        sampling_seed=None if self.sampling_seed is None else GIVEN_SEED))
     out['params'] = registry.to_dict(
         registry.config(self.mechanism, self.params)
     )
     return out
+
+
+# What config.json and the summary hold for a given sampling_seed.
+GIVEN_SEED = 'given (kept in secrets.json)'
 
 
 def _with_defaults(found: dict[str, Any]) -> dict[str, Any]:
@@ -225,6 +236,9 @@ def _with_defaults(found: dict[str, Any]) -> dict[str, Any]:
       },
       **found,
   }
+  if isinstance(found.get('sampling_seed'), int):
+    # Written by a version that published the seed.
+    found['sampling_seed'] = GIVEN_SEED
   mechanism, params = found.get('mechanism'), found.get('params')
   if mechanism not in registry.MECHANISMS or not isinstance(params, dict):
     return found

@@ -17,7 +17,8 @@ def finite_or_str(x: Any) -> Any:
   return x
 
 
-def write_json(path: str, value: Any, durable: bool = False) -> None:
+def write_json(path: str, value: Any, durable: bool = False,
+               owner_only: bool = False) -> None:
   """Writes `value` to `path` atomically (a reader sees the old or the new file).
 
   Args:
@@ -25,10 +26,16 @@ def write_json(path: str, value: Any, durable: bool = False) -> None:
     value: a JSON-serialisable structure (non-finite floats become strings).
     durable: the file and its directory entry are on disk before this
       returns (fsync), as a write-ahead record must be.
+    owner_only: the file is readable by its owner alone (mode 0600) from
+      its creation on.
   """
   tmp = f'{path}.tmp{os.getpid()}'
+  mode = 0o600 if owner_only else 0o666  # 0666: the umask applies.
   try:
-    with open(tmp, 'w') as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    if owner_only:
+      os.fchmod(fd, 0o600)  # A leftover temporary file keeps its mode.
+    with os.fdopen(fd, 'w') as f:
       json.dump(finite_or_str(value), f, indent=2, sort_keys=True)
       f.write('\n')
       if durable:

@@ -15,6 +15,18 @@ One place for the file and column names that `training.py` writes and
     final_model.npz     the released global model's weights, with summary.json
     privacy_ledger.json the ledgers after the last charged round, written
                         (durably) before anything of that round is released
+    secrets.json        the sampling and canary seeds (owner-only, mode 0600)
+
+A restart of the model (`restart_model`) appends: the CSVs keep the earlier
+rows, the new model's round t is written as round `round_offset` + t (the
+directory's rounds continue; `round_offset` is in its session's entry of the
+summary's and the ledger's `sessions`), the `session` column says which
+session (1 = the first, in `sessions`' order) wrote a row, and the earlier
+model's initial_model.npz, final_model.npz and summary.json are kept aside as
+`<name>.before_restart.<n>` (as its checkpoints are).
+
+Secret: `checkpoints/` (the program state: seeds, noise state; mode 0700) and
+`secrets.json`. Everything else may be published (`is_secret`).
 """
 
 import os
@@ -33,10 +45,14 @@ PRIVACY = 'privacy_ledger.json'
 PENDING_RELEASE = 'pending_release.json'
 # Held (flock) by the run using the directory; holds its pid.
 LOCK = '.lock'
+# The seeds of who is sampled and of the canaries: the owner's alone.
+SECRETS = 'secrets.json'
 CHECKPOINT_PREFIX = 'program_state_'
 
 # Columns both CSV files have (the key first).
 ROUND = 'round'
+# Which session wrote the row: 1-based, in the order of `sessions`.
+SESSION = 'session'
 # The eps an analyst who sees the released models faces (RDP accountant).
 RDP_EPSILON = 'rdp_epsilon'
 # The worst client's eps against the server (mechanisms private against it).
@@ -47,6 +63,15 @@ TEST_LOSS = 'test_loss'
 
 CONFIG_FORMAT = 'tff_priv.program.RunConfig/2'
 SUMMARY_FORMAT = 'tff_priv.program.Summary/2'
+
+
+def is_secret(name: str) -> bool:
+  """Whether a run directory's top-level entry `name` must stay private.
+
+  The checkpoints (also when set aside, `checkpoints.before_restart.<n>`)
+  and the secrets file.
+  """
+  return name in (CHECKPOINTS, SECRETS) or name.startswith(CHECKPOINTS + '.')
 
 
 def path(root_output_dir: str, name: str) -> str:

@@ -1,4 +1,4 @@
-"""A run directory's lock and its write-ahead ledger file (`layout.PRIVACY`)."""
+"""A run directory's lock, its write-ahead ledger file and its secrets file."""
 
 import fcntl
 import json
@@ -42,8 +42,9 @@ def release_locks() -> None:
     _held_locks.pop().close()  # Closing the file releases its flock.
 
 
-# The fields every write-ahead record has (`training._Run.charge`).
-_RECORD_FIELDS = ('round', 'sampling_seed', 'privacy')
+# The fields every write-ahead record has (`training._Run.charge`). It holds
+# no seed: the file may be published (the seeds are in `layout.SECRETS`).
+_RECORD_FIELDS = ('round', 'privacy')
 
 
 def read_privacy(root_output_dir: str) -> Optional[dict[str, Any]]:
@@ -109,3 +110,32 @@ def take_pending(root_output_dir: str) -> Optional[dict[str, Any]]:
     record = None  # Written atomically: only a damaged disk gets here.
   os.remove(path)
   return record
+
+
+def write_secrets(root_output_dir: str, secrets: dict[str, Any]) -> None:
+  """Writes the run's seeds, readable by the owner alone, durably."""
+  files.write_json(layout.path(root_output_dir, layout.SECRETS), secrets,
+                   durable=True, owner_only=True)
+
+
+def read_secrets(root_output_dir: str) -> Optional[dict[str, Any]]:
+  """The seeds `write_secrets` wrote (None: no such file, or unreadable)."""
+  try:
+    with open(layout.path(root_output_dir, layout.SECRETS)) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def check_sampling_seed(root_output_dir: str, sampling_seed: Optional[int]):
+  """Refuses a given sampling_seed other than the one the run started with.
+
+  Raises:
+    ConfigError: one line (the seed itself is not named).
+  """
+  started = (read_secrets(root_output_dir) or {}).get('sampling_seed')
+  if sampling_seed is not None and started not in (None, sampling_seed):
+    raise config_lib.ConfigError(
+        f'{root_output_dir} holds a run of another sampling_seed (kept in '
+        f'{layout.SECRETS}); use another root_output_dir or the same seed'
+    )

@@ -175,6 +175,9 @@ class IntactStateManager(tff.program.FileProgramStateManager):
         line naming the checkpoint folder (TF's own errors are many lines).
     """
     try:
+      # The program state holds the seeds and the noise state: the owner's.
+      os.makedirs(self._root_dir, mode=0o700, exist_ok=True)
+      os.chmod(self._root_dir, 0o700)
       await super().save(program_state, version)
     except Exception as e:  # pylint: disable=broad-except
       remove_temporary_states(self._root_dir)

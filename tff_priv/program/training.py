@@ -199,7 +199,8 @@ def run(
     restart_model: train a new model from round 0 in a directory whose
       ledger holds charges (needed when no checkpoint is readable; readable
       ones are set aside, unread): every earlier charge stays, and a target
-      epsilon calibrates the new rounds to the budget left.
+      epsilon calibrates the new rounds to the budget left. Its rows follow
+      the earlier ones in the CSVs, which keep them (`layout`).
 
   Sets the global Python, NumPy and TensorFlow seeds to `config.seed`
   (`tf.keras.utils.set_random_seed`) before building the model. Runs in the
@@ -268,7 +269,8 @@ class _Setup:
   context: Any = None  # The mechanism's `BuildContext` (to rebuild it).
 
 
-def _setup(config: RunConfig, cache_dir: Optional[str]) -> _Setup:
+def _setup(config: RunConfig, cache_dir: Optional[str],
+           progress: bool = False) -> _Setup:
   """The task, the client sampling and the mechanism, or a ConfigError."""
   tf.keras.utils.set_random_seed(config.seed)
   task = _build_task(config, cache_dir)
@@ -347,6 +349,7 @@ def _setup(config: RunConfig, cache_dir: Optional[str]) -> _Setup:
         ]))),
         metrics_aggregator=dp_metrics,
     )
+    progress_lib.building(progress, config.mechanism)
     mechanism = registry.build(config.mechanism, config.params, context)
     if (config.client_lr_decay != 1.0
         and mechanism.process.get_hparams is None):
@@ -395,6 +398,11 @@ def _same_stream(recorded, built) -> bool:
   return True
 
 
+def _round_offset(sessions) -> int:
+  """The `round_offset` of the last of `sessions` (0: none, or none given)."""
+  return int(sessions[-1].get('round_offset', 0)) if sessions else 0
+
+
 class _Run:
   """One session of a run: its state between rounds, and one round."""
 
@@ -408,6 +416,11 @@ class _Run:
     # Rounds up to this one were released before this session and run
     # again: their clients are drawn with fresh coins (`sampling`).
     self.redraw_until = 0
+    # The directory's round before this model's round 1: a restarted model's
+    # rows go after the earlier ones (`layout`); the earlier model's, when
+    # this session restarts it (its pending rows are released at its rounds).
+    self.round_offset = 0
+    self.earlier_offset = None
     self.mechanism = setup.mechanism
     self.process = setup.mechanism.process
     self.delta = self.mechanism.config.delta
@@ -434,6 +447,7 @@ class _Run:
     self.last_eval_round = None
     self.test = None
     self.rows = None  # The last round's rows, as `releases.pending` keeps them.
+    self.on_evaluation = lambda round_num: None  # The progress bar's.
 
   def next_event(self, train_state):
     """The event a round charges: the factory's, composed with the 'dp'
@@ -452,8 +466,11 @@ class _Run:
   def evaluate(self, state: state_lib.ProgramState,
                last: bool) -> Optional[dict[str, float]]:
     """The hooks' metrics of `state`'s model on public data (None: none due)."""
-    weights = functools.cache(
-        lambda: self.process.get_model_weights(state.train_state))
+    def read():  # Read by a hook that evaluates now.
+      self.on_evaluation(state.round_num)
+      return self.process.get_model_weights(state.train_state)
+
+    weights = functools.cache(read)
     metrics = {}
     for hook in self.hooks:
       metrics.update(hook.evaluate(state.round_num, weights, last) or {})
@@ -511,6 +528,7 @@ class _Run:
       if moved:
         print(f'tff_priv: {checkpoints} set aside as {moved}; training a new '
               'model', file=sys.stderr)
+      self._rows_after(written)
       loaded, version = None, None
     if loaded is None:
       if charged and not self.restart_model:
@@ -524,6 +542,15 @@ class _Run:
         )
       return await self._start(written_privacy)
     return self._resume(loaded, version, written, written_privacy)
+
+  def _rows_after(self, written) -> None:
+    """A restarted model's rows go after every row and charged round of the
+    directory (`layout`): sets `round_offset`."""
+    last = 0
+    if written is not None:
+      self.earlier_offset = _round_offset(written.get('sessions', []))
+      last = self.earlier_offset + written['round']
+    self.round_offset = max(last, releases_lib.last_round(self.root))
 
   def _check_ledger_file(self, loaded, version, written_privacy) -> None:
     """Refuses a ledger file missing or older than checkpoint `version`'s."""
@@ -574,6 +601,13 @@ class _Run:
       # A new model in a directory with charges: with a given sampling_seed
       # its rounds would repeat the earlier model's draws.
       self.redraw_until = self.config.total_rounds
+    # Before the checkpoint that holds them: the owner's copy of the seeds
+    # (no other file the run writes holds them; a restarted model's earlier
+    # seeds stay in its checkpoints, set aside).
+    run_dir.write_secrets(self.root, {
+        'sampling_seed': sampling_seed,
+        'canary_seed': canary_seed if self.config.audit_canaries else None,
+    })
     train_state = self.recalibrate(0, self.state.train_state)
     self.state = dataclasses.replace(
         self.state, train_state=train_state, sampling_seed=sampling_seed,
@@ -582,6 +616,10 @@ class _Run:
             2 * self.config.audit_canaries, -1.0)}
            if self.config.audit_canaries else {}),
     )
+    if self.restart_model:
+      # The earlier model's files stay, kept aside (`layout`).
+      for name in (layout.INITIAL_MODEL, layout.FINAL_MODEL, layout.SUMMARY):
+        run_dir.set_aside(layout.path(self.root, name), 'before_restart')
     # The model every run of this seed starts from (public: a function of
     # the configuration), for comparisons with the final model.
     model_io.write_model(
@@ -607,6 +645,8 @@ class _Run:
         )
       self.privacy = written_privacy
     ledger_sessions = self.state.sessions
+    # The checkpoint's last session is of its model: its rows' offset.
+    self.round_offset = _round_offset(loaded.sessions)
     # Its progress, seeds and wall time; its sessions those of the ledger
     # file (a later session may have charged rounds it never checkpointed),
     # or, for a run older than sessions in the ledger file, its own.
@@ -687,6 +727,8 @@ class _Run:
       entry['noise_multiplier'] = noise
     if self.restart_model:
       entry['restarted_model'] = True
+    if self.round_offset:
+      entry['round_offset'] = self.round_offset
     if self.mechanism.stream is not None:
       entry['stream'] = self.mechanism.stream
     return entry
@@ -879,8 +921,6 @@ class _Run:
         'round': state.round_num,
         'released_after_its_checkpoint': saving,
         'sessions': list(state.sessions),
-        'sampling_seed': state.sampling_seed,
-        **({'canary_seed': state.canary_seed} if self.canary_hook else {}),
         'privacy': json.loads(self.privacy.to_json()),
     })
 
@@ -904,7 +944,11 @@ class _Run:
     state = dataclasses.replace(
         state, uplink_bytes=state.uplink_bytes + round_bytes
     )
-    row = collections.OrderedDict([(layout.RDP_EPSILON, eps)])
+    # Which session wrote it (public: how often the directory was started).
+    session = len(state.sessions)
+    csv_round = self.round_offset + round_num  # The directory's round.
+    row = collections.OrderedDict([(layout.SESSION, session),
+                                   (layout.RDP_EPSILON, eps)])
     if server_eps is not None:
       row[layout.SERVER_EPSILON] = server_eps
     row.update([('delta', self.delta), ('uplink_bytes', round_bytes)])
@@ -916,7 +960,7 @@ class _Run:
       ])
     if metrics is not None:
       row.update(metrics)
-    releases = [self.releases.train(row, round_num)]
+    releases = [self.releases.train(row, csv_round)]
     eval_row = None
     evaluated = self.evaluate(state, done)
     if evaluated is not None:
@@ -930,12 +974,13 @@ class _Run:
             state, best_test_accuracy=self.last_accuracy, best_round=round_num
         )
       eval_row = collections.OrderedDict([
+          (layout.SESSION, session),
           (layout.TEST_ACCURACY, self.last_accuracy),
           (layout.TEST_LOSS, self.test.get('loss')),
           (layout.RDP_EPSILON, eps),
           ('eval', self.test),
       ])
-      releases.append(self.releases.eval(eval_row, round_num))
+      releases.append(self.releases.eval(eval_row, csv_round))
     self.rows = self.releases.pending(row, eval_row)
     return state, releases
 
@@ -944,11 +989,18 @@ class _Run:
     written before its release and a stop came before that release
     (released again, the same public values, if it came after)."""
     pending = run_dir.take_pending(self.root)
-    if pending is None or pending.get('round') != start_round:
-      return  # None, or a round run again now.
-    releases = [self.releases.train(pending['train'], start_round)]
+    if pending is None:
+      return
+    if self.earlier_offset is not None:
+      # The restarted model's last checkpointed round: kept, at its round.
+      key = self.earlier_offset + pending['round']
+    elif pending.get('round') == start_round:
+      key = self.round_offset + start_round
+    else:
+      return  # A round run again now.
+    releases = [self.releases.train(pending['train'], key)]
     if pending.get('eval') is not None:
-      releases.append(self.releases.eval(pending['eval'], start_round))
+      releases.append(self.releases.eval(pending['eval'], key))
     await asyncio.gather(*releases)
 
   def progress(self, bar, metrics) -> None:
@@ -984,7 +1036,8 @@ class _Run:
         best_accuracy=(state.best_test_accuracy
                        if state.best_test_accuracy != state_lib.NO_ACCURACY
                        else None),
-        best_round=state.best_round,
+        best_round=self.round_offset + state.best_round,
+        round_offset=self.round_offset,
         uplink_bytes=state.uplink_bytes,
         wall_seconds=state.wall_seconds + time.monotonic() - self.session_start,
         sessions=list(state.sessions),
@@ -1004,9 +1057,10 @@ async def _run(config, root_output_dir, last_round, *, checkpoint_every,
   # Refuse another run's directory first; create it only once the task and
   # the mechanism are known to build (a refused run leaves nothing behind).
   prepare_output_dir(root_output_dir, config, write=False)
+  run_dir.check_sampling_seed(root_output_dir, config.sampling_seed)
   run_dir.read_privacy(root_output_dir)  # A damaged ledger: refused now.
   progress_lib.starting(progress, config.task, config.mechanism)
-  setup = _setup(config, cache_dir)
+  setup = _setup(config, cache_dir, progress)
   prepare_output_dir(root_output_dir, config)
   run_dir.lock(root_output_dir)
   this = _Run(config, setup, root_output_dir, keep_checkpoints,
@@ -1027,6 +1081,8 @@ async def _run(config, root_output_dir, last_round, *, checkpoint_every,
       this.process.initialize() if start_round else state.train_state
   )
   bar = progress_lib.Progress(progress, config.total_rounds, start_round)
+  this.on_evaluation = bar.evaluating
+  bar.first_round()
   done = this.finished(state)
   try:
     while not done:
