@@ -70,3 +70,13 @@ def one_of(name: str, value, choices):
   if value not in choices:
     raise ValueError(f'{name} must be one of {tuple(choices)}, got {value!r}')
   return value
+
+
+def population_and_k(population: int, clients_per_round: int
+                    ) -> tuple[int, int]:
+  """(N, K): ints with 1 <= K <= N, or ValueError naming them."""
+  population = int_at_least('population', population, 1)
+  k = int_at_least('clients_per_round', clients_per_round, 1)
+  if k > population:
+    raise ValueError(f'clients_per_round={k} exceeds population={population}')
+  return population, k

@@ -169,7 +169,8 @@ def plan_bands(
                   validation.positive('noise_multiplier', z), scores)
 
 
-class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
+class BandMFFactory(plan_lib.Planned,
+                    tff.aggregators.UnweightedAggregationFactory):
   """Clipped mean plus banded-Toeplitz-correlated Gaussian noise.
 
   Args:
@@ -247,11 +248,6 @@ class BandMFFactory(tff.aggregators.UnweightedAggregationFactory):
     return cls(plan.noise_multiplier, clients_per_round, clip,
                list(plan.coefs), plan.sampling_probability,
                planned_rounds=planned_rounds)
-
-  @property
-  def planned_rounds(self) -> Optional[int]:
-    """T of a calibrated factory (round T+1 is refused); None: no plan."""
-    return self._planned
 
   @property
   def guarantee(self) -> guarantees.Guarantee:

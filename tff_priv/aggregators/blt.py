@@ -173,7 +173,8 @@ def plan_streams(
 round_seed = correlated_noise.round_seed
 
 
-class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
+class BLTFactory(plan_lib.Planned,
+                 tff.aggregators.UnweightedAggregationFactory):
   """Clipped mean plus BLT-correlated Gaussian noise (DP-FTRL).
 
   Args:
@@ -273,11 +274,6 @@ class BLTFactory(tff.aggregators.UnweightedAggregationFactory):
         plan.rounds_per_stream, plan.max_participations, plan.min_sep,
         planned_rounds=planned_rounds,
     )
-
-  @property
-  def planned_rounds(self) -> Optional[int]:
-    """T of a calibrated factory (round T+1 is refused); None: no plan."""
-    return self._planned
 
   @property
   def guarantee(self) -> guarantees.Guarantee:

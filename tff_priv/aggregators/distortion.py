@@ -120,7 +120,8 @@ class TVNoise(udp.NoiseSource):
     return sigma, state, measurements
 
 
-class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
+class DistortionFactory(plan_lib.Planned,
+                        tff.aggregators.UnweightedAggregationFactory):
   """Clip (optional), distortion N(0, sigma_e^2 I) on each upload, plain mean.
 
   UNWEIGHTED: every client's distorted upload counts the same. Use it with
@@ -245,11 +246,6 @@ class DistortionFactory(tff.aggregators.UnweightedAggregationFactory):
     return cls(noise_stddev=noise_stddev,
                parameter_variance=parameter_variance, clip=clip,
                planned_rounds=total_rounds)
-
-  @property
-  def planned_rounds(self) -> Optional[int]:
-    """T of a calibrated factory (round T+1 is refused); None: no plan."""
-    return self._planned
 
   @property
   def clip(self) -> Optional[float]:

@@ -32,10 +32,7 @@ def calibrated(
   `PrivacyLedger` of earlier rounds, met together with the `total_rounds`
   rounds added (a plan extended).
   """
-  population = validation.int_at_least('population', population, 1)
-  k = validation.int_at_least('clients_per_round', clients_per_round, 1)
-  if k > population:
-    raise ValueError(f'clients_per_round={k} exceeds population={population}')
+  population, k = validation.population_and_k(population, clients_per_round)
   clip = validation.positive('clip', clip)
   z = calibration.calibrate_noise_multiplier(
       epsilon, delta, total_rounds, sampling_probability=k / population,

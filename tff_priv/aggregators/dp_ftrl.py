@@ -99,7 +99,8 @@ def tree_event(noise_multiplier: float, rounds_per_tree: int):
   )
 
 
-class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
+class TreeRestartFactory(plan_lib.Planned,
+                         tff.aggregators.UnweightedAggregationFactory):
   """TFF's tree-aggregation DP factory restarted every `rounds_per_tree` rounds.
 
   Args:
@@ -151,21 +152,13 @@ class TreeRestartFactory(tff.aggregators.UnweightedAggregationFactory):
     is refused (`plan`). `spent`: a `PrivacyLedger` of earlier rounds, met
     together with the `total_rounds` rounds added (a plan extended).
     """
-    population = validation.int_at_least('population', population, 1)
-    k = validation.int_at_least('clients_per_round', clients_per_round, 1)
-    if k > population:
-      raise ValueError(f'clients_per_round={k} exceeds population='
-                       f'{population}')
+    population, k = validation.population_and_k(population,
+                                                clients_per_round)
     total_rounds = validation.int_at_least('total_rounds', total_rounds, 1)
     rounds_per_tree = population // k
     z = tree_noise(epsilon, delta, total_rounds, rounds_per_tree,
                    spent=calibration.Spent.of(spent))
     return cls(z, k, clip, rounds_per_tree, planned_rounds=total_rounds)
-
-  @property
-  def planned_rounds(self) -> Optional[int]:
-    """T of a calibrated factory (round T+1 is refused); None: no plan."""
-    return self._planned
 
   @property
   def guarantee(self) -> guarantees.Guarantee:

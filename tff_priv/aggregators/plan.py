@@ -68,6 +68,17 @@ def one_line(error: BaseException) -> Optional[str]:
   return found.group(1).strip() if found else None
 
 
+class Planned:
+  """The `planned_rounds` property of a factory that may carry a plan."""
+
+  _planned: Optional[int] = None
+
+  @property
+  def planned_rounds(self) -> Optional[int]:
+    """T of a calibrated factory (round T+1 is refused); None: no plan."""
+    return self._planned
+
+
 class PlanState(NamedTuple):
   """`PlannedFactory`'s state: the inner one, rounds done, the plan."""
 
@@ -92,7 +103,7 @@ def planned_factory(inner_factory, planned_rounds: int, name: str):
   return _PlannedUnweighted(inner_factory, planned_rounds, name)
 
 
-class _Planned:
+class _PlannedInner:
   """The process of `planned_factory`."""
 
   def __init__(self, inner_factory, planned_rounds: int, name: str):
@@ -151,14 +162,15 @@ class _Planned:
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-class _PlannedUnweighted(_Planned,
+class _PlannedUnweighted(_PlannedInner,
                          tff.aggregators.UnweightedAggregationFactory):
 
   def create(self, value_type):
-    return _Planned.create(self, value_type)
+    return _PlannedInner.create(self, value_type)
 
 
-class _PlannedWeighted(_Planned, tff.aggregators.WeightedAggregationFactory):
+class _PlannedWeighted(_PlannedInner,
+                       tff.aggregators.WeightedAggregationFactory):
 
   def create(self, value_type, weight_type):
-    return _Planned.create(self, value_type, weight_type)
+    return _PlannedInner.create(self, value_type, weight_type)

@@ -123,7 +123,8 @@ def _with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
   )
 
 
-class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
+class SparsifiedSecureSumFactory(plan_lib.Planned,
+                                 tff.aggregators.UnweightedAggregationFactory):
   """Fed-SMP aggregation: shared rand_k/top_k mask, clip, client noise, secure sum.
 
   Unweighted: every client's clipped update counts alike and the sum is divided
@@ -333,21 +334,13 @@ class SparsifiedSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
     plan extended). `kwargs`: the constructor's other arguments (`mask`,
     `secure`, ...).
     """
-    population = validation.int_at_least('population', population, 1)
-    k = validation.int_at_least('clients_per_round', clients_per_round, 1)
-    if k > population:
-      raise ValueError(f'clients_per_round={k} exceeds population='
-                       f'{population}')
+    population, k = validation.population_and_k(population,
+                                                clients_per_round)
     z = calibration.calibrate_noise_multiplier(
         epsilon, delta, total_rounds, sampling_probability=k / population,
         spent=calibration.Spent.of(spent))
     return cls(z, clip, compression, k, planned_rounds=total_rounds,
                **kwargs)
-
-  @property
-  def planned_rounds(self) -> Optional[int]:
-    """T of a calibrated factory (round T+1 is refused); None: no plan."""
-    return self._planned
 
   @property
   def clip(self) -> float:
