@@ -165,69 +165,16 @@ class PrivacyLedger:
         in `epsilon`).
       TypeError: a whole learning-process state instead of its `aggregator`.
     """
-    measurements = None
-    if hasattr(aggregator_state, 'state') and hasattr(aggregator_state,
-                                                      'metrics'):
-      # The round's whole output: its aggregator's measurements are checked
-      # too (an exact client statistic among them is refused).
-      measurements = aggregator_state.metrics.get('aggregator')
-      aggregator_state = getattr(aggregator_state.state, 'aggregator',
-                                 aggregator_state.state)
-    if hasattr(aggregator_state, 'global_model_weights') and hasattr(
-        aggregator_state, 'aggregator'
-    ):
-      raise TypeError(
-          'record_round takes the round\'s output or the aggregator\'s '
-          'state: pass output or output.state.aggregator, not output.state'
-      )
-    wrapped_states.check_no_debug_measurements(measurements)
-    past = guarantees.past_plan(aggregator_state)
-    if past is not None:
-      raise ValueError(
-          f'the state is at round {past[0]} of a factory calibrated for '
-          f'{past[1]} rounds: its plan was exceeded (see '
-          'tff_priv.aggregators.plan to extend a plan explicitly)'
-      )
+    aggregator_state = _checked_state(aggregator_state)
     sampling = sampling_lib.Sampling.of(
         sampling,
         sampling_probability=sampling_probability,
         population=population,
         sample_size=sample_size,
     )
-    # Inside TFF's wrappers too: the stream's event is what gets charged.
-    stream = guarantees.stream_factory_of_state(
-        wrapped_states.unwrap(aggregator_state)[0])
-    if stream is not None and sampling.kind != 'none':
-      if stream == 'BandMFFactory':
-        raise ValueError(
-            'BandMFFactory\'s event already holds its sampling (q within '
-            'its cyclic groups): call record_round(state) without sampling '
-            'arguments, and draw the clients with '
-            'tff_priv.program.BandSampler'
-        )
-      raise ValueError(
-          f'{stream} claims no amplification by sampling: its event holds '
-          'for each client at most once per stream (or the (k, b) schedule '
-          'it was built for) whoever is sampled; call record_round(state) '
-          'without sampling arguments, and draw the clients with '
-          'tff_priv.program.StreamSampler'
-      )
-    try:
-      known = guarantees.relation_of_state(aggregator_state)
-    except TypeError:
-      if neighboring_relation is None:
-        raise
-      known = None
-    if neighboring_relation is None:
-      neighboring_relation = known
-    elif known is not None and neighboring_relation != known:
-      raise ValueError(
-          f'neighboring_relation={neighboring_relation!r} contradicts the '
-          f"state's event, which holds under {known}: omit "
-          'neighboring_relation (the sampling reads the event in the relation '
-          'it needs: Poisson add-or-remove-one, population/sample_size '
-          'replace-one)'
-      )
+    _refuse_sampling_of_a_stream(aggregator_state, sampling)
+    neighboring_relation = _state_relation(aggregator_state,
+                                           neighboring_relation)
     event = guarantees.sampled_event(
         guarantees.extract_dp_event(aggregator_state),
         neighboring_relation,
@@ -411,6 +358,80 @@ class PrivacyLedger:
           "accountant='rdp'"
       )
     return self._make(accountant).compose(self.dp_event())
+
+
+def _checked_state(aggregator_state):
+  """The aggregator state of a round's output (or the state itself), after
+  the refusals that do not depend on the sampling: debug measurements in
+  the output, a whole learning state, a plan exceeded."""
+  measurements = None
+  if hasattr(aggregator_state, 'state') and hasattr(aggregator_state,
+                                                    'metrics'):
+    # The round's whole output: its aggregator's measurements are checked
+    # too (an exact client statistic among them is refused).
+    measurements = aggregator_state.metrics.get('aggregator')
+    aggregator_state = getattr(aggregator_state.state, 'aggregator',
+                               aggregator_state.state)
+  if hasattr(aggregator_state, 'global_model_weights') and hasattr(
+      aggregator_state, 'aggregator'
+  ):
+    raise TypeError(
+        'record_round takes the round\'s output or the aggregator\'s '
+        'state: pass output or output.state.aggregator, not output.state'
+    )
+  wrapped_states.check_no_debug_measurements(measurements)
+  past = guarantees.past_plan(aggregator_state)
+  if past is not None:
+    raise ValueError(
+        f'the state is at round {past[0]} of a factory calibrated for '
+        f'{past[1]} rounds: its plan was exceeded (see '
+        'tff_priv.aggregators.plan to extend a plan explicitly)'
+    )
+  return aggregator_state
+
+
+def _refuse_sampling_of_a_stream(aggregator_state, sampling) -> None:
+  """A stream's event (BLT, the tree, BandMF) takes no sampling arguments."""
+  # Inside TFF's wrappers too: the stream's event is what gets charged.
+  stream = guarantees.stream_factory_of_state(
+      wrapped_states.unwrap(aggregator_state)[0])
+  if stream is None or sampling.kind == 'none':
+    return
+  if stream == 'BandMFFactory':
+    raise ValueError(
+        'BandMFFactory\'s event already holds its sampling (q within '
+        'its cyclic groups): call record_round(state) without sampling '
+        'arguments, and draw the clients with '
+        'tff_priv.program.BandSampler'
+    )
+  raise ValueError(
+      f'{stream} claims no amplification by sampling: its event holds '
+      'for each client at most once per stream (or the (k, b) schedule '
+      'it was built for) whoever is sampled; call record_round(state) '
+      'without sampling arguments, and draw the clients with '
+      'tff_priv.program.StreamSampler'
+  )
+
+
+def _state_relation(aggregator_state, given: Optional[str]) -> Optional[str]:
+  """The relation of the state's event: the known one, or `given` (checked)."""
+  try:
+    known = guarantees.relation_of_state(aggregator_state)
+  except TypeError:
+    if given is None:
+      raise
+    known = None
+  if given is None:
+    return known
+  if known is not None and given != known:
+    raise ValueError(
+        f'neighboring_relation={given!r} contradicts the '
+        f"state's event, which holds under {known}: omit "
+        'neighboring_relation (the sampling reads the event in the relation '
+        'it needs: Poisson add-or-remove-one, population/sample_size '
+        'replace-one)'
+    )
+  return given
 
 
 def encode_event(value):
