@@ -210,6 +210,17 @@ class TrainModelAccountingTest(tf.test.TestCase):
     self.assertEqual(released.values(), {})
     self.assertEqual(accounting.rounds, 0)
 
+  def test_public_metrics_refuses_debug_measurements_on_its_own(self):
+    # Without should_discard_round (which refuses them first), the filter
+    # refuses them too rather than drop them silently.
+    accounting = tma.TrainModelAccounting(tempfile.mkdtemp(), population=_N,
+                                          clients_per_round=_K)
+    released = tff.program.MemoryReleaseManager()
+    metrics = {'aggregator': {'average_client_norm': 0.3, 'dp': ()}}
+    with self.assertRaisesRegex(ValueError, 'average_client_norm'):
+      asyncio.run(accounting.public_metrics(released).release(metrics, 1))
+    self.assertEqual(released.values(), {})
+
   @pytest.mark.slow
   def test_a_k_other_than_the_draws_is_refused_before_any_round(self):
     # TrainModelAccounting(clients_per_round=2) with train_per_round_clients

@@ -36,7 +36,8 @@ _WRAPPERS = (
     ('zeroing_norm', 'zeroed_count', 'zeroing'),
     ('clipping_norm', 'clipped_count', 'clipping'),
 )
-_DEBUG = ('average_client_norm', 'std_dev_client_norm')
+# `tff.learning.add_debug_measurements`' exact client statistics.
+DEBUG_MEASUREMENTS = ('average_client_norm', 'std_dev_client_norm')
 
 
 class UnnoisedWrapperError(ValueError):
@@ -139,7 +140,7 @@ def check_no_debug_measurements(measurements: Any) -> None:
   while todo:
     value = todo.pop()
     if isinstance(value, Mapping):
-      found += [k for k in _DEBUG if k in value]
+      found += [k for k in DEBUG_MEASUREMENTS if k in value]
       todo += list(value.values())
   if found:
     raise UnnoisedWrapperError(

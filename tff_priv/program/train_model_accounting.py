@@ -851,13 +851,17 @@ class TrainModelAccounting:
     (another process part's measurements) is dropped. A round whose
     aggregator measurements hold an exact client statistic tff_priv cannot
     drop (TFF's debug measurements), or one it does not know, is refused by
-    `should_discard_round`, before any release.
+    `should_discard_round`, before any release; debug measurements are also
+    refused here (`wrapped_states.UnnoisedWrapperError`).
     """
     charged = self._client_metrics is not None
 
     def public(path) -> bool:
       if not path:
         return False
+      if path[-1] in wrapped_states.DEBUG_MEASUREMENTS:
+        # Refused, also where should_discard_round did not see the round.
+        wrapped_states.check_no_debug_measurements({path[-1]: None})
       if path[0] == 'aggregator':
         return tuple(path[1:]) in self._public_aggregator_paths
       return (charged and path[0] == 'model_metrics' and len(path) == 2
