@@ -722,9 +722,11 @@ class DpClientMetricsRunTest(_TempDirTestCase):
     self.assertEqual(ledger.num_releases, rounds)
     rows = _rows(layout.path(root, layout.TRAIN_CSV))
     self.assertLen(rows, rounds)
-    # Every column: public (the round, eps, delta, the configured uplink),
-    # the model's charged DP query metrics, or the charged noised metrics.
-    public = {layout.ROUND, layout.RDP_EPSILON, 'delta', 'uplink_bytes'}
+    # Every column: public (the round, the session, eps, delta, the
+    # configured uplink), the model's charged DP query metrics, or the
+    # charged noised metrics.
+    public = {layout.ROUND, layout.SESSION, layout.RDP_EPSILON, 'delta',
+              'uplink_bytes'}
     charged = tuple(
         f'client_work/train/{k}'
         for k in (client_metrics.DP_LOSS, client_metrics.DP_ACCURACY,
