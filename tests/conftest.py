@@ -15,3 +15,41 @@ def tff_runtime():
   runtime.set_context('simulation')
   yield
   runtime.stop_workers()
+
+
+# The heaviest test classes (or modules) of the slow lane, in seconds as
+# measured (`scripts/test.sh --slow --durations=0`): run first, so that the
+# two processes of `--dist loadscope` end together rather than one waiting
+# on a long class started last. Only the order depends on these numbers.
+_HEAVY_SCOPES = {
+    'tests/readme_test.py::ReadmeTest': 400,
+    'tests/scripts/train_script_test.py::TrainScriptTest': 150,
+    'tests/program/resume_test.py::ResumeTest': 300,
+    'tests/scripts/audit_script_test.py::AuditScriptTest': 150,
+    'tests/examples_test.py::ExamplesTest': 150,
+    'tests/program/canary_audit_test.py::CanaryAuditTest': 110,
+    'tests/scripts/train_remote_test.py::TrainRemoteTest': 100,
+    'tests/scripts/train_faults_test.py::TrainFaultsTest': 100,
+    'tests/scripts/train_interruptions_test.py::CentralNoiseKillResumeTest': 50,
+    'tests/program/training_test.py': 100,
+    'tests/scripts/smp_experiments_script_test.py::SmpExperimentsScriptTest': 90,
+    'tests/program/train_model_accounting_test.py::TrainModelKilledTest': 90,
+    'tests/program/canary_audit_test.py::CanaryExamplesRunTest': 75,
+    'tests/scripts/utility_loss_script_test.py::UtilityLossScriptTest': 75,
+    'tests/scripts/train_script_test.py::InProcessRunsTest': 70,
+}
+
+
+def _scope(nodeid: str) -> str:
+  """The scope `--dist loadscope` keeps on one process: the class, else the module."""
+  parts = nodeid.split('::')
+  return '::'.join(parts[:2]) if len(parts) > 2 else parts[0]
+
+
+def pytest_collection_modifyitems(items):
+  """Heaviest scopes first (`_HEAVY_SCOPES`), the rest in collection order."""
+  def weight(item):
+    scope = _scope(item.nodeid)
+    return _HEAVY_SCOPES.get(scope, _HEAVY_SCOPES.get(scope.split('::')[0], 0))
+
+  items.sort(key=lambda item: -weight(item))  # Stable: a class stays whole.

@@ -67,6 +67,30 @@ print(json.dumps(leaves))
 """
 
 
+_FEWER_EXAMPLES = (
+    '\nclient_arrays = [(x[:15], y[:15]) for x, y in client_arrays]\n'
+    'clients = [c.unbatch().take(15).batch(5) for c in clients]\n'
+)
+_ONE_EXAMPLE_REPLACED = (
+    '\nclient_arrays = [(np.concatenate([x[:19], x[:1] + 1.0]), '
+    'np.concatenate([y[:19], (y[:1] + 1) % 3])) for x, y in client_arrays]\n'
+    'clients = [tf.data.Dataset.from_tensor_slices(a).batch(5) '
+    'for a in client_arrays]\n'
+)
+
+
+def _run_snippets_in_one_interpreter(snippets):
+  """The stdout of each snippet, all run by one interpreter (as a user's)."""
+  result = subprocess.run(
+      [sys.executable, '-m', 'tests.snippet_main'],
+      input=json.dumps(snippets), cwd=_ROOT, capture_output=True, text=True,
+      timeout=1800, env={**readme_snippets.user_env(), 'PYTHONPATH': _ROOT},
+  )
+  if result.returncode != 0:
+    raise AssertionError(f'a snippet failed: {result.stderr[-3000:]}')
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 class ReadmeTest(unittest.TestCase):
 
   def test_quickstart_and_train_model_run_and_print_what_the_readme_says(self):
@@ -85,70 +109,72 @@ class ReadmeTest(unittest.TestCase):
     self.assertNotRegex(result.stderr, r'(^|\n)E\d{4} |ERROR')
     self.assertEqual(readme_snippets.log_lines(result.stderr), [])
 
-  def test_quickstart_and_train_model_release_no_exact_client_statistic(self):
+  def test_examples_release_no_exact_client_statistic(self):
     # Every value the quickstart's loop gets from its last round
-    # (output.metrics), and every value the train_model example releases, is
-    # compared across two runs on the same clients and one where every
-    # client holds 15 of its 20 examples: a value equal on the two same runs
-    # and different on the changed clients is an exact client statistic.
-    # Checked to catch tff.learning's default metrics aggregator (the
-    # example count, at least). The quickstart's sampler is seeded here so
-    # that its two same runs draw the same clients.
+    # (output.metrics), every value the train_model example releases, and
+    # every value of the UDP example's loop, is compared across two runs on
+    # the same clients and one on changed clients: a value equal on the two
+    # same runs and different on the changed clients is an exact client
+    # statistic. The quickstart's sampler is seeded here so that its two
+    # same runs draw the same clients. The nine runs (three checks of three)
+    # share one interpreter (tests/snippet_main.py), as a user's would.
     quickstart = _quickstart_code()
     secret = 'np.random.default_rng()  # Secret'
     self.assertIn(secret, quickstart)
     quickstart = quickstart.replace(secret, 'np.random.default_rng(7)  #')
+    # 3 of the 20 rounds: what a round releases does not depend on how many
+    # ran (the runs as printed are the tests above).
+    plan = 'q, rounds = 0.1, 20\n'
+    self.assertIn(plan, quickstart)
+    quickstart = quickstart.replace(plan, 'q, rounds = 0.1, 3\n')
     line = '    metrics_aggregator=no_client_metrics,\n'
     self.assertIn(line, quickstart)
     self.assertIn(line, _train_model_code())
-    released, leaks = self._leaks(quickstart + _train_model_code())
+    checks = {
+        # Every client holds 15 of its 20 examples.
+        'train_model': (quickstart + _train_model_code(), _FEWER_EXAMPLES),
+        # Checked to catch tff.learning's default metrics aggregator (the
+        # example count, at least).
+        'default_metrics': (quickstart.replace(line, ''), _FEWER_EXAMPLES),
+        # UDP protects one example (replace-one): its neighbouring clients
+        # hold as many examples, one of them changed (every client's last).
+        'udp': (quickstart + _code_after(_UDP), _ONE_EXAMPLE_REPLACED),
+    }
+    snippets = []
+    for code, change in checks.values():
+      changed = code.replace('\nsampler = ', change + 'sampler = ')
+      self.assertNotEqual(changed, code)
+      snippets += [code + _DUMP_METRICS, code + _DUMP_METRICS,
+                   changed + _DUMP_METRICS]
+    outputs = _run_snippets_in_one_interpreter(snippets)
+    found = {}
+    for i, name in enumerate(checks):
+      released = [json.loads(out.strip().splitlines()[-1])
+                  for out in outputs[3 * i:3 * i + 3]]
+      self.assertEqual(set(released[0]), set(released[2]), name)
+      found[name] = (released[0], [
+          k for k in released[0]
+          if released[0][k] == released[1][k] != released[2][k]
+      ])
+    released, leaks = found['train_model']
     self.assertEqual(leaks, [])
     self.assertTrue(any(k.startswith('/train_model/') for k in released))
-    self.assertIn(
-        '/client_work/train/num_examples',
-        self._leaks(quickstart.replace(line, ''))[1],
-    )
+    self.assertIn('/client_work/train/num_examples',
+                  found['default_metrics'][1])
+    released, leaks = found['udp']
+    self.assertEqual(leaks, [])
+    self.assertTrue(any(k.startswith('/aggregator/') for k in released))
 
-  def test_udp_example_prints_what_the_readme_says_and_leaks_nothing(self):
-    # UDP protects one example (replace-one): its neighbouring clients hold
-    # as many examples, one of them changed (every client's last one here).
+  def test_udp_example_prints_what_the_readme_says(self):
     text = _readme()
     claimed = re.search(r'It prints `([^`]+)`', text[text.index(_UDP):]).group(1)
     quickstart = _quickstart_code().replace(
         'np.random.default_rng()  # Secret', 'np.random.default_rng(7)  #'
     )
-    code = quickstart + _code_after(_UDP)
-    result = _run_snippet(code)
+    result = _run_snippet(quickstart + _code_after(_UDP))
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertEqual(result.stdout.strip().splitlines()[-1], claimed)
     self.assertEqual(readme_snippets.log_lines(result.stderr), [])
-    replaced = (
-        '\nclient_arrays = [(np.concatenate([x[:19], x[:1] + 1.0]), '
-        'np.concatenate([y[:19], (y[:1] + 1) % 3])) for x, y in client_arrays]\n'
-        'clients = [tf.data.Dataset.from_tensor_slices(a).batch(5) '
-        'for a in client_arrays]\n'
-    )
-    released, leaks = self._leaks(code, replaced)
-    self.assertEqual(leaks, [])
-    self.assertTrue(any(k.startswith('/aggregator/') for k in released))
-
-  def _leaks(self, code, change=None):
-    change = change or (
-        '\nclient_arrays = [(x[:15], y[:15]) for x, y in client_arrays]\n'
-        'clients = [c.unbatch().take(15).batch(5) for c in clients]\n'
-    )
-    changed = code.replace('\nsampler = ', change + 'sampler = ')
-    self.assertNotEqual(changed, code)
-    released = []
-    for snippet in (code, code, changed):
-      result = _run_snippet(snippet + _DUMP_METRICS)
-      self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-      released.append(json.loads(result.stdout.strip().splitlines()[-1]))
-    self.assertEqual(set(released[0]), set(released[2]))
-    return released[0], [
-        k for k in released[0]
-        if released[0][k] == released[1][k] != released[2][k]
-    ]
 
   def test_program_snippet_runs_and_writes_its_runs(self):
     text = _readme()

@@ -8,6 +8,7 @@ also records the TFF workers a run starts, to check that none outlives it.
 """
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -44,6 +45,30 @@ def run(name: str, *args: str, timeout: float = TIMEOUT):
       capture_output=True, text=True, cwd=ROOT, env=env(), timeout=timeout,
       check=False,
   )
+
+
+def run_main(name: str, *cases, timeout: float = TIMEOUT) -> list:
+  """scripts/<name>'s main() on each argument list, in one interpreter.
+
+  A `subprocess.CompletedProcess` per case (`tests/script_main.py`): for
+  usage cases (flags, refusals), which need not pay an interpreter and
+  TensorFlow's import each.
+  """
+  proc = subprocess.run(
+      [sys.executable, '-m', 'tests.script_main', name,
+       json.dumps([list(c) for c in cases])],
+      capture_output=True, text=True, cwd=ROOT, env=env(), timeout=timeout,
+      check=False,
+  )
+  if proc.returncode != 0 or not proc.stdout.strip():
+    raise AssertionError(
+        f'tests.script_main {name} failed ({proc.returncode}): '
+        f'{proc.stderr[-3000:]}')
+  return [
+      subprocess.CompletedProcess([name, *c], r['returncode'], r['stdout'],
+                                  r['stderr'])
+      for c, r in zip(cases, json.loads(proc.stdout.strip().splitlines()[-1]))
+  ]
 
 
 def last_line(text: str) -> str:

@@ -174,8 +174,8 @@ class AggregatorAuditTest(absltest.TestCase):
   # per set, alpha = 1e-7 (an honest row fails with probability <= 1e-7).
   # The refuted rows' mu bounds sit > 30 standard errors above the claimed mu
   # (0.333 vs true 0.667; 1 vs 2; 1 vs 10), so they pass with probability
-  # far below 1e-7.
-  @pytest.mark.slow
+  # far below 1e-7. With `--all` only (exhaustive).
+  @pytest.mark.exhaustive
   def test_issue_table(self):
     for true_z, claimed_z, passes in (
         (1.0, 1.0, True), (3.0, 3.0, True), (0.1, 1.0, False),

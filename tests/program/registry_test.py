@@ -20,6 +20,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tiny_models
+from tff_priv import remote
 from tff_priv.accounting import calibration
 from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
@@ -383,7 +384,11 @@ class BuildTest(tf.test.TestCase):
   def test_guarantees_and_released_metrics_of_the_mechanisms(self):
     # Each mechanism built once (a TFF process each): its guarantee's unit
     # and noise, declared alike in its module, and no exact client metric
-    # in its rounds' output (a private one's train metrics are empty).
+    # in its rounds' output (a private one's train metrics are empty). Its
+    # round compiles for remote workers: split into TFF's mergeable form,
+    # or (an aggregate that depends on another) whole on one worker, which
+    # `remote` decides from TFF's error (train.py --workers runs two of
+    # them end to end, tests/scripts/train_remote_test.py).
     expected = {
         'none': None,
         'dp_fedavg': ('client', 'central'),
@@ -421,6 +426,8 @@ class BuildTest(tf.test.TestCase):
         self.assertEqual(
             registry.noise(name), None if got is None else got.noise
         )
+        form = remote._mergeable_form(mech.process.next)  # pylint: disable=protected-access
+        self.assertEqual(form is None, name == 'smp', name)
         released = tff.structure.name_list(train_metrics_type(mech))
         if registry.unit(name) is None:  # Not private.
           self.assertIn('loss', released)  # tff.learning's exact sums.
@@ -428,6 +435,7 @@ class BuildTest(tf.test.TestCase):
           self.assertEqual(released, [])
     top_k = _build('smp', P(mask='top_k'), public_data=_public_data(seed=0))
     self.assertEqual(tff.structure.name_list(train_metrics_type(top_k)), [])
+    self.assertIsNone(remote._mergeable_form(top_k.process.next))  # pylint: disable=protected-access
 
   def test_build_refuses_a_definition_whose_noise_is_not_its_factorys(self):
     udp_guarantee = registry.definition('udp').guarantee

@@ -291,14 +291,20 @@ class RunTest(_TempDirTestCase):
   def test_a_stop_between_a_checkpoint_and_its_release_loses_no_row(self):
     # Round 2's checkpoint is saved before its rows are released; a stop in
     # between (here the release fails) leaves them on disk, and the resume
-    # from that checkpoint releases them: every round has its row once.
-    root = os.path.join(self._make_tempdir(), 'run')
+    # from that checkpoint releases them: every round has its row once. For
+    # DP-FedAvg, and for the streams (BandMF's cycle of b = 2 and BLT's
+    # stream continue from the checkpoint), at their target.
     # DP-FedAvg: the analyst's eps grows with every charged round whoever is
     # sampled (LDP's is the most-sampled client's, which may not).
-    config = _config(
-        mechanism='dp_fedavg', total_rounds=3,
-        params=dict(noise_multiplier=1.0, clip=1.0),
-    )
+    configs = {
+        'dp_fedavg': _config(
+            mechanism='dp_fedavg', total_rounds=3,
+            params=dict(noise_multiplier=1.0, clip=1.0)),
+        'bandmf': _config(mechanism='bandmf', total_rounds=3,
+                          params=dict(epsilon=8.0, bands=2)),
+        'blt': _config(mechanism='blt', total_rounds=3,
+                       params=dict(epsilon=8.0)),
+    }
     real_train = releases_lib.RunReleases.train
 
     async def stop_at_round_2(releases, row, round_num):
@@ -306,29 +312,39 @@ class RunTest(_TempDirTestCase):
         raise RuntimeError('stopped')
       await real_train(releases, row, round_num)
 
-    with mock.patch.object(releases_lib.RunReleases, 'train',
-                           stop_at_round_2):
-      with self.assertRaisesRegex(RuntimeError, 'stopped'):
-        training.run(config, root, checkpoint_every=1, progress=False)
-    pending = layout.path(root, layout.PENDING_RELEASE)
-    self.assertTrue(os.path.exists(pending))
-    self.assertEqual(
-        [r[layout.ROUND] for r in _rows(layout.path(root, layout.TRAIN_CSV))],
-        ['1'])
-    summary = training.run(config, root, checkpoint_every=1, progress=False)
-    self.assertEqual([s['start_round'] for s in summary['sessions']], [0, 2])
-    train_rows = _rows(layout.path(root, layout.TRAIN_CSV))
-    self.assertEqual([r[layout.ROUND] for r in train_rows], ['1', '2', '3'])
-    # Round 2's row holds what its release holds: public columns only.
-    self.assertGreater(float(train_rows[1][layout.RDP_EPSILON]),
-                       float(train_rows[0][layout.RDP_EPSILON]))
-    for column in train_rows[1]:
-      self.assertTrue(column == layout.ROUND
-                      or releases_lib.is_public_train(column), column)
-    self.assertEqual(
-        [r[layout.ROUND] for r in _rows(layout.path(root, layout.EVAL_CSV))],
-        ['2', '3'])
-    self.assertFalse(os.path.exists(pending))
+    for name, config in configs.items():
+      with self.subTest(name):
+        root = os.path.join(self._make_tempdir(), 'run')
+        with mock.patch.object(releases_lib.RunReleases, 'train',
+                               stop_at_round_2):
+          with self.assertRaisesRegex(RuntimeError, 'stopped'):
+            training.run(config, root, checkpoint_every=1, progress=False)
+        pending = layout.path(root, layout.PENDING_RELEASE)
+        self.assertTrue(os.path.exists(pending))
+        self.assertEqual(
+            [r[layout.ROUND]
+             for r in _rows(layout.path(root, layout.TRAIN_CSV))], ['1'])
+        summary = training.run(config, root, checkpoint_every=1,
+                               progress=False)
+        self.assertEqual([s['start_round'] for s in summary['sessions']],
+                         [0, 2])
+        train_rows = _rows(layout.path(root, layout.TRAIN_CSV))
+        self.assertEqual([r[layout.ROUND] for r in train_rows],
+                         ['1', '2', '3'])
+        # Round 2's row holds what its release holds: public columns only.
+        for column in train_rows[1]:
+          self.assertTrue(column == layout.ROUND
+                          or releases_lib.is_public_train(column), column)
+        self.assertEqual(
+            [r[layout.ROUND]
+             for r in _rows(layout.path(root, layout.EVAL_CSV))], ['2', '3'])
+        self.assertFalse(os.path.exists(pending))
+        if name == 'dp_fedavg':
+          self.assertGreater(float(train_rows[1][layout.RDP_EPSILON]),
+                             float(train_rows[0][layout.RDP_EPSILON]))
+        else:  # Resumed from the checkpoint: nothing ran again.
+          self.assertLessEqual(summary['privacy']['rdp_epsilon'], 8.0)
+          self.assertGreater(summary['privacy']['rdp_epsilon'], 7.9)
 
   @pytest.mark.slow
   def test_stop_and_resume_continues_rounds_and_ledger(self):

@@ -1,4 +1,4 @@
-"""scripts/privacy.py end to end, in a subprocess."""
+"""scripts/privacy.py: one run as a user runs it, the other cases through main() in one interpreter."""
 
 import json
 import subprocess
@@ -16,13 +16,31 @@ def _run(*args):
   return script_runs.run('privacy.py', *args)
 
 
+_JSON = ('--mechanism=dp_fedavg', '--noise_multiplier=1.0',
+         '--sampling_rate=0.05', '--rounds=100', '--delta=1e-5',
+         '--format=json')
+_TARGET = ('--mechanism=smp', '--epsilon=1.0', '--sampling_rate=0.01',
+           '--rounds=300', '--delta=1e-5', '--format=json')
+_BAD = (
+    ('--mechanism=foo', '--rounds=1'),
+    ('--mechanism=smp', '--rounds=1', '--delta=1.5', '--noise_multiplier=1'),
+    ('--mechanism=smp', '--rounds=0', '--noise_multiplier=1'),
+    ('--mechanism=smp', '--rounds=1', '--epsilon=-1'),
+    ('--mechanism=smp', '--rounds=x'),
+)
+
+
 class PrivacyScriptTest(tf.test.TestCase):
+  """One run as a user runs it; the other cases through main() in one interpreter."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.json, cls.target, *cls.bad = script_runs.run_main(
+        'privacy.py', _JSON, _TARGET, *_BAD)
 
   def test_json_names_the_accountants(self):
-    result = _run(
-        '--mechanism=dp_fedavg', '--noise_multiplier=1.0',
-        '--sampling_rate=0.05', '--rounds=100', '--delta=1e-5', '--format=json',
-    )
+    result = self.json
     self.assertEqual(result.returncode, 0, result.stderr)
     report = json.loads(result.stdout)
     self.assertGreater(report['rdp_epsilon'], 0)
@@ -45,10 +63,7 @@ class PrivacyScriptTest(tf.test.TestCase):
     self.assertIn('noise multiplier', result.stdout)
 
   def test_target_epsilon_gives_noise(self):
-    result = _run(
-        '--mechanism=smp', '--epsilon=1.0', '--sampling_rate=0.01',
-        '--rounds=300', '--delta=1e-5', '--format=json',
-    )
+    result = self.target
     self.assertEqual(result.returncode, 0, result.stderr)
     report = json.loads(result.stdout)
     self.assertAllClose(
@@ -57,14 +72,7 @@ class PrivacyScriptTest(tf.test.TestCase):
     self.assertAllClose(report['paper']['paper_noise_multiplier'], 2.246, atol=1e-3)
 
   def test_bad_flags_exit_2_with_one_line(self):
-    for args in (
-        ['--mechanism=foo', '--rounds=1'],
-        ['--mechanism=smp', '--rounds=1', '--delta=1.5', '--noise_multiplier=1'],
-        ['--mechanism=smp', '--rounds=0', '--noise_multiplier=1'],
-        ['--mechanism=smp', '--rounds=1', '--epsilon=-1'],
-        ['--mechanism=smp', '--rounds=x'],
-    ):
-      result = _run(*args)
+    for args, result in zip(_BAD, self.bad):
       self.assertEqual(result.returncode, 2, args)
       lines = [l for l in result.stderr.splitlines() if 'error' in l]
       self.assertLen(lines, 1, result.stderr)

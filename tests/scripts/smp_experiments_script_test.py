@@ -1,4 +1,4 @@
-"""scripts/smp_experiments.py end to end on the 'digits' task, in subprocesses.
+"""scripts/smp_experiments.py end to end on the 'digits' task: a subprocess, then main() again.
 
 A tiny setting (digits' 8x8 images, its MLP with d = 19,210, 40 clients of
 10 examples, 4 of them top_k's public set, K = 8 expected per round, 2
@@ -15,7 +15,9 @@ this whole test, and its runs are the same configurations of another task):
   calibrated sigma), inf without noise;
 * a second invocation adding rand_k runs only that run (the others are not
   touched); a third with another --rounds is refused with exit status 2 before
-  anything runs; bad flags are refused the same way.
+  anything runs; bad flags are refused the same way. The first invocation
+  runs as a user runs it (a subprocess); the others call the script's main()
+  in one interpreter (`script_runs.run_main`).
 
 The subprocesses import the repository's own code (PYTHONPATH), not an
 installed copy.
@@ -38,15 +40,25 @@ _K, _ROUNDS, _EPSILON = 8, 2, 4.0
 _P1 = 'Fed-SMP, p = 1 (client noise, secure sum)'
 
 
-def _run(output_dir, *extra):
-  return script_runs.run(
-      'smp_experiments.py', '--tasks=digits', '--model=mlp',
+def _args(output_dir, *extra):
+  return (
+      '--tasks=digits', '--model=mlp',
       '--num_clients=40', '--samples_per_client=10', '--public_clients=4',
       f'--clients_per_round={_K}', f'--rounds={_ROUNDS}', '--local_epochs=1',
       f'--epsilon={_EPSILON}', '--clip=0.5', '--target_accuracy=0',
       '--test_examples=200', '--noprogress', f'--output_dir={output_dir}',
       *extra,
   )
+
+
+def _run(output_dir, *extra):
+  return script_runs.run('smp_experiments.py', *_args(output_dir, *extra))
+
+
+def _main(*cases):
+  """main() on each (output_dir, *extra) case, in one interpreter."""
+  return script_runs.run_main(
+      'smp_experiments.py', *(_args(*case) for case in cases))
 
 def _summary(run_dir):
   with open(os.path.join(run_dir, 'summary.json')) as f:
@@ -127,7 +139,9 @@ class SmpExperimentsScriptTest(tf.test.TestCase):
         label: os.path.getmtime(os.path.join(out, label, 'summary.json'))
         for label in labels
     }
-    second = _run(out, '--compressions=0.1', '--masks=rand_k,top_k')
+    # The second and third invocations: main() again, in one interpreter.
+    second, other = _main((out, '--compressions=0.1', '--masks=rand_k,top_k'),
+                          (out, '--compressions=0.1', f'--rounds={_ROUNDS + 1}'))
     self.assertEqual(second.returncode, 0, second.stderr[-3000:])
     started = [l for l in second.stderr.splitlines() if l.startswith('[')]
     self.assertEqual(started, ['[4/5] digits-fed_smp-rand_k-p0.1'])
@@ -145,7 +159,6 @@ class SmpExperimentsScriptTest(tf.test.TestCase):
     )
 
     # Another setting in the same output directory: refused, nothing runs.
-    other = _run(out, '--compressions=0.1', f'--rounds={_ROUNDS + 1}')
     self.assertEqual(other.returncode, 2)
     errors = [l for l in other.stderr.splitlines() if 'error' in l]
     self.assertLen(errors, 1, other.stderr[-2000:])
@@ -156,16 +169,17 @@ class SmpExperimentsScriptTest(tf.test.TestCase):
 
   def test_bad_flags_exit_2(self):
     out = os.path.join(tempfile.mkdtemp(dir=self.get_temp_dir()), 'out')
-    for flag, word in (
+    cases = (
         ('--compressions=1.0', '--compressions'),
         ('--compressions=x', '--compressions'),
         ('--masks=rand_k,foo', '--masks'),
         ('--tasks=shakespeare_offline --shakespeare_rounds=0',
          '--shakespeare_rounds'),
         ('--tasks=digits,nope', '--tasks'),
-    ):
+    )
+    results = _main(*((out, *flag.split()) for flag, _ in cases))
+    for (flag, word), result in zip(cases, results):
       with self.subTest(flag):
-        result = _run(out, *flag.split())
         self.assertEqual(result.returncode, 2, result.stderr[-2000:])
         # TFF's executor may still complain at interpreter exit (a
         # traceback of its own __del__, no line with 'error'), as for train.py.

@@ -1,26 +1,22 @@
 """scripts/train.py end to end: in this process, and in subprocesses (slow lane).
 
 * Every mechanism runs 2 rounds on 'digits' (smp with both masks), from the
-  script's own flags: one CSV row per round, only public or charged columns,
-  a strict-JSON summary, and a ledger equal to what the rounds in the CSV must
-  have charged (the charge rule of each mechanism, rebuilt here from the
-  CSV's own columns). `InProcessRunsTest` (default lane) runs them through
-  the script's flag parser and `training.run` in this process;
-  `TrainScriptTest` (slow lane) runs the same checks on subprocesses, where
-  no TFF worker may survive a run.
-* `TrainSmokeTest` (default lane): one run and one bad flag as a user runs
-  them: exit 0 with the summary's path, exit 2 with one error line, no
-  worker left behind.
-* Kill -9 mid-run, then the same command again (slow lane): the round counter
-  continues from the checkpoint and the final ledger equals that of an
-  uninterrupted run with the same flags (smp, whose charge depends on how
-  many clients the seeded Poisson draw of each round gave).
+  script's own flags, in this process (`InProcessRunsTest`): one CSV row per
+  round, only public or charged columns, a strict-JSON summary, and a ledger
+  equal to what the rounds in the CSV must have charged (the charge rule of
+  each mechanism, rebuilt here from the CSV's own columns).
+* `TrainScriptTest`: the same checks on subprocess runs of one central-noise
+  (dp_fedavg) and one client-noise mechanism (smp), where no TFF worker may
+  survive a run; the exit 0 line naming the summary; a bad flag's exit 2
+  with one line; kill -9 mid-run, then the same command again: the round
+  counter continues from the checkpoint and the final ledger equals that of
+  the uninterrupted smp run (whose charge depends on how many clients the
+  seeded Poisson draw of each round gave).
 * Bad flags and a run directory of another configuration: exit status 2 and
   one error line, nothing created or overwritten, through the script's own
   flag parser and main() in this process (SystemExit(2)).
 """
 
-import concurrent.futures
 import contextlib
 import csv
 import functools
@@ -52,7 +48,6 @@ from tff_priv.program import training
 
 _SCRIPT = script_runs.script_path('train.py')
 _TIMEOUT = script_runs.TIMEOUT
-_PARALLEL = 4
 _NUM_CLIENTS = train_runs.NUM_CLIENTS
 _K = train_runs.K
 _COMMON = train_runs.COMMON
@@ -163,6 +158,15 @@ def _run_in_process(*args):
   return None
 
 
+def _with_tests(*checks):
+  """Adds `test_<name>` for each `check_<name>` of the class: its runs' tests."""
+  def add(cls):
+    for name in checks:
+      setattr(cls, f'test_{name}', getattr(cls, f'check_{name}'))
+    return cls
+  return add
+
+
 class _TempDirMixin:
 
   @classmethod
@@ -178,7 +182,11 @@ class _TempDirMixin:
 
 
 class _MechanismRunsChecks(_TempDirMixin):
-  """What every mechanism's 2-round run must write; `runs` come from a subclass."""
+  """What every mechanism's 2-round run must write (`check_<run>`).
+
+  A subclass makes `runs` and adds the tests of the runs it makes
+  (`_with_tests`).
+  """
 
   def _summary_and_rows(self, run, rounds=2, num_clients=_NUM_CLIENTS):
     mechanism = _RUN_MECHANISM.get(run, run)
@@ -254,7 +262,7 @@ class _MechanismRunsChecks(_TempDirMixin):
     self.assertEqual(summary['uplink_bytes']['total'],
                      sum(clients) * per_client)
 
-  def test_none(self):
+  def check_none(self):
     self._check_ok(self.runs['none'])
     summary, rows, ledger = self._summary_and_rows('none')
     self.assertEqual(summary['privacy']['rdp_epsilon'], 'inf')
@@ -264,7 +272,7 @@ class _MechanismRunsChecks(_TempDirMixin):
         summary, rows, clients=[int(r['clients']) for r in rows]
     )
 
-  def test_dp_fedavg(self):
+  def check_dp_fedavg(self):
     self._check_ok(self.runs['dp_fedavg'])
     summary, rows, ledger = self._summary_and_rows('dp_fedavg')
     q = _K / _NUM_CLIENTS
@@ -280,7 +288,7 @@ class _MechanismRunsChecks(_TempDirMixin):
     self.assertEqual(summary['privacy']['guarantees'][1]['epsilon'], 'inf')
     self._check_dense_uplink(summary, rows)
 
-  def test_dp_ftrl_charges_one_tree_per_epoch(self):
+  def check_dp_ftrl_charges_one_tree_per_epoch(self):
     self._check_ok(self.runs['dp_ftrl'])
     summary, rows, ledger = self._summary_and_rows('dp_ftrl')
     # 10 clients, K = 3: epochs of 3 rounds; 2 rounds are one tree, charged
@@ -295,7 +303,7 @@ class _MechanismRunsChecks(_TempDirMixin):
     self.assertEqual(summary['privacy']['guarantees'][1]['epsilon'], 'inf')
     self._check_dense_uplink(summary, rows)
 
-  def test_smp_charges_the_configured_noise_every_round(self):
+  def check_smp_charges_the_configured_noise_every_round(self):
     self._check_ok(self.runs['smp'])
     summary, rows, ledger = self._summary_and_rows('smp', _SMP_ROUNDS)
     q = _K / _NUM_CLIENTS
@@ -318,7 +326,7 @@ class _MechanismRunsChecks(_TempDirMixin):
     self.assertEqual(int(rows[1]['uplink_bytes']), _K * 4 * k)
     self.assertIn('paper', summary['privacy']['closed_form'])
 
-  def test_smp_top_k_holds_out_the_public_clients(self):
+  def check_smp_top_k_holds_out_the_public_clients(self):
     self._check_ok(self.runs['smp_top_k'])
     private = _NUM_CLIENTS - _PUBLIC_CLIENTS
     # The rows' client counts are the seeded draws over the private clients.
@@ -350,7 +358,7 @@ class _MechanismRunsChecks(_TempDirMixin):
         self.assertEqual(int(row['aggregator/uploaded_bits_per_client']),
                          32 * k)
 
-  def test_distortion(self):
+  def check_distortion(self):
     self._check_ok(self.runs['distortion'])
     summary, rows, ledger = self._summary_and_rows('distortion')
     # sigma_e = z * 2C = 1, read back as noise multiplier sigma_e / 2C, under
@@ -368,7 +376,7 @@ class _MechanismRunsChecks(_TempDirMixin):
     self.assertIn('tv_upper', summary['privacy']['closed_form'])
     self._check_dense_uplink(summary, rows)
 
-  def test_udp(self):
+  def check_udp(self):
     self._check_ok(self.runs['udp'])
     summary, rows, ledger = self._summary_and_rows('udp')
     resolved = summary['parameters']['resolved']
@@ -401,7 +409,7 @@ class _MechanismRunsChecks(_TempDirMixin):
     self.assertEqual(summary['sampling']['model'], 'fixed')
     self._check_dense_uplink(summary, rows)
 
-  def test_ldp(self):
+  def check_ldp(self):
     self._check_ok(self.runs['ldp'])
     summary, rows, ledger = self._summary_and_rows('ldp')
     # d values of eps0 each round, charged without amplification; each
@@ -422,6 +430,10 @@ class _MechanismRunsChecks(_TempDirMixin):
 
 
 @pytest.mark.slow
+@_with_tests(
+    'none', 'dp_fedavg', 'dp_ftrl_charges_one_tree_per_epoch',
+    'smp_charges_the_configured_noise_every_round',
+    'smp_top_k_holds_out_the_public_clients', 'distortion', 'udp', 'ldp')
 class InProcessRunsTest(_MechanismRunsChecks, tf.test.TestCase):
   """Every mechanism's run, from the script's flags, in this process."""
 
@@ -437,28 +449,52 @@ class InProcessRunsTest(_MechanismRunsChecks, tf.test.TestCase):
     self.assertIsNone(result, repr(result))
 
 
+# Subprocesses: one central-noise and one client-noise mechanism (the
+# in-process runs above check every mechanism's files), one at a time.
+_SUBPROCESS_RUNS = ('dp_fedavg', 'smp')
+
+
 @pytest.mark.slow
+@_with_tests('dp_fedavg', 'smp_charges_the_configured_noise_every_round')
 class TrainScriptTest(_MechanismRunsChecks, tf.test.TestCase):
-  """The same runs as subprocesses (no worker survives), a kill and a resume."""
+  """Runs as subprocesses (no worker survives), a kill -9 and a resume, a bad flag."""
 
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
+    cls.runs = {
+        m: _run(*_mechanism_args(m, cls.dirs[m])) for m in _SUBPROCESS_RUNS
+    }
     cls.killed_dir = os.path.join(cls.tmp, 'killed')
-    with concurrent.futures.ThreadPoolExecutor(_PARALLEL) as pool:
-      kill = pool.submit(_kill_and_resume, cls.killed_dir)
-      runs = {
-          m: pool.submit(_run, *_mechanism_args(m, cls.dirs[m]))
-          for m in _MECHANISM_FLAGS
-      }
-      cls.runs = {m: f.result() for m, f in runs.items()}
-      cls.kill = kill.result()
+    cls.kill = _kill_and_resume(cls.killed_dir)
+    cls.bad = _run('--task=digits', '--mechanism=fedsgd',
+                   f'--root_output_dir={os.path.join(cls.tmp, "bad")}')
 
   def _check_ok(self, result):
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertNotIn('TIMEOUT', result.stderr)
     self.assertNotEmpty(result.children, 'no TFF worker was seen')
     self.assertEqual(result.survivors, [], 'a TFF worker outlived its run')
+
+  def test_a_run_exits_0_naming_its_summary_and_its_best_round(self):
+    result = self.runs['dp_fedavg']
+    self._check_ok(result)
+    summary_path = layout.path(self.dirs['dp_fedavg'], layout.SUMMARY)
+    last = result.stdout.strip().splitlines()[-1]
+    self.assertEqual(last.split(':')[0], summary_path)
+    # The final accuracy and the best with its round.
+    self.assertRegex(
+        last, r' test_accuracy=[0-9.]+ \(best [0-9.]+ at round [12]\) ')
+
+  def test_bad_flag_in_a_subprocess_exits_2_with_one_line(self):
+    result = self.bad
+    self.assertEqual(result.returncode, 2, result.stderr[-2000:])
+    lines = [l for l in result.stderr.splitlines() if 'error' in l]
+    self.assertLen(lines, 1, result.stderr[-2000:])
+    self.assertStartsWith(lines[0], 'train.py: error: ')
+    self.assertIn('mechanism', lines[0])
+    self.assertEqual(result.stdout, '')
+    self.assertFalse(os.path.exists(os.path.join(self.tmp, 'bad')))
 
   def test_kill_and_resume_continues_with_the_same_ledger(self):
     killed, seen, summary_after_kill, resumed = self.kill
@@ -534,51 +570,6 @@ class TrainTerminalTest(tf.test.TestCase):
     self.assertIn('eps=', bar)
     # The last evaluation is shown with its round.
     self.assertIn('test_acc@2=', bar)
-
-
-@pytest.mark.slow
-class TrainSmokeTest(_TempDirMixin, tf.test.TestCase):
-  """train.py as a user runs it: one run and one bad flag, in subprocesses."""
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-      ok = pool.submit(
-          _run, *_COMMON, '--mechanism=dp_fedavg',
-          *_MECHANISM_FLAGS['dp_fedavg'], '--total_rounds=1',
-          f'--root_output_dir={cls.dirs["dp_fedavg"]}',
-      )
-      bad = pool.submit(
-          _run, '--task=digits', '--mechanism=fedsgd',
-          f'--root_output_dir={os.path.join(cls.tmp, "bad")}',
-      )
-      cls.ok, cls.bad = ok.result(), bad.result()
-
-  def test_a_run_exits_0_and_leaves_no_worker(self):
-    result = self.ok
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-    self.assertNotIn('TIMEOUT', result.stderr)
-    self.assertNotEmpty(result.children, 'no TFF worker was seen')
-    self.assertEqual(result.survivors, [], 'a TFF worker outlived its run')
-    summary_path = layout.path(self.dirs['dp_fedavg'], layout.SUMMARY)
-    last = result.stdout.strip().splitlines()[-1]
-    self.assertEqual(last.split(':')[0], summary_path)
-    # The final accuracy and the best with its round.
-    self.assertRegex(
-        last, r' test_accuracy=[0-9.]+ \(best [0-9.]+ at round 1\) ')
-    self.assertEqual(_load_json(summary_path)['rounds_run'], 1)
-
-  def test_bad_flag_in_a_subprocess_exits_2_with_one_line(self):
-    result = self.bad
-    self.assertEqual(result.returncode, 2, result.stderr[-2000:])
-    lines = [l for l in result.stderr.splitlines() if 'error' in l]
-    self.assertLen(lines, 1, result.stderr[-2000:])
-    self.assertStartsWith(lines[0], 'train.py: error: ')
-    self.assertIn('mechanism', lines[0])
-    self.assertEqual(result.stdout, '')
-    self.assertFalse(os.path.exists(os.path.join(self.tmp, 'bad')))
-
 
 
 class TrainFlagsTest(_TempDirMixin, tf.test.TestCase):
