@@ -800,42 +800,23 @@ def audit_aggregator(
   """Lower-bounds the eps of one round of `factory` and checks it against its claim.
 
   The factory's own process runs `trials` times on each of two neighbouring
-  client sets (`_client_sets`): `num_clients` clients with values fixed from
-  `seed`, with and without one canary client (joining them under
-  add-or-remove-one; under replace-one replacing client 0, which holds
-  `replaced_value`), vectorised, B runs per call (`_vectorized_candidates`),
-  or per run (`_per_run_candidates`). A random `selection_fraction` of each
-  set's runs choose an (eps, delta) and a Gaussian-DP (mu) threshold test of
-  what the process releases; the other N runs per set bound them
-  (`tradeoff.decide`, Clopper-Pearson; eps_lb is at most about log(N) - 2),
-  each with probability >= 1 - alpha / 2.
+  client sets (`_client_sets`: with and without one canary client),
+  vectorised or per run; a `selection_fraction` of each set's runs choose an
+  (eps, delta) and a Gaussian-DP (mu) threshold test of what it releases, the
+  other N runs bound them (`tradeoff.decide`, Clopper-Pearson, each with
+  probability >= 1 - alpha / 2; eps_lb is at most about log(N) - 2).
 
-  The adversary: the audit sees what the process releases (the aggregate and
-  the measurements). For noise added on the clients ('local') the server
-  also sees each upload, which `num_clients=1` audits too (the released mean
-  is the single upload). For 'central' noise the server sees raw updates: no
-  output of the process can audit that.
-
-  Claim (`_read_claim`): `claimed_dp_event`, else the event in the state
-  `next` returns, read at `delta` under the factory's neighbouring relation
-  (`factory.guarantee`, TFF's DP factory's, the state's, or
-  `neighboring_relation`) by dp_accounting's PLD (else RDP) accountant.
-
-  Verdict (`_refuted_by`): the audit fails when eps_lb > the claimed eps, or
-  when the mu test's point lies below the claimed trade-off curve (for a
-  claimed GaussianDpEvent(z): mu_lb > 1 / z); it is warned and logged (unless
-  `warn=False`), and `result.raise_if_failed()` raises `AuditFailedError`.
-
-  Randomness: `seed` fixes the canary, the other clients and the split; the
-  noise is TF's (nondeterministic): one seed's audits agree in distribution.
+  The claim is `claimed_dp_event`, else the event in the state `next`
+  returns (`_read_claim`); the audit fails when eps_lb exceeds the claimed
+  eps or the mu point lies below the claimed trade-off curve (`_refuted_by`).
+  The neighbouring sets, the adversary and the verdict: docs/auditing.md.
 
   Args:
     factory: a `tff.aggregators.UnweightedAggregationFactory` or
       `WeightedAggregationFactory` (weighted ones get weight 1 per client).
     value_type: a `tff.TensorType` of floats with a fully defined shape.
     num_clients: clients in the set without the canary, >= 1.
-    trials: runs per set, >= 4; 10^5 vectorised gives the power of
-      docs/auditing.md (a Gaussian factory with 1.5x its claimed eps fails).
+    trials: runs per set, >= 4 (10^5: the power in docs/auditing.md).
     delta: in (0, 1).
     claimed_dp_event: the claim to audit; default: the factory's own event.
     canary: the canary client's value (the shape of value_type, or flat).
@@ -854,8 +835,7 @@ def audit_aggregator(
     vectorized: None (vectorise when the factory is known coordinatewise and
       no `initial_state` is given), True (require it) or False (per run).
     selection_fraction: the share of each set's runs that choose the tests.
-    values_per_call: vectorised: at most this many values over the clients
-      of one call (memory).
+    values_per_call: vectorised: most values over one call's clients.
 
   Returns:
     An `AuditResult`.
