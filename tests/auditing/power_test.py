@@ -24,16 +24,17 @@ pytestmark = [pytest.mark.statistical, pytest.mark.slow]
 # probability that a test below fails an honest audit.
 _ALPHA = power.ALPHA
 _FALSE_ALARM = 1e-3
+# Replays per claim: enough that an audit of 50% power fails the power check
+# with probability >= 0.99, while one of 95% fails it with <= 1e-3.
+_SEEDS = binomial_sizes.repeats_for(0.5, 0.99, 0.05, _FALSE_ALARM)
 
 
 class PowerTest(absltest.TestCase):
 
   def test_targets(self):
     # Claims 0.5 and 4 (the ends of [0.5, 4]), 10^5 trials, alpha = 1e-3:
-    # true eps = 1.5 x claim is flagged in >= 95% of audits. Seeds: enough
-    # that an audit of 50% power fails the check with probability >= 0.99,
-    # while one of 95% passes it but with probability <= 1e-3.
-    seeds = binomial_sizes.repeats_for(0.5, 0.99, 0.05, _FALSE_ALARM)
+    # true eps = 1.5 x claim is flagged in >= 95% of audits (_SEEDS each).
+    seeds = _SEEDS
     misses = binomial_sizes.allowed_failures(seeds, 0.05, _FALSE_ALARM)
     for claim in (0.5, 4.0):
       with self.subTest(claim=claim):
@@ -43,7 +44,7 @@ class PowerTest(absltest.TestCase):
   def test_honest_audits_pass_at_a_small_trial_count(self):
     # The bound holds at any trial count: 2,000 trials, as many seeds as
     # above; an honest audit flags at most the binomial's allowance.
-    seeds = binomial_sizes.repeats_for(0.5, 0.99, 0.05, _FALSE_ALARM)
+    seeds = _SEEDS
     allowed = binomial_sizes.allowed_failures(seeds, _ALPHA, _FALSE_ALARM)
     for claim in (0.5, 4.0):
       with self.subTest(claim=claim):
