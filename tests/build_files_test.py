@@ -1,19 +1,16 @@
-"""Checks the Bazel BUILD files against the source tree.
+"""The BUILD files are what scripts/build_files.py writes, and what Bazel would accept.
 
-Bazel cannot fetch its rules offline on the development machines, so instead
-of `bazel test` this test reads every BUILD file (Starlark is a subset of
-Python syntax) and checks what a Bazel build would catch:
-
-* every Python file of the tree belongs to exactly one target (as a src), except
-  setup.py, which is packaging, not a module;
-* every label in `deps` and `data` names a target or an exported/source file
-  that exists;
-* every import of one of the repository's own modules is covered: the imported
-  file is a src of the importing target or of one of its direct deps.
+Bazel cannot fetch its rules offline here, so instead of `bazel build` this
+reads every BUILD file (Starlark parses as Python) and checks what Bazel would
+catch: each Python file (but setup.py) in exactly one target, every label
+resolving, every own import covered by a direct dep, every dep visible.
 """
 
 import ast
+import importlib.util
 import os
+import shutil
+import tempfile
 import unittest
 
 try:
@@ -24,8 +21,9 @@ except ImportError:  # Python 3.9, 3.10: the package list is not checked.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SKIP_DIRS = {'.venv', '.git', '__pycache__', 'build', 'dist', 'output'}
 _NOT_MODULES = {'setup.py'}
+_IGNORE = shutil.ignore_patterns('__pycache__', '*.pyc', 'output')
 _RULES = {'py_library', 'py_test', 'py_binary', 'filegroup'}
-_IGNORED_CALLS = {'load', 'package', 'licenses'}
+_IGNORED_CALLS = {'load', 'licenses'}
 
 
 class Target:
@@ -37,6 +35,7 @@ class Target:
     self.srcs = [_file_path(package, s) for s in attrs.get('srcs', [])]
     self.deps = [_resolve(package, d) for d in attrs.get('deps', [])]
     self.data = [_resolve(package, d) for d in attrs.get('data', [])]
+    self.visibility = attrs.get('visibility')
 
   @property
   def label(self):
@@ -76,7 +75,7 @@ def _parse_build(package):
   path = os.path.join(_ROOT, package, 'BUILD')
   with open(path) as f:
     tree = ast.parse(f.read(), filename=path)
-  targets, exported = [], []
+  targets, exported, default = [], [], ['//visibility:private']
   for stmt in tree.body:
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
       raise ValueError(f'{path}:{stmt.lineno}: unsupported statement')
@@ -85,6 +84,9 @@ def _parse_build(package):
     where = f'{path}:{stmt.lineno}'
     if fn in _IGNORED_CALLS:
       continue
+    if fn == 'package':
+      default = _literal(call.keywords[0].value, where)
+      continue
     if fn == 'exports_files':
       exported.extend(_literal(call.args[0], where))
       continue
@@ -92,53 +94,42 @@ def _parse_build(package):
       raise ValueError(f'{where}: unknown rule {fn}')
     attrs = {k.arg: _literal(k.value, where) for k in call.keywords}
     targets.append(Target(package, fn, attrs))
-  return targets, exported
+  return targets, exported, default
 
 
 def _walk():
-  """(packages with a BUILD file, every .py file), relative to the root."""
-  packages, py_files = [], []
+  """Packages with a BUILD file, relative to the root (the top level is '')."""
+  packages = ['']
   for dirpath, dirnames, filenames in os.walk(_ROOT):
     dirnames[:] = sorted(
         d for d in dirnames if d not in _SKIP_DIRS and not d.endswith('.egg-info')
     )
     rel = os.path.relpath(dirpath, _ROOT)
-    rel = '' if rel == '.' else rel
-    if 'BUILD' in filenames:
+    if rel != '.' and 'BUILD' in filenames:
       packages.append(rel)
-    py_files.extend(
-        os.path.join(rel, f) if rel else f
-        for f in filenames
-        if f.endswith('.py')
-    )
-  return packages, sorted(py_files)
+  return packages
 
 
-def _imported_files(path, own_files):
-  """Repository files imported by the Python file at `path`."""
-  with open(os.path.join(_ROOT, path)) as f:
-    tree = ast.parse(f.read(), filename=path)
+def _generator():
+  spec = importlib.util.spec_from_file_location(
+      'build_files_script', os.path.join(_ROOT, 'scripts', 'build_files.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
-  def module_file(dotted):
-    base = dotted.replace('.', '/')
-    if base.split('/')[0] == 'tff_priv_tasks':  # Installed name of tasks/.
-      base = 'tasks' + base[len('tff_priv_tasks'):]
-    for candidate in (base + '.py', base + '/__init__.py'):
-      if candidate in own_files:
-        return candidate
-    return None
 
-  found = set()
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Import):
-      for alias in node.names:
-        found.add(module_file(alias.name))
-    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-      for alias in node.names:
-        sub = module_file(f'{node.module}.{alias.name}')
-        found.add(sub or module_file(node.module))
-  found.discard(None)
-  return found
+def _visible(target, default, package):
+  """Whether a target of visibility `target` (or `default`) is visible to `package`."""
+  for rule in target or default:
+    if rule == '//visibility:public':
+      return True
+    where, kind = rule[2:].split(':')
+    if kind == '__pkg__' and package == where:
+      return True
+    if kind == '__subpackages__' and (
+        not where or package == where or package.startswith(where + '/')):
+      return True
+  return False
 
 
 class BuildFilesTest(unittest.TestCase):
@@ -146,10 +137,11 @@ class BuildFilesTest(unittest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.packages, cls.py_files = _walk()
-    cls.targets, cls.files = {}, set()
+    cls.generator = _generator()
+    cls.packages, cls.py_files = _walk(), cls.generator.python_files()
+    cls.targets, cls.files, cls.defaults = {}, set(), {}
     for package in cls.packages:
-      targets, exported = _parse_build(package)
+      targets, exported, cls.defaults[package] = _parse_build(package)
       cls.files.add(os.path.join(package, 'BUILD') if package else 'BUILD')
       for f in exported:
         cls.files.add(_file_path(package, f))
@@ -158,9 +150,36 @@ class BuildFilesTest(unittest.TestCase):
         cls.targets[t.label] = t
         cls.files.update(t.srcs)
 
-  def test_layout_has_build_files(self):
-    for package in ('', 'tff_priv', 'tests'):
-      self.assertIn(package, self.packages)
+  def test_build_files_are_what_the_generator_writes(self):
+    self.assertEqual(
+        self.generator.stale(), [],
+        'stale BUILD files: run python scripts/build_files.py',
+    )
+    generated = {os.path.dirname(p) for p in self.generator.generate()}
+    self.assertCountEqual(generated | {''}, self.packages)
+
+  def test_the_generator_sees_a_new_import_and_a_new_module(self):
+    # A copy of the files the generator reads, with a new module and a test
+    # that imports it: both targets are written, each dep declared.
+    with tempfile.TemporaryDirectory() as root:
+      for name in ('README.md', 'docs', 'examples', 'tff_priv', 'tasks',
+                   'scripts', 'tests'):
+        source, copy = os.path.join(_ROOT, name), os.path.join(root, name)
+        if os.path.isdir(source):
+          shutil.copytree(source, copy, ignore=_IGNORE)
+        else:
+          shutil.copy(source, copy)
+      self.assertEqual(self.generator.stale(root), [])
+      with open(os.path.join(root, 'tests', 'toy_mechanism.py'), 'w') as f:
+        f.write('from tff_priv.accounting import ledger\n')
+      with open(os.path.join(root, 'tests', 'toy_mechanism_test.py'), 'w') as f:
+        f.write('from tests import toy_mechanism\n')
+      self.assertEqual(self.generator.stale(root), ['tests/BUILD'])
+      text = self.generator.generate(root)['tests/BUILD']
+      self.assertIn('py_test(\n    name = "toy_mechanism_test",\n'
+                    '    srcs = ["toy_mechanism_test.py"],\n'
+                    '    deps = [":toy_mechanism"],\n)', text)
+      self.assertIn('    deps = ["//tff_priv/accounting:ledger"],', text)
 
   def test_every_python_file_belongs_to_one_target(self):
     owners = {}
@@ -196,13 +215,37 @@ class BuildFilesTest(unittest.TestCase):
       for dep in t.deps:
         reachable.update(self.targets[dep].srcs)
       for src in t.srcs:
-        for imported in _imported_files(src, own):
+        with open(os.path.join(_ROOT, src)) as f:
+          imported_files = self.generator.imported_files(f.read(), own)
+        for imported in imported_files:
           self.assertIn(
               imported,
               reachable,
               f'{t.label}: {src} imports {imported} (target '
               f'{owner.get(imported)}) without a dep on it',
           )
+
+  def test_every_dep_is_visible_to_its_target(self):
+    for t in self.targets.values():
+      for label in t.deps + t.data:
+        dep = self.targets.get(label)
+        if dep is None or dep.package == t.package:
+          continue
+        self.assertTrue(
+            _visible(dep.visibility, self.defaults[dep.package], t.package),
+            f'{t.label}: {label} is not visible to //{t.package}',
+        )
+
+  def test_only_package_targets_and_documented_modules_are_public(self):
+    public = sorted(
+        t.label for t in self.targets.values()
+        if '//visibility:public' in (t.visibility or self.defaults[t.package])
+    )
+    self.assertIn('//tff_priv/aggregators:aggregators', public)
+    self.assertIn('//tff_priv:runtime', public)  # The README imports it.
+    self.assertNotIn('//tff_priv/accounting:ledger', public)
+    self.assertNotIn('//tff_priv:exports', public)
+    self.assertFalse([label for label in public if label.startswith('//tests')])
 
   def test_tests_are_py_tests(self):
     for t in self.targets.values():
