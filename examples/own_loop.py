@@ -48,6 +48,7 @@ from tff_priv.learning import sparse_categorical_crossentropy
 from tff_priv.learning import udp_sensitivity
 from tff_priv.program import BandSampler
 from tff_priv.program import StreamSampler
+
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 ROUNDS, POPULATION, K, EXAMPLES = 5, 50, 5, 20
@@ -60,15 +61,19 @@ _LABEL_MAP = np.random.default_rng(1).normal(size=(4, 3))
 
 
 def model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(4,)),
-      tf.keras.layers.Dense(3, activation='softmax'),
-  ])
+  keras_model = tf.keras.Sequential(
+      [
+          tf.keras.layers.InputLayer(input_shape=(4,)),
+          tf.keras.layers.Dense(3, activation='softmax'),
+      ]
+  )
   return tff.learning.models.from_keras_model(
       keras_model,
       loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-      input_spec=(tf.TensorSpec([None, 4], tf.float32),
-                  tf.TensorSpec([None], tf.int32)),
+      input_spec=(
+          tf.TensorSpec([None, 4], tf.float32),
+          tf.TensorSpec([None], tf.int32),
+      ),
   )
 
 
@@ -86,7 +91,10 @@ def udp():
   eta, clip = 0.5, 1.0
   sensitivity = udp_sensitivity(eta, clip, EXAMPLES)
   return build_udp_process(
-      model_fn, learning_rate=eta, clip_norm=clip, sensitivity=sensitivity,
+      model_fn,
+      learning_rate=eta,
+      clip_norm=clip,
+      sensitivity=sensitivity,
       noise_stddev=2.0 * sensitivity,
       per_example_loss=sparse_categorical_crossentropy(),
   )
@@ -95,9 +103,16 @@ def udp():
 def blt():
   # One stream of ROUNDS rounds for StreamSampler's 'cyclic' schedule,
   # calibrated to BLT_EPSILON.
-  return fed_avg(BLTFactory.calibrated(
-      BLT_EPSILON, total_rounds=ROUNDS, population=POPULATION,
-      clients_per_round=K, participation='cyclic', delta=DELTA))
+  return fed_avg(
+      BLTFactory.calibrated(
+          BLT_EPSILON,
+          total_rounds=ROUNDS,
+          population=POPULATION,
+          clients_per_round=K,
+          participation='cyclic',
+          delta=DELTA,
+      )
+  )
 
 
 @functools.lru_cache(maxsize=None)
@@ -105,33 +120,67 @@ def bandmf_factory():
   # Its bands b chosen for ROUNDS, N, K and BANDMF_EPSILON
   # (`aggregators.bandmf.plan_bands`); BandSampler draws for that b.
   return BandMFFactory.calibrated(
-      BANDMF_EPSILON, total_rounds=ROUNDS, population=POPULATION,
-      clients_per_round=K, delta=DELTA)
+      BANDMF_EPSILON,
+      total_rounds=ROUNDS,
+      population=POPULATION,
+      clients_per_round=K,
+      delta=DELTA,
+  )
 
 
 # name -> (process, sampling): 'poisson' (q = K / N), 'fixed' (K of N),
 # 'stream' (StreamSampler, charged unsampled), 'bands' (BandSampler, the
 # state's event holds the sampling) or None (every round charged unsampled).
 MECHANISMS = {
-    'smp': (lambda: fed_avg(SparsifiedSecureSumFactory(
-        noise_multiplier=1.0, clip=1.0, compression=0.5,
-        expected_clients_per_round=K)), 'poisson'),
-    'dp_fedavg': (lambda: fed_avg(
-        tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-            noise_multiplier=1.0, clients_per_round=K, clip=1.0)),
-                  'poisson'),
+    'smp': (
+        lambda: fed_avg(
+            SparsifiedSecureSumFactory(
+                noise_multiplier=1.0,
+                clip=1.0,
+                compression=0.5,
+                expected_clients_per_round=K,
+            )
+        ),
+        'poisson',
+    ),
+    'dp_fedavg': (
+        lambda: fed_avg(
+            tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+                noise_multiplier=1.0, clients_per_round=K, clip=1.0
+            )
+        ),
+        'poisson',
+    ),
     # Adaptive clipping (Andrew et al.): the event TFF keeps in the state is
     # the value's Gaussian composed with the clipped count's. Its count noise
     # (std 1 here) must exceed z / 2; TFF's default 0.05 K is for large K.
-    'dp_fedavg_adaptive': (lambda: fed_avg(
-        tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
-            noise_multiplier=1.0, clients_per_round=K,
-            clipped_count_stddev=1.0)), 'poisson'),
+    'dp_fedavg_adaptive': (
+        lambda: fed_avg(
+            tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+                noise_multiplier=1.0,
+                clients_per_round=K,
+                clipped_count_stddev=1.0,
+            )
+        ),
+        'poisson',
+    ),
     'udp': (udp, 'fixed'),
-    'distortion': (lambda: fed_avg(DistortionFactory(
-        noise_stddev=0.5, parameter_variance=1e-2, clip=0.25)), 'fixed'),
-    'ldp': (lambda: fed_avg(LDPEncodeFactory(
-        epsilon=1.0, range_mode='fixed', center=0.0, radius=0.5)), None),
+    'distortion': (
+        lambda: fed_avg(
+            DistortionFactory(
+                noise_stddev=0.5, parameter_variance=1e-2, clip=0.25
+            )
+        ),
+        'fixed',
+    ),
+    'ldp': (
+        lambda: fed_avg(
+            LDPEncodeFactory(
+                epsilon=1.0, range_mode='fixed', center=0.0, radius=0.5
+            )
+        ),
+        None,
+    ),
     'blt': (blt, 'stream'),
     'bandmf': (lambda: fed_avg(bandmf_factory()), 'bands'),
 }
@@ -139,10 +188,12 @@ MECHANISMS = {
 
 def accuracy(process, state, test) -> float:
   """The released model's accuracy on held-out (public) examples."""
-  model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(4,)),
-      tf.keras.layers.Dense(3, activation='softmax'),
-  ])
+  model = tf.keras.Sequential(
+      [
+          tf.keras.layers.InputLayer(input_shape=(4,)),
+          tf.keras.layers.Dense(3, activation='softmax'),
+      ]
+  )
   process.get_model_weights(state).assign_weights_to(model)
   x, y = test
   return float(np.mean(np.argmax(model.predict(x, verbose=0), -1) == y))
@@ -158,8 +209,9 @@ def run(name: str, clients, sampler, test) -> tuple[float, float]:
   # calibrated factories.
   streams = StreamSampler(POPULATION, K, 'cyclic', total_rounds=ROUNDS)
   if sampling == 'bands':
-    groups = BandSampler(POPULATION, K, bandmf_factory().bands,
-                         total_rounds=ROUNDS)
+    groups = BandSampler(
+        POPULATION, K, bandmf_factory().bands, total_rounds=ROUNDS
+    )
   for t in range(ROUNDS):
     if sampling == 'poisson':
       chosen = np.flatnonzero(sampler.random(POPULATION) < K / POPULATION)
@@ -193,21 +245,28 @@ def main(names):
     x = data_rng.normal(size=(n, 4)).astype(np.float32)
     return x, np.argmax(x @ _LABEL_MAP, axis=1).astype(np.int32)
 
-  clients = [tf.data.Dataset.from_tensor_slices(examples(EXAMPLES)).batch(5)
-             for _ in range(POPULATION)]
+  clients = [
+      tf.data.Dataset.from_tensor_slices(examples(EXAMPLES)).batch(5)
+      for _ in range(POPULATION)
+  ]
   test = examples(600)
   sampler = np.random.default_rng()  # Secret: seeded by the OS.
   for name in names or list(MECHANISMS):
     if name not in MECHANISMS:
-      sys.exit(f'own_loop.py: unknown mechanism {name!r}; one of '
-               f'{", ".join(MECHANISMS)}')
+      sys.exit(
+          f'own_loop.py: unknown mechanism {name!r}; one of '
+          f'{", ".join(MECHANISMS)}'
+      )
     eps, acc = run(name, clients, sampler, test)
-    print(f'{name}: eps = {eps:.3f} at delta = {DELTA:g} after {ROUNDS} '
-          f'rounds, accuracy {acc:.3f} on {len(test[1])} held-out examples')
+    print(
+        f'{name}: eps = {eps:.3f} at delta = {DELTA:g} after {ROUNDS} '
+        f'rounds, accuracy {acc:.3f} on {len(test[1])} held-out examples'
+    )
 
 
 if __name__ == '__main__':
   # Ctrl-C or SIGTERM: one line (no traceback from each of TFF's threads).
-  with cli.OneLineStop('own_loop.py',
-                       lambda: 'nothing is kept (its ledgers are in memory)'):
+  with cli.OneLineStop(
+      'own_loop.py', lambda: 'nothing is kept (its ledgers are in memory)'
+  ):
     main(sys.argv[1:])

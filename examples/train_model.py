@@ -30,6 +30,7 @@ from tff_priv.aggregators import SparsifiedSecureSumFactory
 from tff_priv.learning import no_client_metrics
 from tff_priv.program import ClientArraysSource
 from tff_priv.program import TrainModelAccounting
+
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 ROUNDS, POPULATION, K = 20, 100, 10
@@ -39,15 +40,19 @@ _LABEL_MAP = np.random.default_rng(1).normal(size=(4, 3))
 
 
 def model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(4,)),
-      tf.keras.layers.Dense(3, activation='softmax'),
-  ])
+  keras_model = tf.keras.Sequential(
+      [
+          tf.keras.layers.InputLayer(input_shape=(4,)),
+          tf.keras.layers.Dense(3, activation='softmax'),
+      ]
+  )
   return tff.learning.models.from_keras_model(
       keras_model,
       loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-      input_spec=(tf.TensorSpec([None, 4], tf.float32),
-                  tf.TensorSpec([None], tf.int32)),
+      input_spec=(
+          tf.TensorSpec([None, 4], tf.float32),
+          tf.TensorSpec([None], tf.int32),
+      ),
   )
 
 
@@ -58,10 +63,12 @@ def examples(rng, n):
 
 def accuracy(weights, test) -> float:
   """The released model's accuracy on held-out (public) examples."""
-  model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(4,)),
-      tf.keras.layers.Dense(3, activation='softmax'),
-  ])
+  model = tf.keras.Sequential(
+      [
+          tf.keras.layers.InputLayer(input_shape=(4,)),
+          tf.keras.layers.Dense(3, activation='softmax'),
+      ]
+  )
   weights.assign_weights_to(model)
   x, y = test
   return float(np.mean(np.argmax(model.predict(x, verbose=0), -1) == y))
@@ -74,38 +81,49 @@ def main(root_dir: str) -> None:
   # train_model draws exactly K of N clients a round: fixed-size sampling,
   # accounted under replace-one, where Fed-SMP's sum moves by 2C, so the
   # factory's noise multiplier is twice the calibrated one.
-  z = 2 * calibrate_noise_multiplier(8.0, 1e-5, ROUNDS, population=POPULATION,
-                                     sample_size=K)
+  z = 2 * calibrate_noise_multiplier(
+      8.0, 1e-5, ROUNDS, population=POPULATION, sample_size=K
+  )
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
       model_aggregator=SparsifiedSecureSumFactory(
-          noise_multiplier=z, clip=1.0, compression=0.1,
-          expected_clients_per_round=K),
+          noise_multiplier=z,
+          clip=1.0,
+          compression=0.1,
+          expected_clients_per_round=K,
+      ),
       metrics_aggregator=no_client_metrics,
   )
   runtime.set_context(program=True)  # A tff.program.NativeFederatedContext.
-  accounting = TrainModelAccounting(root_dir, population=POPULATION,
-                                    clients_per_round=K)
+  accounting = TrainModelAccounting(
+      root_dir, population=POPULATION, clients_per_round=K
+  )
   models = tff.program.MemoryReleaseManager()
   # run: asyncio.run with the program's arguments checked against the
   # accounting (K, N), one line on Ctrl-C / SIGTERM, and planned vs spent.
-  accounting.run(tff.learning.programs.train_model(
-      train_process=process,
-      train_data_source=ClientArraysSource(clients, batch_size=5),
-      train_per_round_clients=K,
-      train_total_rounds=ROUNDS,
-      should_discard_round=accounting.should_discard_round,
-      program_state_manager=accounting.program_state_manager(),
-      model_output_manager=accounting.model_weights_only(models),
-      train_metrics_manager=accounting.public_metrics(
-          tff.program.LoggingReleaseManager()),
-      evaluation_manager=None,  # It would release exact client metrics.
-      evaluation_periodicity=1,
-  ), name='train_model.py')
+  accounting.run(
+      tff.learning.programs.train_model(
+          train_process=process,
+          train_data_source=ClientArraysSource(clients, batch_size=5),
+          train_per_round_clients=K,
+          train_total_rounds=ROUNDS,
+          should_discard_round=accounting.should_discard_round,
+          program_state_manager=accounting.program_state_manager(),
+          model_output_manager=accounting.model_weights_only(models),
+          train_metrics_manager=accounting.public_metrics(
+              tff.program.LoggingReleaseManager()
+          ),
+          evaluation_manager=None,  # It would release exact client metrics.
+          evaluation_periodicity=1,
+      ),
+      name='train_model.py',
+  )
   released = models.values()
-  line = (f'eps = {accounting.epsilon(1e-5):.3f} at delta = 1e-5 after '
-          f'{accounting.rounds} charged rounds ({root_dir})')
+  line = (
+      f'eps = {accounting.epsilon(1e-5):.3f} at delta = 1e-5 after '
+      f'{accounting.rounds} charged rounds ({root_dir})'
+  )
   if released:  # The model train_model released last (none when resumed
     # after the end: nothing ran).
     last = released[max(released, key=lambda k: int(k.rsplit('_', 1)[1]))]

@@ -31,7 +31,8 @@ from tff_priv import runtime
 
 _VERBOSE = cli.define_verbose()
 _OUTPUT_DIR = flags.DEFINE_string(
-    'output_dir', os.path.join('docs', 'api'),
+    'output_dir',
+    os.path.join('docs', 'api'),
     'Where the HTML pages are written (created; index.html is the start).',
 )
 _CLI = cli.Cli('api_reference.py', doc=__doc__, key_modules=(__name__,))

@@ -34,17 +34,20 @@ from tff_priv.auditing import power
 from tff_priv.experiments import one_run_audit
 from tff_priv.program import command
 from tff_priv.program import training
+
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _VERBOSE = cli.define_verbose()
 
 _TRIALS = flags.DEFINE_integer(
-    'trials', 1000,
+    'trials',
+    1000,
     'Runs per client set of a factory audited run by run (smp, distortion, '
     'ldp with d > 1 values...).',
 )
 _VECTORIZED_TRIALS = flags.DEFINE_integer(
-    'vectorized_trials', 100_000,
+    'vectorized_trials',
+    100_000,
     'Trials per client set of a factory whose trials are vectorised (TFF '
     'gaussian_fixed, udp, ldp with one value): about 10-30 s each.',
 )
@@ -52,12 +55,14 @@ _ALPHA = flags.DEFINE_float(
     'alpha', 1e-3, 'A true claim fails with probability <= alpha.'
 )
 _POWER_PLOT = flags.DEFINE_string(
-    'power_plot', None,
+    'power_plot',
+    None,
     'Instead of the table: replay audits of Gaussian factories and write the '
     'power curves here (PNG; a few minutes), printing the power table.',
 )
 _CALIBRATION_PLOT = flags.DEFINE_string(
-    'calibration_plot', None,
+    'calibration_plot',
+    None,
     'Instead of the table: bounds vs trials against the true eps of honest '
     'Gaussians (PNG), printing the rows.',
 )
@@ -76,7 +81,8 @@ _PLOT = flags.DEFINE_string(
     'plot', None, 'Also write the lower bound vs accounted eps plot here.'
 )
 _ONE_RUN = flags.DEFINE_bool(
-    'one_run', False,
+    'one_run',
+    False,
     'Also audit a udp training run with canary examples (about 20 s).',
 )
 _ONE_RUN_CANARIES = flags.DEFINE_integer(
@@ -86,19 +92,23 @@ _ONE_RUN_ROUNDS = flags.DEFINE_integer(
     'one_run_rounds', 30, 'Rounds of the --one_run run.'
 )
 _ONE_RUN_EPSILON = flags.DEFINE_float(
-    'one_run_epsilon', 1.0,
+    'one_run_epsilon',
+    1.0,
     'Accounted eps of the --one_run run (whole run, delta 1e-5); keep it '
     'below what its canaries can show (3.80 for 200), or the row cannot fail.',
 )
 _ONE_RUN_SWEEP = flags.DEFINE_list(
-    'one_run_sweep', None,
+    'one_run_sweep',
+    None,
     'Instead of the table: noise fractions (e.g. 1,0.5,0.2,0.1,0.05,0.02,0,'
     ' of the noise --one_run_epsilon needs) at which the --one_run run is '
-    'repeated, printing Steinke et al.\'s and the f-DP bound for each '
+    "repeated, printing Steinke et al.'s and the f-DP bound for each "
     '(a few minutes).',
 )
 _ONE_RUN_CANARY_TASK = flags.DEFINE_enum(
-    'one_run_canary_task', 'digits', ['digits', 'mnist5k_softmax'],
+    'one_run_canary_task',
+    'digits',
+    ['digits', 'mnist5k_softmax'],
     "The --one_run run's task: digits (64 inputs: 200 canaries interfere) or "
     "mnist5k's softmax regression over 10 clients (784 inputs).",
 )
@@ -113,23 +123,32 @@ def _one_run_task():
 
 def _print_sweep():
   """The --one_run_sweep table (Markdown)."""
-  print('| noise fraction | z | Steinke eps lower bound | f-DP mu lower bound '
-        '(its eps) |')
+  print(
+      '| noise fraction | z | Steinke eps lower bound | f-DP mu lower bound '
+      '(its eps) |'
+  )
   print('|---|---|---|---|')
   with tempfile.TemporaryDirectory() as tmp:
     rows = one_run_audit.noise_sweep(
-        [float(f) for f in _ONE_RUN_SWEEP.value], tmp,
-        canaries=_ONE_RUN_CANARIES.value, rounds=_ONE_RUN_ROUNDS.value,
-        epsilon=_ONE_RUN_EPSILON.value, **_one_run_task(),
+        [float(f) for f in _ONE_RUN_SWEEP.value],
+        tmp,
+        canaries=_ONE_RUN_CANARIES.value,
+        rounds=_ONE_RUN_ROUNDS.value,
+        epsilon=_ONE_RUN_EPSILON.value,
+        **_one_run_task(),
         progress=lambda r: print(
             f"| {r['fraction']:g} | {r['noise_multiplier']:.4g} | "
             f"{r['steinke_epsilon_lower_bound']:.3f} | "
             f"{r['fdp_mu_lower_bound']:.3f} "
-            f"({r['fdp_epsilon_lower_bound']:.3f}) |", flush=True),
+            f"({r['fdp_epsilon_lower_bound']:.3f}) |",
+            flush=True,
+        ),
     )
   for key in ('steinke_epsilon_lower_bound', 'fdp_epsilon_lower_bound'):
-    print(f'{key}: refutes eps {_ONE_RUN_EPSILON.value:g} up to noise '
-          f'fraction {one_run_audit.largest_refuted(rows, key)}')
+    print(
+        f'{key}: refutes eps {_ONE_RUN_EPSILON.value:g} up to noise '
+        f'fraction {one_run_audit.largest_refuted(rows, key)}'
+    )
 
 
 def main(argv):
@@ -144,8 +163,11 @@ def main(argv):
     return
   if _POWER_PLOT.value or _CALIBRATION_PLOT.value:
     if _POWER_PLOT.value:
-      table = power.plot_power(_POWER_PLOT.value, seeds=_SEEDS.value,
-                               ratios=(1.0, 1.2, 1.4, 1.5, 2.0, 10.0))
+      table = power.plot_power(
+          _POWER_PLOT.value,
+          seeds=_SEEDS.value,
+          ratios=(1.0, 1.2, 1.4, 1.5, 2.0, 10.0),
+      )
       print(power.format_power_table(table))
     if _CALIBRATION_PLOT.value:
       for row in power.plot_calibration(_CALIBRATION_PLOT.value):
@@ -155,14 +177,20 @@ def main(argv):
     command.set_context()
     rows = catalogue.audit_table(
         catalogue.quickstart_settings(_DIMENSION.value),
-        trials=_TRIALS.value, vectorized_trials=_VECTORIZED_TRIALS.value,
-        delta=_DELTA.value, seed=_SEED.value, alpha=_ALPHA.value,
-        warn=False)
+        trials=_TRIALS.value,
+        vectorized_trials=_VECTORIZED_TRIALS.value,
+        delta=_DELTA.value,
+        seed=_SEED.value,
+        alpha=_ALPHA.value,
+        warn=False,
+    )
     extra = []
     if _ONE_RUN.value:
       config = one_run_audit.config(
-          _ONE_RUN_CANARIES.value, _ONE_RUN_ROUNDS.value,
-          _ONE_RUN_EPSILON.value, **_one_run_task(),
+          _ONE_RUN_CANARIES.value,
+          _ONE_RUN_ROUNDS.value,
+          _ONE_RUN_EPSILON.value,
+          **_one_run_task(),
       )
       with tempfile.TemporaryDirectory() as tmp:
         summary = training.run(config, f'{tmp}/run', progress=False)

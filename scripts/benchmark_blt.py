@@ -29,7 +29,8 @@ _ROUNDS = flags.DEFINE_string(
     'rounds', blt_error.Options.rounds, 'Comma-separated T values.'
 )
 _PARTICIPATIONS = flags.DEFINE_string(
-    'participations', blt_error.Options.participations,
+    'participations',
+    blt_error.Options.participations,
     'Comma-separated k values (each dividing every T).',
 )
 _FORMAT = flags.DEFINE_enum('format', 'table', ['table', 'json'], 'Output.')
@@ -37,11 +38,13 @@ _FORMAT = flags.DEFINE_enum('format', 'table', ['table', 'json'], 'Output.')
 
 def main(argv):
   del argv
-  blt_error.run(blt_error.Options(
-      rounds=_ROUNDS.value,
-      participations=_PARTICIPATIONS.value,
-      format=_FORMAT.value,
-  ))
+  blt_error.run(
+      blt_error.Options(
+          rounds=_ROUNDS.value,
+          participations=_PARTICIPATIONS.value,
+          format=_FORMAT.value,
+      )
+  )
 
 
 if __name__ == '__main__':

@@ -74,20 +74,22 @@ _TRANSPORT_BASELINE = flags.DEFINE_bool(
 
 def main(argv):
   del argv
-  ldp.run(ldp.Options(
-      flat=_FLAT.value,
-      d=_D.value,
-      epsilon=_EPSILON.value,
-      radius=_RADIUS.value,
-      out_of_range_fraction=_OUT_OF_RANGE.value,
-      encode_repeats=_ENCODE_REPEATS.value,
-      clients=_CLIENTS.value,
-      factory_repeats=_FACTORY_REPEATS.value,
-      transport_clients=_TRANSPORT_CLIENTS.value,
-      max_delay=_MAX_DELAY.value,
-      chunk_size=_CHUNK_SIZE.value,
-      transport_baseline=_TRANSPORT_BASELINE.value,
-  ))
+  ldp.run(
+      ldp.Options(
+          flat=_FLAT.value,
+          d=_D.value,
+          epsilon=_EPSILON.value,
+          radius=_RADIUS.value,
+          out_of_range_fraction=_OUT_OF_RANGE.value,
+          encode_repeats=_ENCODE_REPEATS.value,
+          clients=_CLIENTS.value,
+          factory_repeats=_FACTORY_REPEATS.value,
+          transport_clients=_TRANSPORT_CLIENTS.value,
+          max_delay=_MAX_DELAY.value,
+          chunk_size=_CHUNK_SIZE.value,
+          transport_baseline=_TRANSPORT_BASELINE.value,
+      )
+  )
 
 
 if __name__ == '__main__':

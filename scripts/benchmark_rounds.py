@@ -46,14 +46,16 @@ _CLIENTS = flags.DEFINE_list(
     'clients_per_round', ['20'], 'K values, each timed in its own table.'
 )
 _PROCESSES = flags.DEFINE_list(
-    'processes', list(rounds.PROCESSES),
+    'processes',
+    list(rounds.PROCESSES),
     f'Processes to time, among {", ".join(rounds.PROCESSES)}.',
 )
 _LEARNING_RATE = flags.DEFINE_float('learning_rate', 0.1, 'Client SGD rate.')
 _ROUNDS = flags.DEFINE_integer('rounds', 4, 'Timed rounds per process.')
 _WARMUP = flags.DEFINE_integer('warmup', 1, 'Untimed rounds first.')
 _LOOPBACK = flags.DEFINE_list(
-    'loopback_workers', [],
+    'loopback_workers',
+    [],
     'Also time each process over this many TFF workers on this machine '
     '(e.g. 1,2,3); ratios to the local run.',
 )
@@ -64,20 +66,22 @@ _FORMAT = flags.DEFINE_enum('format', 'table', ['table', 'json'], 'Output.')
 
 def main(argv):
   del argv
-  rounds.run(rounds.Options(
-      task=_TASK.value,
-      model=_MODEL.value,
-      batch_size=_BATCH_SIZE.value,
-      num_epochs=_NUM_EPOCHS.value,
-      seed=_SEED.value,
-      clients_per_round=tuple(int(k) for k in _CLIENTS.value),
-      processes=tuple(_PROCESSES.value),
-      learning_rate=_LEARNING_RATE.value,
-      rounds=_ROUNDS.value,
-      warmup=_WARMUP.value,
-      loopback_workers=tuple(int(n) for n in _LOOPBACK.value),
-      format=_FORMAT.value,
-  ))
+  rounds.run(
+      rounds.Options(
+          task=_TASK.value,
+          model=_MODEL.value,
+          batch_size=_BATCH_SIZE.value,
+          num_epochs=_NUM_EPOCHS.value,
+          seed=_SEED.value,
+          clients_per_round=tuple(int(k) for k in _CLIENTS.value),
+          processes=tuple(_PROCESSES.value),
+          learning_rate=_LEARNING_RATE.value,
+          rounds=_ROUNDS.value,
+          warmup=_WARMUP.value,
+          loopback_workers=tuple(int(n) for n in _LOOPBACK.value),
+          format=_FORMAT.value,
+      )
+  )
 
 
 if __name__ == '__main__':

@@ -63,7 +63,8 @@ _SECURE_COMPRESSIONS = flags.DEFINE_list(
     'secure_compressions', ['0.1'], 'p = k/d values for secure=True.'
 )
 _NOISE_FREE_ROWS = flags.DEFINE_bool(
-    'noise_free_rows', True,
+    'noise_free_rows',
+    True,
     'Also time secure=False with sigma = 0 (rows *_sigma0), which shows how '
     'much of the time is the clients drawing their K x k Gaussians.',
 )
@@ -71,7 +72,9 @@ _NOISE_FREE_ROWS = flags.DEFINE_bool(
 # Measurement.
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed rounds per process.')
 _VALUE_SOURCE = flags.DEFINE_enum(
-    'value_source', 'both', list(smp.VALUE_SOURCES) + ['both'],
+    'value_source',
+    'both',
+    list(smp.VALUE_SOURCES) + ['both'],
     'Where the client updates come from (see the module docstring).',
 )
 _UPDATE_SCALE = flags.DEFINE_float(
@@ -81,21 +84,26 @@ _UPDATE_SCALE = flags.DEFINE_float(
 
 def main(argv):
   del argv
-  smp.run(smp.Options(
-      shapes=_SHAPES.value,
-      clients=_CLIENTS.value,
-      noise_multiplier=_NOISE_MULTIPLIER.value,
-      clip=_CLIP.value,
-      compressions=tuple(float(p) for p in _COMPRESSIONS.value),
-      secure_compressions=tuple(float(p) for p in _SECURE_COMPRESSIONS.value),
-      noise_free_rows=_NOISE_FREE_ROWS.value,
-      repeats=_REPEATS.value,
-      value_sources=(
-          smp.VALUE_SOURCES if _VALUE_SOURCE.value == 'both'
-          else (_VALUE_SOURCE.value,)
-      ),
-      update_scale=_UPDATE_SCALE.value,
-  ))
+  smp.run(
+      smp.Options(
+          shapes=_SHAPES.value,
+          clients=_CLIENTS.value,
+          noise_multiplier=_NOISE_MULTIPLIER.value,
+          clip=_CLIP.value,
+          compressions=tuple(float(p) for p in _COMPRESSIONS.value),
+          secure_compressions=tuple(
+              float(p) for p in _SECURE_COMPRESSIONS.value
+          ),
+          noise_free_rows=_NOISE_FREE_ROWS.value,
+          repeats=_REPEATS.value,
+          value_sources=(
+              smp.VALUE_SOURCES
+              if _VALUE_SOURCE.value == 'both'
+              else (_VALUE_SOURCE.value,)
+          ),
+          update_scale=_UPDATE_SCALE.value,
+      )
+  )
 
 
 if __name__ == '__main__':

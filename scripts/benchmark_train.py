@@ -28,15 +28,20 @@ def main(argv):
   if not train_args:
     raise app.UsageError('give train.py its flags after --')
   result = memory.train_run(
-      train_args, script=os.path.join(os.path.dirname(__file__), 'train.py'))
+      train_args, script=os.path.join(os.path.dirname(__file__), 'train.py')
+  )
   if result['returncode'] != 0:
-    print(f'benchmark_train.py: error: train.py exited '
-          f"{result['returncode']}: {result['stderr_tail'].strip()}",
-          file=sys.stderr)
+    print(
+        f'benchmark_train.py: error: train.py exited '
+        f"{result['returncode']}: {result['stderr_tail'].strip()}",
+        file=sys.stderr,
+    )
     sys.exit(1)
   rss = result['rss_mb']
-  print(f"time to round 1: {result['seconds_to_round_1']:.1f} s; "
-        f"whole run {result['seconds']:.1f} s; {result['last_line']}")
+  print(
+      f"time to round 1: {result['seconds_to_round_1']:.1f} s; "
+      f"whole run {result['seconds']:.1f} s; {result['last_line']}"
+  )
   for r in (int(x) for x in _SHOWN.value):
     if r in rss:
       print(f'round {r}: {rss[r]:,.0f} MB (train.py and its TFF workers)')

@@ -38,7 +38,8 @@ from tff_priv.benchmarks import udp
 
 _VERBOSE = cli.define_verbose()
 _SHAPES = flags.DEFINE_string(
-    'shapes', udp.Options.shapes,
+    'shapes',
+    udp.Options.shapes,
     'Comma-separated tensor shapes (dims joined by x) of one client update.',
 )
 _CLIENTS = flags.DEFINE_integer('clients', 50, 'K, clients per round.')
@@ -48,12 +49,14 @@ _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed rounds per process.')
 
 def main(argv):
   del argv
-  udp.run(udp.Options(
-      shapes=_SHAPES.value,
-      clients=_CLIENTS.value,
-      noise_stddev=_NOISE.value,
-      repeats=_REPEATS.value,
-  ))
+  udp.run(
+      udp.Options(
+          shapes=_SHAPES.value,
+          clients=_CLIENTS.value,
+          noise_stddev=_NOISE.value,
+          repeats=_REPEATS.value,
+      )
+  )
 
 
 if __name__ == '__main__':

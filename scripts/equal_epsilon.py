@@ -30,6 +30,7 @@ from absl import flags
 from tff_priv import cli
 from tff_priv.experiments import equal_epsilon
 from tff_priv.program import grid
+
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 PRESETS = {
@@ -38,15 +39,19 @@ PRESETS = {
     'mnist5k_mlp_n1000': equal_epsilon.N1000,
     'shakespeare': equal_epsilon.SHAKESPEARE,
 }
-_PRESETS = flags.DEFINE_list('presets', ['mnist5k_mlp'],
-                             f'Settings to run: {", ".join(PRESETS)}.')
-_OUTPUT_DIR = flags.DEFINE_string('output_dir', 'results/equal_epsilon',
-                                  'Output folder.')
+_PRESETS = flags.DEFINE_list(
+    'presets', ['mnist5k_mlp'], f'Settings to run: {", ".join(PRESETS)}.'
+)
+_OUTPUT_DIR = flags.DEFINE_string(
+    'output_dir', 'results/equal_epsilon', 'Output folder.'
+)
 _EPSILONS = flags.DEFINE_list('epsilons', ['2', '8'], 'Target epsilons.')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Model seeds.')
 _METHODS = flags.DEFINE_list(
-    'methods', list(equal_epsilon.DEFAULT_METHODS),
-    f'Private methods: {", ".join(equal_epsilon.METHODS)}.')
+    'methods',
+    list(equal_epsilon.DEFAULT_METHODS),
+    f'Private methods: {", ".join(equal_epsilon.METHODS)}.',
+)
 _VERBOSE = flags.DEFINE_bool('verbose', False, "TF's and the runs' logs.")
 
 _CLI = cli.Cli('equal_epsilon.py', doc=__doc__, key_modules=(__name__,))
@@ -59,8 +64,9 @@ def main(argv):
     settings = {}
     for preset in _PRESETS.value:
       if preset not in PRESETS:
-        raise ValueError(f'unknown preset {preset!r}; one of '
-                         f'{", ".join(PRESETS)}')
+        raise ValueError(
+            f'unknown preset {preset!r}; one of ' f'{", ".join(PRESETS)}'
+        )
       settings[preset] = dataclasses.replace(
           PRESETS[preset],
           epsilons=tuple(float(e) for e in _EPSILONS.value),
@@ -74,12 +80,16 @@ def main(argv):
     results = command.main(
         'equal_epsilon.py',
         lambda setting=setting, root=root: grid.run(
-            equal_epsilon.configs(setting), root, progress=False),
-        root, _VERBOSE.value,
+            equal_epsilon.configs(setting), root, progress=False
+        ),
+        root,
+        _VERBOSE.value,
     )
     text = equal_epsilon.table(
-        setting, results,
-        'loss' if setting.task.startswith('shakespeare') else 'accuracy')
+        setting,
+        results,
+        'loss' if setting.task.startswith('shakespeare') else 'accuracy',
+    )
     with open(os.path.join(_OUTPUT_DIR.value, f'{preset}.md'), 'w') as f:
       f.write(text + '\n')
     print(f'## {preset}\n\n{text}\n')

@@ -28,6 +28,7 @@ from absl import flags
 from tff_priv import cli
 from tff_priv.experiments import ldp
 from tff_priv.program import grid
+
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _D = ldp.Setting()
@@ -69,15 +70,22 @@ _CLI = cli.Cli('ldp_table1.py')
 def _setting() -> ldp.Setting:
   try:
     return ldp.Setting(
-        task=_TASK.value, model=_MODEL.value, clients=_CLIENTS.value,
-        clients_per_round=_PER_ROUND.value, rounds=_ROUNDS.value,
-        client_learning_rate=_LR.value, batch_size=_BATCH.value,
+        task=_TASK.value,
+        model=_MODEL.value,
+        clients=_CLIENTS.value,
+        clients_per_round=_PER_ROUND.value,
+        rounds=_ROUNDS.value,
+        client_learning_rate=_LR.value,
+        batch_size=_BATCH.value,
         local_epochs=_EPOCHS.value,
         epsilons=tuple(float(e) for e in _EPSILONS.value),
-        noise_free=_NOISE_FREE.value, modes=tuple(_MODES.value),
+        noise_free=_NOISE_FREE.value,
+        modes=tuple(_MODES.value),
         weights_radius=_WEIGHTS_RADIUS.value,
-        deltas_radius=_DELTAS_RADIUS.value, runs=_RUNS.value,
-        delta=_DELTA.value, seed=_SEED.value,
+        deltas_radius=_DELTAS_RADIUS.value,
+        runs=_RUNS.value,
+        delta=_DELTA.value,
+        seed=_SEED.value,
     )
   except ValueError as e:
     _CLI.fail(str(e))
@@ -102,8 +110,10 @@ def main(argv):
   ldp.plot(setting, results, os.path.join(out, 'accuracy_vs_eps.png'))
   print(f'{table}\n')
   print('\n'.join(privacy))
-  print(f'\n{os.path.join(out, "table.md")}, accuracy_vs_eps.png and one run '
-        'directory per cell')
+  print(
+      f'\n{os.path.join(out, "table.md")}, accuracy_vs_eps.png and one run '
+      'directory per cell'
+  )
 
 
 if __name__ == '__main__':

@@ -28,6 +28,7 @@ cli.quiet_environment(sys.argv)
 from absl import flags
 
 from tff_priv.program import plotting
+
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _RUN_DIRS = flags.DEFINE_list(
@@ -38,7 +39,8 @@ _OUTPUT_DIR = flags.DEFINE_string(
 )
 
 _JOIN_RUNS = flags.DEFINE_bool(
-    'join_runs', False,
+    'join_runs',
+    False,
     'Join the last points of the runs of each mechanism into a curve (for '
     'runs that differ only in their target eps).',
 )
@@ -74,8 +76,6 @@ def main(argv):
     path = os.path.join(_OUTPUT_DIR.value, name)
     plot(runs, path)
     print(path)
-
-
 
 
 def entry():

@@ -66,7 +66,9 @@ _CLIENTS_PER_ROUND = flags.DEFINE_integer(
     'clients_per_round', None, 'Fixed-size sampling: clients per round K.'
 )
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'Number of rounds T.')
-_FORMAT = flags.DEFINE_enum('format', 'text', ['text', 'json'], 'Output format.')
+_FORMAT = flags.DEFINE_enum(
+    'format', 'text', ['text', 'json'], 'Output format.'
+)
 
 
 _CLI = cli.Cli('privacy.py', doc=__doc__, key_modules=(__name__,))
@@ -87,11 +89,16 @@ def _print_text(report, indent=''):
 
 def _sampling() -> sampling_lib.Sampling:
   """The rounds' client sampling of the flags (a bad mix: one line, exit 2)."""
-  rate, population, k = (_SAMPLING_RATE.value, _POPULATION.value,
-                         _CLIENTS_PER_ROUND.value)
+  rate, population, k = (
+      _SAMPLING_RATE.value,
+      _POPULATION.value,
+      _CLIENTS_PER_ROUND.value,
+  )
   if rate is not None and (population is not None or k is not None):
-    _fail('give --sampling_rate (Poisson sampling) or --population and '
-          '--clients_per_round (fixed-size sampling), not both')
+    _fail(
+        'give --sampling_rate (Poisson sampling) or --population and '
+        '--clients_per_round (fixed-size sampling), not both'
+    )
   if (population is None) != (k is None):
     _fail('fixed-size sampling needs both --population and --clients_per_round')
   try:

@@ -28,19 +28,24 @@ _VERBOSE_ARGV = command.quiet_environment(sys.argv)
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from absl import flags
 
-import tff_priv_tasks as tasks
 from tff_priv import cli
 from tff_priv.experiments import smp
 from tff_priv.program import grid
 from tff_priv.program import run_flags
+import tff_priv_tasks as tasks
+
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _SHAKESPEARE = 'shakespeare_'
-for _prefix, _defaults in (('', smp.Setting()), (_SHAKESPEARE, smp.SHAKESPEARE)):
+for _prefix, _defaults in (
+    ('', smp.Setting()),
+    (_SHAKESPEARE, smp.SHAKESPEARE),
+):
   run_flags.define_dataclass_flags(smp.Setting, _defaults, _prefix, ('task',))
 flags.adopt_module_key_flags(run_flags)
 _TASKS = flags.DEFINE_list(
-    'tasks', ['mnist5k', 'shakespeare_offline'],
+    'tasks',
+    ['mnist5k', 'shakespeare_offline'],
     'Tasks to run: a task starting with "shakespeare" takes the '
     '--shakespeare_* flags, an image task the others.',
 )
@@ -71,7 +76,11 @@ def main(argv):
     _CLI.fail(f'unexpected arguments {argv[1:]}')
   try:
     unknown = sorted(set(_TASKS.value) - set(tasks.TASK_NAMES))
-    if unknown or not _TASKS.value or len(set(_TASKS.value)) < len(_TASKS.value):
+    if (
+        unknown
+        or not _TASKS.value
+        or len(set(_TASKS.value)) < len(_TASKS.value)
+    ):
       raise ValueError(
           f'--tasks must name distinct tasks among {tasks.TASK_NAMES}, got '
           f'{_TASKS.value}'
@@ -86,8 +95,9 @@ def main(argv):
   verbose = _VERBOSE.value or flags.FLAGS['verbosity'].present
   results = command.main(
       'smp_experiments.py',
-      lambda: grid.run(configs, out, progress=_PROGRESS.value,
-                       cache_dir=_CACHE_DIR.value),
+      lambda: grid.run(
+          configs, out, progress=_PROGRESS.value, cache_dir=_CACHE_DIR.value
+      ),
       out,
       verbose,
   )
@@ -96,9 +106,11 @@ def main(argv):
     f.write(text)
   smp.plot(settings, results, os.path.join(out, 'accuracy_vs_p.png'))
   print(text)
-  print(f'{len(results)} runs in {out}/<label>/; tables in '
-        f"{os.path.join(out, 'summary.md')}, plot in "
-        f"{os.path.join(out, 'accuracy_vs_p.png')}")
+  print(
+      f'{len(results)} runs in {out}/<label>/; tables in '
+      f"{os.path.join(out, 'summary.md')}, plot in "
+      f"{os.path.join(out, 'accuracy_vs_p.png')}"
+  )
 
 
 if __name__ == '__main__':

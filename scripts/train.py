@@ -47,6 +47,7 @@ from tff_priv.program import layout
 from tff_priv.program import run_flags
 from tff_priv.program import summary as summary_lib
 from tff_priv.program import training
+
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 run_flags.define_flags()
@@ -55,7 +56,8 @@ _CACHE_DIR = flags.DEFINE_string(
     'cache_dir', None, 'Where cached data sets are read (online tasks).'
 )
 _ROOT_OUTPUT_DIR = flags.DEFINE_string(
-    'root_output_dir', None,
+    'root_output_dir',
+    None,
     'Run directory (default output/<task>_<mechanism>).',
 )
 _CHECKPOINT_EVERY = flags.DEFINE_integer(
@@ -65,11 +67,13 @@ _KEEP_CHECKPOINTS = flags.DEFINE_integer(
     'keep_checkpoints', 3, 'Program states kept on disk.'
 )
 _PROGRESS = flags.DEFINE_bool(
-    'progress', True,
+    'progress',
+    True,
     'Progress on stderr: a bar on a terminal, one line per round otherwise.',
 )
 _RESTART_MODEL = flags.DEFINE_bool(
-    'restart_model', False,
+    'restart_model',
+    False,
     'Train a new model from round 0 in a run directory whose privacy ledger '
     'holds charges (needed when no checkpoint there is readable; readable '
     'ones are set aside): every earlier charge stays, and --epsilon '
@@ -79,8 +83,9 @@ _VERBOSE = flags.DEFINE_bool(
     'verbose', False, "TF's and the program's logs (quiet by default)."
 )
 
-_CLI = cli.Cli('train.py', doc=__doc__,
-               key_modules=(__name__, run_flags, command))
+_CLI = cli.Cli(
+    'train.py', doc=__doc__, key_modules=(__name__, run_flags, command)
+)
 
 
 def _short(value):
@@ -125,14 +130,19 @@ def main(argv):
   print(
       f"{layout.path(root, layout.SUMMARY)}: {summary['task']} "
       f"{summary['mechanism']} rounds={summary['rounds_run']} "
-      f"{summary_lib.accuracy_line(summary)} "
+      f'{summary_lib.accuracy_line(summary)} '
       f"{guarantees} at delta={privacy['delta']}"
-      + (f" (target epsilon={privacy['target_epsilon']})"
-         if privacy.get('target_epsilon') is not None else '')
-      + (f" {privacy['empirical']['headline']}" if 'empirical' in privacy
-         else '')
+      + (
+          f" (target epsilon={privacy['target_epsilon']})"
+          if privacy.get('target_epsilon') is not None
+          else ''
+      )
+      + (
+          f" {privacy['empirical']['headline']}"
+          if 'empirical' in privacy
+          else ''
+      )
   )
-
 
 
 def entry():

@@ -28,6 +28,7 @@ from absl import flags
 from tff_priv import cli
 from tff_priv.experiments import udp
 from tff_priv.program import grid
+
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _D = udp.Setting()
@@ -69,15 +70,22 @@ _CLI = cli.Cli('udp_experiments.py')
 def _setting() -> udp.Setting:
   try:
     return udp.Setting(
-        task=_TASK.value, model=_MODEL.value, clients=_CLIENTS.value,
+        task=_TASK.value,
+        model=_MODEL.value,
+        clients=_CLIENTS.value,
         samples_per_client=_SAMPLES.value,
-        epsilons=tuple(float(e) for e in _EPSILONS.value), delta=_DELTA.value,
+        epsilons=tuple(float(e) for e in _EPSILONS.value),
+        delta=_DELTA.value,
         clients_per_round=tuple(int(k) for k in _CLIENTS_PER_ROUND.value),
         calibrations=tuple(_CALIBRATIONS.value),
-        learning_rate=_LEARNING_RATE.value, clip=_CLIP.value,
-        rounds_grid=tuple(int(t) for t in _GRID.value), crd=_CRD.value,
-        initial_rounds=_INITIAL_ROUNDS.value, beta=_BETA.value,
-        zeta=_ZETA.value, seed=_SEED.value,
+        learning_rate=_LEARNING_RATE.value,
+        clip=_CLIP.value,
+        rounds_grid=tuple(int(t) for t in _GRID.value),
+        crd=_CRD.value,
+        initial_rounds=_INITIAL_ROUNDS.value,
+        beta=_BETA.value,
+        zeta=_ZETA.value,
+        seed=_SEED.value,
     )
   except ValueError as e:
     _CLI.fail(str(e))
@@ -99,8 +107,10 @@ def main(argv):
     f.write(f'Setting: {setting}\n\n{table}\n')
   udp.plot(setting, results, os.path.join(out, 'udp_loss_vs_rounds.png'))
   print(table)
-  print(f'\n{os.path.join(out, "summary.md")}, udp_loss_vs_rounds.png and one '
-        'run directory per run')
+  print(
+      f'\n{os.path.join(out, "summary.md")}, udp_loss_vs_rounds.png and one '
+      'run directory per run'
+  )
 
 
 if __name__ == '__main__':

@@ -25,6 +25,7 @@ from absl import flags
 
 from tff_priv import cli
 from tff_priv.experiments import distortion
+
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _D = distortion.Settings()
@@ -44,7 +45,8 @@ _STEPS = flags.DEFINE_integer(
 _LR = flags.DEFINE_float('learning_rate', _D.learning_rate, 'Client SGD rate.')
 _ROUNDS = flags.DEFINE_integer('rounds', _D.rounds, 'T of W, W_rho and W~.')
 _REFERENCE_STEPS = flags.DEFINE_integer(
-    'reference_steps', _D.reference_steps,
+    'reference_steps',
+    _D.reference_steps,
     'Full-batch gradient steps of the reference optimisation that gives W*.',
 )
 _RHOS = flags.DEFINE_list('rhos', list(map(str, _D.rhos)), 'rho values.')
@@ -56,7 +58,8 @@ _EPSILONS = flags.DEFINE_list(
 )
 _CLIP = flags.DEFINE_float('clip', _D.clip, 'L2 clip C of each upload.')
 _VARIANCE = flags.DEFINE_float(
-    'parameter_variance', _D.parameter_variance,
+    'parameter_variance',
+    _D.parameter_variance,
     'sigma^2 per coordinate for the TV calibration and bounds (default: the '
     'across-client variance measured in an earlier noise-free mnist5k run: '
     'a statistic of the same data, fine for this utility study, not for a '
@@ -88,22 +91,32 @@ def main(argv):
     _CLI.fail(f'unexpected arguments {argv[1:]}')
   try:
     settings = distortion.Settings(
-        task=_TASK.value, num_clients=_CLIENTS.value,
-        samples_per_client=_SAMPLES.value, test_examples=_TEST.value,
-        local_steps=_STEPS.value, learning_rate=_LR.value,
-        rounds=_ROUNDS.value, reference_steps=_REFERENCE_STEPS.value,
-        rhos=_floats(_RHOS), target_tvs=_floats(_TVS),
-        epsilons=_floats(_EPSILONS), clip=_CLIP.value,
-        parameter_variance=_VARIANCE.value, delta=_DELTA.value,
-        seeds=_SEEDS.value, seed=_SEED.value,
+        task=_TASK.value,
+        num_clients=_CLIENTS.value,
+        samples_per_client=_SAMPLES.value,
+        test_examples=_TEST.value,
+        local_steps=_STEPS.value,
+        learning_rate=_LR.value,
+        rounds=_ROUNDS.value,
+        reference_steps=_REFERENCE_STEPS.value,
+        rhos=_floats(_RHOS),
+        target_tvs=_floats(_TVS),
+        epsilons=_floats(_EPSILONS),
+        clip=_CLIP.value,
+        parameter_variance=_VARIANCE.value,
+        delta=_DELTA.value,
+        seeds=_SEEDS.value,
+        seed=_SEED.value,
     ).validate()
   except (ValueError, TypeError) as e:
     _CLI.fail(str(e))
   out = _OUTPUT_DIR.value
   verbose = _VERBOSE.value or flags.FLAGS['verbosity'].present
   paths = command.main(
-      'utility_loss.py', lambda: distortion.run(settings, out, _PROGRESS.value),
-      out, verbose,
+      'utility_loss.py',
+      lambda: distortion.run(settings, out, _PROGRESS.value),
+      out,
+      verbose,
   )
   print('\n'.join(f'{name}: {path}' for name, path in paths.items()))
 

@@ -28,10 +28,15 @@ import warnings
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+
 # TFF's baseline preprocessing functions (not exported under tff.*): the same
 # pipelines the EMNIST and CIFAR-100 baselines use.
-from tensorflow_federated.python.simulation.baselines.cifar100 import image_classification_preprocessing
-from tensorflow_federated.python.simulation.baselines.emnist import emnist_preprocessing
+from tensorflow_federated.python.simulation.baselines.cifar100 import (
+    image_classification_preprocessing,
+)
+from tensorflow_federated.python.simulation.baselines.emnist import (
+    emnist_preprocessing,
+)
 
 from tff_priv_tasks import client_data
 from tff_priv_tasks import models

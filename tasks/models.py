@@ -20,9 +20,14 @@ as TFF's baseline does.
 from collections.abc import Sequence
 
 import tensorflow as tf
+
 # TFF's baseline char-LSTM is exactly the paper's model; it is the one source.
-from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_models
-from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_tasks
+from tensorflow_federated.python.simulation.baselines.shakespeare import (
+    char_prediction_models,
+)
+from tensorflow_federated.python.simulation.baselines.shakespeare import (
+    char_prediction_tasks,
+)
 
 SHAKESPEARE_VOCAB_SIZE = char_prediction_tasks.VOCAB_LENGTH
 SHAKESPEARE_SEQUENCE_LENGTH = char_prediction_tasks.DEFAULT_SEQUENCE_LENGTH
@@ -115,8 +120,10 @@ def mlp(
     An uncompiled Keras model.
   """
   shape = _check(input_shape, num_classes)
-  if isinstance(hidden_units, bool) or not isinstance(hidden_units, int) or (
-      hidden_units < 1
+  if (
+      isinstance(hidden_units, bool)
+      or not isinstance(hidden_units, int)
+      or (hidden_units < 1)
   ):
     raise ValueError(
         f'hidden_units must be a positive int, got {hidden_units!r}'

@@ -275,10 +275,12 @@ def dirichlet(
     m = _check_positive_int('samples_per_client', samples_per_client)
     prior = np.array([p.size for p in pools], dtype=np.float64)
     prior /= prior.sum()
-    counts = np.stack([
-        _largest_remainder(rng.dirichlet(alpha * prior), m)
-        for _ in range(num_clients)
-    ])
+    counts = np.stack(
+        [
+            _largest_remainder(rng.dirichlet(alpha * prior), m)
+            for _ in range(num_clients)
+        ]
+    )
     demand = counts.sum(axis=0)
     for c, pool in enumerate(pools):
       if demand[c] > pool.size:
@@ -287,13 +289,18 @@ def dirichlet(
             f'large for alpha={alpha}: class {classes[c]} is asked for '
             f'{demand[c]} examples and has {pool.size}'
         )
-    starts = np.concatenate([np.zeros((1, classes.size), np.int64),
-                             np.cumsum(counts, axis=0)])
+    starts = np.concatenate(
+        [np.zeros((1, classes.size), np.int64), np.cumsum(counts, axis=0)]
+    )
     return [
-        np.sort(np.concatenate([
-            pools[c][starts[i, c]: starts[i + 1, c]]
-            for c in range(classes.size)
-        ])).astype(np.int64)
+        np.sort(
+            np.concatenate(
+                [
+                    pools[c][starts[i, c] : starts[i + 1, c]]
+                    for c in range(classes.size)
+                ]
+            )
+        ).astype(np.int64)
         for i in range(num_clients)
     ]
 
@@ -343,7 +350,7 @@ def stratified_holdout(
   rng = np.random.default_rng(seed)
   _, pools = _class_pools(labels, rng)
   test = [p[: int(round(test_fraction * p.size))] for p in pools]
-  train = [p[int(round(test_fraction * p.size)):] for p in pools]
+  train = [p[int(round(test_fraction * p.size)) :] for p in pools]
   return (
       np.sort(np.concatenate(train)).astype(np.int64),
       np.sort(np.concatenate(test)).astype(np.int64),

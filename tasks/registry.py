@@ -36,9 +36,12 @@ import dataclasses
 from typing import Any, Optional
 
 import tensorflow_federated as tff
+
 # TFF's Shakespeare task assembly (not exported under tff.*): the offline task
 # uses the same preprocessing, model and metrics as the online one.
-from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_tasks
+from tensorflow_federated.python.simulation.baselines.shakespeare import (
+    char_prediction_tasks,
+)
 
 from tff_priv_tasks import cache
 from tff_priv_tasks import image_tasks
@@ -92,8 +95,11 @@ def _emnist(only_digits):
         only_digits, cache_dir, o['download'], o['timeout']
     )
     return image_tasks.grey_task(
-        train, test, num_classes=10 if only_digits else 62, model=o['model'],
-        **specs
+        train,
+        test,
+        num_classes=10 if only_digits else 62,
+        model=o['model'],
+        **specs,
     )
 
   return build
@@ -186,8 +192,7 @@ def _emnist_shaped(specs, seed, cache_dir, o):
   del cache_dir
   train, test = shaped.emnist_shaped(seed, o['num_clients'])
   return image_tasks.grey_task(
-      train, test, num_classes=shaped.EMNIST_CLASSES, model=o['model'],
-      **specs
+      train, test, num_classes=shaped.EMNIST_CLASSES, model=o['model'], **specs
   )
 
 
@@ -195,8 +200,11 @@ def _cifar100_shaped(specs, seed, cache_dir, o):
   del cache_dir
   train, test = shaped.cifar100_shaped(seed, o['num_clients'])
   return image_tasks.colour_task(
-      train, test, num_classes=shaped.CIFAR100_CLASSES, model=o['model'],
-      **specs
+      train,
+      test,
+      num_classes=shaped.CIFAR100_CLASSES,
+      model=o['model'],
+      **specs,
   )
 
 
@@ -217,22 +225,34 @@ _TASKS = {
     ),
     'mnist': _Task(
         _keras_grey('mnist'),
-        {**_SPLIT_OPTIONS, 'num_clients': 100, 'model': 'cnn',
-         **_DOWNLOAD_OPTIONS},
+        {
+            **_SPLIT_OPTIONS,
+            'num_clients': 100,
+            'model': 'cnn',
+            **_DOWNLOAD_OPTIONS,
+        },
         True,
         _GREY,
     ),
     'fashion_mnist': _Task(
         _keras_grey('fashion_mnist'),
-        {**_SPLIT_OPTIONS, 'num_clients': 200, 'model': 'cnn',
-         **_DOWNLOAD_OPTIONS},
+        {
+            **_SPLIT_OPTIONS,
+            'num_clients': 200,
+            'model': 'cnn',
+            **_DOWNLOAD_OPTIONS,
+        },
         True,
         _GREY,
     ),
     'cifar10': _Task(
         _cifar10,
-        {**_SPLIT_OPTIONS, 'num_clients': 500, 'model': 'vgg',
-         **_DOWNLOAD_OPTIONS},
+        {
+            **_SPLIT_OPTIONS,
+            'num_clients': 500,
+            'model': 'vgg',
+            **_DOWNLOAD_OPTIONS,
+        },
         True,
         _COLOUR,
     ),
@@ -247,15 +267,23 @@ _TASKS = {
     ),
     'mnist5k': _Task(
         _packaged_grey(offline_images.load_mnist5k),
-        {**_SPLIT_OPTIONS, 'num_clients': 100, 'model': 'cnn',
-         'test_fraction': 0.2},
+        {
+            **_SPLIT_OPTIONS,
+            'num_clients': 100,
+            'model': 'cnn',
+            'test_fraction': 0.2,
+        },
         False,
         _GREY,
     ),
     'digits': _Task(
         _packaged_grey(offline_images.load_digits),
-        {**_SPLIT_OPTIONS, 'num_clients': 10, 'model': 'mlp',
-         'test_fraction': 0.2},
+        {
+            **_SPLIT_OPTIONS,
+            'num_clients': 10,
+            'model': 'mlp',
+            'test_fraction': 0.2,
+        },
         False,
         _GREY,
     ),

@@ -40,8 +40,11 @@ import re
 from typing import Optional
 
 import numpy as np
+
 # TFF's own vocabulary and special tokens: the single source of the ids.
-from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_preprocessing
+from tensorflow_federated.python.simulation.baselines.shakespeare import (
+    char_prediction_preprocessing,
+)
 
 from tff_priv_tasks import client_data
 from tff_priv_tasks import package_data
@@ -143,12 +146,16 @@ def split_speeches(
 
 
 def _client_data(texts: dict[str, tuple[str, ...]]):
-  return client_data.InMemoryClientData({
-      cid: collections.OrderedDict(
-          snippets=np.array([s.encode('utf-8') for s in speeches], dtype=object)
-      )
-      for cid, speeches in texts.items()
-  })
+  return client_data.InMemoryClientData(
+      {
+          cid: collections.OrderedDict(
+              snippets=np.array(
+                  [s.encode('utf-8') for s in speeches], dtype=object
+              )
+          )
+          for cid, speeches in texts.items()
+      }
+  )
 
 
 def load_data(test_fraction: float = 0.2, max_clients: Optional[int] = None):

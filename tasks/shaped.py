@@ -64,14 +64,19 @@ def _index(client_id):
 
 
 def _ids(num_clients):
-  if (isinstance(num_clients, bool) or not isinstance(num_clients, int)
-      or num_clients < 1):
+  if (
+      isinstance(num_clients, bool)
+      or not isinstance(num_clients, int)
+      or num_clients < 1
+  ):
     raise ValueError(f'num_clients must be a positive int, got {num_clients!r}')
   width = max(4, len(str(num_clients - 1)))
   return [f'client_{i:0{width}d}' for i in range(num_clients)]
 
 
-def _client_data(num_clients, make: Callable) -> tff.simulation.datasets.ClientData:
+def _client_data(
+    num_clients, make: Callable
+) -> tff.simulation.datasets.ClientData:
   """ClientData whose client `client_i` is `make(i)`, made when asked for."""
   return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
       _ids(num_clients), lambda cid: make(_index(cid))
@@ -83,18 +88,23 @@ class _Images:
 
   def __init__(self, seed, num_clients, counts, num_classes, shape, alpha):
     rng = np.random.RandomState(seed)
-    coarse = rng.uniform(-1.0, 1.0, (num_classes, shape[0] // 4,
-                                     shape[1] // 4) + tuple(shape[2:]))
+    coarse = rng.uniform(
+        -1.0,
+        1.0,
+        (num_classes, shape[0] // 4, shape[1] // 4) + tuple(shape[2:]),
+    )
     coarse = coarse.reshape(coarse.shape[:3] + (-1,))
     templates = tf.image.resize(coarse, shape[:2], method='bicubic').numpy()
-    self.templates = tf.constant(templates.reshape((num_classes,) + shape),
-                                 tf.float32)
+    self.templates = tf.constant(
+        templates.reshape((num_classes,) + shape), tf.float32
+    )
     # Class frequencies of the population (some classes far more common, as
     # EMNIST's digits are), and each client's mix around them.
     prior = rng.dirichlet(np.full(num_classes, 2.0))
     self.prior = prior
-    mixes = rng.dirichlet(alpha * num_classes * prior + 1e-3,
-                          num_clients).astype(np.float32)
+    mixes = rng.dirichlet(
+        alpha * num_classes * prior + 1e-3, num_clients
+    ).astype(np.float32)
     self.log_mixes = tf.constant(np.log(mixes + 1e-12), tf.float32)
     self.contrast = tf.constant(rng.uniform(0.6, 1.4, num_clients), tf.float32)
     self.counts = tf.constant(counts, tf.int32)
@@ -104,18 +114,22 @@ class _Images:
   def examples(self, key, n, log_mix, contrast):
     """n (labels, values in [-1.5, 1.5]-ish) from `key` (a [2] seed)."""
     label_key, noise_key = tf.unstack(
-        tf.random.experimental.stateless_split(key, 2))
-    labels = tf.random.stateless_categorical(
-        log_mix[None], n, seed=label_key)[0]
+        tf.random.experimental.stateless_split(key, 2)
+    )
+    labels = tf.random.stateless_categorical(log_mix[None], n, seed=label_key)[
+        0
+    ]
     noise = tf.random.stateless_normal(
-        tf.concat([[n], self.shape], 0), seed=noise_key)
+        tf.concat([[n], self.shape], 0), seed=noise_key
+    )
     values = contrast * tf.gather(self.templates, labels) + 0.6 * noise
     return labels, values
 
   def client(self, i):
     key = tf.stack([tf.constant(self.seed, tf.int32), i])
-    return self.examples(key, self.counts[i], self.log_mixes[i],
-                         self.contrast[i])
+    return self.examples(
+        key, self.counts[i], self.log_mixes[i], self.contrast[i]
+    )
 
   def test(self):
     key = tf.constant([self.seed, -1], tf.int32)
@@ -125,14 +139,18 @@ class _Images:
 
 def _grey(labels, values):
   pixels = tf.clip_by_value(0.5 + 0.35 * values, 0.0, 1.0)
-  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-      label=tf.cast(labels, tf.int32), pixels=pixels))
+  return tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(label=tf.cast(labels, tf.int32), pixels=pixels)
+  )
 
 
 def _colour(labels, values):
   image = tf.clip_by_value(128.0 + 60.0 * values, 0.0, 255.0)
-  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-      image=tf.cast(image, tf.uint8), label=tf.cast(labels, tf.int64)))
+  return tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(
+          image=tf.cast(image, tf.uint8), label=tf.cast(labels, tf.int64)
+      )
+  )
 
 
 def emnist_shaped(seed: int = 0, num_clients: int = EMNIST_CLIENTS):
@@ -149,8 +167,9 @@ def cifar100_shaped(seed: int = 0, num_clients: int = CIFAR100_CLIENTS):
   """(train ClientData, test Dataset) in TFF's CIFAR-100 layout (no coarse label)."""
   _ids(num_clients)
   counts = np.full(num_clients, CIFAR100_EXAMPLES, np.int32)
-  images = _Images(seed, num_clients, counts, CIFAR100_CLASSES, (32, 32, 3),
-                   0.5)
+  images = _Images(
+      seed, num_clients, counts, CIFAR100_CLASSES, (32, 32, 3), 0.5
+  )
   train = _client_data(num_clients, lambda i: _colour(*images.client(i)))
   return train, _colour(*images.test())
 
@@ -163,27 +182,35 @@ class _Snippets:
     letters = np.array(list(_LETTERS))
     letter_p = np.linspace(2.0, 0.2, len(letters))
     letter_p /= letter_p.sum()
-    words = [''.join(rng.choice(letters, rng.randint(2, 9), p=letter_p))
-             for _ in range(_VOCABULARY)]
+    words = [
+        ''.join(rng.choice(letters, rng.randint(2, 9), p=letter_p))
+        for _ in range(_VOCABULARY)
+    ]
     self.words = tf.constant(words)
     ranks = np.arange(1, _VOCABULARY + 1)
-    self.log_zipf = tf.constant(np.log(ranks ** -1.1 / np.sum(ranks ** -1.1)),
-                                tf.float32)
+    self.log_zipf = tf.constant(
+        np.log(ranks**-1.1 / np.sum(ranks**-1.1)), tf.float32
+    )
     self.counts = tf.constant(counts, tf.int32)
     self.seed = seed
 
   def snippets(self, key, n):
     word_key, length_key = tf.unstack(
-        tf.random.experimental.stateless_split(key, 2))
+        tf.random.experimental.stateless_split(key, 2)
+    )
     ids = tf.random.stateless_categorical(
-        self.log_zipf[None], n * _WORDS[1], seed=word_key)[0]
+        self.log_zipf[None], n * _WORDS[1], seed=word_key
+    )[0]
     lengths = tf.random.stateless_uniform(
-        [n], length_key, _WORDS[0], _WORDS[1] + 1, dtype=tf.int32)
+        [n], length_key, _WORDS[0], _WORDS[1] + 1, dtype=tf.int32
+    )
     words = tf.RaggedTensor.from_tensor(
-        tf.reshape(tf.gather(self.words, ids), [n, _WORDS[1]]), lengths)
+        tf.reshape(tf.gather(self.words, ids), [n, _WORDS[1]]), lengths
+    )
     text = tf.strings.reduce_join(words, axis=1, separator=' ') + '.'
     return tf.data.Dataset.from_tensor_slices(
-        collections.OrderedDict(snippets=text))
+        collections.OrderedDict(snippets=text)
+    )
 
   def client(self, i, test):
     key = tf.stack([tf.constant(self.seed, tf.int32), 2 * i + int(test)])

@@ -27,9 +27,7 @@ SQLITE_FILES = {
 def expected_file(name: str, cache_dir: Optional[str] = None) -> str:
   """The SQLite file TFF's `load_data` reads for data set `name`."""
   if name not in SQLITE_FILES:
-    raise ValueError(
-        f'name must be one of {tuple(SQLITE_FILES)}, got {name!r}'
-    )
+    raise ValueError(f'name must be one of {tuple(SQLITE_FILES)}, got {name!r}')
   return os.path.join(cache.tff_cache_dir(cache_dir), SQLITE_FILES[name])
 
 

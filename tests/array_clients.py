@@ -31,10 +31,18 @@ def source(population):
   )
 
 
-def train_model(process, *, population, clients_per_round, rounds,
-                should_discard_round=lambda output: False,
-                state_dir=None, train_metrics_manager=None,
-                model_output_manager=None, accounting=None):
+def train_model(
+    process,
+    *,
+    population,
+    clients_per_round,
+    rounds,
+    should_discard_round=lambda output: False,
+    state_dir=None,
+    train_metrics_manager=None,
+    model_output_manager=None,
+    accounting=None,
+):
   """`tff.learning.programs.train_model` over `population` array clients.
 
   Runs in the installed context (a `tff.program.NativeFederatedContext`),
@@ -58,8 +66,9 @@ def train_model(process, *, population, clients_per_round, rounds,
           program_state_manager=tff.program.FileProgramStateManager(
               state_dir or tempfile.mkdtemp()
           ),
-          model_output_manager=(model_output_manager
-                                or tff.program.MemoryReleaseManager()),
+          model_output_manager=(
+              model_output_manager or tff.program.MemoryReleaseManager()
+          ),
           train_metrics_manager=release,
           evaluation_manager=None,
           evaluation_periodicity=1,

@@ -19,8 +19,13 @@ def allowed_failures(n: int, rate: float, false_alarm: float) -> int:
   return n
 
 
-def repeats_for(power_rate: float, power: float, rate: float,
-                false_alarm: float, most: int = 10_000) -> int:
+def repeats_for(
+    power_rate: float,
+    power: float,
+    rate: float,
+    false_alarm: float,
+    most: int = 10_000,
+) -> int:
   """The least n at which the `allowed_failures` test flags a flaw with `power`.
 
   A flawed check fails at `power_rate` (> rate); an honest one at `rate`.

@@ -44,7 +44,9 @@ class Target:
 
 def _file_path(package, src):
   if src.startswith((':', '//', '@')):
-    raise ValueError(f'//{package}: srcs must be files of the package, got {src}')
+    raise ValueError(
+        f'//{package}: srcs must be files of the package, got {src}'
+    )
   return os.path.join(package, src) if package else src
 
 
@@ -102,7 +104,9 @@ def _walk():
   packages = ['']
   for dirpath, dirnames, filenames in os.walk(_ROOT):
     dirnames[:] = sorted(
-        d for d in dirnames if d not in _SKIP_DIRS and not d.endswith('.egg-info')
+        d
+        for d in dirnames
+        if d not in _SKIP_DIRS and not d.endswith('.egg-info')
     )
     rel = os.path.relpath(dirpath, _ROOT)
     if rel != '.' and 'BUILD' in filenames:
@@ -112,7 +116,8 @@ def _walk():
 
 def _generator():
   spec = importlib.util.spec_from_file_location(
-      'build_files_script', os.path.join(_ROOT, 'scripts', 'build_files.py'))
+      'build_files_script', os.path.join(_ROOT, 'scripts', 'build_files.py')
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -127,7 +132,8 @@ def _visible(target, default, package):
     if kind == '__pkg__' and package == where:
       return True
     if kind == '__subpackages__' and (
-        not where or package == where or package.startswith(where + '/')):
+        not where or package == where or package.startswith(where + '/')
+    ):
       return True
   return False
 
@@ -152,7 +158,8 @@ class BuildFilesTest(unittest.TestCase):
 
   def test_build_files_are_what_the_generator_writes(self):
     self.assertEqual(
-        self.generator.stale(), [],
+        self.generator.stale(),
+        [],
         'stale BUILD files: run python scripts/build_files.py',
     )
     generated = {os.path.dirname(p) for p in self.generator.generate()}
@@ -162,8 +169,15 @@ class BuildFilesTest(unittest.TestCase):
     # A copy of the files the generator reads, with a new module and a test
     # that imports it: both targets are written, each dep declared.
     with tempfile.TemporaryDirectory() as root:
-      for name in ('README.md', 'docs', 'examples', 'tff_priv', 'tasks',
-                   'scripts', 'tests'):
+      for name in (
+          'README.md',
+          'docs',
+          'examples',
+          'tff_priv',
+          'tasks',
+          'scripts',
+          'tests',
+      ):
         source, copy = os.path.join(_ROOT, name), os.path.join(root, name)
         if os.path.isdir(source):
           shutil.copytree(source, copy, ignore=_IGNORE)
@@ -176,9 +190,12 @@ class BuildFilesTest(unittest.TestCase):
         f.write('from tests import toy_mechanism\n')
       self.assertEqual(self.generator.stale(root), ['tests/BUILD'])
       text = self.generator.generate(root)['tests/BUILD']
-      self.assertIn('py_test(\n    name = "toy_mechanism_test",\n'
-                    '    srcs = ["toy_mechanism_test.py"],\n'
-                    '    deps = [":toy_mechanism"],\n)', text)
+      self.assertIn(
+          'py_test(\n    name = "toy_mechanism_test",\n'
+          '    srcs = ["toy_mechanism_test.py"],\n'
+          '    deps = [":toy_mechanism"],\n)',
+          text,
+      )
       self.assertIn('    deps = ["//tff_priv/accounting:ledger"],', text)
 
   def test_every_python_file_belongs_to_one_target(self):
@@ -186,9 +203,12 @@ class BuildFilesTest(unittest.TestCase):
     for t in self.targets.values():
       for src in t.srcs:
         self.assertTrue(
-            os.path.isfile(os.path.join(_ROOT, src)), f'{t.label}: no file {src}'
+            os.path.isfile(os.path.join(_ROOT, src)),
+            f'{t.label}: no file {src}',
         )
-        self.assertNotIn(src, owners, f'{src} in {owners.get(src)} and {t.label}')
+        self.assertNotIn(
+            src, owners, f'{src} in {owners.get(src)} and {t.label}'
+        )
         owners[src] = t.label
     missing = [
         f for f in self.py_files if f not in owners and f not in _NOT_MODULES
@@ -198,13 +218,17 @@ class BuildFilesTest(unittest.TestCase):
   def test_every_label_resolves(self):
     for t in self.targets.values():
       for label in t.deps:
-        self.assertIn(label, self.targets, f'{t.label}: dep {label} does not exist')
+        self.assertIn(
+            label, self.targets, f'{t.label}: dep {label} does not exist'
+        )
       for label in t.data:
         if label in self.targets:
           continue
         package, name = label[2:].split(':')
         path = os.path.join(package, name) if package else name
-        self.assertIn(path, self.files, f'{t.label}: data {label} does not exist')
+        self.assertIn(
+            path, self.files, f'{t.label}: data {label} does not exist'
+        )
         self.assertTrue(os.path.exists(os.path.join(_ROOT, path)))
 
   def test_imports_of_own_modules_are_declared(self):
@@ -238,7 +262,8 @@ class BuildFilesTest(unittest.TestCase):
 
   def test_only_package_targets_and_documented_modules_are_public(self):
     public = sorted(
-        t.label for t in self.targets.values()
+        t.label
+        for t in self.targets.values()
         if '//visibility:public' in (t.visibility or self.defaults[t.package])
     )
     self.assertIn('//tff_priv/aggregators:aggregators', public)
@@ -256,7 +281,8 @@ class BuildFilesTest(unittest.TestCase):
 
 class PackageListTest(unittest.TestCase):
   """pyproject.toml lists its packages: a package it leaves out is missing
-  from the wheel (the editable install of the clone would not show it)."""
+  from the wheel (the editable install of the clone would not show it).
+  """
 
   def test_every_package_of_the_tree_is_listed(self):
     if tomllib is None:
@@ -271,8 +297,11 @@ class PackageListTest(unittest.TestCase):
         subdirs[:] = [d for d in subdirs if d not in _SKIP_DIRS]
         if '__init__.py' in files:
           relative = os.path.relpath(here, os.path.join(_ROOT, path))
-          found.add(top if relative == '.'
-                    else f'{top}.{relative.replace(os.sep, ".")}')
+          found.add(
+              top
+              if relative == '.'
+              else f'{top}.{relative.replace(os.sep, ".")}'
+          )
     self.assertCountEqual(setup['packages'], found)
 
 

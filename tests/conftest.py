@@ -32,7 +32,9 @@ _HEAVY_SCOPES = {
     'tests/scripts/train_faults_test.py::TrainFaultsTest': 100,
     'tests/scripts/train_interruptions_test.py::CentralNoiseKillResumeTest': 50,
     'tests/program/training_test.py': 100,
-    'tests/scripts/smp_experiments_script_test.py::SmpExperimentsScriptTest': 90,
+    'tests/scripts/smp_experiments_script_test.py::SmpExperimentsScriptTest': (
+        90
+    ),
     'tests/program/train_model_accounting_test.py::TrainModelKilledTest': 90,
     'tests/program/canary_audit_test.py::CanaryExamplesRunTest': 75,
     'tests/scripts/utility_loss_script_test.py::UtilityLossScriptTest': 75,
@@ -48,6 +50,7 @@ def _scope(nodeid: str) -> str:
 
 def pytest_collection_modifyitems(items):
   """Heaviest scopes first (`_HEAVY_SCOPES`), the rest in collection order."""
+
   def weight(item):
     scope = _scope(item.nodeid)
     return _HEAVY_SCOPES.get(scope, _HEAVY_SCOPES.get(scope.split('::')[0], 0))

@@ -85,12 +85,12 @@ class ExecutorsTest(absltest.TestCase):
     first_restart = executors.KEPT - 1 + 2  # 0-based; RESTART_AFTER = 2
     second_restart = first_restart + executors.KEPT + 2
     changes = [i for i in range(1, len(seen)) if seen[i] != seen[i - 1]]
-    self.assertEqual(
-        changes, [first_restart, second_restart]
-    )
+    self.assertEqual(changes, [first_restart, second_restart])
     children = subprocess.run(
         ['ps', '--ppid', str(os.getpid()), '-o', 'pid=,stat='],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split('\n')
     zombies = [c for c in children if c.split()[1:2] and c.split()[1][0] == 'Z']
     self.assertFalse(zombies, children)
@@ -117,6 +117,7 @@ class ExecutorsTest(absltest.TestCase):
         del cardinalities
         made.append(Executor(generation))
         return made[-1]
+
       return make
 
     def restart(old):

@@ -42,7 +42,9 @@ def _flat_leaves(nest):
 
 def _same(a, b):
   """Bit-identical arrays (NaN equals NaN of the same payload)."""
-  return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+  return (
+      a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+  )
 
 
 def exact_statistic_leaves(run, inputs, neighbour, *, public=()):

@@ -39,12 +39,18 @@ def _resolve(dotted: str):
 class PublicApiTest(absltest.TestCase):
 
   def test_import_tff_priv_imports_no_tensorflow(self):
-    code = ('import sys, tff_priv, tff_priv.accounting, tff_priv.program; '
-            'from tff_priv.accounting import PrivacyLedger; '
-            "print('tensorflow' in sys.modules)")
+    code = (
+        'import sys, tff_priv, tff_priv.accounting, tff_priv.program; '
+        'from tff_priv.accounting import PrivacyLedger; '
+        "print('tensorflow' in sys.modules)"
+    )
     result = subprocess.run(
-        [sys.executable, '-c', code], capture_output=True, text=True,
-        cwd=_ROOT, env={**os.environ, 'PYTHONPATH': _ROOT}, check=True,
+        [sys.executable, '-c', code],
+        capture_output=True,
+        text=True,
+        cwd=_ROOT,
+        env={**os.environ, 'PYTHONPATH': _ROOT},
+        check=True,
     )
     self.assertEqual(result.stdout.strip(), 'False')
 
@@ -58,7 +64,7 @@ class PublicApiTest(absltest.TestCase):
       for name in names:
         self.assertIsNotNone(getattr(module, name), f'{package}.{name}')
       with self.assertRaisesRegex(AttributeError, 'no attribute'):
-        getattr(module, 'no_such_name')
+        module.no_such_name
 
   def test_every_name_the_readme_and_docs_import_exists(self):
     # `from tff_priv.x import a, b as c` lines in code blocks, and every
@@ -66,7 +72,8 @@ class PublicApiTest(absltest.TestCase):
     names = []
     for doc, text in _docs():
       for module, imported in re.findall(
-          r'^from (tff_priv[\w.]*) import ([\w, ]+(?: as \w+)?)$', text,
+          r'^from (tff_priv[\w.]*) import ([\w, ]+(?: as \w+)?)$',
+          text,
           re.M,
       ):
         for name in imported.split(','):

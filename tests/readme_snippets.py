@@ -18,8 +18,11 @@ LOG_LINE = re.compile(
 
 def user_env() -> dict:
   """This process's environment as a user's shell has it: no log settings."""
-  return {k: v for k, v in os.environ.items() if k not in (
-      'TF_CPP_MIN_LOG_LEVEL', 'GRPC_VERBOSITY', 'TFF_PRIV_VERBOSE')}
+  return {
+      k: v
+      for k, v in os.environ.items()
+      if k not in ('TF_CPP_MIN_LOG_LEVEL', 'GRPC_VERBOSITY', 'TFF_PRIV_VERBOSE')
+  }
 
 
 def log_lines(stderr: str) -> list:
@@ -35,14 +38,14 @@ def readme() -> str:
 def code_after(heading: str) -> str:
   """The first python block after `heading`."""
   text = readme()
-  section = text[text.index(heading):]
+  section = text[text.index(heading) :]
   return re.search(r'```python\n(.*?)```', section, re.S).group(1)
 
 
 def claimed_after(heading: str) -> str:
   """What the README says the block after `heading` prints (`It prints ...`)."""
   text = readme()
-  return re.search(r'It prints `([^`]+)`', text[text.index(heading):]).group(1)
+  return re.search(r'It prints `([^`]+)`', text[text.index(heading) :]).group(1)
 
 
 def quickstart_code() -> str:

@@ -35,8 +35,12 @@ def _run_snippet(code):
     with open(path, 'w') as f:
       f.write(code)
     return subprocess.run(
-        [sys.executable, path], cwd=tmp, capture_output=True, text=True,
-        timeout=600, env=readme_snippets.user_env(),  # As a user runs it.
+        [sys.executable, path],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=readme_snippets.user_env(),  # As a user runs it.
     )
 
 
@@ -83,8 +87,12 @@ def _run_snippets_in_one_interpreter(snippets):
   """The stdout of each snippet, all run by one interpreter (as a user's)."""
   result = subprocess.run(
       [sys.executable, '-m', 'tests.snippet_main'],
-      input=json.dumps(snippets), cwd=_ROOT, capture_output=True, text=True,
-      timeout=1800, env={**readme_snippets.user_env(), 'PYTHONPATH': _ROOT},
+      input=json.dumps(snippets),
+      cwd=_ROOT,
+      capture_output=True,
+      text=True,
+      timeout=1800,
+      env={**readme_snippets.user_env(), 'PYTHONPATH': _ROOT},
   )
   if result.returncode != 0:
     raise AssertionError(f'a snippet failed: {result.stderr[-3000:]}')
@@ -96,7 +104,7 @@ class ReadmeTest(unittest.TestCase):
   def test_quickstart_and_train_model_run_and_print_what_the_readme_says(self):
     text = _readme()
     claimed = [
-        re.search(r'It prints `([^`]+)`', text[text.index(h):]).group(1)
+        re.search(r'It prints `([^`]+)`', text[text.index(h) :]).group(1)
         for h in ('## Quickstart', _TRAIN_MODEL)
     ]
     code = _quickstart_code() + _train_model_code()
@@ -144,30 +152,42 @@ class ReadmeTest(unittest.TestCase):
     for code, change in checks.values():
       changed = code.replace('\nsampler = ', change + 'sampler = ')
       self.assertNotEqual(changed, code)
-      snippets += [code + _DUMP_METRICS, code + _DUMP_METRICS,
-                   changed + _DUMP_METRICS]
+      snippets += [
+          code + _DUMP_METRICS,
+          code + _DUMP_METRICS,
+          changed + _DUMP_METRICS,
+      ]
     outputs = _run_snippets_in_one_interpreter(snippets)
     found = {}
     for i, name in enumerate(checks):
-      released = [json.loads(out.strip().splitlines()[-1])
-                  for out in outputs[3 * i:3 * i + 3]]
+      released = [
+          json.loads(out.strip().splitlines()[-1])
+          for out in outputs[3 * i : 3 * i + 3]
+      ]
       self.assertEqual(set(released[0]), set(released[2]), name)
-      found[name] = (released[0], [
-          k for k in released[0]
-          if released[0][k] == released[1][k] != released[2][k]
-      ])
+      found[name] = (
+          released[0],
+          [
+              k
+              for k in released[0]
+              if released[0][k] == released[1][k] != released[2][k]
+          ],
+      )
     released, leaks = found['train_model']
     self.assertEqual(leaks, [])
     self.assertTrue(any(k.startswith('/train_model/') for k in released))
-    self.assertIn('/client_work/train/num_examples',
-                  found['default_metrics'][1])
+    self.assertIn(
+        '/client_work/train/num_examples', found['default_metrics'][1]
+    )
     released, leaks = found['udp']
     self.assertEqual(leaks, [])
     self.assertTrue(any(k.startswith('/aggregator/') for k in released))
 
   def test_udp_example_prints_what_the_readme_says(self):
     text = _readme()
-    claimed = re.search(r'It prints `([^`]+)`', text[text.index(_UDP):]).group(1)
+    claimed = re.search(r'It prints `([^`]+)`', text[text.index(_UDP) :]).group(
+        1
+    )
     quickstart = _quickstart_code().replace(
         'np.random.default_rng()  # Secret', 'np.random.default_rng(7)  #'
     )
@@ -178,14 +198,17 @@ class ReadmeTest(unittest.TestCase):
 
   def test_program_snippet_runs_and_writes_its_runs(self):
     text = _readme()
-    section = text[text.index('The same program from Python'):]
+    section = text[text.index('The same program from Python') :]
     code = re.search(r'```python\n(.*?)```', section, re.S).group(1)
     with tempfile.TemporaryDirectory() as tmp:
       path = os.path.join(tmp, 'program.py')
       with open(path, 'w') as f:
         f.write(code + '\nprint(sorted(runs), summary["rounds_run"])\n')
       result = subprocess.run(
-          [sys.executable, path], cwd=tmp, capture_output=True, text=True,
+          [sys.executable, path],
+          cwd=tmp,
+          capture_output=True,
+          text=True,
           timeout=900,
           env={**readme_snippets.user_env(), 'PYTHONPATH': _ROOT},
       )
@@ -195,8 +218,11 @@ class ReadmeTest(unittest.TestCase):
       self.assertEqual(
           result.stdout.strip().splitlines()[-1], "['dp_fedavg', 'smp'] 5"
       )
-      for run_dir in ('output/smp_digits', 'output/grid/smp',
-                      'output/grid/dp_fedavg'):
+      for run_dir in (
+          'output/smp_digits',
+          'output/grid/smp',
+          'output/grid/dp_fedavg',
+      ):
         self.assertTrue(
             os.path.exists(os.path.join(tmp, run_dir, 'summary.json')), run_dir
         )

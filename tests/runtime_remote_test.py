@@ -84,7 +84,8 @@ class RemoteContextTest(tf.test.TestCase):
     def busy(seconds):
       start = tf.timestamp()
       end = tf.while_loop(
-          lambda now: now - start < seconds, lambda now: [tf.timestamp()],
+          lambda now: now - start < seconds,
+          lambda now: [tf.timestamp()],
           [start],
       )
       return tf.stack([start, tf.reshape(end, [])])
@@ -115,26 +116,38 @@ class RemoteContextTest(tf.test.TestCase):
         noise_multiplier=0.0, clients_per_round=5, clip=0.5
     )
     # Split across two workers; whole on one worker.
-    for aggregator, workers in ((None, self.addresses), (dp, self.addresses),
-                                (dp, self.addresses[:1])):
-      with self.subTest(aggregator=type(aggregator).__name__,
-                        workers=len(workers)):
+    for aggregator, workers in (
+        (None, self.addresses),
+        (dp, self.addresses),
+        (dp, self.addresses[:1]),
+    ):
+      with self.subTest(
+          aggregator=type(aggregator).__name__, workers=len(workers)
+      ):
         # The same initial model (Keras initializers are unseeded).
         initial = _fed_avg(aggregator).initialize()
         runtime.set_context('remote', workers=workers, timeout=20)
         state, metrics = _two_rounds(_fed_avg(aggregator), data, initial)
         # The process's own classes, not OrderedDicts.
-        self.assertIsInstance(state, tff.learning.templates.LearningAlgorithmState)
-        self.assertIsInstance(state.global_model_weights,
-                              tff.learning.models.ModelWeights)
+        self.assertIsInstance(
+            state, tff.learning.templates.LearningAlgorithmState
+        )
+        self.assertIsInstance(
+            state.global_model_weights, tff.learning.models.ModelWeights
+        )
         runtime.set_context('simulation')
         local_state, local_metrics = _two_rounds(
             _fed_avg(aggregator), data, initial
         )
-        self.assertAllClose(state.global_model_weights.trainable,
-                            local_state.global_model_weights.trainable,
-                            rtol=1e-5, atol=1e-6)
-        self.assertAllClose(metrics['client_work'], local_metrics['client_work'])
+        self.assertAllClose(
+            state.global_model_weights.trainable,
+            local_state.global_model_weights.trainable,
+            rtol=1e-5,
+            atol=1e-6,
+        )
+        self.assertAllClose(
+            metrics['client_work'], local_metrics['client_work']
+        )
 
   def test_fed_smp_secure_runs_whole_on_one_worker(self):
     # The client count is securely summed and broadcast before the secure sum
@@ -151,8 +164,9 @@ class RemoteContextTest(tf.test.TestCase):
     )
 
   def test_train_model_program_over_the_workers(self):
-    runtime.set_context('remote', workers=self.addresses, timeout=20,
-                        program=True)
+    runtime.set_context(
+        'remote', workers=self.addresses, timeout=20, program=True
+    )
     release = array_clients.train_model(
         _fed_avg(), population=6, clients_per_round=4, rounds=2
     )
@@ -176,8 +190,9 @@ class WorkerFaultsTest(tf.test.TestCase):
   def test_a_worker_lost_mid_run_fails_within_the_timeout(self):
     workers = [remote_workers.Worker(), remote_workers.Worker()]
     try:
-      runtime.set_context('remote', workers=[w.address for w in workers],
-                          timeout=3)
+      runtime.set_context(
+          'remote', workers=[w.address for w in workers], timeout=3
+      )
       process = _fed_avg()
       state = process.initialize()
       data = _client_data(4)
@@ -223,7 +238,9 @@ class WorkerFaultsTest(tf.test.TestCase):
     for args in ([], ['--port=8000', 'extra']):
       proc = subprocess.run(
           [sys.executable, '-m', 'tff_priv.worker', *args],
-          capture_output=True, text=True, timeout=60,
+          capture_output=True,
+          text=True,
+          timeout=60,
           env=dict(os.environ, PYTHONPATH=_ROOT),
       )
       self.assertEqual(proc.returncode, 2, proc.stderr)

@@ -14,9 +14,9 @@ import subprocess
 import sys
 import tempfile
 import threading
-import weakref
 import time
 from unittest import mock
+import weakref
 
 from absl.testing import parameterized
 import pytest
@@ -115,7 +115,9 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     else:
       proc.send_signal(how)
     try:
-      rest, _ = proc.communicate(timeout=_TIMEOUT)  # EOF only once every writer is gone.
+      rest, _ = proc.communicate(
+          timeout=_TIMEOUT
+      )  # EOF only once every writer is gone.
     except subprocess.TimeoutExpired:
       proc.kill()
       self.fail('the child output pipe stayed open: a worker still holds it')
@@ -150,7 +152,11 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(
       ('sigterm', signal.SIGTERM, -signal.SIGTERM),
       ('sighup', signal.SIGHUP, -signal.SIGHUP),
-      ('sigint', signal.SIGINT, None),  # KeyboardInterrupt: exit status 1 or -2.
+      (
+          'sigint',
+          signal.SIGINT,
+          None,
+      ),  # KeyboardInterrupt: exit status 1 or -2.
   )
   @pytest.mark.slow
   def test_signal_stops_worker(self, signum, expected_returncode):
@@ -183,7 +189,8 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     try:
       self.assertEqual(proc.wait(timeout=_TIMEOUT), 0)
       self.assertNotEqual(
-          _wait_gone(workers, seconds=3.0), [],
+          _wait_gone(workers, seconds=3.0),
+          [],
           'plain TFF stopped its worker; the runtime workaround may be obsolete',
       )
     finally:
@@ -217,8 +224,11 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
 
     self.assertAllClose(total([1.0, 2.0]), 3.0)
     self.assertEqual(runtime.worker_pids(), early)  # That one, not a second.
-    starter = [t for t in set(threading.enumerate()) - before
-               if t.name == 'tff_priv-worker-start']
+    starter = [
+        t
+        for t in set(threading.enumerate()) - before
+        if t.name == 'tff_priv-worker-start'
+    ]
     self.assertLen(starter, 1)
     runtime.stop_workers()
     starter[0].join(timeout=10)  # It waits on its worker only.
@@ -250,8 +260,11 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     growth = {}
     for arm in ('keep', 'release'):
       out = subprocess.run(
-          [sys.executable, '-c', _DATASETS, arm], capture_output=True,
-          text=True, timeout=_TIMEOUT, check=True,
+          [sys.executable, '-c', _DATASETS, arm],
+          capture_output=True,
+          text=True,
+          timeout=_TIMEOUT,
+          check=True,
       )
       growth[arm] = float(out.stdout.split()[-1])
     self.assertGreater(growth['keep'], 40.0, growth)
@@ -262,7 +275,9 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
       runtime.set_context('remote')
     with self.assertRaisesRegex(ValueError, 'default_num_clients'):
       runtime.set_context(default_num_clients=-1)
-    with self.assertRaisesRegex(ValueError, 'start_worker applies to the local'):
+    with self.assertRaisesRegex(
+        ValueError, 'start_worker applies to the local'
+    ):
       runtime.set_context('remote', workers=['localhost:1'], start_worker=True)
 
 
@@ -310,16 +325,22 @@ class QuietTest(tf.test.TestCase):
   """`set_context()` silences TF's, TFF's, gRPC's, absl's logs, not errors."""
 
   def test_after_tensorflow_loaded_only_callers_warnings_and_errors_remain(
-      self):
+      self,
+  ):
     with tempfile.TemporaryDirectory() as tmp:
       path = os.path.join(tmp, 'child.py')
       with open(path, 'w') as f:
         f.write(_QUIET_CHILD)
       result = subprocess.run(
-          [sys.executable, path], capture_output=True, text=True,
-          timeout=_TIMEOUT, cwd=tmp,
-          env={**readme_snippets.user_env(),
-               'PYTHONPATH': readme_snippets.ROOT},
+          [sys.executable, path],
+          capture_output=True,
+          text=True,
+          timeout=_TIMEOUT,
+          cwd=tmp,
+          env={
+              **readme_snippets.user_env(),
+              'PYTHONPATH': readme_snippets.ROOT,
+          },
       )
     self.assertEqual(result.returncode, 1, result.stderr[-3000:])
     self.assertEqual(result.stdout.strip(), 'True')
@@ -328,11 +349,13 @@ class QuietTest(tf.test.TestCase):
     logged = readme_snippets.log_lines(after)
     self.assertLen(logged, 2, after)
     self.assertIn('a user warning', logged[0])
-    self.assertIn('tff_priv.runtime: set_context() called off the main thread',
-                  logged[1])
+    self.assertIn(
+        'tff_priv.runtime: set_context() called off the main thread', logged[1]
+    )
     self.assertNotIn('a library warning', after)
-    self.assertEqual(after.strip().splitlines()[-1],
-                     'ValueError: an error stays')
+    self.assertEqual(
+        after.strip().splitlines()[-1], 'ValueError: an error stays'
+    )
 
   def test_cpp_log_lines_are_dropped_and_all_else_is_passed_on(self):
     lines = [
@@ -392,8 +415,11 @@ class QuietTest(tf.test.TestCase):
       self.addCleanup(runtime.set_context)
       holders = [context, getattr(context, '_context', None)]
       holders += [getattr(h, '_async_context', None) for h in holders]
-      compilers = [h._compiler_pipeline._compiler_fn for h in holders
-                   if getattr(h, '_compiler_pipeline', None) is not None]
+      compilers = [
+          h._compiler_pipeline._compiler_fn
+          for h in holders
+          if getattr(h, '_compiler_pipeline', None) is not None
+      ]
       self.assertLen(compilers, 1)
       self.assertTrue(getattr(compilers[0], 'quiet', False), program)
 

@@ -31,8 +31,7 @@ def run_cases(name: str, cases: list) -> list:
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   path = os.path.join(root, 'scripts', name)
   sys.argv = [path, *(cases[0] if cases else [])]  # Read at import by some.
-  spec = importlib.util.spec_from_file_location(
-      f'{name[:-3]}_script', path)
+  spec = importlib.util.spec_from_file_location(f'{name[:-3]}_script', path)
   script = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(script)
   from absl import flags  # pylint: disable=g-import-not-at-top
@@ -50,8 +49,8 @@ def run_cases(name: str, cases: list) -> list:
       except SystemExit as e:
         code = _code(e)
     results.append(
-        {'returncode': code, 'stdout': out.getvalue(),
-         'stderr': err.getvalue()})
+        {'returncode': code, 'stdout': out.getvalue(), 'stderr': err.getvalue()}
+    )
   return results
 
 

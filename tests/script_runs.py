@@ -33,7 +33,10 @@ def start(name: str, *args: str) -> subprocess.Popen:
   """scripts/<name> started with `args`, its stdout and stderr piped (text)."""
   return subprocess.Popen(
       [sys.executable, script_path(name), *args],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+      cwd=ROOT,
       env=env(),
   )
 
@@ -42,7 +45,11 @@ def run(name: str, *args: str, timeout: float = TIMEOUT):
   """scripts/<name> run to its end: a `subprocess.CompletedProcess` (text)."""
   return subprocess.run(
       [sys.executable, script_path(name), *args],
-      capture_output=True, text=True, cwd=ROOT, env=env(), timeout=timeout,
+      capture_output=True,
+      text=True,
+      cwd=ROOT,
+      env=env(),
+      timeout=timeout,
       check=False,
   )
 
@@ -55,18 +62,29 @@ def run_main(name: str, *cases, timeout: float = TIMEOUT) -> list:
   TensorFlow's import each.
   """
   proc = subprocess.run(
-      [sys.executable, '-m', 'tests.script_main', name,
-       json.dumps([list(c) for c in cases])],
-      capture_output=True, text=True, cwd=ROOT, env=env(), timeout=timeout,
+      [
+          sys.executable,
+          '-m',
+          'tests.script_main',
+          name,
+          json.dumps([list(c) for c in cases]),
+      ],
+      capture_output=True,
+      text=True,
+      cwd=ROOT,
+      env=env(),
+      timeout=timeout,
       check=False,
   )
   if proc.returncode != 0 or not proc.stdout.strip():
     raise AssertionError(
         f'tests.script_main {name} failed ({proc.returncode}): '
-        f'{proc.stderr[-3000:]}')
+        f'{proc.stderr[-3000:]}'
+    )
   return [
-      subprocess.CompletedProcess([name, *c], r['returncode'], r['stdout'],
-                                  r['stderr'])
+      subprocess.CompletedProcess(
+          [name, *c], r['returncode'], r['stdout'], r['stderr']
+      )
       for c, r in zip(cases, json.loads(proc.stdout.strip().splitlines()[-1]))
   ]
 
@@ -114,6 +132,9 @@ class Watched:
     self._stop.set()
     self._thread.join()
     return Result(
-        self.proc.returncode, out, err, self.children,
+        self.proc.returncode,
+        out,
+        err,
+        self.children,
         procfs.wait_gone(self.children, gone_within),
     )

@@ -28,8 +28,10 @@ def run_snippets(codes: list) -> list:
       out = io.StringIO()
       try:
         with contextlib.redirect_stdout(out):
-          exec(compile(code, f'snippet_{i}.py', 'exec'),  # pylint: disable=exec-used
-               {'__name__': '__main__'})
+          exec(
+              compile(code, f'snippet_{i}.py', 'exec'),  # pylint: disable=exec-used
+              {'__name__': '__main__'},
+          )
       finally:
         os.chdir(start)
       outputs.append(out.getvalue())

@@ -10,10 +10,12 @@ def softmax_model_fn(metrics=None) -> tff.learning.models.VariableModel:
   Args:
     metrics: Keras metrics beside the loss (None: none).
   """
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(4,)),
-      tf.keras.layers.Dense(3, activation='softmax'),
-  ])
+  keras_model = tf.keras.Sequential(
+      [
+          tf.keras.layers.InputLayer(input_shape=(4,)),
+          tf.keras.layers.Dense(3, activation='softmax'),
+      ]
+  )
   return tff.learning.models.from_keras_model(
       keras_model,
       loss=tf.keras.losses.SparseCategoricalCrossentropy(),

@@ -25,7 +25,7 @@ _STOP_DEADLINE_SECONDS = 15
 # Runs the launcher with every `Popen.poll()` holding the Popen's waitpid
 # lock for 0.2 s, so that a signal often lands while the lock is held: the
 # launcher whose handler called `Popen.wait()` deadlocked there.
-_HOLDING_POLL = '''
+_HOLDING_POLL = """
 import runpy, subprocess, time
 _poll = subprocess.Popen._internal_poll
 def _holding_poll(self, *args, **kwargs):
@@ -37,7 +37,7 @@ def _holding_poll(self, *args, **kwargs):
   return _poll(self, *args, **kwargs)
 subprocess.Popen._internal_poll = _holding_poll
 runpy.run_module('tff_priv.worker', run_name='__main__', alter_sys=True)
-'''
+"""
 
 
 # (launcher, port) of every launch of the running test, for `_no_leftovers`.
@@ -77,8 +77,12 @@ def _launch(port, holding_poll=False, ignore_sigint=False):
     # eventfd_write: Bad file descriptor" into the launcher's output.)
     command = ['sh', '-c', 'trap "" INT; exec "$0" "$@"', *command]
   launcher = subprocess.Popen(
-      command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-      cwd=_ROOT, env=_ENV,
+      command,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+      cwd=_ROOT,
+      env=_ENV,
   )
   _LAUNCHED.append((launcher, port))
   return launcher
@@ -105,21 +109,35 @@ def _stop(launcher, port):
       os.kill(pid, signal.SIGKILL)
     launcher.kill()
     launcher.wait()
-    pytest.fail(f'the launcher ignored SIGTERM for '
-                f'{_STOP_DEADLINE_SECONDS} s (port {port})')
+    pytest.fail(
+        f'the launcher ignored SIGTERM for '
+        f'{_STOP_DEADLINE_SECONDS} s (port {port})'
+    )
   seconds = time.monotonic() - start
   left = procfs.wait_gone(_workers_on(port), _STOP_DEADLINE_SECONDS)
   return launcher.returncode, output, seconds, left
 
 
-@pytest.mark.parametrize('args', [
-    ['--port=abc'], ['--port=0'], ['--port=70000'], ['--bogus'], [],
-    ['--port=8000', 'extra'], ['--port=8000', '--ready_timeout=soon'],
-])
+@pytest.mark.parametrize(
+    'args',
+    [
+        ['--port=abc'],
+        ['--port=0'],
+        ['--port=70000'],
+        ['--bogus'],
+        [],
+        ['--port=8000', 'extra'],
+        ['--port=8000', '--ready_timeout=soon'],
+    ],
+)
 def test_bad_usage_is_one_line_and_status_2(args):
   proc = subprocess.run(
       [sys.executable, '-m', 'tff_priv.worker', *args],
-      capture_output=True, text=True, timeout=60, cwd=_ROOT, env=_ENV,
+      capture_output=True,
+      text=True,
+      timeout=60,
+      cwd=_ROOT,
+      env=_ENV,
   )
   assert proc.returncode == 2, proc.stderr
   assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -130,7 +148,11 @@ def test_bad_usage_is_one_line_and_status_2(args):
 def test_help_exits_0():
   proc = subprocess.run(
       [sys.executable, '-m', 'tff_priv.worker', '--help'],
-      capture_output=True, text=True, timeout=60, cwd=_ROOT, env=_ENV,
+      capture_output=True,
+      text=True,
+      timeout=60,
+      cwd=_ROOT,
+      env=_ENV,
   )
   assert proc.returncode == 0, proc.stderr
   assert '--port' in proc.stdout

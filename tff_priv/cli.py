@@ -105,8 +105,12 @@ class OneLineStop:
       ...  # The user's loop.
   """
 
-  def __init__(self, prog: str, message: Callable[[], str],
-               cleanup: Optional[Callable[[], None]] = None):
+  def __init__(
+      self,
+      prog: str,
+      message: Callable[[], str],
+      cleanup: Optional[Callable[[], None]] = None,
+  ):
     self._prog, self._message, self._cleanup = prog, message, cleanup
     self._previous = {}
 
@@ -118,10 +122,13 @@ class OneLineStop:
       runtime.stop_workers()
     if self._cleanup is not None:
       self._cleanup()
-    os.write(stderr, (
-        f'{self._prog}: stopped by {signal.Signals(signum).name}; '
-        f'{self._message()}\n'
-    ).encode())
+    os.write(
+        stderr,
+        (
+            f'{self._prog}: stopped by {signal.Signals(signum).name}; '
+            f'{self._message()}\n'
+        ).encode(),
+    )
     os._exit(128 + signum)  # pylint: disable=protected-access
 
   def __enter__(self) -> 'OneLineStop':
@@ -143,15 +150,20 @@ _HELP_FLAGS = ('--help', '-h', '-?', '--helpfull', '--helpshort')
 class Cli:
   """The error and flag-parsing behaviour of one script."""
 
-  def __init__(self, prog: str, *, doc: Optional[str] = None,
-               key_modules: Sequence[Any] = ()):
+  def __init__(
+      self,
+      prog: str,
+      *,
+      doc: Optional[str] = None,
+      key_modules: Sequence[Any] = (),
+  ):
     """Args:
-      prog: the name in error lines.
-      doc: the script's docstring, shown by `--help` also when the script
-        runs as a console command (whose `__main__` is pip's stub).
-      key_modules: the script's module name and the modules whose flags it
-        uses (e.g. `run_flags`): their flags are listed by `--help`, not only
-        by `--helpfull`.
+    prog: the name in error lines.
+    doc: the script's docstring, shown by `--help` also when the script
+      runs as a console command (whose `__main__` is pip's stub).
+    key_modules: the script's module name and the modules whose flags it
+      uses (e.g. `run_flags`): their flags are listed by `--help`, not only
+      by `--helpfull`.
     """
     self.prog = prog
     self._doc = doc
@@ -166,7 +178,9 @@ class Cli:
       command = os.path.basename(sys.argv[0])
       main.__doc__ = re.sub(
           r'(?:(?:\S*/)?python[\d.]*\s+)?scripts/' + re.escape(self.prog),
-          command, self._doc)
+          command,
+          self._doc,
+      )
     for module in self._key_modules:
       for flag in flags.FLAGS.get_key_flags_for_module(module):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)

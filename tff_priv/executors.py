@@ -47,7 +47,10 @@ class _ClosingCache(cachetools.LRUCache):
 
 
 def close_evicted(
-    factory, kept: int = KEPT, *, restart=None,
+    factory,
+    kept: int = KEPT,
+    *,
+    restart=None,
     restart_after: int | None = None,
 ) -> None:
   """Makes TFF's `factory` keep `kept` executors and close the ones it drops.

@@ -40,19 +40,31 @@ from typing import Sequence
 
 import grpc
 import tensorflow_federated as tff
+
 # TFF 0.87 exports no public name for these.
 # pylint: disable=g-direct-tensorflow-import
 from tensorflow_federated.python.common_libs import structure
-from tensorflow_federated.python.core.backends.native import compiler as native_compiler
-from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
-from tensorflow_federated.python.core.backends.test import compiler as test_compiler
-from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+from tensorflow_federated.python.core.backends.native import (
+    compiler as native_compiler,
+)
+from tensorflow_federated.python.core.backends.native import (
+    mergeable_comp_compiler,
+)
+from tensorflow_federated.python.core.backends.test import (
+    compiler as test_compiler,
+)
+from tensorflow_federated.python.core.environments.tensorflow_frontend import (
+    tensorflow_computation,
+)
 from tensorflow_federated.python.core.impl.computation import computation_base
-from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context as mergeable
+from tensorflow_federated.python.core.impl.execution_contexts import (
+    mergeable_comp_execution_context as mergeable,
+)
 from tensorflow_federated.python.core.impl.executors import executors_errors
 from tensorflow_federated.python.core.impl.types import type_conversions
 
 from tff_priv import executors
+
 # pylint: enable=g-direct-tensorflow-import
 
 # TFF's own gRPC message limit for its local worker.
@@ -63,8 +75,14 @@ _GRPC_OPTIONS = [
 ]
 _CACHED = 128
 _STUB_METHODS = (
-    'get_executor', 'create_value', 'create_struct', 'create_call',
-    'create_selection', 'compute', 'dispose', 'dispose_executor',
+    'get_executor',
+    'create_value',
+    'create_struct',
+    'create_call',
+    'create_selection',
+    'compute',
+    'dispose',
+    'dispose_executor',
 )
 
 
@@ -112,8 +130,11 @@ class _BoundedStub(tff.framework.RemoteExecutorGrpcStub):
 
 
 for _name in _STUB_METHODS:
-  setattr(_BoundedStub, _name,
-          functools.partialmethod(_BoundedStub.call_worker, _name))
+  setattr(
+      _BoundedStub,
+      _name,
+      functools.partialmethod(_BoundedStub.call_worker, _name),
+  )
 
 
 def _restore_containers(value, type_spec):
@@ -173,7 +194,9 @@ class _MergedContext(mergeable.MergeableCompExecutionContext):
     if id(comp) not in self._compiled:
       form = _mergeable_form(comp) if self._num_subrounds > 1 else None
       self._compiled[id(comp)] = (
-          comp, form, _simulated_secure(comp) if form is None else None
+          comp,
+          form,
+          _simulated_secure(comp) if form is None else None,
       )
       if len(self._compiled) > _CACHED:
         self._compiled.popitem(last=False)
@@ -203,9 +226,11 @@ class _OwnLoop(tff.framework.AsyncContext):
     threading.Thread(target=self._loop.run_forever, daemon=True).start()
 
   async def invoke(self, comp, arg):
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
-        self._context.invoke(comp, arg), self._loop
-    ))
+    return await asyncio.wrap_future(
+        asyncio.run_coroutine_threadsafe(
+            self._context.invoke(comp, arg), self._loop
+        )
+    )
 
 
 class _AsyncFace(tff.framework.AsyncContext):
@@ -288,12 +313,16 @@ def create_context(
         executor_stack_fn=stack_fn
     )
     executors.close_evicted(factory)
-    contexts.append(_OwnLoop(tff.framework.AsyncExecutionContext(
-        executor_fn=factory,
-        compiler_fn=native_compiler.desugar_and_transform_to_native,
-        transform_args=tensorflow_computation.transform_args,
-        transform_result=tensorflow_computation.transform_result,
-    )))
+    contexts.append(
+        _OwnLoop(
+            tff.framework.AsyncExecutionContext(
+                executor_fn=factory,
+                compiler_fn=native_compiler.desugar_and_transform_to_native,
+                transform_args=tensorflow_computation.transform_args,
+                transform_result=tensorflow_computation.transform_result,
+            )
+        )
+    )
   context = _MergedContext(contexts)
   if program:
     return tff.program.NativeFederatedContext(_AsyncFace(context))

@@ -125,8 +125,15 @@ _CPP_LOG_LINE = re.compile(
 # tff_priv's and tff_priv_tasks' modules (`_QuietFilter`).
 # The libraries whose log records below ERROR quiet mode drops (the
 # caller's own records, and tff_priv's, pass).
-_QUIET_PACKAGES = ('tensorflow', 'tensorflow_federated', 'tensorflow_privacy',
-                   'absl', 'jax', 'grpc', 'keras')
+_QUIET_PACKAGES = (
+    'tensorflow',
+    'tensorflow_federated',
+    'tensorflow_privacy',
+    'absl',
+    'jax',
+    'grpc',
+    'keras',
+)
 _quiet = False
 # Where `quiet_logs` reads stderr: 'compile' (TF loaded before its C++ logs
 # could be turned off), 'fork' (gRPC loaded before its logs could be).
@@ -164,19 +171,31 @@ def _verbose_env() -> bool:
 def _library_record(pathname: str) -> bool:
   """Whether a log record comes from one of `_QUIET_PACKAGES`."""
   parts = os.path.normpath(os.path.abspath(pathname)).split(os.sep)
-  installed = [parts[i + 1] for i, p in enumerate(parts[:-1])
-               if p in ('site-packages', 'dist-packages')]
-  return bool(installed) and installed[-1] in _QUIET_PACKAGES and (
-      # TFF's LoggingReleaseManager writes a run's releases to the log.
-      os.path.basename(pathname) != 'logging_release_manager.py')
+  installed = [
+      parts[i + 1]
+      for i, p in enumerate(parts[:-1])
+      if p in ('site-packages', 'dist-packages')
+  ]
+  return (
+      bool(installed)
+      and installed[-1] in _QUIET_PACKAGES
+      and (
+          # TFF's LoggingReleaseManager writes a run's releases to the log.
+          os.path.basename(pathname)
+          != 'logging_release_manager.py'
+      )
+  )
 
 
 class _QuietFilter(std_logging.Filter):
   """Drops the libraries' records below ERROR; passes everything else."""
 
   def filter(self, record):
-    return (not _quiet or record.levelno >= std_logging.ERROR
-            or not _library_record(record.pathname))
+    return (
+        not _quiet
+        or record.levelno >= std_logging.ERROR
+        or not _library_record(record.pathname)
+    )
 
 
 _QUIET_FILTER = _QuietFilter()
@@ -216,7 +235,8 @@ def quiet_logs() -> None:
 
 def _set_logs(verbose: bool) -> None:
   """`quiet_logs()`, unless verbose: then undoes it where it can (TF's C++
-  log level is read once)."""
+  log level is read once).
+  """
   global _quiet
   if not (verbose or _verbose_env()):
     quiet_logs()
@@ -258,8 +278,11 @@ def _cpp_logs_filtered(when: str):
         os.dup2(real, 2)
         os.close(real)
         capture.seek(0)
-        kept = b''.join(line for line in capture.read().splitlines(True)
-                        if not _CPP_LOG_LINE.match(line))
+        kept = b''.join(
+            line
+            for line in capture.read().splitlines(True)
+            if not _CPP_LOG_LINE.match(line)
+        )
         capture.close()
         if kept:
           os.write(2, kept)
@@ -497,7 +520,9 @@ def _install_worker_tracking() -> None:
   if _installed:
     return
   # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
+  from tensorflow_federated.python.core.impl.executor_stacks import (
+      executor_factory,
+  )
   # pylint: enable=g-import-not-at-top
 
   current = getattr(executor_factory, 'subprocess', None)
@@ -520,8 +545,12 @@ def _install_worker_tracking() -> None:
 def _at_exit() -> None:
   stop_workers()
   # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
-  from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
+  from tensorflow_federated.python.core.impl.context_stack import (
+      context_stack_impl,
+  )
+  from tensorflow_federated.python.core.impl.context_stack import (
+      runtime_error_context,
+  )
   # pylint: enable=g-import-not-at-top
 
   context_stack_impl.context_stack.set_default_context(
@@ -608,8 +637,10 @@ def set_context(
     from tff_priv import remote  # pylint: disable=g-import-not-at-top
 
     context = remote.create_context(
-        workers, default_num_clients=default_num_clients,
-        timeout=timeout, program=program,
+        workers,
+        default_num_clients=default_num_clients,
+        timeout=timeout,
+        program=program,
     )
   else:
     # TFF's test context simulates the secure intrinsics; the native one has
@@ -623,9 +654,9 @@ def set_context(
     # (train_model's evaluations), which a worker restart would cut short.
     executors.close_evicted(
         context.executor_factory,
-        restart=None if program else _worker_restart(
-            context.executor_factory, default_num_clients
-        ),
+        restart=None
+        if program
+        else _worker_restart(context.executor_factory, default_num_clients),
     )
     if start_worker:
       _start_worker_early(context.executor_factory, default_num_clients)
@@ -641,7 +672,8 @@ def set_context(
 def _refusals_in_one_line(context) -> None:
   """Makes `context` raise a calibrated factory's refusal of a round past its
   plan as `plan.PlanExceededError` in one line (TFF raises it as a gRPC or
-  TF error of many lines, the message inside)."""
+  TF error of many lines, the message inside).
+  """
   from tff_priv.aggregators import plan  # pylint: disable=g-import-not-at-top
 
   # Weakly: the context holds `checked`, which would otherwise hold the
@@ -665,6 +697,7 @@ def _refusals_in_one_line(context) -> None:
         if error is None:
           raise
         raise error from None
+
   else:
 
     def checked(comp, arg):
@@ -682,7 +715,8 @@ def _refusals_in_one_line(context) -> None:
 def _service_manager(stack_fn):
   """TFF 0.87's `ServiceManager` (which owns the worker) of a stack function."""
   managers = [
-      cell.cell_contents for cell in getattr(stack_fn, '__closure__', None) or ()
+      cell.cell_contents
+      for cell in getattr(stack_fn, '__closure__', None) or ()
       if hasattr(cell.cell_contents, 'get_stub')
   ]
   if len(managers) != 1:
@@ -707,7 +741,9 @@ def _worker_restart(factory, default_num_clients: int):
       first restart).
   """
   # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
+  from tensorflow_federated.python.core.impl.executor_stacks import (
+      executor_factory,
+  )
   # pylint: enable=g-import-not-at-top
 
   _service_manager(factory._executor_stack_fn)  # pylint: disable=protected-access
@@ -798,6 +834,7 @@ def release_eager_kernels() -> None:
   """
   # pylint: disable-next=g-import-not-at-top
   from tensorflow.python.eager import context as eager_context
+
   eager_context.context().clear_kernel_cache()
 
 

@@ -72,8 +72,9 @@ def one_of(name: str, value, choices):
   return value
 
 
-def population_and_k(population: int, clients_per_round: int
-                    ) -> tuple[int, int]:
+def population_and_k(
+    population: int, clients_per_round: int
+) -> tuple[int, int]:
   """(N, K): ints with 1 <= K <= N, or ValueError naming them."""
   population = int_at_least('population', population, 1)
   k = int_at_least('clients_per_round', clients_per_round, 1)

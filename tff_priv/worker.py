@@ -39,10 +39,12 @@ _STOP_GRACE_SECONDS = 2.0
 
 def _define_flags() -> None:
   """The launcher's flags: defined when run, not when imported (tests, benchmarks)."""
-  flags.DEFINE_integer('port', None, 'Port to serve on.', lower_bound=1,
-                       upper_bound=65535)
   flags.DEFINE_integer(
-      'max_concurrent_computation_calls', -1,
+      'port', None, 'Port to serve on.', lower_bound=1, upper_bound=65535
+  )
+  flags.DEFINE_integer(
+      'max_concurrent_computation_calls',
+      -1,
       "The worker's limit of concurrent calls to one computation (<= 0: "
       'none).',
   )
@@ -63,7 +65,9 @@ def worker_binary_path() -> str:
       spec.submodule_search_locations[0], 'data', 'worker_binary'
   )
   if not os.path.isfile(path):
-    raise RuntimeError(f'no TFF worker binary at {path} (is TFF 0.87 installed?)')
+    raise RuntimeError(
+        f'no TFF worker binary at {path} (is TFF 0.87 installed?)'
+    )
   return path
 
 
@@ -129,8 +133,11 @@ def _stop_worker(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def serve(port: int, max_concurrent_computation_calls: int = -1,
-          ready_timeout: float = 60.0) -> int:
+def serve(
+    port: int,
+    max_concurrent_computation_calls: int = -1,
+    ready_timeout: float = 60.0,
+) -> int:
   """Runs the worker until it ends or this process is told to stop.
 
   Call from the main thread (it installs the SIGTERM and SIGINT handlers).
@@ -141,14 +148,16 @@ def serve(port: int, max_concurrent_computation_calls: int = -1,
   if _port_in_use(port):
     # TFF's worker would fail to bind, exit 0, and our readiness check would
     # find the other program's socket.
-    print(f'tff_priv.worker: port {port} is in use on this machine',
-          flush=True)
+    print(f'tff_priv.worker: port {port} is in use on this machine', flush=True)
     return 1
   if stop.signum is not None:
     return _stopped(stop.signum)
   proc = subprocess.Popen(  # pylint: disable=subprocess-popen-preexec-fn
-      [worker_binary_path(), f'--port={port}',
-       f'--max_concurrent_computation_calls={max_concurrent_computation_calls}'],
+      [
+          worker_binary_path(),
+          f'--port={port}',
+          f'--max_concurrent_computation_calls={max_concurrent_computation_calls}',
+      ],
       preexec_fn=runtime.dies_with_this_process(),
       stdout=subprocess.DEVNULL,
       stderr=subprocess.DEVNULL,
@@ -157,27 +166,38 @@ def serve(port: int, max_concurrent_computation_calls: int = -1,
     deadline = time.monotonic() + ready_timeout
     while stop.signum is None and not _listening(port):
       if proc.poll() is not None:
-        print(f'tff_priv.worker: the worker exited with status '
-              f'{proc.returncode} before listening on port {port}', flush=True)
+        print(
+            f'tff_priv.worker: the worker exited with status '
+            f'{proc.returncode} before listening on port {port}',
+            flush=True,
+        )
         return _exit_status(proc.returncode)
       if time.monotonic() > deadline:
         proc.kill()
         proc.wait()
-        print(f'tff_priv.worker: the worker did not listen on port {port} '
-              f'within {ready_timeout:g} s', flush=True)
+        print(
+            f'tff_priv.worker: the worker did not listen on port {port} '
+            f'within {ready_timeout:g} s',
+            flush=True,
+        )
         return 1
       time.sleep(0.05)
     if stop.signum is None:
-      print(f'tff_priv.worker: ready on port {port} (worker pid {proc.pid})',
-            flush=True)
+      print(
+          f'tff_priv.worker: ready on port {port} (worker pid {proc.pid})',
+          flush=True,
+      )
     # Polled, not proc.wait(): a signal delivered to another thread (TF starts
     # some) does not interrupt a blocking wait, and Python runs the handler
     # only when the main thread runs again.
     while stop.signum is None and proc.poll() is None:
       time.sleep(0.05)
     if stop.signum is None:
-      print(f'tff_priv.worker: the worker ended by itself (status '
-            f'{proc.returncode})', flush=True)
+      print(
+          f'tff_priv.worker: the worker ended by itself (status '
+          f'{proc.returncode})',
+          flush=True,
+      )
       return _exit_status(proc.returncode)
     _stop_worker(proc)
     return _stopped(stop.signum)
@@ -221,10 +241,18 @@ class Launched:
     self.address = f'localhost:{port}'
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     self.proc = subprocess.Popen(
-        [sys.executable, '-m', 'tff_priv.worker', f'--port={port}',
-         f'--ready_timeout={timeout}'],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env=dict(os.environ, PYTHONPATH=root), cwd=root,
+        [
+            sys.executable,
+            '-m',
+            'tff_priv.worker',
+            f'--port={port}',
+            f'--ready_timeout={timeout}',
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=root),
+        cwd=root,
         # Dies with this process, as the worker dies with it.
         preexec_fn=runtime.dies_with_this_process(),
     )
@@ -252,7 +280,8 @@ def main(argv):
   if values.port is None:
     usage.fail('give --port')
   return serve(
-      values.port, values.max_concurrent_computation_calls,
+      values.port,
+      values.max_concurrent_computation_calls,
       values.ready_timeout,
   )
 

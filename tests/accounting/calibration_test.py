@@ -90,17 +90,20 @@ class CalibrationTest(tf.test.TestCase, parameterized.TestCase):
     met = min(eps(z), eps(z, True)) if local else eps(z)
     self.assertBetween(met, 3.99, 4.0)
     # The smallest such z (the calibration's tolerance).
-    under = min(eps(z - 2e-4), eps(z - 2e-4, True)) if local else eps(
-        z - 2e-4)
+    under = min(eps(z - 2e-4), eps(z - 2e-4, True)) if local else eps(z - 2e-4)
     self.assertGreater(under, 4.0)
 
   def test_a_spent_budget_is_one_error(self):
     ledger = ledger_lib.PrivacyLedger()
     ledger.record_gaussian(0.5, count=20, sampling_probability=0.5)
-    with self.assertRaisesRegex(calibration.BudgetSpentError,
-                                r'20 releases charged already spend eps'):
+    with self.assertRaisesRegex(
+        calibration.BudgetSpentError, r'20 releases charged already spend eps'
+    ):
       calibration.calibrate_noise_multiplier(
-          1.0, 1e-5, 5, sampling_probability=0.5,
+          1.0,
+          1e-5,
+          5,
+          sampling_probability=0.5,
           spent=calibration.Spent.of_ledger(ledger),
       )
 

@@ -113,7 +113,8 @@ class LdpTest(tf.test.TestCase):
     self.assertGreater(bound.epsilon, single.epsilon)
     self.assertLess(bound.epsilon, d * rounds * single.epsilon)
     self.assertLess(
-        bound.epsilon, closed_forms.ldp_plain_composition_epsilon(eps0, d, rounds)
+        bound.epsilon,
+        closed_forms.ldp_plain_composition_epsilon(eps0, d, rounds),
     )
 
 
@@ -121,19 +122,58 @@ class BadArgumentsTest(tf.test.TestCase):
 
   def test_named_errors(self):
     cases = [
-        (lambda: closed_forms.udp_theorem1_sigma(0.0, 1e-3, 0.5, 10, 1.0), 'epsilon'),
-        (lambda: closed_forms.udp_theorem1_sigma(1.0, 1.0, 0.5, 10, 1.0), 'delta'),
-        (lambda: closed_forms.udp_theorem1_sigma(1.0, 1e-3, 0.0, 10, 1.0), 'sampling_probability'),
-        (lambda: closed_forms.udp_theorem1_sigma(1.0, 1e-3, 0.5, 0, 1.0), 'rounds'),
-        (lambda: closed_forms.udp_theorem1_sigma(1.0, 1e-3, 0.5, 10, -1.0), 'sensitivity'),
-        (lambda: closed_forms.fedsmp_theorem1_noise_multiplier(-1.0, 1e-5, 0.1, 10), 'epsilon'),
-        (lambda: closed_forms.fedsmp_theorem1_noise_multiplier(1.0, 0.0, 0.1, 10), 'delta'),
-        (lambda: closed_forms.fedsmp_theorem1_noise_multiplier(1.0, 1e-5, 1.1, 10), 'sampling_probability'),
+        (
+            lambda: closed_forms.udp_theorem1_sigma(0.0, 1e-3, 0.5, 10, 1.0),
+            'epsilon',
+        ),
+        (
+            lambda: closed_forms.udp_theorem1_sigma(1.0, 1.0, 0.5, 10, 1.0),
+            'delta',
+        ),
+        (
+            lambda: closed_forms.udp_theorem1_sigma(1.0, 1e-3, 0.0, 10, 1.0),
+            'sampling_probability',
+        ),
+        (
+            lambda: closed_forms.udp_theorem1_sigma(1.0, 1e-3, 0.5, 0, 1.0),
+            'rounds',
+        ),
+        (
+            lambda: closed_forms.udp_theorem1_sigma(1.0, 1e-3, 0.5, 10, -1.0),
+            'sensitivity',
+        ),
+        (
+            lambda: closed_forms.fedsmp_theorem1_noise_multiplier(
+                -1.0, 1e-5, 0.1, 10
+            ),
+            'epsilon',
+        ),
+        (
+            lambda: closed_forms.fedsmp_theorem1_noise_multiplier(
+                1.0, 0.0, 0.1, 10
+            ),
+            'delta',
+        ),
+        (
+            lambda: closed_forms.fedsmp_theorem1_noise_multiplier(
+                1.0, 1e-5, 1.1, 10
+            ),
+            'sampling_probability',
+        ),
         (lambda: closed_forms.ldp_per_value_epsilon(0.0), 'epsilon'),
-        (lambda: closed_forms.ldp_plain_composition_epsilon(1.0, 0, 1), 'num_values'),
+        (
+            lambda: closed_forms.ldp_plain_composition_epsilon(1.0, 0, 1),
+            'num_values',
+        ),
         (lambda: closed_forms.shuffle_epsilon(1.0, 100, 2.0), 'delta'),
-        (lambda: closed_forms.shuffle_epsilon(float('inf'), 100, 1e-6), 'local_epsilon'),
-        (lambda: closed_forms.crd_total_budget(1.0, 1e-3, 0.5, 0.0), 'sensitivity'),
+        (
+            lambda: closed_forms.shuffle_epsilon(float('inf'), 100, 1e-6),
+            'local_epsilon',
+        ),
+        (
+            lambda: closed_forms.crd_total_budget(1.0, 1e-3, 0.5, 0.0),
+            'sensitivity',
+        ),
     ]
     for fn, name in cases:
       with self.assertRaisesRegex(ValueError, name):

@@ -13,9 +13,11 @@ class FiltersTest(tf.test.TestCase):
     # z = 1/sqrt(that) at every order, as dp_accounting counts it.
     s = 1 / 0.8**2 + 2 / 1.6**2
     bound = filters.gaussian(s, 'three rounds')
-    expected = dp_accounting.rdp.RdpAccountant().compose(
-        dp_accounting.GaussianDpEvent(s**-0.5)
-    ).get_epsilon(1e-5)
+    expected = (
+        dp_accounting.rdp.RdpAccountant()
+        .compose(dp_accounting.GaussianDpEvent(s**-0.5))
+        .get_epsilon(1e-5)
+    )
     self.assertAllClose(bound.epsilon(1e-5), expected, rtol=1e-9)
     self.assertEqual(bound.to_dict()['description'], 'three rounds')
 

@@ -51,8 +51,9 @@ class ExtractTest(tf.test.TestCase, parameterized.TestCase):
     event = guarantees.extract_dp_event(
         collections.OrderedDict(dp_event=named, is_init_state=np.bool_(False))
     )
-    self.assertEqual(event, dp_event.SelfComposedDpEvent(
-        dp_event.GaussianDpEvent(2.0), 3))
+    self.assertEqual(
+        event, dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(2.0), 3)
+    )
     self.assertIsInstance(event.count, int)
 
   def test_guarantee_of_tff_factory(self):
@@ -71,25 +72,31 @@ class GuaranteeTest(tf.test.TestCase, parameterized.TestCase):
       ('neighboring_relation', dict(neighboring_relation='zero_out')),
   )
   def test_bad_fields(self, name, kwargs):
-    args = dict(unit='client', noise='local', neighboring_relation='replace_one')
+    args = dict(
+        unit='client', noise='local', neighboring_relation='replace_one'
+    )
     args.update(kwargs)
     with self.assertRaisesRegex(ValueError, name):
       guarantees.Guarantee(**args)
 
   def test_server_view_events(self):
-    event = dp_event.ComposedDpEvent([
-        dp_event.GaussianDpEvent(2.0),
-        dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(4.0), 3),
-    ])
+    event = dp_event.ComposedDpEvent(
+        [
+            dp_event.GaussianDpEvent(2.0),
+            dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(4.0), 3),
+        ]
+    )
     local = guarantees.Guarantee('example', 'local', 'replace_one')
     self.assertEqual(local.server_view_event(event), event)
     summed = guarantees.Guarantee('client', 'secure_sum', 'add_or_remove_one')
     self.assertEqual(
         summed.server_view_event(event),
-        dp_event.ComposedDpEvent([
-            dp_event.GaussianDpEvent(1.0),
-            dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(2.0), 3),
-        ]),
+        dp_event.ComposedDpEvent(
+            [
+                dp_event.GaussianDpEvent(1.0),
+                dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(2.0), 3),
+            ]
+        ),
     )
     central = guarantees.Guarantee('client', 'central', 'add_or_remove_one')
     self.assertEqual(
@@ -101,10 +108,16 @@ class GuaranteeTest(tf.test.TestCase, parameterized.TestCase):
     # Gaussian(z / 2) under replace-one; eps grows accordingly.
     summed = guarantees.Guarantee('client', 'secure_sum', 'add_or_remove_one')
     server = summed.server_view_event(dp_event.GaussianDpEvent(2.0))
-    eps = accountants.make_accountant('rdp', 'replace_one').compose(
-        server).get_epsilon(1e-5)
-    direct = accountants.make_accountant('rdp', 'replace_one').compose(
-        dp_event.GaussianDpEvent(1.0)).get_epsilon(1e-5)
+    eps = (
+        accountants.make_accountant('rdp', 'replace_one')
+        .compose(server)
+        .get_epsilon(1e-5)
+    )
+    direct = (
+        accountants.make_accountant('rdp', 'replace_one')
+        .compose(dp_event.GaussianDpEvent(1.0))
+        .get_epsilon(1e-5)
+    )
     self.assertEqual(eps, direct)
 
 
@@ -114,22 +127,28 @@ class SampledEventTest(tf.test.TestCase):
     event = dp_event.GaussianDpEvent(2.0)
     self.assertEqual(
         guarantees.sampled_event(
-            event, 'add_or_remove_one', sampling_lib.Sampling.poisson(0.1)),
+            event, 'add_or_remove_one', sampling_lib.Sampling.poisson(0.1)
+        ),
         dp_event.PoissonSampledDpEvent(0.1, event),
     )
     self.assertEqual(
         guarantees.sampled_event(
-            event, 'add_or_remove_one', sampling_lib.Sampling.fixed(10, 2)),
+            event, 'add_or_remove_one', sampling_lib.Sampling.fixed(10, 2)
+        ),
         dp_event.SampledWithoutReplacementDpEvent(
-            10, 2, dp_event.GaussianDpEvent(1.0)),
+            10, 2, dp_event.GaussianDpEvent(1.0)
+        ),
     )
     self.assertEqual(
         guarantees.sampled_event(
-            event, 'replace_one', sampling_lib.Sampling.fixed(10, 2)),
+            event, 'replace_one', sampling_lib.Sampling.fixed(10, 2)
+        ),
         dp_event.SampledWithoutReplacementDpEvent(10, 2, event),
     )
     with self.assertRaisesRegex(ValueError, 'fixed-size sampling'):
-      guarantees.sampled_event(event, 'replace_one', sampling_lib.Sampling.poisson(0.1))
+      guarantees.sampled_event(
+          event, 'replace_one', sampling_lib.Sampling.poisson(0.1)
+      )
 
   def test_unknown_state_and_event_classes_are_refused(self):
     with self.assertRaisesRegex(TypeError, 'neighboring_relation'):
@@ -176,13 +195,19 @@ class RecordRoundTest(tf.test.TestCase, parameterized.TestCase):
           50, 5, dp_event.GaussianDpEvent(by_hand.noise_multiplier / 2)
       )
     self.assertEqual(recorded, by_hand)
-    relation = 'replace_one' if 'population' in sampling else 'add_or_remove_one'
+    relation = (
+        'replace_one' if 'population' in sampling else 'add_or_remove_one'
+    )
     direct = accountants.make_accountant('rdp', relation).compose(
         dp_event.SelfComposedDpEvent(by_hand, 4)
     )
-    self.assertAllClose(ledger.epsilon(1e-5), direct.get_epsilon(1e-5), rtol=1e-6)
+    self.assertAllClose(
+        ledger.epsilon(1e-5), direct.get_epsilon(1e-5), rtol=1e-6
+    )
     # The ledger still serialises exactly.
-    self.assertEqual(ledger_lib.PrivacyLedger.from_json(ledger.to_json()), ledger)
+    self.assertEqual(
+        ledger_lib.PrivacyLedger.from_json(ledger.to_json()), ledger
+    )
 
   def test_a_contradicting_relation_is_refused_in_one_line(self):
     # A user who read "fixed-size sampling is replace-one" and said so: the
@@ -195,7 +220,9 @@ class RecordRoundTest(tf.test.TestCase, parameterized.TestCase):
         ValueError, "neighboring_relation='replace_one' contradicts"
     ) as raised:
       ledger.record_round(
-          output.state, population=100, sample_size=10,
+          output.state,
+          population=100,
+          sample_size=10,
           neighboring_relation='replace_one',
       )
     self.assertNotIn('\n', str(raised.exception))
@@ -203,26 +230,36 @@ class RecordRoundTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(ledger.num_releases, 0)
     # The same relation, said explicitly, is fine.
     ledger.record_round(
-        output.state, population=100, sample_size=10,
+        output.state,
+        population=100,
+        sample_size=10,
         neighboring_relation='add_or_remove_one',
     )
     self.assertEqual(ledger.num_releases, 1)
 
   def test_a_learning_state_and_an_uncountable_sampling_are_refused(self):
     model_fn = lambda: tff.learning.models.from_keras_model(  # pylint: disable=g-long-lambda
-        tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(2,)),
-                             tf.keras.layers.Dense(2)]),
+        tf.keras.Sequential(
+            [
+                tf.keras.layers.InputLayer(input_shape=(2,)),
+                tf.keras.layers.Dense(2),
+            ]
+        ),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=(tf.TensorSpec([None, 2], tf.float32),
-                    tf.TensorSpec([None], tf.int32)),
+        input_spec=(
+            tf.TensorSpec([None, 2], tf.float32),
+            tf.TensorSpec([None], tf.int32),
+        ),
     )
     factory, _ = _tff_dp_process(0.9)
     learning = tff.learning.algorithms.build_unweighted_fed_avg(
-        model_fn, tff.learning.optimizers.build_sgdm(0.1),
+        model_fn,
+        tff.learning.optimizers.build_sgdm(0.1),
         model_aggregator=factory,
     )
     data = tf.data.Dataset.from_tensor_slices(
-        (np.ones((4, 2), np.float32), np.zeros(4, np.int32))).batch(2)
+        (np.ones((4, 2), np.float32), np.zeros(4, np.int32))
+    ).batch(2)
     state = learning.next(learning.initialize(), [data]).state
     with self.assertRaisesRegex(TypeError, 'output.state.aggregator'):
       ledger_lib.PrivacyLedger().record_round(state, sampling_probability=0.1)

@@ -11,7 +11,9 @@ from tff_priv.accounting import individual
 
 def _eps(event, count, delta):
   acc = accountants.make_accountant('rdp', 'replace_one')
-  return acc.compose(dp_event.SelfComposedDpEvent(event, count)).get_epsilon(delta)
+  return acc.compose(dp_event.SelfComposedDpEvent(event, count)).get_epsilon(
+      delta
+  )
 
 
 class IndividualLedgerTest(tf.test.TestCase, parameterized.TestCase):
@@ -22,7 +24,7 @@ class IndividualLedgerTest(tf.test.TestCase, parameterized.TestCase):
     delta, event = 1e-5, dp_event.GaussianDpEvent(3.0)
     ledger = individual.IndividualLedger(delta)
     rng = np.random.default_rng(0)
-    counts = {c: 0 for c in range(20)}
+    counts = dict.fromkeys(range(20), 0)
     for _ in range(30):
       chosen = [c for c in counts if rng.random() < 0.3]
       ledger.record(chosen, event)
@@ -59,13 +61,16 @@ class IndividualLedgerTest(tf.test.TestCase, parameterized.TestCase):
       self.assertLessEqual(ledger.max_epsilon(), budget)
     # The filter binds: every client reached the most rounds the budget
     # allows, and one more would exceed it.
-    allowed = max(k for k in range(1, 200) if _eps(event, k, delta) <= budget) if (
-        _eps(event, 1, delta) <= budget) else 0
-    self.assertEqual(
-        max(ledger.participations(c) for c in clients), allowed
+    allowed = (
+        max(k for k in range(1, 200) if _eps(event, k, delta) <= budget)
+        if (_eps(event, 1, delta) <= budget)
+        else 0
     )
+    self.assertEqual(max(ledger.participations(c) for c in clients), allowed)
     self.assertGreater(ledger.num_excluded, 0)
-    self.assertFalse(ledger.admits(0, event) and ledger.participations(0) == allowed)
+    self.assertFalse(
+        ledger.admits(0, event) and ledger.participations(0) == allowed
+    )
 
   def test_json_round_trip(self):
     ledger = individual.IndividualLedger(1e-6, budget_epsilon=3.0)

@@ -18,7 +18,9 @@ _REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
 
 
 def _rdp(event, relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE):
-  return rdp_privacy_accountant.RdpAccountant(neighboring_relation=relation).compose(event)
+  return rdp_privacy_accountant.RdpAccountant(
+      neighboring_relation=relation
+  ).compose(event)
 
 
 class LedgerTest(tf.test.TestCase, parameterized.TestCase):
@@ -47,16 +49,18 @@ class LedgerTest(tf.test.TestCase, parameterized.TestCase):
     # SelfComposedDpEvent(e, 1) at every fifth round and (e, 0) at the
     # others. The ledger keeps each round, and composes e 4 times: one term.
     e = dp_accounting.PoissonSampledDpEvent(
-        0.1, dp_accounting.GaussianDpEvent(1.7))
+        0.1, dp_accounting.GaussianDpEvent(1.7)
+    )
     ledger = ledger_lib.PrivacyLedger()
     for t in range(20):
       ledger.record(dp_accounting.SelfComposedDpEvent(e, int(t % 5 == 0)))
     self.assertEqual(ledger.num_releases, 20)
     self.assertLen(ledger.entries, 8)
     self.assertEqual(ledger.dp_event(), dp_accounting.SelfComposedDpEvent(e, 4))
-    self.assertEqual(ledger.epsilon(1e-5),
-                     _rdp(dp_accounting.SelfComposedDpEvent(e, 4))
-                     .get_epsilon(1e-5))
+    self.assertEqual(
+        ledger.epsilon(1e-5),
+        _rdp(dp_accounting.SelfComposedDpEvent(e, 4)).get_epsilon(1e-5),
+    )
     only_zeros = ledger_lib.PrivacyLedger()
     only_zeros.record(dp_accounting.SelfComposedDpEvent(e, 0), 3)
     self.assertEqual(only_zeros.epsilon(1e-5), 0.0)
@@ -73,7 +77,9 @@ class LedgerTest(tf.test.TestCase, parameterized.TestCase):
         )
     )
     self.assertAlmostEqual(
-        ledger.epsilon(1e-5, accountant='pld'), direct.get_epsilon(1e-5), places=9
+        ledger.epsilon(1e-5, accountant='pld'),
+        direct.get_epsilon(1e-5),
+        places=9,
     )
     # PLD is the tighter accountant.
     self.assertLess(ledger.epsilon(1e-5, 'pld'), ledger.epsilon(1e-5, 'rdp'))
@@ -127,12 +133,14 @@ class LedgerTest(tf.test.TestCase, parameterized.TestCase):
       ledger.record_gaussian(z, sampling_probability=0.2)
     self.assertLen(ledger.entries, 4)
     direct = _rdp(
-        dp_accounting.ComposedDpEvent([
-            dp_accounting.PoissonSampledDpEvent(
-                0.2, dp_accounting.GaussianDpEvent(z)
-            )
-            for z in sigmas
-        ])
+        dp_accounting.ComposedDpEvent(
+            [
+                dp_accounting.PoissonSampledDpEvent(
+                    0.2, dp_accounting.GaussianDpEvent(z)
+                )
+                for z in sigmas
+            ]
+        )
     )
     self.assertAlmostEqual(
         ledger.epsilon(1e-5), direct.get_epsilon(1e-5), places=12
@@ -160,7 +168,8 @@ class LedgerTest(tf.test.TestCase, parameterized.TestCase):
     p = math.exp(eps) / (1 + math.exp(eps))
     for alpha in (1.5, 2.0, 8.0, 32.0):
       expected = math.log(
-          p**alpha * (1 - p) ** (1 - alpha) + (1 - p) ** alpha * p ** (1 - alpha)
+          p**alpha * (1 - p) ** (1 - alpha)
+          + (1 - p) ** alpha * p ** (1 - alpha)
       ) / (alpha - 1)
       got = events.pure_epsilon_rdp([alpha], eps)[0]
       self.assertAllClose(got, min(expected, eps), rtol=1e-10)
@@ -222,10 +231,19 @@ class LedgerTest(tf.test.TestCase, parameterized.TestCase):
     ledger = ledger_lib.PrivacyLedger()
     cases = [
         (lambda: ledger.record_gaussian(-1.0), 'noise_multiplier'),
-        (lambda: ledger.record_gaussian(1.0, sampling_probability=0.0), 'sampling_probability'),
-        (lambda: ledger.record_gaussian(1.0, sampling_probability=1.5), 'sampling_probability'),
+        (
+            lambda: ledger.record_gaussian(1.0, sampling_probability=0.0),
+            'sampling_probability',
+        ),
+        (
+            lambda: ledger.record_gaussian(1.0, sampling_probability=1.5),
+            'sampling_probability',
+        ),
         (lambda: ledger.record_gaussian(1.0, count=0), 'count'),
-        (lambda: ledger.record_gaussian(1.0, population=5, sample_size=6), 'sample_size'),
+        (
+            lambda: ledger.record_gaussian(1.0, population=5, sample_size=6),
+            'sample_size',
+        ),
         (lambda: ledger.record_pure_epsilon(0.0), 'epsilon'),
         (lambda: ledger.record_pure_epsilon(-1.0), 'epsilon'),
         (lambda: ledger.epsilon(0.0), 'delta'),
@@ -243,13 +261,17 @@ class LedgerTest(tf.test.TestCase, parameterized.TestCase):
       ledger.record_gaussian('1.0')
     self.assertTrue(np.all(events.pure_epsilon_rdp([2.0], 0.0) == 0))
 
-  def test_noise_free_gaussian_is_a_non_private_release_under_any_sampling(self):
+  def test_noise_free_gaussian_is_a_non_private_release_under_any_sampling(
+      self,
+  ):
     # dp_accounting's RDP accountant divides by z for a sampled-without-
     # replacement Gaussian; a noise-free one is counted as non-private.
     zero = dp_accounting.GaussianDpEvent(0.0)
     for relation, event in (
-        ('replace_one',
-         dp_accounting.SampledWithoutReplacementDpEvent(10, 3, zero)),
+        (
+            'replace_one',
+            dp_accounting.SampledWithoutReplacementDpEvent(10, 3, zero),
+        ),
         ('add_or_remove_one', dp_accounting.PoissonSampledDpEvent(0.3, zero)),
         ('add_or_remove_one', zero),
     ):
@@ -261,8 +283,11 @@ class LedgerTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(report['pld_epsilon'], math.inf)
     # A positive z is counted as before.
     ledger = ledger_lib.PrivacyLedger('replace_one')
-    ledger.record(dp_accounting.SampledWithoutReplacementDpEvent(
-        10, 3, dp_accounting.GaussianDpEvent(1.0)))
+    ledger.record(
+        dp_accounting.SampledWithoutReplacementDpEvent(
+            10, 3, dp_accounting.GaussianDpEvent(1.0)
+        )
+    )
     self.assertLess(ledger.epsilon(1e-5), 10.0)
 
 

@@ -43,14 +43,21 @@ class ReportsTest(tf.test.TestCase):
       return {'formula': 'f'}
 
     report = reports.gaussian_mechanism_report(
-        'm', delta=1e-5, rounds=10, noise_multiplier=2.0,
-        sampling=sampling_lib.Sampling.poisson(0.5), claim_for_noise=for_noise,
+        'm',
+        delta=1e-5,
+        rounds=10,
+        noise_multiplier=2.0,
+        sampling=sampling_lib.Sampling.poisson(0.5),
+        claim_for_noise=for_noise,
     )
     self.assertEqual(report['paper'], {'formula': 'f'})
     self.assertEqual(seen, [(2.0, report['rdp_epsilon'], 1e-5, 0.5, 10)])
     # No claim for a noise-free release.
     free = reports.gaussian_mechanism_report(
-        'm', delta=1e-5, rounds=10, noise_multiplier=0.0,
+        'm',
+        delta=1e-5,
+        rounds=10,
+        noise_multiplier=0.0,
         claim_for_noise=for_noise,
     )
     self.assertNotIn('paper', free)

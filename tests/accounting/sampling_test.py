@@ -34,8 +34,9 @@ class SamplingTest(absltest.TestCase):
         Sampling.fixed(50, 5).describe(),
         {'kind': 'fixed', 'rate': 0.1, 'population': 50, 'sample_size': 5},
     )
-    self.assertEqual(Sampling.of(**Sampling.fixed(50, 5).kwargs()),
-                     Sampling.fixed(50, 5))
+    self.assertEqual(
+        Sampling.of(**Sampling.fixed(50, 5).kwargs()), Sampling.fixed(50, 5)
+    )
 
   def test_frozen(self):
     with self.assertRaises(dataclasses.FrozenInstanceError):
@@ -48,8 +49,10 @@ class SamplingTest(absltest.TestCase):
         (dict(population=10), 'both population and sample_size'),
         (dict(population=5, sample_size=6), 'sample_size'),
         (dict(population=0, sample_size=1), 'population'),
-        (dict(sampling_probability=0.1, population=10, sample_size=2),
-         'not both'),
+        (
+            dict(sampling_probability=0.1, population=10, sample_size=2),
+            'not both',
+        ),
     ]
     for kwargs, message in cases:
       with self.assertRaisesRegex(ValueError, message):
@@ -67,10 +70,11 @@ class SamplingTest(absltest.TestCase):
     ledger = ledger_lib.PrivacyLedger()
     ledger.record_gaussian(1.0, population=10, sample_size=3)
     ledger.record_gaussian(1.0, sampling=Sampling.fixed(10, 3))
-    (event, count), = ledger.entries  # One event, recorded twice.
+    ((event, count),) = ledger.entries  # One event, recorded twice.
     self.assertEqual(
         (event, count),
-        (dp_accounting.SampledWithoutReplacementDpEvent(10, 3, gaussian), 2))
+        (dp_accounting.SampledWithoutReplacementDpEvent(10, 3, gaussian), 2),
+    )
     with self.assertRaisesRegex(TypeError, 'Sampling'):
       events.sampled_gaussian_event(1.0, sampling={'population': 10})
     self.assertEqual(

@@ -1,8 +1,8 @@
 """Tests for tff_priv.accounting.target_noise: the one calibration entry point."""
 
 from absl.testing import absltest
-
 import pytest
+
 from tff_priv.accounting import calibration
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import target_noise
@@ -15,7 +15,11 @@ class NoiseForTargetTest(absltest.TestCase):
   def test_paper_calibration_is_eq10(self):
     self.assertAlmostEqual(
         target_noise.noise_for_target(
-            8.0, 1e-3, 100, Sampling.poisson(0.6), sensitivity=0.1,
+            8.0,
+            1e-3,
+            100,
+            Sampling.poisson(0.6),
+            sensitivity=0.1,
             calibration='paper',
         ),
         0.359889,

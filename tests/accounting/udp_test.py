@@ -2,8 +2,8 @@
 
 from absl.testing import absltest
 import numpy as np
-
 import pytest
+
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import target_noise

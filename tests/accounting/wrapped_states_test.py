@@ -42,15 +42,18 @@ class WrappedDpFactoryTest(tf.test.TestCase):
     ledger = ledger_lib.PrivacyLedger()
     event = ledger.record_round(output.state, sampling_probability=0.1)
     inner = tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
-        1.0, 100.0)
+        1.0, 100.0
+    )
     self.assertEqual(
         event,
         dp_accounting.PoissonSampledDpEvent(
-            0.1, guarantees.extract_dp_event(_next(inner).state)),
+            0.1, guarantees.extract_dp_event(_next(inner).state)
+        ),
     )
     self.assertEqual(
         wrapped_states.public_measurement_paths(
-            output.state, output.measurements, 'tff_dp'),
+            output.state, output.measurements, 'tff_dp'
+        ),
         {('dp_query_metrics', 'clip')},
     )
 
@@ -58,30 +61,37 @@ class WrappedDpFactoryTest(tf.test.TestCase):
     output = _next(tff.learning.dp_aggregator(1.0, 100.0))
     with self.assertRaisesRegex(
         wrapped_states.UnnoisedWrapperError,
-        r'zeroing tracks its norm .* without noise .* zeroing=False'
+        r'zeroing tracks its norm .* without noise .* zeroing=False',
     ) as refused:
       ledger_lib.PrivacyLedger().record_round(
-          output.state, sampling_probability=0.1)
+          output.state, sampling_probability=0.1
+      )
     self.assertNotIn('\n', str(refused.exception))
     with self.assertRaises(wrapped_states.UnnoisedWrapperError):
       wrapped_states.public_measurement_paths(
-          output.state, output.measurements, 'tff_dp')
+          output.state, output.measurements, 'tff_dp'
+      )
 
   def test_public_zeroing_and_clipping_norms_are_seen_through(self):
     dp = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-        1.0, 2.0, 1.0)
-    for wrap, count in ((tff.aggregators.zeroing_factory, 'zeroed_count'),
-                        (tff.aggregators.clipping_factory, 'clipped_count')):
+        1.0, 2.0, 1.0
+    )
+    for wrap, count in (
+        (tff.aggregators.zeroing_factory, 'zeroed_count'),
+        (tff.aggregators.clipping_factory, 'clipped_count'),
+    ):
       with self.subTest(count):
         output = _next(wrap(5.0, dp))
         ledger = ledger_lib.PrivacyLedger()
         self.assertEqual(
             ledger.record_round(output.state, sampling_probability=0.5),
             dp_accounting.PoissonSampledDpEvent(
-                0.5, dp_accounting.GaussianDpEvent(1.0)),
+                0.5, dp_accounting.GaussianDpEvent(1.0)
+            ),
         )
         paths = wrapped_states.public_measurement_paths(
-            output.state, output.measurements, 'tff_dp')
+            output.state, output.measurements, 'tff_dp'
+        )
         # The public norm stays, the exact count of clients goes.
         norm = 'zeroing_norm' if count == 'zeroed_count' else 'clipping_norm'
         self.assertEqual(paths, {(norm,)})
@@ -89,16 +99,20 @@ class WrappedDpFactoryTest(tf.test.TestCase):
 
   def test_a_tff_priv_factory_inside_public_zeroing_is_charged(self):
     smp = smp_aggregators.SparsifiedSecureSumFactory(
-        1.5, 1.0, 1.0, 2.0, secure=False)
+        1.5, 1.0, 1.0, 2.0, secure=False
+    )
     output = _next(tff.aggregators.zeroing_factory(5.0, smp))
     self.assertEqual(
         ledger_lib.PrivacyLedger().record_round(
-            output.state, sampling_probability=0.5),
+            output.state, sampling_probability=0.5
+        ),
         dp_accounting.PoissonSampledDpEvent(
-            0.5, guarantees.extract_dp_event(_next(smp).state)),
+            0.5, guarantees.extract_dp_event(_next(smp).state)
+        ),
     )
     paths = wrapped_states.public_measurement_paths(
-        output.state, output.measurements, 'tff_priv')
+        output.state, output.measurements, 'tff_priv'
+    )
     self.assertIn(('zeroing_norm',), paths)
     self.assertNotIn(('zeroed_count',), paths)
     self.assertIn('zeroed_count', output.measurements)
@@ -108,42 +122,57 @@ class WrappedDpFactoryTest(tf.test.TestCase):
     # 2 on records of sensitivity 0.5: multiplier 4), around TFF's DP factory.
     quantile = tff.aggregators.PrivateQuantileEstimationProcess(
         tfp.QuantileEstimatorQuery(
-            initial_estimate=5.0, target_quantile=0.9, learning_rate=0.2,
-            below_estimate_stddev=2.0, expected_num_records=2.0,
-            geometric_update=True))
+            initial_estimate=5.0,
+            target_quantile=0.9,
+            learning_rate=0.2,
+            below_estimate_stddev=2.0,
+            expected_num_records=2.0,
+            geometric_update=True,
+        )
+    )
     dp = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-        1.0, 2.0, 1.0)
+        1.0, 2.0, 1.0
+    )
     output = _next(tff.aggregators.zeroing_factory(quantile, dp))
     self.assertEqual(
         ledger_lib.PrivacyLedger().record_round(output.state),
-        dp_accounting.ComposedDpEvent([
-            dp_accounting.GaussianDpEvent(1.0),
-            dp_accounting.GaussianDpEvent(4.0)]),
+        dp_accounting.ComposedDpEvent(
+            [
+                dp_accounting.GaussianDpEvent(1.0),
+                dp_accounting.GaussianDpEvent(4.0),
+            ]
+        ),
     )
     # Around another factory (whose noise may be added by the clients, or
     # hold under another relation) the server's count is not charged as if
     # it were the factory's: refused.
     smp = smp_aggregators.SparsifiedSecureSumFactory(
-        1.0, 1.0, 1.0, 2.0, secure=False)
+        1.0, 1.0, 1.0, 2.0, secure=False
+    )
     output = _next(tff.aggregators.zeroing_factory(quantile, smp))
-    with self.assertRaisesRegex(wrapped_states.UnnoisedWrapperError,
-                                "around TFF's DifferentiallyPrivateFactory"):
+    with self.assertRaisesRegex(
+        wrapped_states.UnnoisedWrapperError,
+        "around TFF's DifferentiallyPrivateFactory",
+    ):
       ledger_lib.PrivacyLedger().record_round(output.state)
 
   def test_debug_measurements_are_refused(self):
     dp = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-        1.0, 2.0, 1.0)
+        1.0, 2.0, 1.0
+    )
     output = _next(tff.learning.add_debug_measurements(dp))
     # The state is the DP factory's: the round itself is charged exactly.
     self.assertEqual(
         ledger_lib.PrivacyLedger().record_round(output.state),
-        dp_accounting.GaussianDpEvent(1.0))
+        dp_accounting.GaussianDpEvent(1.0),
+    )
     with self.assertRaisesRegex(
         wrapped_states.UnnoisedWrapperError,
-        r'average_client_norm, std_dev_client_norm .* exact'
+        r'average_client_norm, std_dev_client_norm .* exact',
     ):
       wrapped_states.public_measurement_paths(
-          output.state, output.measurements, 'tff_dp')
+          output.state, output.measurements, 'tff_dp'
+      )
 
 
 class StreamStateTest(tf.test.TestCase):
@@ -163,21 +192,24 @@ class StreamStateTest(tf.test.TestCase):
       with self.subTest(name):
         state = _next(factory).state
         # Known without being told its relation.
-        self.assertEqual(guarantees.relation_of_state(state),
-                         'replace_special')
+        self.assertEqual(guarantees.relation_of_state(state), 'replace_special')
         ledger = ledger_lib.PrivacyLedger()
         ledger.record_round(state)
         self.assertEqual(ledger.neighboring_relation, 'replace_special')
-        for sampling in (dict(sampling_probability=0.1),
-                         dict(population=100, sample_size=10)):
+        for sampling in (
+            dict(sampling_probability=0.1),
+            dict(population=100, sample_size=10),
+        ):
           with self.assertRaisesRegex(
-              ValueError, rf'{name} claims no amplification .* without '
-              'sampling arguments.*StreamSampler'
+              ValueError,
+              rf'{name} claims no amplification .* without '
+              'sampling arguments.*StreamSampler',
           ):
             ledger.record_round(state, **sampling)
           with self.assertRaisesRegex(ValueError, 'no amplification'):
             ledger.record_round(
-                state, neighboring_relation='replace_special', **sampling)
+                state, neighboring_relation='replace_special', **sampling
+            )
         self.assertEqual(ledger.num_releases, 1)
         # Inside TFF's clipping wrapper (a public norm): still a stream.
         wrapped = _next(tff.aggregators.clipping_factory(5.0, factory)).state

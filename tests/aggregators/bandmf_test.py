@@ -20,15 +20,21 @@ _COEFS = [0.8, 0.5, 0.33]
 
 
 def _factory(**kwargs):
-  args = dict(noise_multiplier=1.0, clients_per_round=2, clip=1.0,
-              coefs=_COEFS, sampling_probability=0.5)
+  args = dict(
+      noise_multiplier=1.0,
+      clients_per_round=2,
+      clip=1.0,
+      coefs=_COEFS,
+      sampling_probability=0.5,
+  )
   args.update(kwargs)
   return bandmf.BandMFFactory(**args)
 
 
 def _eps(event, count, relation=None):
   accountant = dp_accounting.rdp.RdpAccountant(
-      **({} if relation is None else {'neighboring_relation': relation}))
+      **({} if relation is None else {'neighboring_relation': relation})
+  )
   return accountant.compose(event, count).get_epsilon(1e-5)
 
 
@@ -53,30 +59,42 @@ class BandMFFactoryTest(tf.test.TestCase):
     event = guarantees.extract_dp_event(state)
     self.assertEqual(event.count, 1)
     by_hand = dp_accounting.PoissonSampledDpEvent(
-        0.5, dp_accounting.GaussianDpEvent(1.3))
+        0.5, dp_accounting.GaussianDpEvent(1.3)
+    )
     self.assertAllClose(_eps(event.event, 3), _eps(by_hand, 3), rtol=1e-12)
 
   def test_noise_is_the_banded_inverse_of_the_seeded_z(self):
     # Zero inputs, a known key (tests only): round t releases
     # z C (C^{-1} zeta)_t / K, C the unit-norm banded Toeplitz matrix.
     key, n, z_mult, k = 91, 6, 1.5, 2
-    process = _factory(noise_multiplier=z_mult, clients_per_round=k,
-                       noise_seed=key).create(_TYPE)
+    process = _factory(
+        noise_multiplier=z_mult, clients_per_round=k, noise_seed=key
+    ).create(_TYPE)
     state = process.initialize()
     released = []
     for _ in range(n):
       output = process.next(state, [np.zeros(3, np.float32)])
       state = output.state
       released.append(np.asarray(output.result, np.float64))
-    zeta = np.stack([
-        gaussian.add_gaussian_noise(
-            tf.zeros([3]), 1.0,
-            seed=correlated_noise.round_seed(key, tf.zeros([2], tf.int64), t)).numpy()
-        for t in range(n)
-    ]).astype(np.float64)
+    zeta = np.stack(
+        [
+            gaussian.add_gaussian_noise(
+                tf.zeros([3]),
+                1.0,
+                seed=correlated_noise.round_seed(
+                    key, tf.zeros([2], tf.int64), t
+                ),
+            ).numpy()
+            for t in range(n)
+        ]
+    ).astype(np.float64)
     c = np.asarray(_COEFS) / np.linalg.norm(_COEFS)
-    strategy = np.array([[c[i - j] if 0 <= i - j < 3 else 0.0
-                          for j in range(n)] for i in range(n)])
+    strategy = np.array(
+        [
+            [c[i - j] if 0 <= i - j < 3 else 0.0 for j in range(n)]
+            for i in range(n)
+        ]
+    )
     expected = z_mult * np.linalg.solve(strategy, zeta) / k
     self.assertAllClose(np.stack(released), expected, atol=1e-5)
 
@@ -89,16 +107,19 @@ class BandMFFactoryTest(tf.test.TestCase):
       state = process.next(state, zeros).state
     original = np.asarray(process.next(state, zeros).result)
     restarted = np.asarray(
-        process.next(bandmf.with_restart_forced(state), zeros).result)
+        process.next(bandmf.with_restart_forced(state), zeros).result
+    )
     # corr ~ N(0, 1 / d): |corr| < 0.05 is 7 sigma.
     self.assertLess(abs(np.corrcoef(original, restarted)[0, 1]), 0.05)
 
   def test_near_zero_noise_gives_the_clipped_mean(self):
     process = _factory(noise_multiplier=1e-9).create(_TYPE)
     state = process.initialize()
-    values = [np.array([3.0, 4.0, 0.0], np.float32),  # Norm 5: clipped to 1.
-              np.array([np.nan, 0.0, 0.0], np.float32),  # Contributes zeros.
-              np.array([0.1, 0.0, 0.2], np.float32)]
+    values = [
+        np.array([3.0, 4.0, 0.0], np.float32),  # Norm 5: clipped to 1.
+        np.array([np.nan, 0.0, 0.0], np.float32),  # Contributes zeros.
+        np.array([0.1, 0.0, 0.2], np.float32),
+    ]
     expected = (values[0] / 5.0 + values[2]) / 2.0
     for _ in range(4):
       output = process.next(state, values)
@@ -114,13 +135,15 @@ class BandMFFactoryTest(tf.test.TestCase):
     run = lambda v: process.next(process.initialize(), v).measurements
     self.assertEqual(
         neighbours_lib.exact_statistic_leaves(run, values, values[:2] + [far]),
-        [])
+        [],
+    )
 
   def test_calibrated_run_meets_the_target_and_the_ledger_agrees(self):
     # N = 20, K = 5, T = 7, b = 4: groups of 5 at q = 1, 2 cycles. (Poisson
     # calibration, q < 1, is the slow lane's choice test: ~3 s a target.)
     factory = bandmf.BandMFFactory.calibrated(
-        3.0, total_rounds=7, population=20, clients_per_round=5, bands=4)
+        3.0, total_rounds=7, population=20, clients_per_round=5, bands=4
+    )
     self.assertEqual(factory.bands, 4)
     self.assertAllClose(factory.sampling_probability, 1.0)
     self.assertAllClose(_eps(factory.event(), 2), 3.0, rtol=1e-3)
@@ -134,7 +157,8 @@ class BandMFFactoryTest(tf.test.TestCase):
       state = process.next(state, [np.ones(3, np.float32)]).state
       ledger.record_round(state)
     by_hand = dp_accounting.PoissonSampledDpEvent(
-        0.5, dp_accounting.GaussianDpEvent(1.1))
+        0.5, dp_accounting.GaussianDpEvent(1.1)
+    )
     self.assertAllClose(ledger.epsilon(1e-5), _eps(by_hand, 3), rtol=1e-9)
     with self.assertRaisesRegex(ValueError, 'BandSampler'):
       ledger.record_round(state, sampling_probability=0.25)
@@ -152,14 +176,19 @@ class BandMFFactoryTest(tf.test.TestCase):
 
   def test_guarantee_and_bad_arguments(self):
     factory = _factory()
-    self.assertEqual(factory.guarantee.neighboring_relation,
-                     'add_or_remove_one')
+    self.assertEqual(
+        factory.guarantee.neighboring_relation, 'add_or_remove_one'
+    )
     self.assertEqual(guarantees.guarantee_of(factory), bandmf.GUARANTEE)
     self.assertAllClose(np.linalg.norm(factory.coefs), 1.0)
-    for kwargs in (dict(noise_multiplier=0.0), dict(clip=-1.0),
-                   dict(coefs=[0.0, 1.0]), dict(coefs=[]),
-                   dict(sampling_probability=0.0),
-                   dict(sampling_probability=1.5)):
+    for kwargs in (
+        dict(noise_multiplier=0.0),
+        dict(clip=-1.0),
+        dict(coefs=[0.0, 1.0]),
+        dict(coefs=[]),
+        dict(sampling_probability=0.0),
+        dict(sampling_probability=1.5),
+    ):
       with self.assertRaises(ValueError, msg=str(kwargs)):
         _factory(**kwargs)
     with self.assertRaisesRegex(ValueError, 'one of epsilon'):
@@ -187,8 +216,9 @@ class BandSamplerTest(tf.test.TestCase):
     # Binomial(25, 0.2) sizes: mean 5, std 2 / sqrt(4000) = 0.032 (6 sigma).
     self.assertAllClose(np.mean(sizes), 5.0, atol=0.2)
     self.assertIn(0, sizes)  # A round may draw nobody.
-    self.assertEqual(sampler.sample(17),
-                     sampling.BandSampler(n, k, b, seed=12).sample(17))
+    self.assertEqual(
+        sampler.sample(17), sampling.BandSampler(n, k, b, seed=12).sample(17)
+    )
     with self.assertRaisesRegex(ValueError, 'at most 20 bands'):
       sampling.BandSampler(n, k, 21)
 

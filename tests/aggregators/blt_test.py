@@ -19,8 +19,14 @@ _OMEGA = [0.14602768, 0.32354102]
 
 
 def _factory(**kwargs):
-  args = dict(noise_multiplier=1.0, clients_per_round=2, clip=1.0,
-              buf_decay=_THETA, output_scale=_OMEGA, rounds_per_stream=4)
+  args = dict(
+      noise_multiplier=1.0,
+      clients_per_round=2,
+      clip=1.0,
+      buf_decay=_THETA,
+      output_scale=_OMEGA,
+      rounds_per_stream=4,
+  )
   args.update(kwargs)
   return blt.BLTFactory(**args)
 
@@ -50,12 +56,14 @@ class BLTFactoryTest(tf.test.TestCase):
     state = process.next(blt.with_restart_forced(state), values).state
     event = guarantees.extract_dp_event(state)
     self.assertEqual(event.count, 1)
-    self.assertAllClose(event.event.noise_multiplier,
-                        by_hand.noise_multiplier, rtol=1e-6)
+    self.assertAllClose(
+        event.event.noise_multiplier, by_hand.noise_multiplier, rtol=1e-6
+    )
 
     def eps(e):
       accountant = dp_accounting.rdp.RdpAccountant(
-          neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+          neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+      )
       return accountant.compose(e).get_epsilon(1e-5)
 
     self.assertAllClose(eps(event), eps(by_hand), rtol=1e-5)
@@ -65,20 +73,28 @@ class BLTFactoryTest(tf.test.TestCase):
     # Zero inputs, a known key (tests only): round t releases
     # z C (C^{-1} zeta)_t / K, zeta_t drawn from the documented round seed.
     key, n, z_mult, k = 77, 5, 1.5, 2
-    process = _factory(noise_multiplier=z_mult, clients_per_round=k,
-                       rounds_per_stream=n, noise_seed=key).create(_TYPE)
+    process = _factory(
+        noise_multiplier=z_mult,
+        clients_per_round=k,
+        rounds_per_stream=n,
+        noise_seed=key,
+    ).create(_TYPE)
     state = process.initialize()
     released = []
     for _ in range(n):
       output = process.next(state, [np.zeros(3, np.float32)])
       state = output.state
       released.append(np.asarray(output.result, np.float64))
-    zeta = np.stack([
-        gaussian.add_gaussian_noise(
-            tf.zeros([3]), 1.0,
-            seed=blt.round_seed(key, tf.zeros([2], tf.int64), t)).numpy()
-        for t in range(n)
-    ]).astype(np.float64)
+    zeta = np.stack(
+        [
+            gaussian.add_gaussian_noise(
+                tf.zeros([3]),
+                1.0,
+                seed=blt.round_seed(key, tf.zeros([2], tf.int64), t),
+            ).numpy()
+            for t in range(n)
+        ]
+    ).astype(np.float64)
     strategy = blt_lib.BLT(np.array(_THETA), np.array(_OMEGA))
     expected = z_mult * np.linalg.solve(strategy.materialize(n), zeta) / k
     self.assertAllClose(np.stack(released), expected, atol=1e-5)
@@ -90,7 +106,8 @@ class BLTFactoryTest(tf.test.TestCase):
     # without noise. Zero updates: a release is its noise alone.
     d = 20_000
     process = _factory(rounds_per_stream=10).create(
-        tff.TensorType(np.float32, [d]))
+        tff.TensorType(np.float32, [d])
+    )
     zeros = [np.zeros(d, np.float32)]
     state = process.initialize()
     for _ in range(2):
@@ -100,14 +117,14 @@ class BLTFactoryTest(tf.test.TestCase):
     # A forced restart: a new stream, independent of the original release
     # (corr ~ N(0, 1 / d): |corr| < 0.05 is 7 sigma).
     restarted = np.asarray(
-        process.next(blt.with_restart_forced(saved), zeros).result)
+        process.next(blt.with_restart_forced(saved), zeros).result
+    )
     self.assertLess(abs(np.corrcoef(original, restarted)[0, 1]), 0.05)
     # Run again without a restart: the buffers (rounds 1-2's noise) are the
     # same, round 3's z is fresh, so the two releases differ by
     # z C (z_3 - z'_3) / K (C's diagonal is 1): std sqrt(2) x 0.5, not 0.
     rerun = np.asarray(process.next(saved, zeros).result)
-    self.assertAllClose(np.std(original - rerun), np.sqrt(2) * 0.5,
-                        rtol=0.03)
+    self.assertAllClose(np.std(original - rerun), np.sqrt(2) * 0.5, rtol=0.03)
 
   def test_every_build_and_initialize_draws_fresh_noise(self):
     zeros = [np.zeros(3, np.float32)]
@@ -121,17 +138,21 @@ class BLTFactoryTest(tf.test.TestCase):
 
   def test_nan_client_gives_a_finite_aggregate(self):
     process = _factory().create(_TYPE)
-    values = [np.array([np.nan, 1.0, 0.0], np.float32),
-              np.array([np.inf, 0.0, 0.0], np.float32),
-              np.array([0.5, 0.0, 0.0], np.float32)]
+    values = [
+        np.array([np.nan, 1.0, 0.0], np.float32),
+        np.array([np.inf, 0.0, 0.0], np.float32),
+        np.array([0.5, 0.0, 0.0], np.float32),
+    ]
     output = process.next(process.initialize(), values)
     self.assertTrue(np.all(np.isfinite(output.result)))
 
   def test_near_zero_noise_gives_the_clipped_mean(self):
     process = _factory(noise_multiplier=1e-9).create(_TYPE)
     state = process.initialize()
-    values = [np.array([3.0, 4.0, 0.0], np.float32),  # Norm 5: clipped to 1.
-              np.array([0.1, 0.0, 0.2], np.float32)]
+    values = [
+        np.array([3.0, 4.0, 0.0], np.float32),  # Norm 5: clipped to 1.
+        np.array([0.1, 0.0, 0.2], np.float32),
+    ]
     expected = (values[0] / 5.0 + values[1]) / 2.0
     for _ in range(3):
       output = process.next(state, values)
@@ -147,27 +168,36 @@ class BLTFactoryTest(tf.test.TestCase):
     run = lambda v: process.next(process.initialize(), v).measurements
     self.assertEqual(
         neighbours_lib.exact_statistic_leaves(run, values, values[:2] + [far]),
-        [])
+        [],
+    )
 
   def test_calibrated_streams_meet_the_target(self):
     # N = 20, K = 5: b = 4. 'cyclic': one stream of 10 rounds, each client
     # k = 3 times, 4 rounds apart; 'epoch': 3 streams of 4 rounds, once each.
-    for participation, streams, pattern in (('cyclic', 1, (10, 3, 4)),
-                                            ('epoch', 3, (4, 1, 1))):
+    for participation, streams, pattern in (
+        ('cyclic', 1, (10, 3, 4)),
+        ('epoch', 3, (4, 1, 1)),
+    ):
       with self.subTest(participation):
         factory = blt.BLTFactory.calibrated(
-            4.0, total_rounds=10, population=20, clients_per_round=5,
-            participation=participation)
+            4.0,
+            total_rounds=10,
+            population=20,
+            clients_per_round=5,
+            participation=participation,
+        )
         n, k, b = pattern
         self.assertEqual(factory.rounds_per_stream, n)
         # The sensitivity is C's for that pattern (every pattern tried).
         self.assertAllClose(
             factory.sensitivity,
             blt_sensitivity.brute_force_sensitivity(
-                factory.blt.materialize(n), b, k))
+                factory.blt.materialize(n), b, k
+            ),
+        )
         accountant = dp_accounting.rdp.RdpAccountant(
-            neighboring_relation=dp_accounting.NeighboringRelation
-            .REPLACE_SPECIAL)
+            neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+        )
         accountant.compose(factory.event(), streams)
         self.assertAllClose(accountant.get_epsilon(1e-5), 4.0, rtol=1e-3)
         self.assertLessEqual(accountant.get_epsilon(1e-5), 4.0 + 1e-9)
@@ -177,10 +207,14 @@ class BLTFactoryTest(tf.test.TestCase):
     self.assertEqual(factory.guarantee.neighboring_relation, 'replace_special')
     self.assertEqual(factory.guarantee.noise, 'central')
     self.assertEqual(guarantees.guarantee_of(factory), blt.GUARANTEE)
-    for kwargs in (dict(noise_multiplier=0.0), dict(clip=-1.0),
-                   dict(rounds_per_stream=0), dict(min_sep=0),
-                   dict(buf_decay=[0.9], output_scale=[1.5]),  # Increasing C.
-                   dict(buf_decay=[1.1], output_scale=[0.1])):
+    for kwargs in (
+        dict(noise_multiplier=0.0),
+        dict(clip=-1.0),
+        dict(rounds_per_stream=0),
+        dict(min_sep=0),
+        dict(buf_decay=[0.9], output_scale=[1.5]),  # Increasing C.
+        dict(buf_decay=[1.1], output_scale=[0.1]),
+    ):
       with self.assertRaises(ValueError, msg=str(kwargs)):
         _factory(**kwargs)
 

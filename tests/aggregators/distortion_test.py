@@ -29,9 +29,13 @@ def _epsilon(event):
 class DistortionFactoryTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_given_variance(self):
-    factory = distortion.DistortionFactory(target_tv=0.3, parameter_variance=0.25)
+    factory = distortion.DistortionFactory(
+        target_tv=0.3, parameter_variance=0.25
+    )
     self.assertIsInstance(factory, tff.aggregators.UnweightedAggregationFactory)
-    self.assertNotIsInstance(factory, tff.aggregators.WeightedAggregationFactory)
+    self.assertNotIsInstance(
+        factory, tff.aggregators.WeightedAggregationFactory
+    )
     process = factory.create(tff.TensorType(np.float32, [_D]))
     out = process.next(process.initialize(), [np.zeros(_D, np.float32)] * 4)
     noise = out.measurements['noise']
@@ -45,7 +49,9 @@ class DistortionFactoryTest(tf.test.TestCase, parameterized.TestCase):
     )
     # The mean of 4 clients' distortion has std sigma_e / 2 (5 SE of a std).
     self.assertAllClose(
-        np.std(out.result), expected / 2, atol=5 * expected / 2 / np.sqrt(2 * _D)
+        np.std(out.result),
+        expected / 2,
+        atol=5 * expected / 2 / np.sqrt(2 * _D),
     )
 
   def test_noise_free_is_the_exact_mean(self):
@@ -77,7 +83,8 @@ class DistortionFactoryTest(tf.test.TestCase, parameterized.TestCase):
         a=np.ones((10, 10), np.float32), b=np.zeros(3, np.float32)
     )
     small = collections.OrderedDict(
-        a=np.zeros((10, 10), np.float32), b=np.array([0.6, 0.0, 0.0], np.float32)
+        a=np.zeros((10, 10), np.float32),
+        b=np.array([0.6, 0.0, 0.0], np.float32),
     )
     out = process.next(process.initialize(), [big, small])
     # big (norm 10) is clipped to norm 1 over the whole structure; small
@@ -125,7 +132,9 @@ class DistortionFactoryTest(tf.test.TestCase, parameterized.TestCase):
     self.assertTrue(np.isfinite(_epsilon(event)))
 
   def test_dp_event_without_clip_is_non_private(self):
-    factory = distortion.DistortionFactory(target_tv=0.3, parameter_variance=0.25)
+    factory = distortion.DistortionFactory(
+        target_tv=0.3, parameter_variance=0.25
+    )
     self.assertIn('not a DP guarantee', factory.guarantee.description)
     process = factory.create(tff.TensorType(np.float32, [50]))
     state = process.initialize()
@@ -153,13 +162,18 @@ class DistortionFactoryTest(tf.test.TestCase, parameterized.TestCase):
         tff.TensorType(np.float32, [d])
     )
     run = lambda v: process.next(process.initialize(), v).measurements
-    self.assertEqual(neighbours_lib.exact_statistic_leaves(run, *neighbour_pair), [])
+    self.assertEqual(
+        neighbours_lib.exact_statistic_leaves(run, *neighbour_pair), []
+    )
     # The check finds one: TFF's clipping factory reports how many clipped.
     clipping = tff.aggregators.clipping_factory(
         1.0, tff.aggregators.UnweightedMeanFactory()
     ).create(tff.TensorType(np.float32, [d]))
     run = lambda v: clipping.next(clipping.initialize(), v).measurements
-    self.assertEqual(neighbours_lib.exact_statistic_leaves(run, *neighbour_pair), ['clipped_count'])
+    self.assertEqual(
+        neighbours_lib.exact_statistic_leaves(run, *neighbour_pair),
+        ['clipped_count'],
+    )
 
   def test_shares_the_client_noise_state(self):
     process = distortion.DistortionFactory(
@@ -177,10 +191,14 @@ class DistortionFactoryTest(tf.test.TestCase, parameterized.TestCase):
         (dict(target_tv=1.0), 'target_tv'),
         (dict(noise_stddev=-1.0, parameter_variance=1.0), 'noise_stddev'),
         (dict(target_tv=0.5, parameter_variance=0.0), 'parameter_variance'),
-        (dict(target_tv=0.5, parameter_variance=1.0, tv_bound='middle'),
-         'tv_bound'),
-        (dict(target_tv=0.5, parameter_variance=1.0, tv_bound='lower'),
-         'target_tv'),
+        (
+            dict(target_tv=0.5, parameter_variance=1.0, tv_bound='middle'),
+            'tv_bound',
+        ),
+        (
+            dict(target_tv=0.5, parameter_variance=1.0, tv_bound='lower'),
+            'target_tv',
+        ),
         (dict(target_tv=0.5, parameter_variance=1.0, clip=0.0), 'clip'),
         (dict(), 'exactly one'),
         (dict(noise_stddev=0.1), 'parameter_variance'),

@@ -49,7 +49,8 @@ class TreeRestartFactoryTest(tf.test.TestCase):
     # (zero updates: a release is its noise alone).
     d = 20_000
     process = dp_ftrl.TreeRestartFactory(1.0, 1, 1.0, 10).create(
-        tff.TensorType(np.float32, [d]))
+        tff.TensorType(np.float32, [d])
+    )
     zeros = [np.zeros(d, np.float32)]
     state = process.next(process.initialize(), zeros).state
     saved = dp_ftrl.with_restart_forced(state)
@@ -83,8 +84,9 @@ class TreeRestartFactoryTest(tf.test.TestCase):
     # tree over the old tree's levels gave 5.57 for 2.57 at round 6.
     d = 20000
     value_type = tff.TensorType(np.float32, [d])
-    process = dp_ftrl.TreeRestartFactory(
-        1.0, 1, 1.0, 5, noise_seed=3).create(value_type)
+    process = dp_ftrl.TreeRestartFactory(1.0, 1, 1.0, 5, noise_seed=3).create(
+        value_type
+    )
     state = process.initialize()
     total, measured = np.zeros(d), []
     for r in range(14):
@@ -95,11 +97,13 @@ class TreeRestartFactoryTest(tf.test.TestCase):
       total += np.asarray(output.result, np.float64)
       measured.append(np.mean(total**2))
     tree = blt_error.tree_prefix_variances(5)
-    expected = np.concatenate([
-        blt_error.restarted(tree, 2),
-        2 * tree[-1] + tree[:2],
-        2 * tree[-1] + tree[1] + tree[:2],
-    ])
+    expected = np.concatenate(
+        [
+            blt_error.restarted(tree, 2),
+            2 * tree[-1] + tree[:2],
+            2 * tree[-1] + tree[1] + tree[:2],
+        ]
+    )
     self.assertAllClose(measured, expected, rtol=0.06)
 
   @pytest.mark.slow
@@ -148,8 +152,10 @@ class TreeRestartFactoryTest(tf.test.TestCase):
   def test_near_zero_noise_gives_the_clipped_mean(self):
     process = dp_ftrl.TreeRestartFactory(1e-9, 2, 1.0, 2).create(_TYPE)
     state = process.initialize()
-    values = [np.array([3.0, 4.0, 0.0], np.float32),  # Norm 5: clipped to 1.
-              np.array([0.1, 0.0, 0.2], np.float32)]
+    values = [
+        np.array([3.0, 4.0, 0.0], np.float32),  # Norm 5: clipped to 1.
+        np.array([0.1, 0.0, 0.2], np.float32),
+    ]
     expected = (values[0] / 5.0 + values[1]) / 2.0
     for _ in range(3):
       output = process.next(state, values)
@@ -161,10 +167,14 @@ class TreeRestartFactoryTest(tf.test.TestCase):
     self.assertEqual(factory.guarantee.neighboring_relation, 'replace_special')
     self.assertEqual(factory.guarantee.noise, 'central')
     self.assertEqual(guarantees.guarantee_of(factory), dp_ftrl.GUARANTEE)
-    for kwargs in (dict(noise_multiplier=0.0), dict(clip=-1.0),
-                   dict(rounds_per_tree=0)):
-      args = dict(noise_multiplier=1.0, clients_per_round=2, clip=1.0,
-                  rounds_per_tree=3)
+    for kwargs in (
+        dict(noise_multiplier=0.0),
+        dict(clip=-1.0),
+        dict(rounds_per_tree=0),
+    ):
+      args = dict(
+          noise_multiplier=1.0, clients_per_round=2, clip=1.0, rounds_per_tree=3
+      )
       args.update(kwargs)
       with self.assertRaises(ValueError):
         dp_ftrl.TreeRestartFactory(**args)

@@ -17,8 +17,8 @@ import math
 from absl.testing import parameterized
 import dp_accounting
 import numpy as np
-from sklearn import datasets
 import pytest
+from sklearn import datasets
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -269,12 +269,14 @@ class MinMaxRangeTest(tf.test.TestCase):
     )
     self.assertEqual(
         event,
-        dp_accounting.ComposedDpEvent([
-            dp_accounting.SelfComposedDpEvent(
-                events.PureEpsilonDpEvent(1.0), 2
-            ),
-            dp_accounting.NonPrivateDpEvent(),
-        ]),
+        dp_accounting.ComposedDpEvent(
+            [
+                dp_accounting.SelfComposedDpEvent(
+                    events.PureEpsilonDpEvent(1.0), 2
+                ),
+                dp_accounting.NonPrivateDpEvent(),
+            ]
+        ),
     )
     self.assertEqual(_rdp_epsilon(event), math.inf)
     self.assertIn('not private', factory.guarantee.description)
@@ -329,12 +331,16 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
     ]
     event = _one_round_event(factory, value_type, clients)
     # Replace-one: a client's record flips from -0.5 to +0.5, sensitivity 1.
-    by_hand = dp_accounting.ComposedDpEvent([
-        dp_accounting.SelfComposedDpEvent(events.PureEpsilonDpEvent(eps), 9),
-        dp_accounting.ComposedDpEvent(
-            [dp_accounting.GaussianDpEvent(stddev / 1.0)] * 3
-        ),
-    ])
+    by_hand = dp_accounting.ComposedDpEvent(
+        [
+            dp_accounting.SelfComposedDpEvent(
+                events.PureEpsilonDpEvent(eps), 9
+            ),
+            dp_accounting.ComposedDpEvent(
+                [dp_accounting.GaussianDpEvent(stddev / 1.0)] * 3
+            ),
+        ]
+    )
     self.assertEqual(event, by_hand)
     self.assertIsInstance(event.events[1].events[0].noise_multiplier, float)
     self.assertAllClose(_rdp_epsilon(event), _rdp_epsilon(by_hand), rtol=1e-6)
@@ -342,9 +348,7 @@ class QuantileRangeTest(tf.test.TestCase, parameterized.TestCase):
 
     def range_epsilon(ev, rounds=100):
       accountant = dp_accounting.rdp.RdpAccountant(
-          neighboring_relation=(
-              dp_accounting.NeighboringRelation.REPLACE_ONE
-          )
+          neighboring_relation=(dp_accounting.NeighboringRelation.REPLACE_ONE)
       )
       accountant.compose(ev, rounds)
       return accountant.get_epsilon(1e-5)
@@ -430,10 +434,14 @@ class DpEventTest(tf.test.TestCase):
     clients = [[np.zeros([3], _F32), np.ones([2, 2], _F32)]] * 2
     output = process.next(state, clients)
     event = guarantees.extract_dp_event(output.state)
-    by_hand = dp_accounting.ComposedDpEvent([
-        dp_accounting.SelfComposedDpEvent(events.PureEpsilonDpEvent(eps), 7),
-        dp_accounting.NoOpDpEvent(),
-    ])
+    by_hand = dp_accounting.ComposedDpEvent(
+        [
+            dp_accounting.SelfComposedDpEvent(
+                events.PureEpsilonDpEvent(eps), 7
+            ),
+            dp_accounting.NoOpDpEvent(),
+        ]
+    )
     self.assertEqual(event, by_hand)
     self.assertIsInstance(event.events[0].event.epsilon, float)
     self.assertIsInstance(event.events[0].count, int)
@@ -484,7 +492,8 @@ class ExactStatisticTest(tf.test.TestCase, parameterized.TestCase):
       )
 
     self.assertEqual(
-        neighbours.exact_statistic_leaves(run, values, neighbour), ['nonfinite_count']
+        neighbours.exact_statistic_leaves(run, values, neighbour),
+        ['nonfinite_count'],
     )
     self.assertEqual(
         neighbours.exact_statistic_leaves(
@@ -508,8 +517,10 @@ class ExactStatisticTest(tf.test.TestCase, parameterized.TestCase):
     process = factory.create(value_type)
     rng = np.random.default_rng(6)
     clients = [
-        [rng.uniform(-0.5, 0.5, [4]).astype(_F32),
-         rng.uniform(-0.5, 0.5, [3]).astype(_F32)]
+        [
+            rng.uniform(-0.5, 0.5, [4]).astype(_F32),
+            rng.uniform(-0.5, 0.5, [3]).astype(_F32),
+        ]
         for _ in range(4)
     ]
     other = (
@@ -534,11 +545,16 @@ class ExactStatisticTest(tf.test.TestCase, parameterized.TestCase):
         'minmax': ('1/center', '1/radius'),
     }[mode]
     self.assertEqual(
-        neighbours.exact_statistic_leaves(run, clients, neighbour, public=documented), []
+        neighbours.exact_statistic_leaves(
+            run, clients, neighbour, public=documented
+        ),
+        [],
     )
     if mode == 'minmax' and replacement == 'far':
       # Without its documentation the min/max range is caught.
-      self.assertNotEmpty(neighbours.exact_statistic_leaves(run, clients, neighbour))
+      self.assertNotEmpty(
+          neighbours.exact_statistic_leaves(run, clients, neighbour)
+      )
 
 
 class NonFiniteTest(tf.test.TestCase):
@@ -567,7 +583,9 @@ class NonFiniteTest(tf.test.TestCase):
     self.assertNear(z.var(), 1.0, 5 * math.sqrt((np.mean(z**4) - 1) / 1000))
 
   def test_coordinate_nobody_reports_is_zero(self):
-    process = ldp_aggregators.ReportMeanFactory().create(tff.TensorType(_F32, [3]))
+    process = ldp_aggregators.ReportMeanFactory().create(
+        tff.TensorType(_F32, [3])
+    )
     reports = [
         np.array([np.nan, 1.0, np.nan], _F32),
         np.array([np.nan, 3.0, 4.0], _F32),
@@ -664,8 +682,12 @@ class BadArgumentsTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
       ('int_tensor', tff.TensorType(np.int32, [3])),
-      ('mixed_struct', tff.StructType([tff.TensorType(_F32, [2]),
-                                       tff.TensorType(np.int64, [2])])),
+      (
+          'mixed_struct',
+          tff.StructType(
+              [tff.TensorType(_F32, [2]), tff.TensorType(np.int64, [2])]
+          ),
+      ),
       ('sequence', tff.SequenceType(tff.TensorType(_F32, [2]))),
       ('federated', tff.FederatedType(tff.TensorType(_F32, [2]), tff.CLIENTS)),
   )
@@ -694,10 +716,12 @@ class LearningTest(tf.test.TestCase):
     ]
 
     def model_fn():
-      keras_model = tf.keras.Sequential([
-          tf.keras.layers.InputLayer(input_shape=(64,)),
-          tf.keras.layers.Dense(10, kernel_initializer='zeros'),
-      ])
+      keras_model = tf.keras.Sequential(
+          [
+              tf.keras.layers.InputLayer(input_shape=(64,)),
+              tf.keras.layers.Dense(10, kernel_initializer='zeros'),
+          ]
+      )
       return tff.learning.models.from_keras_model(
           keras_model,
           input_spec=clients[0].element_spec,
@@ -718,19 +742,19 @@ class LearningTest(tf.test.TestCase):
       state = output.state
       train = output.metrics['client_work']['train']
       losses.append(train['loss'])
-      self.assertEqual(
-          list(output.metrics['aggregator']), ['center', 'radius']
-      )
+      self.assertEqual(list(output.metrics['aggregator']), ['center', 'radius'])
     # The aggregator's state carries the round's event through tff.learning:
     # d = 64 x 10 + 10 eps-LDP scalars, fixed range.
     self.assertEqual(
         guarantees.extract_dp_event(state.aggregator),
-        dp_accounting.ComposedDpEvent([
-            dp_accounting.SelfComposedDpEvent(
-                events.PureEpsilonDpEvent(2.0), 650
-            ),
-            dp_accounting.NoOpDpEvent(),
-        ]),
+        dp_accounting.ComposedDpEvent(
+            [
+                dp_accounting.SelfComposedDpEvent(
+                    events.PureEpsilonDpEvent(2.0), 650
+                ),
+                dp_accounting.NoOpDpEvent(),
+            ]
+        ),
     )
     # Starting from log(10) = 2.30; observed ~2.27 -> ~1.82 over 6 rounds.
     self.assertLess(losses[-1], 0.9 * losses[0])

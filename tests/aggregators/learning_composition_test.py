@@ -4,13 +4,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tff_priv_tasks as tasks
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.accounting import wrapped_states
 from tff_priv.aggregators import distortion
 from tff_priv.aggregators import dp_fedavg
 from tff_priv.aggregators import udp
 from tff_priv.learning import client_metrics
+import tff_priv_tasks as tasks
 
 
 def _task():
@@ -50,8 +50,7 @@ class LearningCompositionTest(tf.test.TestCase):
         record(output)
     after = process.get_model_weights(state)
     moved = [
-        np.linalg.norm(a - b)
-        for a, b in zip(after.trainable, before.trainable)
+        np.linalg.norm(a - b) for a, b in zip(after.trainable, before.trainable)
     ]
     self.assertGreater(max(moved), 0.0)
     for w in after.trainable:
@@ -63,9 +62,7 @@ class LearningCompositionTest(tf.test.TestCase):
         tff.learning.algorithms.build_weighted_fed_avg,
         udp.GaussianUDPFactory(noise_stddev=0.01, sensitivity=0.1),
     )
-    self.assertAllClose(
-        metrics['aggregator']['noise']['noise_stddev'], 0.01
-    )
+    self.assertAllClose(metrics['aggregator']['noise']['noise_stddev'], 0.01)
 
   def test_unweighted_fed_avg_with_distortion(self):
     metrics = self._train(
@@ -74,14 +71,16 @@ class LearningCompositionTest(tf.test.TestCase):
     )
     self.assertAllClose(metrics['aggregator']['noise']['tv_upper'], 0.3)
 
-
   def test_the_ledger_charges_a_round_from_its_output(self):
     ledger = ledger_lib.PrivacyLedger()
-    factory = dp_fedavg.calibrated(8.0, total_rounds=2, population=10,
-                                   clients_per_round=4)
-    self._train(tff.learning.algorithms.build_unweighted_fed_avg, factory,
-                record=lambda o: ledger.record_round(o,
-                                                     sampling_probability=0.4))
+    factory = dp_fedavg.calibrated(
+        8.0, total_rounds=2, population=10, clients_per_round=4
+    )
+    self._train(
+        tff.learning.algorithms.build_unweighted_fed_avg,
+        factory,
+        record=lambda o: ledger.record_round(o, sampling_probability=0.4),
+    )
     self.assertEqual(ledger.num_releases, 2)
     self.assertBetween(ledger.epsilon(1e-5), 7.9, 8.0 + 1e-6)
 
@@ -90,14 +89,19 @@ class LearningCompositionTest(tf.test.TestCase):
     # exact client norms in the round's output.
     ledger = ledger_lib.PrivacyLedger()
     factory = tff.learning.add_debug_measurements(
-        dp_fedavg.calibrated(8.0, total_rounds=2, population=10,
-                             clients_per_round=4))
-    with self.assertRaisesRegex(wrapped_states.UnnoisedWrapperError,
-                                'average_client_norm'):
-      self._train(tff.learning.algorithms.build_unweighted_fed_avg, factory,
-                  rounds=1,
-                  record=lambda o: ledger.record_round(
-                      o, sampling_probability=0.4))
+        dp_fedavg.calibrated(
+            8.0, total_rounds=2, population=10, clients_per_round=4
+        )
+    )
+    with self.assertRaisesRegex(
+        wrapped_states.UnnoisedWrapperError, 'average_client_norm'
+    ):
+      self._train(
+          tff.learning.algorithms.build_unweighted_fed_avg,
+          factory,
+          rounds=1,
+          record=lambda o: ledger.record_round(o, sampling_probability=0.4),
+      )
     self.assertEqual(ledger.num_releases, 0)
 
 

@@ -17,8 +17,8 @@ import tensorflow_federated as tff
 
 from tff_priv.aggregators import distortion
 from tff_priv.aggregators import dp_ftrl
-from tff_priv.aggregators import udp
 from tff_priv.aggregators import smp as smp_aggregators
+from tff_priv.aggregators import udp
 from tff_priv.learning import client_metrics
 from tff_priv.mechanisms import clipping
 from tff_priv.mechanisms import smp as smp_mechanisms
@@ -35,35 +35,44 @@ _BAD = {
 def _factories(noise):
   """name -> (factory, weighted); noise 0 makes the result exact."""
   return {
-      'udp_weighted': (
-          udp.GaussianUDPFactory(noise, sensitivity=1.0), True),
+      'udp_weighted': (udp.GaussianUDPFactory(noise, sensitivity=1.0), True),
       'udp_unweighted': (
           udp.GaussianUDPFactory(
-              noise, sensitivity=1.0,
+              noise,
+              sensitivity=1.0,
               inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
           ),
           False,
       ),
       'smp_central': (
           smp_aggregators.SparsifiedSecureSumFactory(
-              noise_multiplier=noise, clip=1.0, compression=1.0,
-              expected_clients_per_round=3, secure=False,
+              noise_multiplier=noise,
+              clip=1.0,
+              compression=1.0,
+              expected_clients_per_round=3,
+              secure=False,
           ),
           False,
       ),
       'distortion': (
           distortion.DistortionFactory(
-              noise_stddev=noise, parameter_variance=1.0, clip=1.0),
+              noise_stddev=noise, parameter_variance=1.0, clip=1.0
+          ),
           False,
       ),
-      'dp_ftrl': (dp_ftrl.TreeRestartFactory(
-          max(noise, 1e-9), 3, 1.0, 2, noise_seed=1), False),
+      'dp_ftrl': (
+          dp_ftrl.TreeRestartFactory(max(noise, 1e-9), 3, 1.0, 2, noise_seed=1),
+          False,
+      ),
   }
 
 
 def _result(factory, weighted, values):
-  process = factory.create(_TYPE) if not weighted else factory.create(
-      _TYPE, tff.TensorType(np.float32))
+  process = (
+      factory.create(_TYPE)
+      if not weighted
+      else factory.create(_TYPE, tff.TensorType(np.float32))
+  )
   args = [process.initialize(), values]
   if weighted:
     args.append([1.0] * len(values))
@@ -74,8 +83,13 @@ def _result(factory, weighted, values):
 class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.product(
-      name=('udp_weighted', 'udp_unweighted', 'smp_central', 'distortion',
-            'dp_ftrl'),
+      name=(
+          'udp_weighted',
+          'udp_unweighted',
+          'smp_central',
+          'distortion',
+          'dp_ftrl',
+      ),
       bad=('nan', 'inf'),
   )
   @pytest.mark.slow
@@ -83,13 +97,17 @@ class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
     exact, weighted = _factories(0.0)[name]
     got, measurements = _result(exact, weighted, _GOOD + [_BAD[bad]])
     zeros, _ = _result(
-        _factories(0.0)[name][0], weighted,
+        _factories(0.0)[name][0],
+        weighted,
         _GOOD + [np.zeros(_D, np.float32)],
     )
     self.assertTrue(np.all(np.isfinite(got)), got)
     self.assertAllClose(got, zeros, atol=1e-6)
-    for leaf in tf.nest.flatten(tff.structure.to_odict_or_tuple(
-        tff.structure.from_container(measurements, recursive=True))):
+    for leaf in tf.nest.flatten(
+        tff.structure.to_odict_or_tuple(
+            tff.structure.from_container(measurements, recursive=True)
+        )
+    ):
       if np.issubdtype(np.asarray(leaf).dtype, np.floating):
         self.assertTrue(np.all(np.isfinite(leaf)))
     noised, weighted = _factories(1.0)[name]
@@ -101,19 +119,31 @@ class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
     # rand_k keeps k of d coordinates: a client whose NaN sits in a dropped
     # coordinate contributes zeros too (its kept values are not sent).
     seed, k = 5, smp_mechanisms.num_kept(_D, 0.5)
-    kept = set(smp_mechanisms.rand_k_indices(
-        smp_mechanisms.round_seed(tf.constant([seed, 0], tf.int64), 0), _D, k
-    ).numpy().tolist())
+    kept = set(
+        smp_mechanisms.rand_k_indices(
+            smp_mechanisms.round_seed(tf.constant([seed, 0], tf.int64), 0),
+            _D,
+            k,
+        )
+        .numpy()
+        .tolist()
+    )
     dropped = min(set(range(_D)) - kept)
     bad = np.full(_D, 0.3, np.float32)
     bad[dropped] = np.nan
     for secure in (False, True):
       factory = lambda: smp_aggregators.SparsifiedSecureSumFactory(  # pylint: disable=g-long-lambda
-          noise_multiplier=0.0, clip=1.0, compression=0.5,
-          expected_clients_per_round=3, secure=secure, mask_seed=seed)
+          noise_multiplier=0.0,
+          clip=1.0,
+          compression=0.5,
+          expected_clients_per_round=3,
+          secure=secure,
+          mask_seed=seed,
+      )
       # The round's mask does drop that coordinate (and keeps the others).
-      finite, _ = _result(factory(), False,
-                          _GOOD + [np.full(_D, 0.3, np.float32)])
+      finite, _ = _result(
+          factory(), False, _GOOD + [np.full(_D, 0.3, np.float32)]
+      )
       self.assertEqual(float(np.asarray(finite).ravel()[dropped]), 0.0)
       self.assertNotEqual(float(np.asarray(finite).ravel()[min(kept)]), 0.0)
       got, _ = _result(factory(), False, _GOOD + [bad])
@@ -121,17 +151,21 @@ class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
       self.assertAllClose(got, zeros, atol=1e-6, msg=f'secure={secure}')
 
   def test_clip_l2_policy(self):
-    nested = collections.OrderedDict(a=tf.constant([3.0, 4.0]),
-                                     b=tf.constant([np.nan]))
+    nested = collections.OrderedDict(
+        a=tf.constant([3.0, 4.0]), b=tf.constant([np.nan])
+    )
     out = clipping.clip_l2(nested, 1.0)
     self.assertAllEqual(out['a'], [0.0, 0.0])
     self.assertAllEqual(out['b'], [0.0])
-    self.assertAllClose(clipping.clip_l2(tf.constant([3.0, 4.0]), 1.0),
-                        [0.6, 0.8])
-    self.assertAllClose(clipping.clip_l2(tf.constant([3.0, 4.0]), None),
-                        [3.0, 4.0])
-    self.assertAllEqual(clipping.clip_l2(tf.constant([np.inf, 1.0]), None),
-                        [0.0, 0.0])
+    self.assertAllClose(
+        clipping.clip_l2(tf.constant([3.0, 4.0]), 1.0), [0.6, 0.8]
+    )
+    self.assertAllClose(
+        clipping.clip_l2(tf.constant([3.0, 4.0]), None), [3.0, 4.0]
+    )
+    self.assertAllEqual(
+        clipping.clip_l2(tf.constant([np.inf, 1.0]), None), [0.0, 0.0]
+    )
 
   def test_dp_client_metrics_with_a_nan_loss(self):
     metric_type = collections.OrderedDict(
@@ -140,7 +174,8 @@ class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
         num_examples=[np.int64],
     )
     polymorphic = client_metrics.dp_client_metrics(0.0, 3.0, 2.0)(
-        collections.OrderedDict((k, None) for k in metric_type))
+        collections.OrderedDict((k, None) for k in metric_type)
+    )
     computation = tff.federated_computation(
         lambda m: polymorphic(m),  # pylint: disable=unnecessary-lambda
         tff.FederatedType(metric_type, tff.CLIENTS),

@@ -32,24 +32,38 @@ _COMMON = dict(total_rounds=_T, population=_N, clients_per_round=_K)
 _FACTORIES = {
     'BLTFactory': (lambda **kw: blt.BLTFactory.calibrated(_EPS, **kw), {}),
     'BandMFFactory': (
-        lambda **kw: bandmf.BandMFFactory.calibrated(_EPS, bands=2, **kw), {}),
+        lambda **kw: bandmf.BandMFFactory.calibrated(_EPS, bands=2, **kw),
+        {},
+    ),
     'TreeRestartFactory': (
-        lambda **kw: dp_ftrl.TreeRestartFactory.calibrated(_EPS, **kw), {}),
-    'dp_fedavg': (lambda **kw: dp_fedavg.calibrated(_EPS, **kw),
-                  dict(sampling_probability=_K / _N)),
+        lambda **kw: dp_ftrl.TreeRestartFactory.calibrated(_EPS, **kw),
+        {},
+    ),
+    'dp_fedavg': (
+        lambda **kw: dp_fedavg.calibrated(_EPS, **kw),
+        dict(sampling_probability=_K / _N),
+    ),
     'SparsifiedSecureSumFactory': (
         lambda **kw: smp.SparsifiedSecureSumFactory.calibrated(
-            _EPS, compression=0.5, **kw),
-        dict(sampling_probability=_K / _N)),
+            _EPS, compression=0.5, **kw
+        ),
+        dict(sampling_probability=_K / _N),
+    ),
     'GaussianUDPFactory': (
         lambda **kw: udp.GaussianUDPFactory.calibrated(
-            _EPS, sensitivity=0.1,
-            inner_agg_factory=tff.aggregators.UnweightedMeanFactory(), **kw),
-        dict(population=_N, sample_size=_K)),
+            _EPS,
+            sensitivity=0.1,
+            inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
+            **kw,
+        ),
+        dict(population=_N, sample_size=_K),
+    ),
     'DistortionFactory': (
         lambda **kw: distortion.DistortionFactory.calibrated(
-            _EPS, parameter_variance=1e-2, **kw),
-        dict(population=_N, sample_size=_K)),
+            _EPS, parameter_variance=1e-2, **kw
+        ),
+        dict(population=_N, sample_size=_K),
+    ),
 }
 _VALUE = tff.TensorType(np.float32, [4])
 
@@ -77,8 +91,10 @@ class PlanTest(tf.test.TestCase, parameterized.TestCase):
     message = str(raised.exception)
     self.assertLen(message.splitlines(), 1)
     self.assertStartsWith(
-        message, f'{name} was calibrated for {_T} rounds and refuses round '
-        f'{_T + 1}: to go on, extend the plan with {name}.calibrated(')
+        message,
+        f'{name} was calibrated for {_T} rounds and refuses round '
+        f'{_T + 1}: to go on, extend the plan with {name}.calibrated(',
+    )
     self.assertIn('spent=ledger', message)
 
   @parameterized.parameters('BLTFactory', 'dp_fedavg')
@@ -104,7 +120,8 @@ class PlanTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_without_a_plan_nothing_is_refused(self):
     factory = blt.BLTFactory.from_plan(
-        blt.plan_streams(_T, _N, _K, noise_multiplier=1.0), _K, 1.0)
+        blt.plan_streams(_T, _N, _K, noise_multiplier=1.0), _K, 1.0
+    )
     self.assertIsNone(factory.planned_rounds)
     process = factory.create(_VALUE)
     state = process.initialize()
@@ -118,8 +135,9 @@ class LedgerPlanTest(tf.test.TestCase):
   def test_a_state_past_its_plan_is_refused(self):
     ledger = ledger_lib.PrivacyLedger()
     state = {'inner': plan.PlanState((), np.int64(3), np.int64(2))}
-    with self.assertRaisesRegex(ValueError,
-                                'round 3 of a factory calibrated for 2'):
+    with self.assertRaisesRegex(
+        ValueError, 'round 3 of a factory calibrated for 2'
+    ):
       ledger.record_round(state)
     self.assertEqual(ledger.num_releases, 0)
 
@@ -138,7 +156,8 @@ class SamplerPlanTest(tf.test.TestCase, parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'takes round numbers from 1'):
       sampler.sample(0)
     with self.assertRaisesRegex(
-        ValueError, f'{name} was planned for 3 rounds and refuses round 4'):
+        ValueError, f'{name} was planned for 3 rounds and refuses round 4'
+    ):
       sampler.sample(4)
 
 

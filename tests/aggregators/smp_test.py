@@ -8,15 +8,15 @@ import collections
 import math
 
 from absl.testing import parameterized
+from dp_accounting import dp_event
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
+
 # Test-only: TFF's own tree analysis finds the aggregation intrinsics of a
 # computation (there is no public API for it in TFF 0.87).
 from tensorflow_federated.python.core.impl.compiler import tree_analysis
-
-from dp_accounting import dp_event
 
 from tests import neighbours as neighbours_lib
 from tff_priv.accounting import calibration
@@ -77,38 +77,53 @@ class TypeTest(tf.test.TestCase, parameterized.TestCase):
           tff.structure.name_list(state_type.member),
           ['round_num', 'mask_seed', 'sum_state', 'dp_event', 'is_init_state'],
       )
-      self.assertEqual(state_type.member.mask_seed, tff.TensorType(np.int64, [2]))
+      self.assertEqual(
+          state_type.member.mask_seed, tff.TensorType(np.int64, [2])
+      )
     else:
       self.assertEqual(
           tff.structure.name_list(state_type.member),
           [
-              'mask_indices', 'mask_is_fresh', 'sum_state', 'dp_event',
+              'mask_indices',
+              'mask_is_fresh',
+              'sum_state',
+              'dp_event',
               'is_init_state',
           ],
       )
-      self.assertEqual(state_type.member.mask_indices, tff.TensorType(np.int32, [5]))
+      self.assertEqual(
+          state_type.member.mask_indices, tff.TensorType(np.int32, [5])
+      )
     next_type = process.next.type_signature
     self.assertEqual(
         next_type.parameter.value, tff.FederatedType(_VECTOR, tff.CLIENTS)
     )
-    self.assertEqual(next_type.result.result, tff.FederatedType(_VECTOR, tff.SERVER))
+    self.assertEqual(
+        next_type.result.result, tff.FederatedType(_VECTOR, tff.SERVER)
+    )
     measurements = next_type.result.measurements.member
     self.assertEqual(
         tff.structure.name_list(measurements), ['uploaded_bits_per_client']
     )
 
   @parameterized.named_parameters(
-      ('list', [tff.TensorType(np.float32, [2, 3]), tff.TensorType(np.float32, [4])]),
+      (
+          'list',
+          [tff.TensorType(np.float32, [2, 3]), tff.TensorType(np.float32, [4])],
+      ),
       (
           'ordered_dict',
           collections.OrderedDict(
-              b=tff.TensorType(np.float32, [3]), a=tff.TensorType(np.float32, [2, 2])
+              b=tff.TensorType(np.float32, [3]),
+              a=tff.TensorType(np.float32, [2, 2]),
           ),
       ),
       ('float64', tff.TensorType(np.float64, [3, 3])),
       (
           'unnamed_struct',
-          tff.StructType([tff.TensorType(np.float32, [3]), tff.TensorType(np.float32, [2])]),
+          tff.StructType(
+              [tff.TensorType(np.float32, [3]), tff.TensorType(np.float32, [2])]
+          ),
       ),
   )
   def test_result_type_is_value_type(self, structure):
@@ -145,7 +160,10 @@ class TypeTest(tf.test.TestCase, parameterized.TestCase):
           'mixed_dtypes',
           [tff.TensorType(np.float32, [3]), tff.TensorType(np.float64, [3])],
       ),
-      ('federated', tff.FederatedType(tff.TensorType(np.float32, [3]), tff.CLIENTS)),
+      (
+          'federated',
+          tff.FederatedType(tff.TensorType(np.float32, [3]), tff.CLIENTS),
+      ),
       ('undefined_shape', tff.TensorType(np.float32, [None])),
       ('sequence', tff.SequenceType(tff.TensorType(np.float32, [3]))),
       (
@@ -169,11 +187,23 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
       ('clip_zero', dict(clip=0.0), 'clip'),
       ('clip_negative', dict(clip=-1.0), 'clip'),
       ('clip_inf', dict(clip=float('inf')), 'clip'),
-      ('k_zero', dict(expected_clients_per_round=0), 'expected_clients_per_round'),
-      ('k_half', dict(expected_clients_per_round=0.5), 'expected_clients_per_round'),
+      (
+          'k_zero',
+          dict(expected_clients_per_round=0),
+          'expected_clients_per_round',
+      ),
+      (
+          'k_half',
+          dict(expected_clients_per_round=0.5),
+          'expected_clients_per_round',
+      ),
       ('mask_unknown', dict(mask='top-k'), 'mask'),
       ('bound_below_clip', dict(clip=1.0, secure_bound=0.99), 'secure_bound'),
-      ('bound_without_secure', dict(secure=False, secure_bound=5.0), 'secure_bound'),
+      (
+          'bound_without_secure',
+          dict(secure=False, secure_bound=5.0),
+          'secure_bound',
+      ),
       ('stddevs_zero', dict(secure_bound_stddevs=0.0), 'secure_bound_stddevs'),
       ('seed_with_top_k', dict(mask='top_k', mask_seed=1), 'mask_seed'),
   )
@@ -184,7 +214,11 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(
       ('noise_str', dict(noise_multiplier='1'), 'noise_multiplier'),
       ('clip_bool', dict(clip=True), 'clip'),
-      ('k_none', dict(expected_clients_per_round=None), 'expected_clients_per_round'),
+      (
+          'k_none',
+          dict(expected_clients_per_round=None),
+          'expected_clients_per_round',
+      ),
       ('mask_int', dict(mask=1), 'mask'),
       ('secure_int', dict(secure=1), 'secure'),
       ('seed_float', dict(mask_seed=1.5), 'mask_seed'),
@@ -216,11 +250,17 @@ class RandKMaskTest(tf.test.TestCase, parameterized.TestCase):
     # from round to round.
     d, k, k_clients, clip = 40, 10, 3, 5.0
     process = _factory(
-        noise_multiplier=0.0, clip=clip, compression=k / d,
-        expected_clients_per_round=k_clients, secure=secure, mask_seed=7,
+        noise_multiplier=0.0,
+        clip=clip,
+        compression=k / d,
+        expected_clients_per_round=k_clients,
+        secure=secure,
+        mask_seed=7,
     ).create(tff.TensorType(np.float32, [d]))
     rng = np.random.default_rng(0)
-    values = [rng.uniform(0.1, 1.0, d).astype(np.float32) for _ in range(k_clients)]
+    values = [
+        rng.uniform(0.1, 1.0, d).astype(np.float32) for _ in range(k_clients)
+    ]
     state = process.initialize()
     supports = []
     for _ in range(3):
@@ -231,7 +271,8 @@ class RandKMaskTest(tf.test.TestCase, parameterized.TestCase):
       self.assertAllClose(
           output.result,
           _reference_mean(values, indices, d / k, clip, k_clients),
-          rtol=1e-5, atol=1e-6,
+          rtol=1e-5,
+          atol=1e-6,
       )
       supports.append(support)
       state = output.state
@@ -249,9 +290,13 @@ class RandKMaskTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_seed_none_gives_fresh_sequences_int_seed_reproducible(self):
     fresh = _factory().create(_VECTOR)
-    self.assertNotAllEqual(fresh.initialize().mask_seed, fresh.initialize().mask_seed)
+    self.assertNotAllEqual(
+        fresh.initialize().mask_seed, fresh.initialize().mask_seed
+    )
     fixed = _factory(mask_seed=5).create(_VECTOR)
-    self.assertAllEqual(fixed.initialize().mask_seed, fixed.initialize().mask_seed)
+    self.assertAllEqual(
+        fixed.initialize().mask_seed, fixed.initialize().mask_seed
+    )
 
   @parameterized.parameters('rand_k', 'top_k')
   def test_clip_happens_after_sparsification(self, mask):
@@ -273,7 +318,9 @@ class RandKMaskTest(tf.test.TestCase, parameterized.TestCase):
     result = process.next(state, [x]).result
     if mask == 'rand_k':
       self.assertAllClose(np.linalg.norm(result), 1.0, rtol=1e-6)
-      self.assertAllClose(result[result != 0], np.full(5, 1 / math.sqrt(5)), rtol=1e-6)
+      self.assertAllClose(
+          result[result != 0], np.full(5, 1 / math.sqrt(5)), rtol=1e-6
+      )
     else:
       expected = np.zeros(_D)
       expected[[0, 2, 4, 6, 8]] = 0.1
@@ -290,7 +337,9 @@ class TopKMaskTest(tf.test.TestCase):
         np.array([[0.0, 3.0, 0.0], [-2.0, 0.0, 0.0]], np.float32),
         np.array([0.0, 0.0, 1.0, 0.0], np.float32),
     ]
-    mask = smp_mechanisms.top_k_mask_from_public_update(theta_pub, theta, 3).numpy()
+    mask = smp_mechanisms.top_k_mask_from_public_update(
+        theta_pub, theta, 3
+    ).numpy()
     self.assertAllEqual(mask, [1, 3, 8])
     value_type = tff.types.to_type(
         [tff.TensorType(np.float32, [2, 3]), tff.TensorType(np.float32, [4])]
@@ -303,12 +352,16 @@ class TopKMaskTest(tf.test.TestCase):
     outputs = []
     for n_clients in (2, 5):
       data = [
-          [rng.normal(size=[2, 3]).astype(np.float32),
-           rng.normal(size=[4]).astype(np.float32)]
+          [
+              rng.normal(size=[2, 3]).astype(np.float32),
+              rng.normal(size=[4]).astype(np.float32),
+          ]
           for _ in range(n_clients)
       ]
       output = process.next(state, data)
-      self.assertAllEqual(np.flatnonzero(smp_mechanisms.flatten(output.result)), mask)
+      self.assertAllEqual(
+          np.flatnonzero(smp_mechanisms.flatten(output.result)), mask
+      )
       outputs.append(output)
     self.assertAllEqual(outputs[0].state.mask_indices, mask)
     self.assertAllEqual(outputs[1].state.mask_indices, mask)
@@ -319,19 +372,29 @@ class TopKMaskTest(tf.test.TestCase):
     values = [np.ones(_D, np.float32)]
     with self.assertRaisesRegex(Exception, 'not refreshed'):
       process.next(process.initialize(), values)
-    used = process.next(smp_aggregators._with_top_k_mask(process.initialize(), [0, 1, 2, 3, 4]), values)
+    used = process.next(
+        smp_aggregators._with_top_k_mask(process.initialize(), [0, 1, 2, 3, 4]),
+        values,
+    )
     with self.assertRaisesRegex(Exception, 'not refreshed'):
       process.next(used.state, values)
 
   def test_next_fails_on_index_beyond_dimension(self):
     process = _factory(mask='top_k').create(_VECTOR)
-    state = smp_aggregators._with_top_k_mask(process.initialize(), [0, 1, 2, 3, _D])
+    state = smp_aggregators._with_top_k_mask(
+        process.initialize(), [0, 1, 2, 3, _D]
+    )
     with self.assertRaisesRegex(Exception, r'\[0, d\)'):
       process.next(state, [np.ones(_D, np.float32)])
 
   def test_with_top_k_mask_rejects_bad_indices(self):
     state = _factory(mask='top_k').create(_VECTOR).initialize()
-    for bad in ([0, 1, 2, 3], [0, 1, 2, 3, 3], [-1, 1, 2, 3, 4], [0.5, 1, 2, 3, 4]):
+    for bad in (
+        [0, 1, 2, 3],
+        [0, 1, 2, 3, 3],
+        [-1, 1, 2, 3, 4],
+        [0.5, 1, 2, 3, 4],
+    ):
       with self.assertRaises(ValueError, msg=str(bad)):
         smp_aggregators._with_top_k_mask(state, bad)
     rand_k_state = _factory().create(_VECTOR).initialize()
@@ -342,7 +405,9 @@ class TopKMaskTest(tf.test.TestCase):
 class NoiseTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.product(mask=smp_aggregators.MASKS, secure=(True, False))
-  def test_zero_updates_std_of_mean_and_exact_zeros_elsewhere(self, mask, secure):
+  def test_zero_updates_std_of_mean_and_exact_zeros_elsewhere(
+      self, mask, secure
+  ):
     # K clients send zeros. On kept coordinates the mean is the sum of K
     # independent N(0, sigma^2 C^2 / K) (n = K) divided by K: std sigma C / K
     # (correlated client noise would give sigma C / sqrt(K)). Elsewhere it is
@@ -351,8 +416,12 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
     d, p, k_clients, sigma, clip, rounds = 1000, 0.4, 8, 1.5, 0.5, 3
     k = smp_mechanisms.num_kept(d, p)
     process = _factory(
-        noise_multiplier=sigma, clip=clip, compression=p,
-        expected_clients_per_round=k_clients, mask=mask, secure=secure,
+        noise_multiplier=sigma,
+        clip=clip,
+        compression=p,
+        expected_clients_per_round=k_clients,
+        mask=mask,
+        secure=secure,
     ).create(tff.TensorType(np.float32, [d]))
     state = process.initialize()
     zeros = [np.zeros(d, np.float32)] * k_clients
@@ -360,7 +429,9 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
     rng = np.random.default_rng(2)
     for _ in range(rounds):
       if mask == 'top_k':
-        state = smp_aggregators._with_top_k_mask(state, rng.choice(d, k, replace=False))
+        state = smp_aggregators._with_top_k_mask(
+            state, rng.choice(d, k, replace=False)
+        )
         indices = state.mask_indices
       else:
         indices = _round_indices(state, d, k)
@@ -376,11 +447,14 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
     kept_values = np.concatenate(kept_values)
     n = kept_values.size
     self.assertAllClose(
-        np.std(kept_values, ddof=1), sigma * clip / k_clients,
+        np.std(kept_values, ddof=1),
+        sigma * clip / k_clients,
         rtol=5 * _relative_se_of_std(n),
     )
     self.assertAllClose(
-        np.mean(kept_values), 0.0, atol=5 * sigma * clip / k_clients / math.sqrt(n)
+        np.mean(kept_values),
+        0.0,
+        atol=5 * sigma * clip / k_clients / math.sqrt(n),
     )
 
   @parameterized.parameters(True, False)
@@ -392,8 +466,11 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
     # of the sample std over the kept values.
     d, k_clients, sigma, clip = 4000, 16, 2.0, 0.25
     process = _factory(
-        noise_multiplier=sigma, clip=clip, compression=0.5,
-        expected_clients_per_round=k_clients, secure=secure,
+        noise_multiplier=sigma,
+        clip=clip,
+        compression=0.5,
+        expected_clients_per_round=k_clients,
+        secure=secure,
     ).create(tff.TensorType(np.float32, [d]))
     stds = []
     for reporting in (k_clients // 2, 2 * k_clients):
@@ -417,11 +494,13 @@ class NoiseTest(tf.test.TestCase, parameterized.TestCase):
 class DpEventTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.product(mask=smp_aggregators.MASKS, secure=(True, False))
-  def test_state_event_composes_as_the_event_written_by_hand(self, mask, secure):
+  def test_state_event_composes_as_the_event_written_by_hand(
+      self, mask, secure
+  ):
     sigma = 1.3
-    process = _factory(
-        noise_multiplier=sigma, mask=mask, secure=secure
-    ).create(_VECTOR)
+    process = _factory(noise_multiplier=sigma, mask=mask, secure=secure).create(
+        _VECTOR
+    )
     state = process.initialize()
     with self.assertRaises(guarantees.ExtractingDpEventFromInitialStateError):
       guarantees.extract_dp_event(state)
@@ -512,9 +591,9 @@ class OverTargetTest(tf.test.TestCase):
     z = calibration.calibrate_noise_multiplier(
         target, delta, rounds, sampling_probability=q
     )
-    process = _factory(
-        noise_multiplier=z, expected_clients_per_round=k
-    ).create(_VECTOR)
+    process = _factory(noise_multiplier=z, expected_clients_per_round=k).create(
+        _VECTOR
+    )
     events = {
         n: guarantees.extract_dp_event(
             process.next(
@@ -526,9 +605,11 @@ class OverTargetTest(tf.test.TestCase):
     self.assertEqual(set(events.values()), {dp_event.GaussianDpEvent(z)})
     ledger = ledger_lib.PrivacyLedger()
     for _ in range(rounds):
-      ledger.record(guarantees.sampled_event(
-          events[0], 'add_or_remove_one', sampling_lib.Sampling.poisson(q)
-      ))
+      ledger.record(
+          guarantees.sampled_event(
+              events[0], 'add_or_remove_one', sampling_lib.Sampling.poisson(q)
+          )
+      )
     self.assertLessEqual(ledger.epsilon(delta), target)
 
 
@@ -547,8 +628,11 @@ class DpFedAvgEquivalenceTest(tf.test.TestCase, parameterized.TestCase):
     ]
     value_type = tff.TensorType(np.float32, [d])
     ours = _factory(
-        noise_multiplier=0.0, clip=clip, compression=1.0,
-        expected_clients_per_round=k_clients, secure=secure,
+        noise_multiplier=0.0,
+        clip=clip,
+        compression=1.0,
+        expected_clients_per_round=k_clients,
+        secure=secure,
     ).create(value_type)
     theirs = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
         0.0, float(k_clients), clip
@@ -564,8 +648,11 @@ class DpFedAvgEquivalenceTest(tf.test.TestCase, parameterized.TestCase):
     d, k_clients, sigma, clip = 6000, 10, 1.2, 0.8
     value_type = tff.TensorType(np.float32, [d])
     ours = _factory(
-        noise_multiplier=sigma, clip=clip, compression=1.0,
-        expected_clients_per_round=k_clients, secure=False,
+        noise_multiplier=sigma,
+        clip=clip,
+        compression=1.0,
+        expected_clients_per_round=k_clients,
+        secure=False,
     ).create(value_type)
     theirs = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
         sigma, float(k_clients), clip
@@ -576,7 +663,9 @@ class DpFedAvgEquivalenceTest(tf.test.TestCase, parameterized.TestCase):
     se = _relative_se_of_std(d)
     ratio = np.std(a, ddof=1) / np.std(b, ddof=1)
     self.assertAllClose(ratio, 1.0, atol=5 * math.sqrt(2) * se)
-    self.assertAllClose(np.std(a, ddof=1), sigma * clip / k_clients, rtol=5 * se)
+    self.assertAllClose(
+        np.std(a, ddof=1), sigma * clip / k_clients, rtol=5 * se
+    )
 
 
 class SecureMovementTest(tf.test.TestCase, parameterized.TestCase):
@@ -608,7 +697,9 @@ class SecureMovementTest(tf.test.TestCase, parameterized.TestCase):
         call.argument.type_signature
         for call in tree_analysis.find_unsecure_aggregation_in_tree(tree)
     ]
-    self.assertIn(tff.FederatedType(tff.TensorType(np.float32, [5]), tff.CLIENTS), summed)
+    self.assertIn(
+        tff.FederatedType(tff.TensorType(np.float32, [5]), tff.CLIENTS), summed
+    )
 
 
 class MeasurementTest(tf.test.TestCase, parameterized.TestCase):
@@ -632,7 +723,9 @@ class MeasurementTest(tf.test.TestCase, parameterized.TestCase):
 
 
 def _model_fn():
-  keras_model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])
+  keras_model = tf.keras.Sequential(
+      [tf.keras.layers.Dense(2, input_shape=(3,))]
+  )
   return tff.learning.models.from_keras_model(
       keras_model,
       input_spec=(
@@ -645,10 +738,12 @@ def _model_fn():
 
 def _client_data(seed):
   rng = np.random.default_rng(seed)
-  return tf.data.Dataset.from_tensor_slices((
-      rng.normal(size=[4, 3]).astype(np.float32),
-      rng.integers(0, 2, size=[4, 1]).astype(np.int32),
-  )).batch(2)
+  return tf.data.Dataset.from_tensor_slices(
+      (
+          rng.normal(size=[4, 3]).astype(np.float32),
+          rng.integers(0, 2, size=[4, 1]).astype(np.int32),
+      )
+  ).batch(2)
 
 
 class LearningIntegrationTest(tf.test.TestCase):
@@ -661,13 +756,17 @@ class LearningIntegrationTest(tf.test.TestCase):
             noise_multiplier=0.5, clip=1.0, expected_clients_per_round=2
         ),
     )
-    output = process.next(process.initialize(), [_client_data(0), _client_data(1)])
+    output = process.next(
+        process.initialize(), [_client_data(0), _client_data(1)]
+    )
     measurements = output.metrics['aggregator']
     self.assertEqual(
         guarantees.extract_dp_event(output.state.aggregator),
         dp_event.GaussianDpEvent(0.5),
     )
-    self.assertEqual(measurements['uploaded_bits_per_client'], 32 * 4)  # k = 4 of 8
+    self.assertEqual(
+        measurements['uploaded_bits_per_client'], 32 * 4
+    )  # k = 4 of 8
 
   def test_top_k_round_driven_from_python(self):
     # The server picks the mask from public quantities only (here a public
@@ -678,8 +777,11 @@ class LearningIntegrationTest(tf.test.TestCase):
         _model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
         model_aggregator=_factory(
-            noise_multiplier=0.5, clip=1.0, compression=0.25,
-            expected_clients_per_round=2, mask='top_k',
+            noise_multiplier=0.5,
+            clip=1.0,
+            compression=0.25,
+            expected_clients_per_round=2,
+            mask='top_k',
         ),
     )
     state = process.initialize()
@@ -689,13 +791,17 @@ class LearningIntegrationTest(tf.test.TestCase):
         for w in theta
     ]
     k = len(state.aggregator.mask_indices)
-    mask = smp_mechanisms.top_k_mask_from_public_update(theta_pub, theta, k).numpy()
-    state = state._replace(aggregator=smp_aggregators._with_top_k_mask(state.aggregator, mask))
+    mask = smp_mechanisms.top_k_mask_from_public_update(
+        theta_pub, theta, k
+    ).numpy()
+    state = state._replace(
+        aggregator=smp_aggregators._with_top_k_mask(state.aggregator, mask)
+    )
     for seeds in ((0, 1), (2, 3)):
       output = process.next(state, [_client_data(s) for s in seeds])
-      moved = smp_mechanisms.flatten(output.state.global_model_weights.trainable) - (
-          smp_mechanisms.flatten(theta)
-      )
+      moved = smp_mechanisms.flatten(
+          output.state.global_model_weights.trainable
+      ) - (smp_mechanisms.flatten(theta))
       self.assertAllEqual(np.flatnonzero(moved), mask)
       self.assertAllEqual(output.state.aggregator.mask_indices, mask)
 

@@ -41,14 +41,18 @@ class TrainModelTest(tf.test.TestCase):
     def charge(output):
       # The one line a user's loop needs: the factory's event, the sampling.
       ledger.record_round(
-          output.state.aggregator, population=population,
+          output.state.aggregator,
+          population=population,
           sample_size=clients_per_round,
       )
       return False  # Keep every round.
 
     release = array_clients.train_model(
-        process, population=population, clients_per_round=clients_per_round,
-        rounds=3, should_discard_round=charge,
+        process,
+        population=population,
+        clients_per_round=clients_per_round,
+        rounds=3,
+        should_discard_round=charge,
     )
     self.assertLen(release.values(), 3)
     self.assertEqual(ledger.num_releases, 3)
@@ -59,7 +63,8 @@ class TrainModelTest(tf.test.TestCase):
     by_hand.record(
         dp_event.SelfComposedDpEvent(
             dp_event.SampledWithoutReplacementDpEvent(
-                population, clients_per_round,
+                population,
+                clients_per_round,
                 dp_event.GaussianDpEvent(sigma / 2),
             ),
             3,

@@ -46,8 +46,14 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIsInstance(weighted, tff.aggregators.WeightedAggregationFactory)
     process = weighted.create(_VALUE, _WEIGHT)
     self.assertIsInstance(process, tff.templates.AggregationProcess)
-    self.assertEqual(process.next.type_signature.parameter[1], tff.FederatedType(_VALUE, tff.CLIENTS))
-    self.assertEqual(process.next.type_signature.result.result, tff.FederatedType(_VALUE, tff.SERVER))
+    self.assertEqual(
+        process.next.type_signature.parameter[1],
+        tff.FederatedType(_VALUE, tff.CLIENTS),
+    )
+    self.assertEqual(
+        process.next.type_signature.result.result,
+        tff.FederatedType(_VALUE, tff.SERVER),
+    )
     unweighted = _udp(
         noise_stddev=1.0,
         inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
@@ -68,15 +74,23 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
         inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
     )
     for factory, build, fix in (
-        (weighted, tff.learning.algorithms.build_unweighted_fed_avg,
-         'UnweightedMeanFactory'),
-        (unweighted, tff.learning.algorithms.build_weighted_fed_avg,
-         'build_unweighted_fed_avg'),
+        (
+            weighted,
+            tff.learning.algorithms.build_unweighted_fed_avg,
+            'UnweightedMeanFactory',
+        ),
+        (
+            unweighted,
+            tff.learning.algorithms.build_weighted_fed_avg,
+            'build_unweighted_fed_avg',
+        ),
     ):
       with self.assertRaisesRegex(TypeError, fix) as raised:
-        build(tiny_models.softmax_model_fn,
-              client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-              model_aggregator=factory)
+        build(
+            tiny_models.softmax_model_fn,
+            client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+            model_aggregator=factory,
+        )
       self.assertNotIn('\n', str(raised.exception))
 
   @parameterized.parameters(1, 4, 16)
@@ -90,30 +104,30 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
     ).create(_VALUE)
     out = process.next(process.initialize(), [np.zeros(_D, np.float32)] * k)
     expected = s / np.sqrt(k)
-    self.assertAllClose(np.std(out.result), expected, atol=_std_tolerance(expected))
+    self.assertAllClose(
+        np.std(out.result), expected, atol=_std_tolerance(expected)
+    )
     self.assertLess(abs(np.mean(out.result)), 5 * expected / np.sqrt(_D))
     self.assertAllClose(out.measurements['noise']['noise_stddev'], s)
 
   def test_weighted_mean_normalises_over_sampled_clients(self):
     s = 1.0
-    process = _udp(noise_stddev=s).create(
-        _VALUE, _WEIGHT
-    )
+    process = _udp(noise_stddev=s).create(_VALUE, _WEIGHT)
     values = [np.full(_D, v, np.float32) for v in (1.0, 2.0, 5.0)]
     weights = [1.0, 3.0, 0.0]  # The third client has no examples.
     out = process.next(process.initialize(), values, weights)
     # Mean = (1 * 1 + 3 * 2) / 4 = 1.75; noise std = s sqrt(sum p_i^2) with
     # p = (1/4, 3/4, 0).
     expected_std = s * np.sqrt((1 / 4) ** 2 + (3 / 4) ** 2)
-    self.assertLess(abs(np.mean(out.result) - 1.75), 5 * expected_std / np.sqrt(_D))
+    self.assertLess(
+        abs(np.mean(out.result) - 1.75), 5 * expected_std / np.sqrt(_D)
+    )
     self.assertAllClose(
         np.std(out.result), expected_std, atol=_std_tolerance(expected_std)
     )
 
   def test_zero_weight_client_breaks_nothing(self):
-    process = _udp(noise_stddev=0.0).create(
-        _VALUE, _WEIGHT
-    )
+    process = _udp(noise_stddev=0.0).create(_VALUE, _WEIGHT)
     out = process.next(
         process.initialize(),
         [np.ones(_D, np.float32), np.full(_D, 1e30, np.float32)],
@@ -136,7 +150,9 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
     )
 
   def test_schedule_drives_the_noise(self):
-    schedule = noise_schedule.BudgetSchedule(total_budget=16.0, initial_rounds=4)
+    schedule = noise_schedule.BudgetSchedule(
+        total_budget=16.0, initial_rounds=4
+    )
     process = _udp(
         schedule=schedule,
         inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
@@ -166,7 +182,8 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
   def test_structure_values(self):
     value_type = tff.to_type(
         collections.OrderedDict(
-            a=tff.TensorType(np.float32, [3, 2]), b=tff.TensorType(np.float32, [4])
+            a=tff.TensorType(np.float32, [3, 2]),
+            b=tff.TensorType(np.float32, [4]),
         )
     )
     process = _udp(noise_stddev=0.0).create(value_type, _WEIGHT)
@@ -178,7 +195,8 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
     self.assertAllClose(out.result['b'], value['b'])
 
   @parameterized.named_parameters(
-      ('weighted', None), ('unweighted', tff.aggregators.UnweightedMeanFactory())
+      ('weighted', None),
+      ('unweighted', tff.aggregators.UnweightedMeanFactory()),
   )
   def test_dp_event_is_gaussian_sigma_over_sensitivity(self, inner):
     s, delta = 0.3, 0.07
@@ -251,7 +269,9 @@ class GaussianUDPTest(tf.test.TestCase, parameterized.TestCase):
           **kwargs, inner_agg_factory=tff.aggregators.UnweightedMeanFactory()
       ).create(value_type)
       run = lambda v: process.next(process.initialize(), v).measurements
-    self.assertEqual(neighbours_lib.exact_statistic_leaves(run, *neighbour_pair), [])
+    self.assertEqual(
+        neighbours_lib.exact_statistic_leaves(run, *neighbour_pair), []
+    )
 
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'noise_stddev'):

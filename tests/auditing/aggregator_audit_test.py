@@ -28,7 +28,8 @@ _DELTA = 1e-5
 
 def _tff_gaussian(z):
   return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-      noise_multiplier=z, clients_per_round=5, clip=1.0)
+      noise_multiplier=z, clients_per_round=5, clip=1.0
+  )
 
 
 def _leaking(z):
@@ -40,10 +41,12 @@ def _leaking(z):
 
   def client_measurement_fn(value):
     return collections.OrderedDict(
-        value_sum=tff.federated_sum(tff.federated_map(total, value)))
+        value_sum=tff.federated_sum(tff.federated_map(total, value))
+    )
 
   return tff.aggregators.add_measurements(
-      _tff_gaussian(z), client_measurement_fn=client_measurement_fn)
+      _tff_gaussian(z), client_measurement_fn=client_measurement_fn
+  )
 
 
 class AggregatorAuditTest(absltest.TestCase):
@@ -58,9 +61,14 @@ class AggregatorAuditTest(absltest.TestCase):
     # Per run (the vectorised path has its own tests below).
     with self.assertWarns(aggregator_audit.AuditFailedWarning):
       result = aggregator_audit.audit_aggregator(
-          _tff_gaussian(0.1), value_type=_VALUE, num_clients=5, trials=200,
-          delta=_DELTA, claimed_dp_event=dp_accounting.GaussianDpEvent(5.0),
-          vectorized=False)
+          _tff_gaussian(0.1),
+          value_type=_VALUE,
+          num_clients=5,
+          trials=200,
+          delta=_DELTA,
+          claimed_dp_event=dp_accounting.GaussianDpEvent(5.0),
+          vectorized=False,
+      )
     self.assertFalse(result.vectorized)
     self.assertFalse(result.passed)
     self.assertAlmostEqual(result.claimed_epsilon, 0.726, delta=0.01)
@@ -73,8 +81,13 @@ class AggregatorAuditTest(absltest.TestCase):
       warnings.simplefilter('error', aggregator_audit.AuditFailedWarning)
       # alpha = 1e-7: an honest claim fails with at most that probability.
       result = aggregator_audit.audit_aggregator(
-          _tff_gaussian(0.3), value_type=_VALUE, num_clients=5, trials=1000,
-          delta=_DELTA, alpha=1e-7)
+          _tff_gaussian(0.3),
+          value_type=_VALUE,
+          num_clients=5,
+          trials=1000,
+          delta=_DELTA,
+          alpha=1e-7,
+      )
     self.assertTrue(result.passed)
     self.assertEqual(result.neighboring_relation, 'add_or_remove_one')
     self.assertIn('0.3', result.claimed_dp_event)
@@ -88,12 +101,18 @@ class AggregatorAuditTest(absltest.TestCase):
     # bound reaches the most the trials can show.
     with self.assertWarns(aggregator_audit.AuditFailedWarning):
       result = aggregator_audit.audit_aggregator(
-          _leaking(5.0), value_type=_VALUE, num_clients=5, trials=200,
-          delta=_DELTA, canary=np.full([20], 20**-0.5))  # Norm = clip.
+          _leaking(5.0),
+          value_type=_VALUE,
+          num_clients=5,
+          trials=200,
+          delta=_DELTA,
+          canary=np.full([20], 20**-0.5),
+      )  # Norm = clip.
     self.assertFalse(result.passed)
     self.assertEqual((result.false_positives, result.false_negatives), (0, 0))
     self.assertAlmostEqual(
-        result.epsilon_lower_bound, result.max_epsilon_lower_bound)
+        result.epsilon_lower_bound, result.max_epsilon_lower_bound
+    )
     self.assertStartsWith(result.statistic, 'measurements/')
 
   def test_blt_runs_start_from_fresh_states(self):
@@ -108,8 +127,15 @@ class AggregatorAuditTest(absltest.TestCase):
     for vectorized in (False, True):
       with self.subTest(vectorized=vectorized):
         result = aggregator_audit.audit_aggregator(
-            factory(), value_type=_VALUE, num_clients=5, trials=1000,
-            delta=_DELTA, alpha=1e-7, vectorized=vectorized, warn=False)
+            factory(),
+            value_type=_VALUE,
+            num_clients=5,
+            trials=1000,
+            delta=_DELTA,
+            alpha=1e-7,
+            vectorized=vectorized,
+            warn=False,
+        )
         self.assertEqual(result.vectorized, vectorized)
         self.assertEqual(result.neighboring_relation, 'replace_special')
         result.raise_if_failed()
@@ -119,8 +145,14 @@ class AggregatorAuditTest(absltest.TestCase):
     quiet = blt_factory.BLTFactory(5.0, 5, 1.0, [0.9], [0.5], 10)
     state = quiet.create(_VALUE).initialize()
     result = aggregator_audit.audit_aggregator(
-        quiet, value_type=_VALUE, num_clients=5, trials=200,
-        delta=_DELTA, initial_state=state, warn=False)
+        quiet,
+        value_type=_VALUE,
+        num_clients=5,
+        trials=200,
+        delta=_DELTA,
+        initial_state=state,
+        warn=False,
+    )
     result.raise_if_failed()
 
   @pytest.mark.slow
@@ -134,41 +166,71 @@ class AggregatorAuditTest(absltest.TestCase):
     # Tolerances are 6 standard errors or more (each check fails by chance
     # with probability < 1e-8): 300 unbatched runs, 20,000 vectorised.
     udp = udp_aggregators.GaussianUDPFactory(
-        0.5, sensitivity=1.0,
-        inner_agg_factory=tff.aggregators.UnweightedMeanFactory())
+        0.5,
+        sensitivity=1.0,
+        inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
+    )
     canary = np.full(20, 0.5 / np.sqrt(20))
     for name, factory, kind, clients, std, shift, canary, other in (
-        ('gaussian_fixed', _tff_gaussian(0.5), 'central_sum', 5, 0.1, 0.2,
-         np.eye(20)[3], np.zeros(20)),
+        (
+            'gaussian_fixed',
+            _tff_gaussian(0.5),
+            'central_sum',
+            5,
+            0.1,
+            0.2,
+            np.eye(20)[3],
+            np.zeros(20),
+        ),
         ('udp', udp, 'single_client', 1, 0.5, 1.0, canary, -canary),
     ):
       with self.subTest(name):
         process = factory.create(_VALUE)
         state = process.initialize()
-        run = aggregator_audit._batched_runner(process, 50, False, fresh_state=False)
+        run = aggregator_audit._batched_runner(
+            process, 50, False, fresh_state=False
+        )
         unit = (canary - other) / np.linalg.norm(canary - other)
         if kind == 'central_sum':
-          sets = {0: [np.zeros(20)] * clients,
-                  1: [np.zeros(20)] * clients + [canary]}
+          sets = {
+              0: [np.zeros(20)] * clients,
+              1: [np.zeros(20)] * clients + [canary],
+          }
         else:
           sets = {0: [other], 1: [canary]}
         unbatched = {}
         for w, values in sets.items():
           values = [np.asarray(v, np.float32) for v in values]
-          unbatched[w] = np.array([
-              np.asarray(result, np.float64) @ unit
-              for _ in range(6) for result, _ in run(state, values)])
+          unbatched[w] = np.array(
+              [
+                  np.asarray(result, np.float64) @ unit
+                  for _ in range(6)
+                  for result, _ in run(state, values)
+              ]
+          )
         vectorised, blocks = aggregator_audit._vectorized_statistics(
-            factory, kind, False, np.float32, 20_000, canary, other,
-            np.zeros(20), clients, 2**20)
+            factory,
+            kind,
+            False,
+            np.float32,
+            20_000,
+            canary,
+            other,
+            np.zeros(20),
+            clients,
+            2**20,
+        )
         self.assertGreater(blocks, 100)
-        for stats, n, rel, abs_tol in ((unbatched, 300, 0.3, 0.05 * std / 0.1),
-                                        (vectorised, 20_000, 0.05, 0.01 * std / 0.1)):
+        for stats, n, rel, abs_tol in (
+            (unbatched, 300, 0.3, 0.05 * std / 0.1),
+            (vectorised, 20_000, 0.05, 0.01 * std / 0.1),
+        ):
           for w in (0, 1):
             self.assertLen(stats[w], n)
             self.assertAlmostEqual(np.std(stats[w]) / std, 1.0, delta=rel)
           self.assertAlmostEqual(
-              np.mean(stats[1]) - np.mean(stats[0]), shift, delta=abs_tol)
+              np.mean(stats[1]) - np.mean(stats[0]), shift, delta=abs_tol
+          )
 
   # Issue #28's table: TFF gaussian_fixed, one client, 10^5 vectorised trials
   # per set, alpha = 1e-7 (an honest row fails with probability <= 1e-7).
@@ -178,19 +240,28 @@ class AggregatorAuditTest(absltest.TestCase):
   @pytest.mark.exhaustive
   def test_issue_table(self):
     for true_z, claimed_z, passes in (
-        (1.0, 1.0, True), (3.0, 3.0, True), (0.1, 1.0, False),
-        (0.5, 1.0, False), (1.5, 3.0, False),
+        (1.0, 1.0, True),
+        (3.0, 3.0, True),
+        (0.1, 1.0, False),
+        (0.5, 1.0, False),
+        (1.5, 3.0, False),
     ):
       with self.subTest(true_z=true_z, claimed_z=claimed_z):
         factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-            noise_multiplier=true_z, clients_per_round=1, clip=1.0)
+            noise_multiplier=true_z, clients_per_round=1, clip=1.0
+        )
         with warnings.catch_warnings():
           warnings.simplefilter('ignore', aggregator_audit.AuditFailedWarning)
           result = aggregator_audit.audit_aggregator(
-              factory, value_type=tff.TensorType(np.float32, [10]),
-              num_clients=1, trials=100_000, delta=_DELTA, alpha=1e-7,
+              factory,
+              value_type=tff.TensorType(np.float32, [10]),
+              num_clients=1,
+              trials=100_000,
+              delta=_DELTA,
+              alpha=1e-7,
               claimed_dp_event=dp_accounting.GaussianDpEvent(claimed_z),
-              warn=False)
+              warn=False,
+          )
         self.assertTrue(result.vectorized)
         self.assertEqual(result.passed, passes, result.summary())
         self.assertAlmostEqual(result.claimed_mu, 1 / claimed_z)
@@ -208,18 +279,26 @@ class AggregatorAuditTest(absltest.TestCase):
     # (2.4 with 100 evaluation runs per set), above the claimed eps 1.3.
     with self.assertWarns(aggregator_audit.AuditFailedWarning) as caught:
       result = aggregator_audit.audit_aggregator(
-          tff.aggregators.UnweightedMeanFactory(), value_type=_VALUE,
-          num_clients=2, trials=200, delta=_DELTA, canary=np.full([20], 0.2),
-          neighboring_relation='add_or_remove_one', batch_size=50,
-          claimed_dp_event=dp_accounting.GaussianDpEvent(3.0))
+          tff.aggregators.UnweightedMeanFactory(),
+          value_type=_VALUE,
+          num_clients=2,
+          trials=200,
+          delta=_DELTA,
+          canary=np.full([20], 0.2),
+          neighboring_relation='add_or_remove_one',
+          batch_size=50,
+          claimed_dp_event=dp_accounting.GaussianDpEvent(3.0),
+      )
     # The warning points at the line that called audit_aggregator.
-    self.assertEqual(os.path.basename(caught.filename),
-                     os.path.basename(__file__))
+    self.assertEqual(
+        os.path.basename(caught.filename), os.path.basename(__file__)
+    )
     self.assertFalse(result.vectorized)
     self.assertIn('eps', result.refuted_by.split('+'))
     self.assertEqual((result.false_positives, result.false_negatives), (0, 0))
     self.assertAlmostEqual(
-        result.epsilon_lower_bound, result.max_epsilon_lower_bound)
+        result.epsilon_lower_bound, result.max_epsilon_lower_bound
+    )
 
   def test_bad_arguments(self):
     factory = _tff_gaussian(1.0)

@@ -15,7 +15,9 @@ class BoundsTest(absltest.TestCase):
     # No successes: the bound solves (1 - p)^n = alpha.
     self.assertAlmostEqual(
         float(bounds.clopper_pearson_upper(0, 100, 0.05)),
-        1 - 0.05 ** (1 / 100), places=10)
+        1 - 0.05 ** (1 / 100),
+        places=10,
+    )
     self.assertEqual(float(bounds.clopper_pearson_upper(7, 7, 0.05)), 1.0)
     # Above the point estimate, below 1.
     u = float(bounds.clopper_pearson_upper(30, 100, 0.05))
@@ -26,11 +28,14 @@ class BoundsTest(absltest.TestCase):
     u = 1 - 0.025 ** (1 / 500)
     self.assertAlmostEqual(
         bounds.max_epsilon_lower_bound(500, 500, 1e-5, 0.05),
-        math.log((1 - 1e-5 - u) / u), places=9)
+        math.log((1 - 1e-5 - u) / u),
+        places=9,
+    )
 
   def test_useless_test_gives_zero(self):
     self.assertEqual(
-        float(bounds.epsilon_lower_bound(50, 100, 50, 100, 1e-5, 0.05)), 0.0)
+        float(bounds.epsilon_lower_bound(50, 100, 50, 100, 1e-5, 0.05)), 0.0
+    )
 
   def test_both_directions(self):
     a = bounds.epsilon_lower_bound(5, 100, 40, 100, 1e-5, 0.05)
@@ -43,8 +48,11 @@ class BoundsTest(absltest.TestCase):
     # eps at 1e-5 is ~ 4.4; a test chosen on half the samples and bounded on
     # the other half must stay below it in >= 95% of 100 fixed-seed repeats.
     delta = 1e-5
-    true_eps = dp_accounting.pld.PLDAccountant().compose(
-        dp_accounting.GaussianDpEvent(1.0)).get_epsilon(delta)
+    true_eps = (
+        dp_accounting.pld.PLDAccountant()
+        .compose(dp_accounting.GaussianDpEvent(1.0))
+        .get_epsilon(delta)
+    )
     exceed, bounds_seen = 0, []
     for seed in range(100):
       rng = np.random.default_rng(seed)

@@ -36,17 +36,20 @@ class CanariesTest(absltest.TestCase):
     # DP-FTRL's trees and BLT's streams hold for clients at most once per
     # epoch: each inserted canary joins one round of each epoch of 4 rounds,
     # which round following the seed.
-    c = canaries.Canaries(seed=3, num_inserted=40, dimension=3, rate=0.25,
-                          rounds_per_epoch=4)
+    c = canaries.Canaries(
+        seed=3, num_inserted=40, dimension=3, rate=0.25, rounds_per_epoch=4
+    )
     for epoch in range(5):
       joined = np.concatenate(
-          [c.participants(4 * epoch + t) for t in range(1, 5)])
+          [c.participants(4 * epoch + t) for t in range(1, 5)]
+      )
       np.testing.assert_array_equal(np.sort(joined), np.arange(40))
     firsts = [tuple(c.participants(4 * e + 1)) for e in range(5)]
     self.assertGreater(len(set(firsts)), 1)  # A fresh draw per epoch.
     with self.assertRaisesRegex(ValueError, 'rounds_per_epoch'):
-      canaries.Canaries(seed=3, num_inserted=4, dimension=3, rate=0.5,
-                        rounds_per_epoch=0)
+      canaries.Canaries(
+          seed=3, num_inserted=4, dimension=3, rate=0.5, rounds_per_epoch=0
+      )
 
   def test_seed_from_is_a_separate_stream(self):
     self.assertEqual(canaries.seed_from(5), canaries.seed_from(5))
@@ -69,7 +72,9 @@ class CanariesTest(absltest.TestCase):
     report = canaries.estimate(
         np.concatenate([inserted, held_out]),
         np.concatenate([inserted, held_out]),
-        200, 1e-5, 8.0,
+        200,
+        1e-5,
+        8.0,
     )
     expected = one_shot.one_shot_epsilon(inserted, held_out, 1e-5)
     self.assertEqual(report['final_model_epsilon'], expected)
@@ -119,8 +124,10 @@ class CanariesTest(absltest.TestCase):
     self.assertIsNone(canaries.verdict(0.1, 0.9, None))
     # 20 leak-free canaries show eps above 15 in 5% of runs: nothing can be
     # said of an accounted eps of 2.
-    self.assertEqual(canaries.verdict(3.0, 9.0, 2.0, null_quantile=15.2),
-                     canaries.INCONCLUSIVE)
+    self.assertEqual(
+        canaries.verdict(3.0, 9.0, 2.0, null_quantile=15.2),
+        canaries.INCONCLUSIVE,
+    )
 
   def test_small_count_warning(self):
     warning = canaries.small_count_warning(20, 1e-5, 2.0)

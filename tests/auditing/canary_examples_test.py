@@ -58,7 +58,9 @@ class CanaryExamplesTest(tf.test.TestCase):
     self.assertAllEqual([int(e[1]) for e in out[:5]], range(5))
 
   def test_guesses_take_the_top_and_bottom_k(self):
-    guess, k = canary_examples.guesses(np.array([5.0, 1.0, 3.0, 0.0, 4.0, 2.0]), 0.5)
+    guess, k = canary_examples.guesses(
+        np.array([5.0, 1.0, 3.0, 0.0, 4.0, 2.0]), 0.5
+    )
     self.assertEqual(k, 2)
     self.assertAllEqual(guess, [1, -1, 0, -1, 1, 0])
     guess, k = canary_examples.guesses(np.arange(6.0), 1.0)
@@ -72,23 +74,32 @@ class CanaryExamplesTest(tf.test.TestCase):
     included = rng.random(m) < 0.5
     # In-canaries score higher on average: some guesses right, some wrong.
     scores = included * 1.0 + rng.normal(size=m)
-    entry = canary_examples.audit(scores, included, delta, accounted_epsilon=3.0)
+    entry = canary_examples.audit(
+        scores, included, delta, accounted_epsilon=3.0
+    )
     grid = canary_examples.GUESS_FRACTIONS
     bounds, mus = [], []
     for f in grid:
       guess, _ = canary_examples.guesses(scores, f)
-      right = int(np.sum((guess == 1) & included) + np.sum((guess == -1) & ~included))
-      bounds.append(one_run.epsilon_lower_bound(
-          m, int(np.sum(guess != 0)), right, delta, 0.05 / len(grid)
-      ))
-      mus.append(one_run.fdp_mu_lower_bound(
-          m, int(np.sum(guess != 0)), right, 0.05 / len(grid)
-      ))
+      right = int(
+          np.sum((guess == 1) & included) + np.sum((guess == -1) & ~included)
+      )
+      bounds.append(
+          one_run.epsilon_lower_bound(
+              m, int(np.sum(guess != 0)), right, delta, 0.05 / len(grid)
+          )
+      )
+      mus.append(
+          one_run.fdp_mu_lower_bound(
+              m, int(np.sum(guess != 0)), right, 0.05 / len(grid)
+          )
+      )
     self.assertEqual(entry['epsilon_lower_bound'], max(bounds))
     # The f-DP bound of the same guesses, its best grid row, beside.
     self.assertEqual(entry['fdp_mu_lower_bound'], max(mus))
-    self.assertGreater(entry['fdp_epsilon_lower_bound'],
-                       entry['epsilon_lower_bound'])
+    self.assertGreater(
+        entry['fdp_epsilon_lower_bound'], entry['epsilon_lower_bound']
+    )
     self.assertIn('Gaussian', entry['fdp_meaning'])
     self.assertGreater(entry['epsilon_lower_bound'], 0.0)
     self.assertEqual([r['epsilon_lower_bound'] for r in entry['grid']], bounds)
@@ -100,8 +111,10 @@ class CanaryExamplesTest(tf.test.TestCase):
 
   def test_scores_are_loss_drops(self):
     canaries = _canaries(m=6, clients=2)
+
     def loss_fn(x, y, weights):
       return np.full(len(y), weights)
+
     self.assertAllEqual(canaries.scores(loss_fn, 3.0, 1.0), np.full(6, 2.0))
 
 

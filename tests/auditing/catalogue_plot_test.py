@@ -10,10 +10,14 @@ from tff_priv.auditing import catalogue  # pylint: disable=g-import-not-at-top
 
 def _row(mechanism, claim, bound, showable, mu_eps=None, verdict='pass'):
   return {
-      'mechanism': mechanism, 'setting': 's', 'accounted_epsilon': claim,
-      'empirical_lower_bound': bound, 'max_showable': showable,
+      'mechanism': mechanism,
+      'setting': 's',
+      'accounted_epsilon': claim,
+      'empirical_lower_bound': bound,
+      'max_showable': showable,
       'mu_epsilon_lower_bound': mu_eps,
-      'claimed_mu': 1.0 if mu_eps is not None else None, 'verdict': verdict,
+      'claimed_mu': 1.0 if mu_eps is not None else None,
+      'verdict': verdict,
   }
 
 
@@ -35,9 +39,12 @@ class FigureTest(absltest.TestCase):
     self.assertAlmostEqual(high, 2000.0)  # Twice the largest.
     self.assertEqual(
         [t.get_text() for t in ax.get_legend().get_texts()],
-        ['claimed eps', '(eps, delta) lower bound',
-         'eps of the mu lower bound (Gaussian claims)',
-         'up to the largest showable eps'],
+        [
+            'claimed eps',
+            '(eps, delta) lower bound',
+            'eps of the mu lower bound (Gaussian claims)',
+            'up to the largest showable eps',
+        ],
     )
 
 

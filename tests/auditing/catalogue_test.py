@@ -22,9 +22,13 @@ class CatalogueTest(absltest.TestCase):
 
   def test_every_factory_passes_at_its_own_claim(self):
     settings = catalogue.quickstart_settings(
-        20, noise_multiplier=3.0, ldp_epsilon=1.0)
-    settings = [s for s in settings if not (
-        s.mechanism.startswith('ldp') and s.dimension != 1)]
+        20, noise_multiplier=3.0, ldp_epsilon=1.0
+    )
+    settings = [
+        s
+        for s in settings
+        if not (s.mechanism.startswith('ldp') and s.dimension != 1)
+    ]
     rows = catalogue.audit_table(settings, trials=200, seed=0, alpha=_ALPHA)
     self.assertLen(rows, 8)
     for setting, result in rows:

@@ -34,7 +34,8 @@ class OneRunTest(absltest.TestCase):
   def test_p_value_at_delta_zero_is_the_binomial_tail(self):
     q = 1 / (1 + math.exp(-1.0))
     self.assertAlmostEqual(
-        one_run.p_value(100, 50, 40, 1.0, 0.0), stats.binom.sf(39, 50, q))
+        one_run.p_value(100, 50, 40, 1.0, 0.0), stats.binom.sf(39, 50, q)
+    )
 
   def test_all_correct_closed_form(self):
     # delta = 0, v = r: p-value q^r; the bound solves q^r = alpha.
@@ -42,7 +43,9 @@ class OneRunTest(absltest.TestCase):
     q = alpha ** (1 / r)
     self.assertAlmostEqual(
         one_run.epsilon_lower_bound(1000, r, r, 0.0, alpha),
-        math.log(q / (1 - q)), places=6)
+        math.log(q / (1 - q)),
+        places=6,
+    )
 
   def test_chance_guesses_give_zero(self):
     self.assertEqual(one_run.epsilon_lower_bound(1000, 100, 50, 1e-5), 0.0)
@@ -50,7 +53,8 @@ class OneRunTest(absltest.TestCase):
   def test_delta_term_lowers_the_bound(self):
     self.assertLess(
         one_run.epsilon_lower_bound(1000, 200, 190, 1e-4),
-        one_run.epsilon_lower_bound(1000, 200, 190, 0.0))
+        one_run.epsilon_lower_bound(1000, 200, 190, 0.0),
+    )
 
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'v <= r <= m'):
@@ -74,7 +78,8 @@ class OneRunTest(absltest.TestCase):
     self.assertEqual(bounds, sorted(bounds))
     self.assertGreater(
         one_run.fdp_mu_lower_bound(1000, 200, 190, alpha=0.1),
-        one_run.fdp_mu_lower_bound(1000, 200, 190, alpha=0.01))
+        one_run.fdp_mu_lower_bound(1000, 200, 190, alpha=0.01),
+    )
     with self.assertRaisesRegex(ValueError, 'v <= r <= m'):
       one_run.fdp_mu_lower_bound(10, 5, 6)
 
@@ -104,14 +109,18 @@ class OneRunTest(absltest.TestCase):
     # and must see it (> 1) when the mechanism is weak.
     delta, m = 1e-5, 1000
     for mu, floor in ((2.0, 0.0), (6.0, 1.0)):
-      true_eps = dp_accounting.pld.PLDAccountant().compose(
-          dp_accounting.GaussianDpEvent(1 / mu)).get_epsilon(delta)
+      true_eps = (
+          dp_accounting.pld.PLDAccountant()
+          .compose(dp_accounting.GaussianDpEvent(1 / mu))
+          .get_epsilon(delta)
+      )
       found = []
       for seed in range(_RUNS):
         r, v = _guesses(np.random.default_rng(seed), m, mu, 50)
         found.append(one_run.epsilon_lower_bound(m, r, v, delta))
-      self.assertLessEqual(sum(e > true_eps for e in found), _ALLOWED,
-                           (mu, found))
+      self.assertLessEqual(
+          sum(e > true_eps for e in found), _ALLOWED, (mu, found)
+      )
       self.assertGreater(np.median(found), floor, (mu, true_eps))
 
 

@@ -13,18 +13,23 @@ from tff_priv.auditing import one_shot
 class OneShotTest(absltest.TestCase):
 
   def test_identical_gaussians_give_zero(self):
-    self.assertEqual(one_shot.epsilon_two_gaussians(0.1, 0.2, 0.1, 0.2, 1e-5), 0.0)
+    self.assertEqual(
+        one_shot.epsilon_two_gaussians(0.1, 0.2, 0.1, 0.2, 1e-5), 0.0
+    )
 
   @pytest.mark.slow
   def test_equal_variances_match_the_gaussian_mechanism(self):
     # N(0, 1) vs N(mu, 1) is the Gaussian mechanism of noise multiplier 1/mu.
     for mu in (0.5, 1.0, 3.0):
       pld = privacy_loss_distribution.from_gaussian_mechanism(
-          standard_deviation=1 / mu, value_discretization_interval=1e-5)
+          standard_deviation=1 / mu, value_discretization_interval=1e-5
+      )
       expected = pld.get_epsilon_for_delta(1e-5)
       self.assertAlmostEqual(
           one_shot.epsilon_two_gaussians(0.0, 1.0, mu, 1.0, 1e-5),
-          expected, delta=1e-3 * max(1, expected))
+          expected,
+          delta=1e-3 * max(1, expected),
+      )
 
   def test_unequal_variances_symmetric_and_positive(self):
     a = one_shot.epsilon_two_gaussians(0.0, 1.0, 0.0, 2.0, 1e-5)
@@ -49,12 +54,15 @@ class OneShotTest(absltest.TestCase):
     # into ~0.05-0.2 at delta = 1e-5 (~0.7 at 10^3 cosines).
     self.assertLess(
         one_shot.one_shot_epsilon(rng.normal(0.0, 0.01, 10000), held_out, 1e-5),
-        0.3)
+        0.3,
+    )
     self.assertGreater(
         one_shot.one_shot_epsilon(rng.normal(0.1, 0.01, 1000), held_out, 1e-5),
-        20.0)  # Ten stds apart: visible canaries.
+        20.0,
+    )  # Ten stds apart: visible canaries.
     self.assertEqual(
-        one_shot.one_shot_epsilon([0.5, 0.5], [0.0, 0.0], 1e-5), math.inf)
+        one_shot.one_shot_epsilon([0.5, 0.5], [0.0, 0.0], 1e-5), math.inf
+    )
 
   def test_all_iterates_use_the_max_over_rounds(self):
     rng = np.random.default_rng(1)
@@ -62,14 +70,16 @@ class OneShotTest(absltest.TestCase):
     held_out = rng.normal(0.0, 0.01, (200, 5))
     self.assertAlmostEqual(
         one_shot.one_shot_epsilon_all_iterates(inserted, held_out, 1e-5),
-        one_shot.one_shot_epsilon(inserted.max(1), held_out.max(1), 1e-5))
+        one_shot.one_shot_epsilon(inserted.max(1), held_out.max(1), 1e-5),
+    )
     with self.assertRaisesRegex(ValueError, 'rounds differ'):
       one_shot.one_shot_epsilon_all_iterates(inserted, held_out[:, :3], 1e-5)
 
   def test_cosines(self):
     np.testing.assert_allclose(
         one_shot.cosines([1.0, 0.0], [[2.0, 0.0], [0.0, 3.0], [-1.0, 0.0]]),
-        [1.0, 0.0, -1.0])
+        [1.0, 0.0, -1.0],
+    )
 
   @pytest.mark.statistical
   def test_null_quantile_is_the_leak_free_estimates_quantile(self):
@@ -79,14 +89,19 @@ class OneShotTest(absltest.TestCase):
     # 5.4 sd (alpha < 1e-7) beside the quantile's own error (1000 draws).
     rng = np.random.default_rng(123)
     q = one_shot.null_quantile(50, 1e-5)
-    above = np.mean([
-        one_shot.one_shot_epsilon(rng.normal(3.0, 0.2, 50),
-                                  rng.normal(3.0, 0.2, 50), 1e-5) > q
-        for _ in range(1000)
-    ])
+    above = np.mean(
+        [
+            one_shot.one_shot_epsilon(
+                rng.normal(3.0, 0.2, 50), rng.normal(3.0, 0.2, 50), 1e-5
+            )
+            > q
+            for _ in range(1000)
+        ]
+    )
     self.assertAlmostEqual(above, 0.05, delta=0.037)
-    self.assertGreater(one_shot.null_quantile(20, 1e-5),
-                       one_shot.null_quantile(100, 1e-5))
+    self.assertGreater(
+        one_shot.null_quantile(20, 1e-5), one_shot.null_quantile(100, 1e-5)
+    )
 
   def test_bootstrap_interval(self):
     rng = np.random.default_rng(4)

@@ -39,7 +39,8 @@ class PowerTest(absltest.TestCase):
     for claim in (0.5, 4.0):
       with self.subTest(claim=claim):
         self.assertGreaterEqual(
-            power.flag_rate(claim, 1.5, seeds=seeds), 1 - misses / seeds)
+            power.flag_rate(claim, 1.5, seeds=seeds), 1 - misses / seeds
+        )
 
   def test_honest_audits_pass_at_a_small_trial_count(self):
     # The bound holds at any trial count: 2,000 trials, as many seeds as
@@ -50,7 +51,8 @@ class PowerTest(absltest.TestCase):
       with self.subTest(claim=claim):
         self.assertLessEqual(
             power.flag_rate(claim, 1.0, seeds=seeds, trials=2_000),
-            allowed / seeds)
+            allowed / seeds,
+        )
 
   def test_false_alarms_below_alpha(self):
     # At alpha = 0.2 (to see any), honest audits flag at most the binomial
@@ -70,7 +72,8 @@ class PowerTest(absltest.TestCase):
     for r in rows:
       self.assertLessEqual(r['epsilon_lower_bound'], true_eps)
     self.assertAlmostEqual(
-        tradeoff.gdp_epsilon(1.0, 1e-5), true_eps, delta=2e-3)
+        tradeoff.gdp_epsilon(1.0, 1e-5), true_eps, delta=2e-3
+    )
 
 
 if __name__ == '__main__':

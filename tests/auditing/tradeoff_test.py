@@ -3,8 +3,8 @@
 from absl.testing import absltest
 import dp_accounting
 import numpy as np
-
 import pytest
+
 from tff_priv.auditing import bounds
 from tff_priv.auditing import tradeoff
 
@@ -13,26 +13,37 @@ class TradeoffTest(absltest.TestCase):
 
   def test_gdp_epsilon_is_dp_accountings_gaussian(self):
     for z in (0.5, 1.0, 3.0):
-      pld = dp_accounting.pld.PLDAccountant().compose(
-          dp_accounting.GaussianDpEvent(z)).get_epsilon(1e-5)
+      pld = (
+          dp_accounting.pld.PLDAccountant()
+          .compose(dp_accounting.GaussianDpEvent(z))
+          .get_epsilon(1e-5)
+      )
       # The PLD accountant is pessimistic by its discretisation (1e-4).
       self.assertAlmostEqual(tradeoff.gdp_epsilon(1 / z, 1e-5), pld, delta=2e-3)
       self.assertAlmostEqual(
-          tradeoff.gdp_mu(tradeoff.gdp_epsilon(1 / z, 1e-5), 1e-5), 1 / z,
-          places=6)
+          tradeoff.gdp_mu(tradeoff.gdp_epsilon(1 / z, 1e-5), 1e-5),
+          1 / z,
+          places=6,
+      )
     self.assertEqual(tradeoff.gdp_epsilon(0.0, 1e-5), 0.0)
 
   def test_mu_bound_formula(self):
     # 300 of 1000 each way: Phi^-1(1 - u) - Phi^-1(u), u the CP bound.
     u = float(bounds.clopper_pearson_upper(300, 1000, 0.025))
     from scipy import stats  # pylint: disable=g-import-not-at-top
+
     self.assertAlmostEqual(
         float(tradeoff.mu_lower_bound(300, 1000, 300, 1000, 0.05)),
-        stats.norm.isf(u) - stats.norm.ppf(u), places=9)
-    self.assertEqual(float(tradeoff.mu_lower_bound(500, 1000, 500, 1000, 0.05)), 0.0)
+        stats.norm.isf(u) - stats.norm.ppf(u),
+        places=9,
+    )
+    self.assertEqual(
+        float(tradeoff.mu_lower_bound(500, 1000, 500, 1000, 0.05)), 0.0
+    )
     self.assertAlmostEqual(
         tradeoff.max_mu_lower_bound(1000, 1000, 0.05),
-        float(tradeoff.mu_lower_bound(0, 1000, 0, 1000, 0.05)))
+        float(tradeoff.mu_lower_bound(0, 1000, 0, 1000, 0.05)),
+    )
 
   @pytest.mark.slow
   def test_mu_bound_coverage_on_a_gaussian(self):
@@ -45,7 +56,8 @@ class TradeoffTest(absltest.TestCase):
       s0, s1 = rng.normal(0, 1, 4000), rng.normal(1, 1, 4000)
       choose, held = tradeoff.split(4000, 0.5, rng)
       decision = tradeoff.decide(
-          [('x', s0, s1)], choose, held, 1e-5, 0.1)  # mu bound at 0.05
+          [('x', s0, s1)], choose, held, 1e-5, 0.1
+      )  # mu bound at 0.05
       seen.append(decision.mu_lower_bound)
       exceed += decision.mu_lower_bound > 1.0
     self.assertLessEqual(exceed, 5)
@@ -56,15 +68,20 @@ class TradeoffTest(absltest.TestCase):
     # the best test makes no error, whichever way round.
     for sign in (1.0, -1.0):
       test, mu = tradeoff.best_mu_threshold_test(
-          np.zeros(100), sign * np.ones(100), 0.05)
+          np.zeros(100), sign * np.ones(100), 0.05
+      )
       self.assertEqual(test.errors(np.zeros(100), sign * np.ones(100)), (0, 0))
       self.assertAlmostEqual(mu, tradeoff.max_mu_lower_bound(100, 100, 0.05))
 
   def test_violates_profile(self):
     # A pure eps = 1 claim: FPR + e FNR >= 1. The point (0.1, 0.1) breaks it,
     # (0.3, 0.3) does not.
-    self.assertTrue(tradeoff.violates_profile(0.1, 0.1, lambda e: 0.0 if e >= 1 else 1.0))
-    self.assertFalse(tradeoff.violates_profile(0.3, 0.3, lambda e: 0.0 if e >= 1 else 1.0))
+    self.assertTrue(
+        tradeoff.violates_profile(0.1, 0.1, lambda e: 0.0 if e >= 1 else 1.0)
+    )
+    self.assertFalse(
+        tradeoff.violates_profile(0.3, 0.3, lambda e: 0.0 if e >= 1 else 1.0)
+    )
 
 
 if __name__ == '__main__':

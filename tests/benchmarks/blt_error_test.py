@@ -99,7 +99,9 @@ class StrategiesTest(tf.test.TestCase):
         blt_error.Options(rounds='20', participations='1', format='json'),
         out=lines.append,
     )
-    self.assertLen(json.loads(lines[0]), len([r for r in rows if r.participations == 1]))
+    self.assertLen(
+        json.loads(lines[0]), len([r for r in rows if r.participations == 1])
+    )
 
   def test_bad_options(self):
     with self.assertRaisesRegex(ValueError, 'divisible'):

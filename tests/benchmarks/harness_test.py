@@ -11,7 +11,7 @@ class RoundRobinTest(tf.test.TestCase):
 
   def test_calls_in_turn_warmup_untimed(self):
     seen = []
-    calls = {name: (lambda name=name: seen.append(name)) for name in 'abc'}
+    calls = {name: lambda name=name: seen.append(name) for name in 'abc'}
     times = harness.round_robin(calls, 2, warmup=1)
     self.assertEqual(seen, list('abc') * 3)
     self.assertEqual(list(times), list('abc'))

@@ -14,8 +14,13 @@ class LdpBenchmarkTest(tf.test.TestCase):
     lines = []
     ldp.run(
         ldp.Options(
-            flat=True, d=1000, encode_repeats=2, clients=2, factory_repeats=1,
-            transport_clients=2, transport_baseline=True,
+            flat=True,
+            d=1000,
+            encode_repeats=2,
+            clients=2,
+            factory_repeats=1,
+            transport_clients=2,
+            transport_baseline=True,
         ),
         out=lines.append,
     )

@@ -11,8 +11,14 @@ class LedgerScaleTest(absltest.TestCase):
     # z = 2 a participation and a budget of 4 at delta 1e-5 admit a client a
     # few times; 50 rounds of 20 of 100 clients (10 each on average) make
     # the filter bind.
-    result = ledger_scale.run(100, 20, 50, noise_multiplier=2.0,
-                              budget_epsilon=4.0, checkpoint_every=10)
+    result = ledger_scale.run(
+        100,
+        20,
+        50,
+        noise_multiplier=2.0,
+        budget_epsilon=4.0,
+        checkpoint_every=10,
+    )
     self.assertEqual(result['clients_charged'], 100)
     self.assertLessEqual(result['max_epsilon'], 4.0)
     self.assertGreater(result['clients_excluded_by_budget'], 0)

@@ -10,7 +10,6 @@ import numpy as np
 
 from tff_priv.benchmarks import memory
 
-
 _PARENT = """
 import os
 import subprocess, sys
@@ -35,7 +34,9 @@ class MemoryTest(absltest.TestCase):
     # it holds TFF workers of other tests, whose memory moves meanwhile.)
     parent = subprocess.Popen(
         [sys.executable, '-c', _PARENT],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     self.addCleanup(parent.wait)
     self.addCleanup(parent.stdin.close)
@@ -53,8 +54,9 @@ class MemoryTest(absltest.TestCase):
       time.sleep(0.1)
       del block
       sampler.label = 'small again'
-    self.assertBetween(sampler.peaks['large'] - sampler.peaks['small'],
-                       290.0, 320.0)
+    self.assertBetween(
+        sampler.peaks['large'] - sampler.peaks['small'], 290.0, 320.0
+    )
     self.assertLess(sampler.peaks['small again'], sampler.peaks['large'] - 250)
 
 

@@ -15,10 +15,12 @@ pytestmark = pytest.mark.slow
 def _clients(k, n=4):
   rng = np.random.default_rng(0)
   return [
-      tf.data.Dataset.from_tensor_slices((
-          rng.normal(size=(n, 4)).astype(np.float32),
-          rng.integers(0, 3, size=n).astype(np.int32),
-      )).batch(2)
+      tf.data.Dataset.from_tensor_slices(
+          (
+              rng.normal(size=(n, 4)).astype(np.float32),
+              rng.integers(0, 3, size=n).astype(np.int32),
+          )
+      ).batch(2)
       for _ in range(k)
   ]
 
@@ -27,7 +29,9 @@ class RoundsTest(tf.test.TestCase):
 
   def test_every_process_runs_and_is_summarized(self):
     names = (
-        rounds.FEDAVG, rounds.TFF_DP_FEDAVG, rounds.UDP_PER_EXAMPLE
+        rounds.FEDAVG,
+        rounds.TFF_DP_FEDAVG,
+        rounds.UDP_PER_EXAMPLE,
     ) + registry.MECHANISMS
     entries = rounds.build_processes(
         names,
@@ -72,8 +76,9 @@ class RoundsTest(tf.test.TestCase):
     times = {'fedavg (local)': [2.0], 'fedavg (1 worker)': [3.0]}
     rows = rounds.summarize(times, baseline='fedavg (local)')
     self.assertEqual([r['ratio'] for r in rows], [1.0, 1.5])
-    self.assertIn('ratio to fedavg (local)',
-                  rounds.format_table(rows, 'fedavg (local)'))
+    self.assertIn(
+        'ratio to fedavg (local)', rounds.format_table(rows, 'fedavg (local)')
+    )
 
   def test_each_entry_runs_in_its_context(self):
     entries = rounds.build_processes(
@@ -103,8 +108,9 @@ class RoundsTest(tf.test.TestCase):
     self.assertEqual(list(entries), ['fedavg (a)', 'fedavg (b)'])
     self.assertEqual(baseline, 'fedavg (a)')
     try:
-      rounds.time_rounds(entries, _clients(3), rounds=1, warmup=0,
-                         contexts=contexts)
+      rounds.time_rounds(
+          entries, _clients(3), rounds=1, warmup=0, contexts=contexts
+      )
     finally:
       tff.framework.set_default_context(inner)
     # initialize and one round each, in its own context.
@@ -133,8 +139,11 @@ class RoundsTest(tf.test.TestCase):
     lines = []
     results = rounds.run(
         rounds.Options(
-            task='digits', clients_per_round=(2, 3),
-            processes=(rounds.FEDAVG, 'smp'), rounds=1, warmup=0,
+            task='digits',
+            clients_per_round=(2, 3),
+            processes=(rounds.FEDAVG, 'smp'),
+            rounds=1,
+            warmup=0,
         ),
         out=lines.append,
     )

@@ -14,15 +14,23 @@ class SmpBenchmarkTest(tf.test.TestCase):
     lines = []
     smp.run(
         smp.Options(
-            shapes='10x3,3', clients=2, compressions=(0.5,),
-            secure_compressions=(0.5,), repeats=1,
+            shapes='10x3,3',
+            clients=2,
+            compressions=(0.5,),
+            secure_compressions=(0.5,),
+            repeats=1,
         ),
         out=lines.append,
     )
     self.assertLen(lines, 3)  # The setting, one table per value source.
     for table in lines[1:]:
-      for name in (smp.BASELINE, 'smp_plain_p0.5', 'smp_secure_p0.5',
-                   'smp_plain_p0.5_sigma0', 'client_noise_draws_p0.5'):
+      for name in (
+          smp.BASELINE,
+          'smp_plain_p0.5',
+          'smp_secure_p0.5',
+          'smp_plain_p0.5_sigma0',
+          'client_noise_draws_p0.5',
+      ):
         self.assertIn(f'\n{name} ', table)
       self.assertIn(f'{smp.BASELINE}     ', table)
       self.assertIn('client noise draws at p0.5 timed alone', table)

@@ -6,15 +6,21 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from tff_priv_tasks import models
 from tff_priv.experiments import distortion
-from tff_priv.program import runs
 from tff_priv.program import layout
+from tff_priv.program import runs
 from tff_priv.program.registry import distortion as distortion_mechanism
+from tff_priv_tasks import models
 
 _SMALL = distortion.Settings(
-    task='digits', num_clients=4, samples_per_client=50, rhos=(0.5,),
-    target_tvs=(0.5,), epsilons=(8.0,), seeds=2, seed=3,
+    task='digits',
+    num_clients=4,
+    samples_per_client=50,
+    rhos=(0.5,),
+    target_tvs=(0.5,),
+    epsilons=(8.0,),
+    seeds=2,
+    seed=3,
 )
 _NOISE_KEYS = ('noise_stddev', 'target_tv', 'epsilon', 'parameter_variance')
 
@@ -23,9 +29,14 @@ class SettingsTest(tf.test.TestCase):
 
   def test_rho_one_is_added_and_bad_values_named(self):
     self.assertEqual(_SMALL.validate().rhos, (1.0, 0.5))
-    for field, value in (('rhos', (0.0,)), ('target_tvs', (1.0,)),
-                         ('epsilons', (-1.0,)), ('task', 'mnist'),
-                         ('delta', 1.0), ('seeds', 0)):
+    for field, value in (
+        ('rhos', (0.0,)),
+        ('target_tvs', (1.0,)),
+        ('epsilons', (-1.0,)),
+        ('task', 'mnist'),
+        ('delta', 1.0),
+        ('seeds', 0),
+    ):
       with self.assertRaisesRegex(ValueError, field):
         dataclasses.replace(_SMALL, **{field: value}).validate()
 
@@ -33,13 +44,22 @@ class SettingsTest(tf.test.TestCase):
 class RunConfigsTest(tf.test.TestCase):
 
   def test_labels(self):
-    self.assertEqual(set(distortion.run_configs(_SMALL)), {
-        'rho1_noise_free',
-        *(f'rho1_{level}_seed{s}' for level in ('tv0.5', 'eps8')
-          for s in (0, 1)),
-        *(f'rho0.5_{level}_seed{s}' for level in ('noise_free', 'tv0.5', 'eps8')
-          for s in (0, 1)),
-    })
+    self.assertEqual(
+        set(distortion.run_configs(_SMALL)),
+        {
+            'rho1_noise_free',
+            *(
+                f'rho1_{level}_seed{s}'
+                for level in ('tv0.5', 'eps8')
+                for s in (0, 1)
+            ),
+            *(
+                f'rho0.5_{level}_seed{s}'
+                for level in ('noise_free', 'tv0.5', 'eps8')
+                for s in (0, 1)
+            ),
+        },
+    )
 
   def test_fields(self):
     for name, config in distortion.run_configs(_SMALL).items():
@@ -48,8 +68,10 @@ class RunConfigsTest(tf.test.TestCase):
       self.assertEqual(distortion_mechanism.DEFINITION.sampling, 'fixed')
       self.assertEqual(config.clients_per_round, 4)  # Everyone, every round.
       self.assertEqual(config.seed, 3)  # One split, one initial model.
-      self.assertEqual(config.task_options, dict(
-          model='softmax', num_clients=4, samples_per_client=50))
+      self.assertEqual(
+          config.task_options,
+          dict(model='softmax', num_clients=4, samples_per_client=50),
+      )
       self.assertEqual(config.num_epochs, 1)
       self.assertEqual(valid.params.local_steps, _SMALL.local_steps)
       self.assertEqual(valid.params.clip, _SMALL.clip)
@@ -76,8 +98,13 @@ class RunConfigsTest(tf.test.TestCase):
           if name != distortion.W_LABEL:
             self.assertEqual(params['batch_seed'], seed)
           params['batch_seed'] = seed  # W: any seed gives full batches.
-          batches.add(tuple(sorted(
-              (k, v) for k, v in params.items() if k not in _NOISE_KEYS)))
+          batches.add(
+              tuple(
+                  sorted(
+                      (k, v) for k, v in params.items() if k not in _NOISE_KEYS
+                  )
+              )
+          )
         self.assertLen(batches, 1)
 
 
@@ -85,8 +112,11 @@ class UtilityLossTest(tf.test.TestCase):
 
   def test_split_from_fabricated_weights(self):
     w_star, w = np.zeros(2), np.array([1.0, 0.0])  # ||W - W*||^2 = 1.
-    sampled = {0: np.array([1.0, 1.0]), 1: np.array([0.0, 1.0]),
-               5: np.zeros(2)}  # Seed 5 has no distorted run: left out.
+    sampled = {
+        0: np.array([1.0, 1.0]),
+        1: np.array([0.0, 1.0]),
+        5: np.zeros(2),
+    }  # Seed 5 has no distorted run: left out.
     distorted = {0: np.array([2.0, 0.0]), 1: np.array([0.0, 2.0])}
     split = distortion.utility_loss(w_star, w, sampled, distorted)
     # Sampling: 2 - 1, 1 - 1; distortion: 4 - 2, 4 - 1; total: 3, 3.
@@ -106,27 +136,44 @@ class UtilityLossTest(tf.test.TestCase):
     for i, name in enumerate(distortion.run_configs(settings)):
       run_dir = os.path.join(root, name)
       os.makedirs(run_dir)
-      np.savez(layout.path(run_dir, layout.FINAL_MODEL),
-               trainable_0=rng.normal(size=(2, 2)), trainable_1=rng.normal(size=2))
+      np.savez(
+          layout.path(run_dir, layout.FINAL_MODEL),
+          trainable_0=rng.normal(size=(2, 2)),
+          trainable_1=rng.normal(size=2),
+      )
       summary = {
-          'parameters': {'resolved': {
-              'noise_stddev': 0.1 * i, 'tv_lower': 0.01, 'tv_upper': 0.5}},
+          'parameters': {
+              'resolved': {
+                  'noise_stddev': 0.1 * i,
+                  'tv_lower': 0.01,
+                  'tv_upper': 0.5,
+              }
+          },
           'privacy': {'rdp_epsilon': 8.0},
           'final_test_accuracy': 0.5,
       }
       results[name] = runs.RunResult(name, run_dir, summary, [], [])
     star = np.zeros(6)
     rows = distortion.table(results, settings, (star, 0.0, 0.0))
-    self.assertEqual([(r['rho'], r['level']) for r in rows], [
-        (1.0, 'noise_free'), (1.0, 'eps8'), (0.5, 'noise_free'),
-        (0.5, 'eps8')])
+    self.assertEqual(
+        [(r['rho'], r['level']) for r in rows],
+        [
+            (1.0, 'noise_free'),
+            (1.0, 'eps8'),
+            (0.5, 'noise_free'),
+            (0.5, 'eps8'),
+        ],
+    )
     model = lambda n: distortion.flat(results[n].model())
     w = model(distortion.W_LABEL)
     self.assertEqual(rows[0]['total'], (0.0, 0.0))  # W against itself.
     self.assertEqual(rows[1]['sampling'], (0.0, 0.0))  # W_1 = W.
     expected = distortion.utility_loss(
-        star, w, {s: model(f'rho0.5_noise_free_seed{s}') for s in (0, 1)},
-        {s: model(f'rho0.5_eps8_seed{s}') for s in (0, 1)})
+        star,
+        w,
+        {s: model(f'rho0.5_noise_free_seed{s}') for s in (0, 1)},
+        {s: model(f'rho0.5_eps8_seed{s}') for s in (0, 1)},
+    )
     self.assertEqual(rows[3]['total'], expected['total'])
     self.assertAllClose(rows[3]['noise_stddev'], 0.1 * 5)  # Its own summary.
     text = distortion.markdown(rows, results, (star, 1e-6, 0.5))
@@ -156,8 +203,9 @@ class ReferenceTest(tf.test.TestCase):
     p = np.exp(logits - logits.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     residual = (p - np.eye(3)[y]) / len(y)
-    gradient = np.concatenate([
-        (x.T @ residual + 2 * l2 * kernel).ravel(), residual.sum(0)])
+    gradient = np.concatenate(
+        [(x.T @ residual + 2 * l2 * kernel).ravel(), residual.sum(0)]
+    )
     self.assertLess(np.linalg.norm(gradient), 1e-4)
     self.assertAllClose(found[1][0], w_star, atol=1e-4)
 

@@ -28,16 +28,27 @@ class OneRunAuditTest(tf.test.TestCase):
         one_run_audit.max_showable(m, delta),
         one_run.epsilon_lower_bound(m, 200, 200, delta, alpha),
     )
-    self.assertGreater(one_run_audit.max_showable(2000, delta),
-                       one_run_audit.max_showable(200, delta))
+    self.assertGreater(
+        one_run_audit.max_showable(2000, delta),
+        one_run_audit.max_showable(200, delta),
+    )
 
   def test_row_reads_the_summary(self):
     config = one_run_audit.config(canaries=200, rounds=10)
-    summary = {'privacy': {'empirical': {
-        'accounted_epsilon': 4.0, 'epsilon_lower_bound': 0.2,
-        'num_canaries': 200, 'delta': 1e-5, 'guesses': 100, 'correct': 66,
-        'fdp_mu_lower_bound': 0.1, 'fdp_epsilon_lower_bound': 0.3,
-    }}}
+    summary = {
+        'privacy': {
+            'empirical': {
+                'accounted_epsilon': 4.0,
+                'epsilon_lower_bound': 0.2,
+                'num_canaries': 200,
+                'delta': 1e-5,
+                'guesses': 100,
+                'correct': 66,
+                'fdp_mu_lower_bound': 0.1,
+                'fdp_epsilon_lower_bound': 0.3,
+            }
+        }
+    }
     row = one_run_audit.row(config, summary)
     self.assertEqual(row['verdict'], 'pass')
     self.assertEqual(row['empirical_lower_bound'], 0.2)
@@ -47,10 +58,10 @@ class OneRunAuditTest(tf.test.TestCase):
     summary['privacy']['empirical']['epsilon_lower_bound'] = 4.5
     self.assertEqual(one_run_audit.row(config, summary)['verdict'], 'FAIL')
 
-
   def test_low_interference_config(self):
     config = one_run_audit.config(
-        canaries=50, rounds=2, **one_run_audit.LOW_INTERFERENCE)
+        canaries=50, rounds=2, **one_run_audit.LOW_INTERFERENCE
+    )
     self.assertEqual(config.task, 'mnist5k')
     self.assertEqual(config.task_options['model'], 'softmax')
 
@@ -67,7 +78,8 @@ class OneRunAuditTest(tf.test.TestCase):
     # Tiny runs: the noise of fraction f is z f, the bounds come from the
     # summary's one-run entry; no noise shows at least as much.
     rows = one_run_audit.noise_sweep(
-        [1.0, 0.0], self.get_temp_dir(), canaries=40, rounds=2)
+        [1.0, 0.0], self.get_temp_dir(), canaries=40, rounds=2
+    )
     self.assertEqual([r['fraction'] for r in rows], [1.0, 0.0])
     self.assertGreater(rows[0]['noise_multiplier'], 0.0)
     self.assertEqual(rows[1]['noise_multiplier'], 0.0)

@@ -6,8 +6,11 @@ from tff_priv.experiments import udp
 from tff_priv.program import runs
 
 _SETTING = udp.Setting(
-    epsilons=(8.0,), clients_per_round=(3,), calibrations=('tight',),
-    rounds_grid=(2, 4), initial_rounds=5,
+    epsilons=(8.0,),
+    clients_per_round=(3,),
+    calibrations=('tight',),
+    rounds_grid=(2, 4),
+    initial_rounds=5,
 )
 
 
@@ -19,10 +22,12 @@ def _result(label, loss, accuracy, rounds_run, analyst=1.0, server=2.0):
           'final_test_metrics': {'loss': loss},
           'final_test_accuracy': accuracy,
           'rounds_run': rounds_run,
-          'privacy': {'guarantees': [
-              {'adversary': 'analyst', 'epsilon': analyst},
-              {'adversary': 'server', 'epsilon': server},
-          ]},
+          'privacy': {
+              'guarantees': [
+                  {'adversary': 'analyst', 'epsilon': analyst},
+                  {'adversary': 'server', 'epsilon': server},
+              ]
+          },
       },
       train_rows=[],
       eval_rows=[],
@@ -34,8 +39,8 @@ class UdpCrdTest(tf.test.TestCase):
   def test_configs(self):
     configs = udp.configs(_SETTING)
     self.assertEqual(
-        list(configs), ['eps8_K3_tight_T2', 'eps8_K3_tight_T4',
-                        'eps8_K3_tight_crd'],
+        list(configs),
+        ['eps8_K3_tight_T2', 'eps8_K3_tight_T4', 'eps8_K3_tight_crd'],
     )
     for label, config in configs.items():
       valid = config.validate()
@@ -48,8 +53,10 @@ class UdpCrdTest(tf.test.TestCase):
     self.assertEqual(configs['eps8_K3_tight_T4'].total_rounds, 4)
     crd = configs['eps8_K3_tight_crd'].validate()
     self.assertEqual(crd.total_rounds, 5)
-    self.assertEqual((crd.params.crd_beta, crd.params.crd_zeta),
-                     (_SETTING.beta, _SETTING.zeta))
+    self.assertEqual(
+        (crd.params.crd_beta, crd.params.crd_zeta),
+        (_SETTING.beta, _SETTING.zeta),
+    )
     self.assertIsNone(configs['eps8_K3_tight_T2'].validate().params.crd_beta)
 
   def test_table_picks_the_grid_optimal_rounds(self):

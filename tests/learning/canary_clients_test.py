@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tff_priv_tasks as tasks
 from tff_priv.learning import canary_clients
+import tff_priv_tasks as tasks
 
 _K = 2.0
 _CLIP = 1.0

@@ -80,9 +80,7 @@ class DpClientMetricsTest(tf.test.TestCase):
     residuals = []
     for _ in range(150):
       out = computation(data)
-      residuals.append(
-          [(out[k] - _EXACT[k]) / stddevs[k] for k in _EXACT]
-      )
+      residuals.append([(out[k] - _EXACT[k]) / stddevs[k] for k in _EXACT])
     residuals = np.asarray(residuals)
     self.assertLess(abs(residuals.mean()), 0.35)
     self.assertAllClose(residuals.std(), 1.0, atol=0.15)
@@ -109,5 +107,5 @@ class DpClientMetricsTest(tf.test.TestCase):
         client_metrics.dp_client_metrics(*args)
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
   tf.test.main()

@@ -13,8 +13,9 @@ from tensorflow_privacy.privacy.fast_gradient_clipping import clip_grads
 
 from tff_priv.learning import ghost_clipping
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
+_ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 _LOSS = lambda y, p: tf.keras.losses.sparse_categorical_crossentropy(y, p)
 
 
@@ -22,15 +23,17 @@ def _conv_model():
   # Strides, valid and same padding, dilation, no bias; the kernel norms of
   # the first two are materialised, of the last two ghost (checked below);
   # one of each form dilated.
-  return tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(11, 11, 2)),
-      tf.keras.layers.Conv2D(4, 3, strides=2, activation='relu'),
-      tf.keras.layers.Conv2D(5, 2, padding='same', dilation_rate=2),
-      tf.keras.layers.Conv2D(16, 3, use_bias=False, activation='tanh'),
-      tf.keras.layers.Conv2D(8, 2, padding='same', dilation_rate=2),
-      tf.keras.layers.Flatten(),
-      tf.keras.layers.Dense(3, activation='softmax'),
-  ])
+  return tf.keras.Sequential(
+      [
+          tf.keras.layers.InputLayer(input_shape=(11, 11, 2)),
+          tf.keras.layers.Conv2D(4, 3, strides=2, activation='relu'),
+          tf.keras.layers.Conv2D(5, 2, padding='same', dilation_rate=2),
+          tf.keras.layers.Conv2D(16, 3, use_bias=False, activation='tanh'),
+          tf.keras.layers.Conv2D(8, 2, padding='same', dilation_rate=2),
+          tf.keras.layers.Flatten(),
+          tf.keras.layers.Dense(3, activation='softmax'),
+      ]
+  )
 
 
 def _per_example_grads(model, x, y):
@@ -56,16 +59,30 @@ def _reference_kernel_grads(layer, x, g):
   """
   x, g = np.asarray(x, np.float64), np.asarray(g, np.float64)
   (kh, kw), (sh, sw), (dh, dw) = (
-      layer.kernel_size, layer.strides, layer.dilation_rate)
+      layer.kernel_size,
+      layer.strides,
+      layer.dilation_rate,
+  )
   if layer.padding == 'same':
-    x = np.pad(x, [(0, 0), _same_pad(x.shape[1], kh, sh, dh),
-                   _same_pad(x.shape[2], kw, sw, dw), (0, 0)])
+    x = np.pad(
+        x,
+        [
+            (0, 0),
+            _same_pad(x.shape[1], kh, sh, dh),
+            _same_pad(x.shape[2], kw, sw, dw),
+            (0, 0),
+        ],
+    )
   out_h, out_w = g.shape[1:3]
   k = np.zeros((len(x), kh, kw, x.shape[-1], g.shape[-1]))
   for i in range(kh):
     for j in range(kw):
-      window = x[:, i * dh : i * dh + (out_h - 1) * sh + 1 : sh,
-                 j * dw : j * dw + (out_w - 1) * sw + 1 : sw, :]
+      window = x[
+          :,
+          i * dh : i * dh + (out_h - 1) * sh + 1 : sh,
+          j * dw : j * dw + (out_w - 1) * sw + 1 : sw,
+          :,
+      ]
       k[:, i, j] = np.einsum('bhwc,bhwo->bco', window, g)
   return k
 
@@ -82,11 +99,15 @@ def _forms():
   'patches' everywhere, 'grouped' where the CPU kernels take a grouped
   filter gradient (oneDNN; `test_without_onednn` runs the rest without it).
   """
-  forms = {'patches': mock.patch.object(
-      ghost_clipping, 'grouped_filter_grads', return_value=False)}
+  forms = {
+      'patches': mock.patch.object(
+          ghost_clipping, 'grouped_filter_grads', return_value=False
+      )
+  }
   if ghost_clipping.grouped_filter_grads():
     forms['grouped'] = mock.patch.object(
-        ghost_clipping, 'grouped_filter_grads', return_value=True)
+        ghost_clipping, 'grouped_filter_grads', return_value=True
+    )
   return forms
 
 
@@ -106,9 +127,11 @@ class GhostClippingTest(tf.test.TestCase):
     for layer in self.model.layers[:4]:
       _, h, w, filters = layer.output_shape
       kh, kw = layer.kernel_size
-      forms.append(ghost_clipping.use_ghost_form(
-          h * w, kh * kw * layer.input_shape[-1], filters
-      ))
+      forms.append(
+          ghost_clipping.use_ghost_form(
+              h * w, kh * kw * layer.input_shape[-1], filters
+          )
+      )
     self.assertEqual(forms, [False, False, True, True])
 
   def test_conv_norms_equal_per_example_norms(self):
@@ -131,7 +154,10 @@ class GhostClippingTest(tf.test.TestCase):
     clip = float(np.median(norms))  # Some examples clipped, some not.
     self.assertTrue(np.any(norms > clip * 1.01) and np.any(norms < clip * 0.99))
     expected = [
-        sum(min(1.0, clip / n) * g[j].numpy() for n, g in zip(norms, per_example))
+        sum(
+            min(1.0, clip / n) * g[j].numpy()
+            for n, g in zip(norms, per_example)
+        )
         for j in range(len(per_example[0]))
     ]
     for form, patch in _forms().items():
@@ -142,7 +168,8 @@ class GhostClippingTest(tf.test.TestCase):
         for got, want in zip(grads, expected):
           self.assertAllClose(got, want, rtol=1e-5, atol=1e-6)
         self.assertAllClose(
-            losses, _LOSS(self.y, self.model(self.x)), rtol=1e-6)
+            losses, _LOSS(self.y, self.model(self.x)), rtol=1e-6
+        )
 
   def test_a_materialised_kernel_norm_gives_the_kernel_sum_too(self):
     # The two materialised layers' clipped kernel sums are the weighted sums
@@ -156,12 +183,18 @@ class GhostClippingTest(tf.test.TestCase):
     calls = {'grouped': (3, 3), 'patches': (1, 5)}
     for form, patch in _forms().items():
       filter_grads, patch_calls = calls[form]
-      with self.subTest(form=form), patch, mock.patch.object(
-          tf.compat.v1.nn, 'conv2d_backprop_filter', side_effect=real
-      ) as filter_grad, mock.patch.object(
-          ghost_clipping, '_input_patches',
-          wraps=ghost_clipping._input_patches,
-      ) as patches:
+      with (
+          self.subTest(form=form),
+          patch,
+          mock.patch.object(
+              tf.compat.v1.nn, 'conv2d_backprop_filter', side_effect=real
+          ) as filter_grad,
+          mock.patch.object(
+              ghost_clipping,
+              '_input_patches',
+              wraps=ghost_clipping._input_patches,
+          ) as patches,
+      ):
         ghost_clipping.clipped_grad_sum(self.model, self.x, self.y, _LOSS, 1.0)
         self.assertEqual(filter_grad.call_count, filter_grads)
         self.assertEqual(patches.call_count, patch_calls)
@@ -188,27 +221,39 @@ class GhostClippingTest(tf.test.TestCase):
       g = tf.constant(rng.normal(size=layer(x).shape), tf.float32)
       want = _reference_kernel_grads(layer, x, g)
       for form, patch in _forms().items():
-        with self.subTest(strides=strides, dilation=dilation,
-                          padding=padding, form=form), patch:
+        with (
+            self.subTest(
+                strides=strides, dilation=dilation, padding=padding, form=form
+            ),
+            patch,
+        ):
           got = ghost_clipping._per_example_kernel_grads(layer, x, g)
           traced = tf.function(
               lambda x, g, layer=layer: (
-                  ghost_clipping._per_example_kernel_grads(layer, x, g).values),
-              input_signature=[tf.TensorSpec([None, *x.shape[1:]]),
-                               tf.TensorSpec([None, *g.shape[1:]])],
+                  ghost_clipping._per_example_kernel_grads(layer, x, g).values
+              ),
+              input_signature=[
+                  tf.TensorSpec([None, *x.shape[1:]]),
+                  tf.TensorSpec([None, *g.shape[1:]]),
+              ],
+          )
+          self.assertAllClose(_as_batch_first(got), want, rtol=1e-5, atol=1e-5)
+          self.assertAllClose(
+              _as_batch_first(got._replace(values=traced(x, g))),
+              want,
+              rtol=1e-5,
+              atol=1e-5,
           )
           self.assertAllClose(
-              _as_batch_first(got), want, rtol=1e-5, atol=1e-5)
-          self.assertAllClose(
-              _as_batch_first(got._replace(values=traced(x, g))), want,
-              rtol=1e-5, atol=1e-5)
-          self.assertAllClose(
-              got.sqr_norms(), np.sum(want**2, axis=(1, 2, 3, 4)), rtol=1e-5)
+              got.sqr_norms(), np.sum(want**2, axis=(1, 2, 3, 4)), rtol=1e-5
+          )
           weights = rng.uniform(size=4)
           self.assertAllClose(
               got.weighted_sum(tf.constant(weights, tf.float32)),
               np.einsum('b,bijco->ijco', weights, want),
-              rtol=1e-5, atol=1e-5)
+              rtol=1e-5,
+              atol=1e-5,
+          )
 
   @pytest.mark.slow
   def test_without_onednn(self):
@@ -234,9 +279,15 @@ class GhostClippingTest(tf.test.TestCase):
     """)
     result = subprocess.run(
         [sys.executable, '-c', script, os.path.abspath(__file__)],
-        env={**os.environ, 'TF_ENABLE_ONEDNN_OPTS': '0',
-             'PYTHONPATH': _ROOT + os.pathsep + os.environ.get('PYTHONPATH', '')},
-        cwd=_ROOT, capture_output=True, text=True, timeout=600,
+        env={
+            **os.environ,
+            'TF_ENABLE_ONEDNN_OPTS': '0',
+            'PYTHONPATH': _ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
+        },
+        cwd=_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertEqual(result.stdout.split()[-1], 'ok')
@@ -268,21 +319,25 @@ class GhostClippingTest(tf.test.TestCase):
   def test_embedding_and_sequence_dense_sums_equal_sum_of_clipped_grads(self):
     # Embedding (table gradient by segment sum, repeated ids) and a Dense
     # applied to every position of a sequence (rank-3 input).
-    model = tf.keras.Sequential([
-        tf.keras.layers.InputLayer(input_shape=(5,), dtype=tf.int32),
-        tf.keras.layers.Embedding(7, 4),
-        tf.keras.layers.Dense(6, activation='tanh'),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(3, activation='softmax'),
-    ])
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.InputLayer(input_shape=(5,), dtype=tf.int32),
+            tf.keras.layers.Embedding(7, 4),
+            tf.keras.layers.Dense(6, activation='tanh'),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(3, activation='softmax'),
+        ]
+    )
     rng = np.random.default_rng(5)
     x = rng.integers(0, 7, size=(6, 5)).astype(np.int32)
     x[0] = 2  # One id five times in one example.
     y = rng.integers(0, 3, size=6).astype(np.int32)
     per_example = _per_example_grads(model, x, y)
     norms = np.array(
-        [tf.linalg.global_norm(
-            [tf.convert_to_tensor(t) for t in g]).numpy() for g in per_example]
+        [
+            tf.linalg.global_norm([tf.convert_to_tensor(t) for t in g]).numpy()
+            for g in per_example
+        ]
     )
     clip = float(np.median(norms))
     self.assertTrue(np.any(norms > clip * 1.01) and np.any(norms < clip * 0.99))
@@ -296,14 +351,16 @@ class GhostClippingTest(tf.test.TestCase):
 
   def test_unsupported_layers(self):
     self.assertEmpty(ghost_clipping.unsupported_layers(self.model))
-    model = tf.keras.Sequential([
-        tf.keras.layers.InputLayer(input_shape=(6, 6, 4)),
-        tf.keras.layers.Conv2D(4, 3, groups=2, name='grouped'),
-        tf.keras.layers.Dropout(0.5, name='drop'),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.BatchNormalization(name='bn'),
-        tf.keras.layers.Dense(2),
-    ])
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.InputLayer(input_shape=(6, 6, 4)),
+            tf.keras.layers.Conv2D(4, 3, groups=2, name='grouped'),
+            tf.keras.layers.Dropout(0.5, name='drop'),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.BatchNormalization(name='bn'),
+            tf.keras.layers.Dense(2),
+        ]
+    )
     self.assertEqual(
         ghost_clipping.unsupported_layers(model),
         ['grouped (Conv2D)', 'drop (Dropout)', 'bn (BatchNormalization)'],
@@ -327,17 +384,24 @@ class GhostClippingTest(tf.test.TestCase):
     # Called directly (without `unsupported_layers` first), a grouped Conv2D
     # is refused in one line (it used to fail deep in TensorFlow, a reshape
     # error).
-    model = tf.keras.Sequential([
-        tf.keras.layers.InputLayer(input_shape=(6, 6, 4)),
-        tf.keras.layers.Conv2D(4, 3, groups=2, name='grouped'),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(2),
-    ])
-    with self.assertRaisesRegex(NotImplementedError,
-                                'grouped .* in this configuration'):
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.InputLayer(input_shape=(6, 6, 4)),
+            tf.keras.layers.Conv2D(4, 3, groups=2, name='grouped'),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(2),
+        ]
+    )
+    with self.assertRaisesRegex(
+        NotImplementedError, 'grouped .* in this configuration'
+    ):
       ghost_clipping.clipped_grad_sum(
-          model, np.ones((2, 6, 6, 4), np.float32), np.zeros(2, np.int32),
-          _LOSS, 1.0)
+          model,
+          np.ones((2, 6, 6, 4), np.float32),
+          np.zeros(2, np.int32),
+          _LOSS,
+          1.0,
+      )
 
   def test_a_layer_called_twice_is_refused(self):
     # The example's gradient of a shared layer is the sum of its calls'
@@ -348,21 +412,31 @@ class GhostClippingTest(tf.test.TestCase):
     inputs = tf.keras.Input((3,))
     outputs = tf.keras.layers.Dense(2, name='head')(shared(shared(inputs)))
     model = tf.keras.Model(inputs, outputs)
-    self.assertEqual(ghost_clipping.unsupported_layers(model),
-                     ['shared (Dense, called 2 times)'])
+    self.assertEqual(
+        ghost_clipping.unsupported_layers(model),
+        ['shared (Dense, called 2 times)'],
+    )
     x = np.ones((2, 3), np.float32)
-    with self.assertRaisesRegex(NotImplementedError, 'shared .* more than once'):
+    with self.assertRaisesRegex(
+        NotImplementedError, 'shared .* more than once'
+    ):
       ghost_clipping.clipped_grad_sum(
-          model, x, np.zeros(2, np.int32), _LOSS, 1.0)
+          model, x, np.zeros(2, np.int32), _LOSS, 1.0
+      )
     block = tf.keras.Sequential(
-        [tf.keras.layers.Dense(3, name='inner')], name='block')
+        [tf.keras.layers.Dense(3, name='inner')], name='block'
+    )
     inputs = tf.keras.Input((3,))
     outputs = tf.keras.layers.Dense(2)(block(block(inputs)))
     self.assertEqual(
         ghost_clipping.unsupported_layers(tf.keras.Model(inputs, outputs)),
-        ['inner (Dense, called 2 times)'])
-    self.assertEmpty(ghost_clipping.unsupported_layers(
-        tf.keras.Sequential([tf.keras.Input((3,)), block])))
+        ['inner (Dense, called 2 times)'],
+    )
+    self.assertEmpty(
+        ghost_clipping.unsupported_layers(
+            tf.keras.Sequential([tf.keras.Input((3,)), block])
+        )
+    )
 
 
 if __name__ == '__main__':

@@ -18,15 +18,17 @@ _LR = 0.1
 
 
 def _model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(_DIM,)),
-      tf.keras.layers.Dense(
-          _CLASSES,
-          kernel_initializer=tf.keras.initializers.RandomUniform(
-              -0.2, 0.2, seed=1
+  keras_model = tf.keras.Sequential(
+      [
+          tf.keras.layers.InputLayer(input_shape=(_DIM,)),
+          tf.keras.layers.Dense(
+              _CLASSES,
+              kernel_initializer=tf.keras.initializers.RandomUniform(
+                  -0.2, 0.2, seed=1
+              ),
           ),
-      ),
-  ])
+      ]
+  )
   return tff.learning.models.from_keras_model(
       keras_model,
       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -64,9 +66,7 @@ def _local_weights(data):
   )
   weights = proc.get_model_weights(proc.initialize())
   output = work.next(work.initialize(), [weights] * len(data), data)
-  return weights, [
-      [np.asarray(t) for t in r.update] for r in output.result
-  ]
+  return weights, [[np.asarray(t) for t in r.update] for r in output.result]
 
 
 class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
@@ -115,7 +115,10 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     _, local = _local_weights(data)
     radius = 0.5
     proc = ldp_learning.build_ldp_fl_process(
-        _model_fn, client_optimizer_fn=_sgd(), epsilon=50.0, mode='weights',
+        _model_fn,
+        client_optimizer_fn=_sgd(),
+        epsilon=50.0,
+        mode='weights',
         radius=radius,
     )
     tf.random.set_seed(3)
@@ -139,13 +142,17 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     data = _client_data(num_clients, seed=2)
     _, local = _local_weights(data)
     proc = ldp_learning.build_ldp_fl_process(
-        _model_fn, client_optimizer_fn=_sgd(), epsilon=eps, mode='weights',
+        _model_fn,
+        client_optimizer_fn=_sgd(),
+        epsilon=eps,
+        mode='weights',
         radius=radius,
     )
     init = proc.initialize()
     tf.random.set_seed(4)
-    runs = [_trainable(proc, proc.next(init, data).state)
-            for _ in range(repeats)]
+    runs = [
+        _trainable(proc, proc.next(init, data).state) for _ in range(repeats)
+    ]
     zs = []
     for l in range(len(local[0])):
       values = np.stack([c[l] for c in local])
@@ -183,14 +190,17 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
     )
     output = proc.next(proc.initialize(), _client_data(2))
     agg = output.metrics['aggregator']
-    self.assertAllClose(agg['radius'], [ldp_learning.DEFAULT_WEIGHTS_RADIUS] * 2)
+    self.assertAllClose(
+        agg['radius'], [ldp_learning.DEFAULT_WEIGHTS_RADIUS] * 2
+    )
     low, high = ldp_mechanisms.output_values(0.0, 0.075, 2.0)
     for w in _trainable(proc, output.state):
       # Mean of 2 reports in {c - r q, c + r q}: one of 3 values.
       allowed = np.array([low, (low + high) / 2, high], np.float32)
       self.assertAllClose(
           np.min(np.abs(w.reshape(-1, 1) - allowed), axis=1),
-          np.zeros(w.size), atol=1e-6,
+          np.zeros(w.size),
+          atol=1e-6,
       )
 
   @parameterized.named_parameters(
@@ -203,9 +213,7 @@ class LdpFlProcessTest(tf.test.TestCase, parameterized.TestCase):
       ('bad_model_fn', dict(model_fn=3), TypeError),
   )
   def test_bad_arguments(self, override, error):
-    kwargs = dict(
-        model_fn=_model_fn, client_optimizer_fn=_sgd(), epsilon=1.0
-    )
+    kwargs = dict(model_fn=_model_fn, client_optimizer_fn=_sgd(), epsilon=1.0)
     kwargs.update(override)
     model_fn = kwargs.pop('model_fn')
     with self.assertRaises(error):
@@ -222,7 +230,10 @@ class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual(
           report[part],
           ldp_learning.ldp_report(
-              0.5, delta=1e-5, rounds=rounds, num_values=1000,
+              0.5,
+              delta=1e-5,
+              rounds=rounds,
+              num_values=1000,
               num_clients=10**6,
           ),
       )
@@ -264,7 +275,11 @@ class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
     )
     self.assertTrue(fixed['range_release']['private'])
     minmax = ldp_learning.ldp_privacy_report(
-        1.0, num_values=10, rounds=2, num_clients=100, delta=1e-5,
+        1.0,
+        num_values=10,
+        rounds=2,
+        num_clients=100,
+        delta=1e-5,
         range_mode='minmax',
     )
     self.assertFalse(minmax['range_release']['private'])
@@ -279,8 +294,13 @@ class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
     # The round's event: [10 eps-LDP values, the range release].
     event = guarantees.extract_dp_event(output.state).events[1]
     quantile = ldp_learning.ldp_privacy_report(
-        1.0, num_values=10, rounds=2, num_clients=100, delta=1e-5,
-        range_mode='quantile', range_event=event,
+        1.0,
+        num_values=10,
+        rounds=2,
+        num_clients=100,
+        delta=1e-5,
+        range_mode='quantile',
+        range_event=event,
     )['range_release']
     self.assertTrue(quantile['private'])
     self.assertGreater(quantile['rdp_epsilon'], 0.0)
@@ -291,7 +311,11 @@ class PrivacyReportTest(tf.test.TestCase, parameterized.TestCase):
     )
     with self.assertRaises(ValueError):
       ldp_learning.ldp_privacy_report(
-          1.0, num_values=10, rounds=2, num_clients=100, delta=1e-5,
+          1.0,
+          num_values=10,
+          rounds=2,
+          num_clients=100,
+          delta=1e-5,
           range_mode='quantile',
       )
 

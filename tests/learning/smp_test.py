@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
+
 # Test-only: TFF's own tree analysis finds the aggregation intrinsics of a
 # computation (there is no public API for it in TFF 0.87).
 from tensorflow_federated.python.core.impl.compiler import tree_analysis
@@ -137,27 +138,46 @@ def _numpy_local_training(theta, batches, epochs, lr, momentum):
 class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ('aggregator_mean', dict(
-          aggregator_factory=tff.aggregators.UnweightedMeanFactory()),
-       'aggregator_factory'),
+      (
+          'aggregator_mean',
+          dict(aggregator_factory=tff.aggregators.UnweightedMeanFactory()),
+          'aggregator_factory',
+      ),
       ('aggregator_none', dict(aggregator_factory=None), 'aggregator_factory'),
-      ('client_optimizer_keras', dict(
-          client_optimizer_fn=lambda: tf.keras.optimizers.SGD(0.1)),
-       'client_optimizer_fn'),
-      ('server_optimizer_str', dict(server_optimizer_fn='sgd'),
-       'server_optimizer_fn'),
+      (
+          'client_optimizer_keras',
+          dict(client_optimizer_fn=lambda: tf.keras.optimizers.SGD(0.1)),
+          'client_optimizer_fn',
+      ),
+      (
+          'server_optimizer_str',
+          dict(server_optimizer_fn='sgd'),
+          'server_optimizer_fn',
+      ),
       ('local_epochs_float', dict(local_epochs=1.5), 'local_epochs'),
       ('local_epochs_bool', dict(local_epochs=True), 'local_epochs'),
       ('public_data_arrays', dict(public_data=_examples(7, 10)), 'public_data'),
-      ('public_data_wrong_features', dict(
-          public_data=_dataset(np.zeros([4, 5], np.float32),
-                               np.zeros([4], np.int32), 2)),
-       'public_data'),
-      ('public_data_unbatched', dict(
-          public_data=tf.data.Dataset.from_tensor_slices(_examples(7, 10))),
-       'public_data'),
-      ('metrics_aggregator_str', dict(metrics_aggregator='sum'),
-       'metrics_aggregator'),
+      (
+          'public_data_wrong_features',
+          dict(
+              public_data=_dataset(
+                  np.zeros([4, 5], np.float32), np.zeros([4], np.int32), 2
+              )
+          ),
+          'public_data',
+      ),
+      (
+          'public_data_unbatched',
+          dict(
+              public_data=tf.data.Dataset.from_tensor_slices(_examples(7, 10))
+          ),
+          'public_data',
+      ),
+      (
+          'metrics_aggregator_str',
+          dict(metrics_aggregator='sum'),
+          'metrics_aggregator',
+      ),
   )
   def test_type_errors_name_the_argument(self, kwargs, name):
     with self.assertRaisesRegex(TypeError, name):
@@ -167,16 +187,24 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
       ('local_epochs_zero', dict(local_epochs=0), 'local_epochs'),
       ('local_epochs_negative', dict(local_epochs=-2), 'local_epochs'),
       ('public_data_missing', dict(public_data=None), 'public_data'),
-      ('public_data_empty', dict(
-          public_data=_dataset(*_examples(7, 10), batch=4).take(0)),
-       'public_data'),
-      ('public_data_infinite', dict(
-          public_data=_dataset(*_examples(7, 10), batch=4).repeat()),
-       'public_data'),
-      ('public_data_with_rand_k', dict(
-          aggregator_factory=_factory(mask='rand_k'),
-          public_data=_dataset(*_examples(7, 10), batch=4)),
-       'public_data'),
+      (
+          'public_data_empty',
+          dict(public_data=_dataset(*_examples(7, 10), batch=4).take(0)),
+          'public_data',
+      ),
+      (
+          'public_data_infinite',
+          dict(public_data=_dataset(*_examples(7, 10), batch=4).repeat()),
+          'public_data',
+      ),
+      (
+          'public_data_with_rand_k',
+          dict(
+              aggregator_factory=_factory(mask='rand_k'),
+              public_data=_dataset(*_examples(7, 10), batch=4),
+          ),
+          'public_data',
+      ),
   )
   def test_value_errors_name_the_argument(self, kwargs, name):
     with self.assertRaisesRegex(ValueError, name):
@@ -251,7 +279,7 @@ class TopKMaskTest(tf.test.TestCase):
       )
       numpy_scores = np.abs(_flat(numpy_pub) - _flat(theta))
       self.assertAllEqual(
-          expected, np.sort(np.argsort(-numpy_scores)[:self.k])
+          expected, np.sort(np.argsort(-numpy_scores)[: self.k])
       )
 
       output = self.process.next(state, private)
@@ -370,7 +398,9 @@ class TrainingTest(tf.test.TestCase, parameterized.TestCase):
     process = _build(
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5, 0.5),
         aggregator_factory=_factory(
-            mask=mask, compression=compression, expected_clients_per_round=3,
+            mask=mask,
+            compression=compression,
+            expected_clients_per_round=3,
             clip=10.0,
         ),
         local_epochs=2,
@@ -380,6 +410,7 @@ class TrainingTest(tf.test.TestCase, parameterized.TestCase):
     all_x = np.concatenate([x for x, _ in examples])
     all_y = np.concatenate([y for _, y in examples])
     state = _initial_state(process)
+
     def loss(state):
       theta = state.global_model_weights.trainable
       return _softmax_regression(theta, all_x, all_y)[0]
@@ -399,8 +430,11 @@ class MeasurementTest(tf.test.TestCase, parameterized.TestCase):
     sigma, k_clients, compression = 0.7, 4, 0.4
     process = _build(
         aggregator_factory=_factory(
-            mask=mask, noise_multiplier=sigma, clip=1.0,
-            compression=compression, expected_clients_per_round=k_clients,
+            mask=mask,
+            noise_multiplier=sigma,
+            clip=1.0,
+            compression=compression,
+            expected_clients_per_round=k_clients,
         ),
     )
     self.assertIsInstance(process, tff.learning.templates.LearningProcess)
@@ -411,7 +445,10 @@ class MeasurementTest(tf.test.TestCase, parameterized.TestCase):
         _flat(_initial_state(process, seed=5).global_model_weights.trainable),
     )
     self.assertIsInstance(
-        state.aggregator, smp_aggregators.TopKState if mask == 'top_k' else smp_aggregators.RandKState
+        state.aggregator,
+        smp_aggregators.TopKState
+        if mask == 'top_k'
+        else smp_aggregators.RandKState,
     )
     k = smp_mechanisms.num_kept(_D, compression)
     # Two of K = 4 clients report: their noise shares still sum to sigma C,
@@ -457,8 +494,10 @@ class ClientMetricsTest(tf.test.TestCase):
     output = private.next(
         private.initialize(), [_dataset(*_examples(1, 8), batch=4)]
     )
-    self.assertEqual(output.metrics['client_work'], collections.OrderedDict(
-        train=collections.OrderedDict()))
+    self.assertEqual(
+        output.metrics['client_work'],
+        collections.OrderedDict(train=collections.OrderedDict()),
+    )
     default = _build(aggregator_factory=_factory(mask='rand_k'))
     tree = default.next.to_building_block()
     self.assertNotEmpty(tree_analysis.find_unsecure_aggregation_in_tree(tree))

@@ -6,11 +6,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_priv_tasks import models
-from tests import tiny_models
 from tests import neighbours as neighbours_lib
-from tff_priv.learning import ghost_clipping
+from tests import tiny_models
 from tff_priv.learning import udp_client_work
+from tff_priv_tasks import models
 
 _LOSS = udp_client_work.sparse_categorical_crossentropy()
 
@@ -51,12 +50,14 @@ def _small_cnn():
 
 def _prelu_classifier():
   # PReLU has a trainable slope and no registry function.
-  return tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(6,)),
-      tf.keras.layers.Dense(8),
-      tf.keras.layers.PReLU(name='slope'),
-      tf.keras.layers.Dense(3, activation='softmax'),
-  ])
+  return tf.keras.Sequential(
+      [
+          tf.keras.layers.InputLayer(input_shape=(6,)),
+          tf.keras.layers.Dense(8),
+          tf.keras.layers.PReLU(name='slope'),
+          tf.keras.layers.Dense(3, activation='softmax'),
+      ]
+  )
 
 
 def _shared_layer_classifier():
@@ -65,7 +66,8 @@ def _shared_layer_classifier():
   inputs = tf.keras.Input((6,))
   shared = tf.keras.layers.Dense(6, activation='tanh', name='shared')
   outputs = tf.keras.layers.Dense(3, activation='softmax')(
-      shared(shared(inputs)))
+      shared(shared(inputs))
+  )
   return tf.keras.Model(inputs, outputs)
 
 
@@ -80,7 +82,9 @@ def _per_example_norms(model_fn, weights, x, y):
   norms = []
   for i in range(len(x)):
     with tf.GradientTape() as tape:
-      loss = tf.reduce_sum(_LOSS(y[i : i + 1], model.predict_on_batch(x[i : i + 1])))
+      loss = tf.reduce_sum(
+          _LOSS(y[i : i + 1], model.predict_on_batch(x[i : i + 1]))
+      )
     grads = tape.gradient(loss, model.trainable_variables)
     norms.append(tf.linalg.global_norm(grads).numpy())
   return np.array(norms)
@@ -123,7 +127,10 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
     # The same step computed here example by example, in eager mode.
     kernel = tf.Variable(weights.trainable[0])
     bias = tf.Variable(weights.trainable[1])
-    grad_sum = [np.zeros_like(weights.trainable[0]), np.zeros_like(weights.trainable[1])]
+    grad_sum = [
+        np.zeros_like(weights.trainable[0]),
+        np.zeros_like(weights.trainable[1]),
+    ]
     clipped_any = False
     for i in range(7):
       with tf.GradientTape() as tape:
@@ -191,8 +198,11 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
       ('unregistered', _prelu_classifier, r'slope \(PReLU\)'),
-      ('called_twice', _shared_layer_classifier,
-       r'shared \(Dense, called 2 times\)'),
+      (
+          'called_twice',
+          _shared_layer_classifier,
+          r'shared \(Dense, called 2 times\)',
+      ),
   )
   @pytest.mark.slow
   def test_unsupported_layer_falls_back_and_says_so(self, build, blocker):
@@ -205,7 +215,9 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
     with self.assertLogs(logger='absl', level='WARNING') as logs:
       auto = udp_client_work.build_udp_client_work(model_fn, **base)
     self.assertLen(logs.output, 1)
-    self.assertRegex(logs.output[0], r'per-example gradients.*: ' + blocker + '$')
+    self.assertRegex(
+        logs.output[0], r'per-example gradients.*: ' + blocker + '$'
+    )
     reference = udp_client_work.build_udp_client_work(
         model_fn, clipping='per_example', **base
     )
@@ -214,7 +226,8 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
         _flat(auto.next(auto.initialize(), [weights], data).result[0].update),
         _flat(
             reference.next(reference.initialize(), [weights], data)
-            .result[0].update
+            .result[0]
+            .update
         ),
     )
     with self.assertRaisesRegex(ValueError, r"clipping='ghost'.*" + blocker):
@@ -232,7 +245,9 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
     )
     bound = udp_client_work.udp_sensitivity(lr, clip, n)
     state = work.initialize()
-    base = _flat(work.next(state, [weights], [_dataset(x, y, 5)]).result[0].update)
+    base = _flat(
+        work.next(state, [weights], [_dataset(x, y, 5)]).result[0].update
+    )
     distances = []
     for trial in range(4):
       x2, y2 = x.copy(), y.copy()
@@ -339,7 +354,9 @@ class UdpClientWorkTest(tf.test.TestCase, parameterized.TestCase):
     weights = _weights(_tiny_model_fn)
 
     def exact_statistics(work):
-      run = lambda data: work.next(work.initialize(), [weights] * 2, data).measurements
+      run = lambda data: work.next(
+          work.initialize(), [weights] * 2, data
+      ).measurements
       return neighbours_lib.exact_statistic_leaves(run, *neighbours)
 
     base = dict(learning_rate=0.5, clip_norm=0.1, per_example_loss=_LOSS)

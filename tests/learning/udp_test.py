@@ -121,9 +121,7 @@ class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
     for stalls in ((), (1,)):
       sigmas = _simulate(schedule, stalls, beta=0.5)
       self.assertLen(sigmas, 2 - len(stalls))
-      realised[stalls] = _ledger(sigmas, sens, **sampling).epsilon(
-          delta
-      )
+      realised[stalls] = _ledger(sigmas, sens, **sampling).epsilon(delta)
       self.assertGreaterEqual(analyst.epsilon(delta), realised[stalls] - 1e-9)
     self.assertLess(realised[(1,)], 0.7 * target)
     if target == 4.0:
@@ -227,7 +225,9 @@ class CrdProcessTest(tf.test.TestCase):
       process.next(state, clients)
     # Weights round-trip through the process's accessors.
     weights = process.get_model_weights(state)
-    self.assertIsInstance(process.set_model_weights(state, weights), udp_learning.CRDState)
+    self.assertIsInstance(
+        process.set_model_weights(state, weights), udp_learning.CRDState
+    )
 
   def test_bad_arguments(self):
     schedule = noise_schedule.BudgetSchedule(1.0, 3)
@@ -258,9 +258,12 @@ class UdpProcessTest(tf.test.TestCase):
 
   def test_several_steps_need_a_bound_of_the_callers_own(self):
     args = dict(
-        learning_rate=0.1, clip_norm=1.0,
+        learning_rate=0.1,
+        clip_norm=1.0,
         per_example_loss=udp_client_work.sparse_categorical_crossentropy(),
-        sensitivity=0.01, noise_stddev=0.1, local_steps=2,
+        sensitivity=0.01,
+        noise_stddev=0.1,
+        local_steps=2,
     )
     with self.assertRaisesRegex(ValueError, 'sensitivity_is_own_bound'):
       udp_learning.build_udp_process(tiny_models.softmax_model_fn, **args)

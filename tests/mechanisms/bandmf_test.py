@@ -10,8 +10,9 @@ def _toeplitz(coefs, n):
   c = np.zeros(n)
   m = min(len(coefs), n)
   c[:m] = coefs[:m]
-  return np.array([[c[i - j] if i >= j else 0.0 for j in range(n)]
-                   for i in range(n)])
+  return np.array(
+      [[c[i - j] if i >= j else 0.0 for j in range(n)] for i in range(n)]
+  )
 
 
 class BandMFMathTest(tf.test.TestCase):
@@ -21,15 +22,19 @@ class BandMFMathTest(tf.test.TestCase):
     n = 9
     c = _toeplitz(coefs, n)
     c_inv = np.linalg.inv(c)
-    self.assertAllClose(bandmf.inverse_coefs(coefs, n), c_inv[:, 0],
-                        rtol=1e-12, atol=1e-12)
+    self.assertAllClose(
+        bandmf.inverse_coefs(coefs, n), c_inv[:, 0], rtol=1e-12, atol=1e-12
+    )
     b = np.tril(np.ones((n, n))) @ c_inv
-    self.assertAllClose(bandmf.prefix_variances(coefs, n),
-                        np.sum(b * b, axis=1), rtol=1e-12)
+    self.assertAllClose(
+        bandmf.prefix_variances(coefs, n), np.sum(b * b, axis=1), rtol=1e-12
+    )
     # The loss: mean prefix variance x the columns' largest norm^2.
-    self.assertAllClose(bandmf.loss(coefs, n),
-                        np.mean(np.sum(b * b, axis=1))
-                        * np.max(np.sum(c * c, axis=0)), rtol=1e-12)
+    self.assertAllClose(
+        bandmf.loss(coefs, n),
+        np.mean(np.sum(b * b, axis=1)) * np.max(np.sum(c * c, axis=0)),
+        rtol=1e-12,
+    )
 
   def test_optimum_matches_jax_privacy(self):
     # jax_privacy's `toeplitz.optimize_banded_toeplitz(n, bands)` and
@@ -67,8 +72,9 @@ class BandMFMathTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, 'bands=4 exceeds total_rounds=3'):
       bandmf.band_choice(3, 100, 20, 4)
     choice = bandmf.band_choice(10, 100, 20, 4)
-    self.assertEqual((choice.sampling_probability, choice.participations),
-                     (20 / 25, 3))
+    self.assertEqual(
+        (choice.sampling_probability, choice.participations), (20 / 25, 3)
+    )
 
 
 if __name__ == '__main__':

@@ -31,11 +31,15 @@ class BernoulliSamplingTest(tf.test.TestCase):
     self.assertEqual(included.shape, (batches, n))
     sizes = included.sum(1)
     # Mean batch size rho n = 10; SE = sqrt(n rho (1 - rho) / batches) = 0.063.
-    self.assertAllClose(sizes.mean(), rho * n, atol=5 * np.sqrt(n * rho * (1 - rho) / batches))
+    self.assertAllClose(
+        sizes.mean(), rho * n, atol=5 * np.sqrt(n * rho * (1 - rho) / batches)
+    )
     # Variance of a Binomial(n, rho): n rho (1 - rho) = 8 (it would differ if
     # inclusions were dependent); the sample variance's SE ~ 8 sqrt(2 / B)
     # = 0.25; tolerance 5 SE.
-    self.assertAllClose(sizes.var(), n * rho * (1 - rho), atol=5 * 8 * np.sqrt(2 / batches))
+    self.assertAllClose(
+        sizes.var(), n * rho * (1 - rho), atol=5 * 8 * np.sqrt(2 / batches)
+    )
     # Pairwise: P(i and j) = rho^2 for i != j. Average over all pairs of the
     # correlation of inclusion indicators ~ 0 (SE of one pair's correlation
     # 1/sqrt(B) = 0.022; the mean over 1225 pairs is far tighter; 0.01 bound).
@@ -45,28 +49,28 @@ class BernoulliSamplingTest(tf.test.TestCase):
     self.assertLess(np.abs(off_diagonal).max(), 6 / np.sqrt(batches))
     # Every example is eligible for every batch: each is included ~ rho B times.
     per_example = included.mean(0)
-    self.assertLess(np.abs(per_example - rho).max(), 5 * np.sqrt(rho * (1 - rho) / batches))
+    self.assertLess(
+        np.abs(per_example - rho).max(), 5 * np.sqrt(rho * (1 - rho) / batches)
+    )
 
   def test_seed_reproducible_and_fresh_without_seed(self):
     transform = bernoulli_sampling.bernoulli_batches(0.3, 20, seed=3)
     a = _inclusion_matrix(transform, 40)
     self.assertAllEqual(a, _inclusion_matrix(transform, 40))
     fresh = bernoulli_sampling.bernoulli_batches(0.3, 20)
-    self.assertNotAllEqual(_inclusion_matrix(fresh, 40), _inclusion_matrix(fresh, 40))
+    self.assertNotAllEqual(
+        _inclusion_matrix(fresh, 40), _inclusion_matrix(fresh, 40)
+    )
 
   def test_seed_gives_the_same_batches_in_any_input_order(self):
     # TFF's preprocessing shuffles: the batches must not depend on the order.
     transform = bernoulli_sampling.bernoulli_batches(0.3, 20, seed=3)
     n = 40
     order = np.random.default_rng(0).permutation(n)
-    shuffled = tf.data.Dataset.from_tensor_slices(
-        {'x': order, 'y': order * 10}
-    )
+    shuffled = tf.data.Dataset.from_tensor_slices({'x': order, 'y': order * 10})
     batches = [sorted(b['x'].numpy()) for b in transform(shuffled)]
     expected = _inclusion_matrix(transform, n)
-    self.assertEqual(
-        batches, [sorted(np.flatnonzero(row)) for row in expected]
-    )
+    self.assertEqual(batches, [sorted(np.flatnonzero(row)) for row in expected])
     # Without the canonical order the masks would pick other examples.
     self.assertNotEqual(
         batches[0],
@@ -74,10 +78,12 @@ class BernoulliSamplingTest(tf.test.TestCase):
     )
 
   def test_default_batches_and_client_data(self):
-    client_data = tff.simulation.datasets.TestClientData({
-        'a': {'x': np.arange(10, dtype=np.float32)},
-        'b': {'x': np.arange(4, dtype=np.float32)},
-    })
+    client_data = tff.simulation.datasets.TestClientData(
+        {
+            'a': {'x': np.arange(10, dtype=np.float32)},
+            'b': {'x': np.arange(4, dtype=np.float32)},
+        }
+    )
     transform = bernoulli_sampling.bernoulli_batches(0.25, seed=1)
     preprocessed = client_data.preprocess(transform)
     batches = list(preprocessed.create_tf_dataset_for_client('a'))

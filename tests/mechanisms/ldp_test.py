@@ -35,9 +35,7 @@ class FormulaTest(tf.test.TestCase, parameterized.TestCase):
   def test_q_accurate_for_small_epsilon(self):
     eps = 1e-6
     # coth(x) = 1/x + x/3 - ... ; q = 2/eps + eps/6 to 1e-12 relative.
-    self.assertAllClose(
-        ldp.two_point_q(eps), 2 / eps + eps / 6, rtol=1e-12
-    )
+    self.assertAllClose(ldp.two_point_q(eps), 2 / eps + eps / 6, rtol=1e-12)
 
   @parameterized.parameters(*_EPSILONS)
   def test_prob_high_is_the_papers_expression(self, eps):
@@ -46,9 +44,7 @@ class FormulaTest(tf.test.TestCase, parameterized.TestCase):
     e = math.exp(eps)
     # Algorithm 2, line 3, as printed.
     expected = ((w - c) * (e - 1) + r * (e + 1)) / (2 * r * (e + 1))
-    self.assertAllClose(
-        ldp.prob_high(w, c, r, eps), expected, rtol=1e-12
-    )
+    self.assertAllClose(ldp.prob_high(w, c, r, eps), expected, rtol=1e-12)
 
   @parameterized.parameters(*_EPSILONS)
   def test_likelihood_ratio_of_formula_is_at_most_e_eps(self, eps):
@@ -70,9 +66,7 @@ class FormulaTest(tf.test.TestCase, parameterized.TestCase):
     eps, c, r = 1.0, 0.2, 0.4
     q = (math.e + 1) / (math.e - 1)
     w = np.array([[-0.1, 0.2, 0.5], [0.6, 0.0, 0.3]])  # n = 2 clients
-    self.assertAllClose(
-        ldp.variance(w, c, r, eps), r**2 * q**2 - (w - c) ** 2
-    )
+    self.assertAllClose(ldp.variance(w, c, r, eps), r**2 * q**2 - (w - c) ** 2)
     n = w.shape[0]
     lemma4 = r**2 * q**2 / n - np.sum((w - c) ** 2, axis=0) / n**2
     self.assertAllClose(ldp.mean_variance(w, c, r, eps), lemma4)
@@ -167,9 +161,7 @@ class ImplementationPrivacyTest(tf.test.TestCase, parameterized.TestCase):
 
 class EncodeTest(tf.test.TestCase, parameterized.TestCase):
 
-  @parameterized.product(
-      eps=(0.5, 2.0), center=(0.0, -1.5), radius=(0.01, 3.0)
-  )
+  @parameterized.product(eps=(0.5, 2.0), center=(0.0, -1.5), radius=(0.01, 3.0))
   def test_outputs_are_exactly_the_two_values(self, eps, center, radius):
     w = tf.random.stateless_normal(
         [5000], _seed(1, 2), mean=center, stddev=2 * radius
@@ -208,9 +200,13 @@ class EncodeTest(tf.test.TestCase, parameterized.TestCase):
   )
   def test_unbiased_with_variance_of_lemma_3(self, eps, c, r, w):
     n = 400_000
-    x = ldp.encode(
-        tf.fill([n], tf.constant(w, tf.float32)), c, r, eps, _seed(7, 8)
-    ).encoded.numpy().astype(np.float64)
+    x = (
+        ldp.encode(
+            tf.fill([n], tf.constant(w, tf.float32)), c, r, eps, _seed(7, 8)
+        )
+        .encoded.numpy()
+        .astype(np.float64)
+    )
     var = float(ldp.variance(w, c, r, eps))
     self.assertNear(x.mean(), w, 5 * math.sqrt(var / n))
     # Standard error of the sample variance: sqrt((mu4 - var^2) / n), with
@@ -227,9 +223,11 @@ class EncodeTest(tf.test.TestCase, parameterized.TestCase):
   def test_lemma_4_variance_of_mean_of_n_clients(self):
     eps, c, r, n, trials = 1.0, 0.0, 1.0, 20, 50_000
     w = np.linspace(-1.0, 1.0, n).astype(np.float32)  # one value per client
-    x = ldp.encode(
-        tf.tile(w[None, :], [trials, 1]), c, r, eps, _seed(9, 9)
-    ).encoded.numpy().astype(np.float64)
+    x = (
+        ldp.encode(tf.tile(w[None, :], [trials, 1]), c, r, eps, _seed(9, 9))
+        .encoded.numpy()
+        .astype(np.float64)
+    )
     means = x.mean(axis=1)  # the server's mean, one per trial
     v = float(ldp.mean_variance(w[:, None], c, r, eps)[0])
     self.assertNear(means.mean(), w.mean(), 5 * math.sqrt(v / trials))

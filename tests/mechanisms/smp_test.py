@@ -123,7 +123,10 @@ class TopKTest(tf.test.TestCase):
 
   def test_mask_from_public_update_uses_absolute_difference(self):
     theta = [tf.constant([[1.0, 1.0], [1.0, 1.0]]), tf.constant([0.0, 0.0])]
-    theta_pub = [tf.constant([[1.0, -2.0], [1.1, 1.0]]), tf.constant([0.5, 0.0])]
+    theta_pub = [
+        tf.constant([[1.0, -2.0], [1.1, 1.0]]),
+        tf.constant([0.5, 0.0]),
+    ]
     # |diff| flattened in tf.nest order: [0, 3, 0.1, 0, 0.5, 0].
     self.assertAllEqual(
         smp.top_k_mask_from_public_update(theta_pub, theta, 2), [1, 4]
@@ -169,7 +172,10 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
     # rescaling would give 2/sqrt(10) per value and a norm of sqrt(2).
     d, idx = 10, tf.constant([0, 3, 4, 6, 9])
     out = smp.sparsify_clip_noise(
-        tf.ones([d]), idx, scale=smp.rand_k_scale(d, 5), clip=1.0,
+        tf.ones([d]),
+        idx,
+        scale=smp.rand_k_scale(d, 5),
+        clip=1.0,
         noise_stddev=0.0,
     )
     self.assertEqual(out.shape, [5])
@@ -196,7 +202,11 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
   def test_upload_is_k_values_and_zero_outside_mask(self):
     d, idx = 50, tf.constant([2, 7, 30, 49])
     out = smp.sparsify_clip_noise(
-        tf.zeros([d]), idx, scale=12.5, clip=1.0, noise_stddev=0.5,
+        tf.zeros([d]),
+        idx,
+        scale=12.5,
+        clip=1.0,
+        noise_stddev=0.5,
         seed=tf.constant([1, 2], tf.int64),
     )
     self.assertEqual(out.shape, [4])
@@ -214,7 +224,13 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
         tf.constant([7.0]),
         tf.constant([[8.0, 9.0], [10.0, 11.0]]),
     ]
-    for indices in ([0, 5, 7, 10], [2, 3, 4], [6], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [9]):
+    for indices in (
+        [0, 5, 7, 10],
+        [2, 3, 4],
+        [6],
+        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        [9],
+    ):
       idx = tf.constant(indices, tf.int32)
       out = smp.sparsify(value, idx, 3.0)
       self.assertEqual(out.shape, [len(indices)])
@@ -223,7 +239,9 @@ class ClientStepTest(tf.test.TestCase, parameterized.TestCase):
       )
 
   def test_structure_clip_uses_global_norm(self):
-    value = collections.OrderedDict(a=tf.constant([3.0]), b=tf.constant([[4.0]]))
+    value = collections.OrderedDict(
+        a=tf.constant([3.0]), b=tf.constant([[4.0]])
+    )
     out = clipping.clip_l2(value, 1.0)
     self.assertAllClose(out['a'], [0.6])
     self.assertAllClose(out['b'], [[0.8]])
@@ -285,19 +303,19 @@ class FormulaTest(tf.test.TestCase):
     for n in (1, 4, 25):
       s = smp.client_noise_stddev(sigma, c, n)
       self.assertAllClose(s, sigma * c / math.sqrt(n))
-      total = tf.add_n([
-          gaussian.add_gaussian_noise(tf.zeros([size], tf.float32), s)
-          for _ in range(n)
-      ])
+      total = tf.add_n(
+          [
+              gaussian.add_gaussian_noise(tf.zeros([size], tf.float32), s)
+              for _ in range(n)
+          ]
+      )
       self.assertAllClose(
           np.std(total, ddof=1), sigma * c, rtol=5 * _relative_se_of_std(size)
       )
 
   def test_client_noise_stddev_of_an_empty_count_is_that_of_one(self):
     self.assertAllClose(smp.client_noise_stddev(1.5, 2.0, 0), 3.0)
-    self.assertAllClose(
-        smp.client_noise_stddev(1.0, 1.0, tf.constant(4)), 0.5
-    )
+    self.assertAllClose(smp.client_noise_stddev(1.0, 1.0, tf.constant(4)), 0.5)
 
   def test_secure_sum_bound_covers_clip_and_noise_tail(self):
     # Without noise the bound is the clip (a clipped value reaches at most C).

@@ -148,10 +148,12 @@ class MergeTest(tf.test.TestCase, parameterized.TestCase):
     n, t = 6, 5.0
     clients = _tagged_clients([3, 3])
     rng = np.random.default_rng(9)
-    times = np.stack([
-        split_shuffle.merge(clients, rng, t, chunk_size=2).send_time
-        for _ in range(6000)
-    ])
+    times = np.stack(
+        [
+            split_shuffle.merge(clients, rng, t, chunk_size=2).send_time
+            for _ in range(6000)
+        ]
+    )
     for k in range(1, n + 1):
       p = stats.kstest(times[:, k - 1] / t, 'beta', args=(k, n + 1 - k)).pvalue
       self.assertGreater(p, _P_MIN, msg=f'arrival {k}')
@@ -343,8 +345,7 @@ class EquivalenceWithFactoryTest(tf.test.TestCase):
     self.assertEmpty(tf.nest.flatten(output.measurements))
     self.assertEqual(
         len(merged),
-        sum(np.prod(s) for s in shapes) * num_clients
-        - sum(expected_missing),
+        sum(np.prod(s) for s in shapes) * num_clients - sum(expected_missing),
     )
 
 

@@ -23,7 +23,9 @@ class TotalVariationTest(tf.test.TestCase, parameterized.TestCase):
     y = rng.normal(mu2, s, size=(n, dim))
 
     def p_gt_q(z):
-      return stats.norm.logpdf(z, mu1, s).sum(1) > stats.norm.logpdf(z, mu2, s).sum(1)
+      return stats.norm.logpdf(z, mu1, s).sum(1) > stats.norm.logpdf(
+          z, mu2, s
+      ).sum(1)
 
     estimate = p_gt_q(x).mean() - p_gt_q(y).mean()
     exact = total_variation.tv_shifted_means(distance, s)
@@ -49,7 +51,9 @@ class TotalVariationTest(tf.test.TestCase, parameterized.TestCase):
       self.assertBetween(exact, lower, upper)
 
   @parameterized.parameters(
-      (0.3, 'upper', 0.01, 1000), (0.9, 'upper', 2.0, 7), (0.005, 'lower', 0.5, 50),
+      (0.3, 'upper', 0.01, 1000),
+      (0.9, 'upper', 2.0, 7),
+      (0.005, 'lower', 0.5, 50),
   )
   def test_calibrated_noise_meets_its_bound(self, target, bound, variance, dim):
     sigma_e = total_variation.noise_for_tv(target, variance, dim, bound)
@@ -65,8 +69,14 @@ class TotalVariationTest(tf.test.TestCase, parameterized.TestCase):
     for bad, name in (
         (lambda: total_variation.noise_for_tv(0.0, 1.0, 3), 'target_tv'),
         (lambda: total_variation.noise_for_tv(1.0, 1.0, 3), 'target_tv'),
-        (lambda: total_variation.noise_for_tv(0.5, 1.0, 3, 'lower'), 'target_tv'),
-        (lambda: total_variation.noise_for_tv(0.5, 0.0, 3), 'parameter_variance'),
+        (
+            lambda: total_variation.noise_for_tv(0.5, 1.0, 3, 'lower'),
+            'target_tv',
+        ),
+        (
+            lambda: total_variation.noise_for_tv(0.5, 0.0, 3),
+            'parameter_variance',
+        ),
         (lambda: total_variation.noise_for_tv(0.5, 1.0, 0), 'dimension'),
         (lambda: total_variation.noise_for_tv(0.5, 1.0, 3, 'middle'), 'bound'),
         (lambda: total_variation.tv_bounds(-1.0, 1.0, 3), 'noise_stddev'),

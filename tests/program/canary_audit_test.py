@@ -60,8 +60,12 @@ class CanaryAuditTest(tf.test.TestCase):
 
   def test_noise_free_canaries_are_visible_and_survive_a_resume(self):
     config = _config(
-        mechanism='none', params={}, clients_per_round=2, total_rounds=3,
-        eval_every=3, audit_canaries=10,
+        mechanism='none',
+        params={},
+        clients_per_round=2,
+        total_rounds=3,
+        eval_every=3,
+        audit_canaries=10,
     )
     summary, _ = self._run(config)
     empirical = summary['privacy']['empirical']
@@ -70,9 +74,7 @@ class CanaryAuditTest(tf.test.TestCase):
     # aside and start again from round 0).
     root = os.path.join(tempfile.mkdtemp(), 'run')
     self.addCleanup(shutil.rmtree, os.path.dirname(root), ignore_errors=True)
-    self.assertIsNone(
-        training.run_until(config, root, 2, progress=False)
-    )
+    self.assertIsNone(training.run_until(config, root, 2, progress=False))
     resumed = training.run(config, root, progress=False)
     self.assertEqual(
         resumed['sessions'], [{'start_round': 0}, {'start_round': 2}]
@@ -119,8 +121,12 @@ class CanaryAuditTest(tf.test.TestCase):
     for mechanism in ('dp_ftrl', 'blt'):
       with self.subTest(mechanism):
         changes = dict(
-            mechanism=mechanism, params={'clip': 1.0, 'epsilon': 4.0},
-            clients_per_round=2, total_rounds=10, eval_every=10)
+            mechanism=mechanism,
+            params={'clip': 1.0, 'epsilon': 4.0},
+            clients_per_round=2,
+            total_rounds=10,
+            eval_every=10,
+        )
         audited, _ = self._run(_config(audit_canaries=100, **changes))
         plain, _ = self._run(_config(**changes))
         empirical = audited['privacy'].pop('empirical')
@@ -139,7 +145,8 @@ class CanaryAuditTest(tf.test.TestCase):
       self.addCleanup(shutil.rmtree, parent, ignore_errors=True)
       root = os.path.join(parent, 'run')
       config = _config(
-          mechanism=mechanism, params=params,
+          mechanism=mechanism,
+          params=params,
           audit_canaries=1 if 'clip' in params else 5,
       )
       with self.assertRaises(training.ConfigError) as raised:
@@ -174,9 +181,13 @@ class CanaryExamplesRunTest(tf.test.TestCase):
   def _run(self, **changes):
     config = dataclasses.replace(
         _config(
-            mechanism='udp', params={'clip': 1.0, 'epsilon': 1.0},
-            clients_per_round=10, total_rounds=30, eval_every=30,
-            client_learning_rate=5.0, max_client_examples=10,
+            mechanism='udp',
+            params={'clip': 1.0, 'epsilon': 1.0},
+            clients_per_round=10,
+            total_rounds=30,
+            eval_every=30,
+            client_learning_rate=5.0,
+            max_client_examples=10,
             audit_canaries=200,
         ),
         **changes,

@@ -21,8 +21,7 @@ class AdaptiveClipTest(tf.test.TestCase):
     config = registry.config('dp_fedavg', {'adaptive_clip_quantile': 0.8})
     self.assertEqual(config.adaptive_clip_quantile, 0.8)
     with self.assertRaisesRegex(ValueError, 'not both'):
-      registry.config('dp_fedavg',
-                        {'clip': 1.0, 'adaptive_clip_quantile': 0.5})
+      registry.config('dp_fedavg', {'clip': 1.0, 'adaptive_clip_quantile': 0.5})
     with self.assertRaisesRegex(ValueError, 'adaptive_clip_quantile'):
       registry.config('dp_fedavg', {'adaptive_clip_quantile': 1.5})
     # BLT's sensitivity is for a clip fixed over its stream.
@@ -36,33 +35,43 @@ class AdaptiveClipTest(tf.test.TestCase):
 
     def process(z):
       return tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
-          z, 100.0).create(value)
+          z, 100.0
+      ).create(value)
 
     old, new = process(0.8), process(1.2)
     state = old.next(old.initialize(), [np.full(3, 5.0, np.float32)] * 3).state
     learning = tff.learning.templates.LearningAlgorithmState(
-        global_model_weights=(), distributor=(), client_work=(),
-        aggregator=state, finalizer=())
+        global_model_weights=(),
+        distributor=(),
+        client_work=(),
+        aggregator=state,
+        finalizer=(),
+    )
     adopted = dp_fedavg.adopt_state(
         learning, learning._replace(aggregator=new.initialize())
     ).aggregator
     numerator = adopted.query_state.numerator_state
     before = state.query_state.numerator_state
     # The clip the run has learnt, at the new noise.
-    self.assertAllClose(numerator.quantile_estimator_state.current_estimate,
-                        before.quantile_estimator_state.current_estimate)
-    self.assertAllClose(numerator.sum_state.l2_norm_clip,
-                        before.sum_state.l2_norm_clip)
-    self.assertAllClose(numerator.sum_state.stddev,
-                        numerator.noise_multiplier
-                        * numerator.sum_state.l2_norm_clip)
+    self.assertAllClose(
+        numerator.quantile_estimator_state.current_estimate,
+        before.quantile_estimator_state.current_estimate,
+    )
+    self.assertAllClose(
+        numerator.sum_state.l2_norm_clip, before.sum_state.l2_norm_clip
+    )
+    self.assertAllClose(
+        numerator.sum_state.stddev,
+        numerator.noise_multiplier * numerator.sum_state.l2_norm_clip,
+    )
     self.assertGreater(numerator.noise_multiplier, before.noise_multiplier)
     # The next round charges the new noise.
     after = new.next(adopted, [np.ones(3, np.float32)] * 3).state
     self.assertEqual(
         guarantees.extract_dp_event(after),
         guarantees.extract_dp_event(
-            new.next(new.initialize(), [np.ones(3, np.float32)]).state),
+            new.next(new.initialize(), [np.ones(3, np.float32)]).state
+        ),
     )
 
 

@@ -22,8 +22,9 @@ class _FakeEvalProcess:
   def next(self, state, data):
     self.evaluated.append((state[1], data))
     metrics = {'loss': 0.5, 'sparse_categorical_accuracy': 0.75}
-    return types.SimpleNamespace(metrics={
-        'client_work': {'eval': {'current_round_metrics': metrics}}})
+    return types.SimpleNamespace(
+        metrics={'client_work': {'eval': {'current_round_metrics': metrics}}}
+    )
 
 
 class EvaluationTest(tf.test.TestCase):
@@ -42,8 +43,11 @@ class EvaluationTest(tf.test.TestCase):
       reads.append(1)
       return 'w'
 
-    due = [r for r in range(1, 8)
-           if hook.evaluate(r, weights, last=(r == 7)) is not None]
+    due = [
+        r
+        for r in range(1, 8)
+        if hook.evaluate(r, weights, last=(r == 7)) is not None
+    ]
     self.assertEqual(due, [3, 6, 7])
     # The model is read only for a round that is evaluated.
     self.assertLen(reads, 3)
@@ -52,7 +56,9 @@ class EvaluationTest(tf.test.TestCase):
   def test_metrics_are_floats_of_the_test_data(self):
     hook, _ = self._hook(every=1)
     metrics = hook.evaluate(1, lambda: 'w', last=False)
-    self.assertEqual(metrics, {'loss': 0.5, 'sparse_categorical_accuracy': 0.75})
+    self.assertEqual(
+        metrics, {'loss': 0.5, 'sparse_categorical_accuracy': 0.75}
+    )
     self.assertTrue(all(type(v) is float for v in metrics.values()))  # pylint: disable=unidiomatic-typecheck
 
   def test_the_model_is_read_only_by_a_hook_that_asks(self):
@@ -66,7 +72,8 @@ class EvaluationTest(tf.test.TestCase):
 
   def test_a_hook_evaluates_nothing_by_default(self):
     self.assertIsNone(
-        hooks.RunHook().evaluate(5, lambda: self.fail('read'), last=True))
+        hooks.RunHook().evaluate(5, lambda: self.fail('read'), last=True)
+    )
 
 
 if __name__ == '__main__':

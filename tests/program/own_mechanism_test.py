@@ -46,7 +46,9 @@ class _ToyConfig:
 
   def __post_init__(self):
     if self.noise_multiplier <= 0:
-      raise ValueError(f'noise_multiplier must be > 0, got {self.noise_multiplier}')
+      raise ValueError(
+          f'noise_multiplier must be > 0, got {self.noise_multiplier}'
+      )
 
 
 def _build(config, context):
@@ -56,13 +58,20 @@ def _build(config, context):
       clip=config.clip,
   )
   return registry.Mechanism(
-      _NAME, config, context.sampling, context.fed_avg(factory),
-      registry.count_parameters(context.model_fn), _GUARANTEE,
+      _NAME,
+      config,
+      context.sampling,
+      context.fed_avg(factory),
+      registry.count_parameters(context.model_fn),
+      _GUARANTEE,
   )
 
 
 _TOY = registry.Definition(
-    name=_NAME, config=_ToyConfig, build=_build, sampling='poisson',
+    name=_NAME,
+    config=_ToyConfig,
+    build=_build,
+    sampling='poisson',
     guarantee=_GUARANTEE,
 )
 
@@ -84,8 +93,9 @@ class RegistryTest(_Registered):
     self.assertEqual(registry.noise(_NAME), 'central')
     self.assertEqual(registry.sampling_kind(_NAME), 'poisson')
     self.assertEqual(registry.canary_kind(_NAME), 'clients')
-    self.assertEqual(registry.parameter_names(_NAME),
-                     ('noise_multiplier', 'clip', 'delta'))
+    self.assertEqual(
+        registry.parameter_names(_NAME), ('noise_multiplier', 'clip', 'delta')
+    )
     self.assertEqual(registry.config(_NAME, {'clip': 2.0}).clip, 2.0)
     with self.assertRaisesRegex(ValueError, 'ldp_epsilon does not apply'):
       registry.config(_NAME, {'ldp_epsilon': 1.0})
@@ -102,8 +112,9 @@ class RegistryTest(_Registered):
     with self.assertRaisesRegex(TypeError, 'takes a registry.Definition'):
       registry.register(training)
     with self.assertRaisesRegex(ValueError, 'sampling'):
-      registry.Definition(name='x', config=_ToyConfig, build=_build,
-                            sampling='everyone')
+      registry.Definition(
+          name='x', config=_ToyConfig, build=_build, sampling='everyone'
+      )
 
   def test_unregistered_it_is_unknown(self):
     registry.unregister(_NAME)
@@ -120,9 +131,13 @@ class RunTest(_Registered):
     root = os.path.join(tempfile.mkdtemp(), 'run')
     self.addCleanup(shutil.rmtree, os.path.dirname(root), ignore_errors=True)
     config = training.RunConfig(
-        task='digits', batch_size=20, mechanism=_NAME,
+        task='digits',
+        batch_size=20,
+        mechanism=_NAME,
         params={'noise_multiplier': 1.5, 'clip': 1.0},
-        clients_per_round=2, total_rounds=2, eval_every=2,
+        clients_per_round=2,
+        total_rounds=2,
+        eval_every=2,
         client_learning_rate=0.1,
     )
     summary = training.run(config, root, progress=False)
@@ -131,13 +146,21 @@ class RunTest(_Registered):
     self.assertEqual(analyst['unit'], 'client')
     # By hand: 2 rounds of Gaussian(1.5) on Poisson-sampled clients (digits:
     # 10 clients, K = 2), read by dp_accounting's RDP accountant.
-    q = sampling_lib.ClientSampling(
-        'poisson', 10, 2).ledger_sampling().sampling_probability
+    q = (
+        sampling_lib.ClientSampling('poisson', 10, 2)
+        .ledger_sampling()
+        .sampling_probability
+    )
     accountant = dp_accounting.rdp.RdpAccountant()
-    accountant.compose(dp_accounting.PoissonSampledDpEvent(
-        q, dp_accounting.GaussianDpEvent(1.5)), 2)
-    self.assertAllClose(analyst['epsilon'], accountant.get_epsilon(1e-5),
-                        rtol=1e-9)
+    accountant.compose(
+        dp_accounting.PoissonSampledDpEvent(
+            q, dp_accounting.GaussianDpEvent(1.5)
+        ),
+        2,
+    )
+    self.assertAllClose(
+        analyst['epsilon'], accountant.get_epsilon(1e-5), rtol=1e-9
+    )
 
 
 if __name__ == '__main__':

@@ -27,8 +27,12 @@ def write_run(root, mechanism, rows, params=None, summary=True):
   with open(layout.path(root, layout.EVAL_CSV), 'w', newline='') as f:
     writer = csv.writer(f)
     writer.writerow(
-        [layout.ROUND, layout.TEST_ACCURACY, layout.TEST_LOSS,
-         layout.RDP_EPSILON]
+        [
+            layout.ROUND,
+            layout.TEST_ACCURACY,
+            layout.TEST_LOSS,
+            layout.RDP_EPSILON,
+        ]
     )
     for r, acc, eps in rows:
       writer.writerow([r, acc, 0.5, eps])
@@ -41,8 +45,14 @@ def write_train(root, rows):
   """train_metrics.csv of (round, analyst's eps, server-view eps) rows."""
   with open(layout.path(root, layout.TRAIN_CSV), 'w', newline='') as f:
     writer = csv.writer(f)
-    writer.writerow([layout.ROUND, layout.SESSION, layout.RDP_EPSILON,
-                     layout.SERVER_EPSILON])
+    writer.writerow(
+        [
+            layout.ROUND,
+            layout.SESSION,
+            layout.RDP_EPSILON,
+            layout.SERVER_EPSILON,
+        ]
+    )
     for r, eps, server in rows:
       writer.writerow([r, 1, eps, server])
 
@@ -63,8 +73,9 @@ class PlottingTest(tf.test.TestCase):
 
   def test_load_run_reads_rows_in_round_order(self):
     root = os.path.join(self.tmp, 'a')
-    write_run(root, 'smp', [(4, 0.6, 2.0), (2, 0.4, 1.0)],
-              params={'epsilon': 4.0})
+    write_run(
+        root, 'smp', [(4, 0.6, 2.0), (2, 0.4, 1.0)], params={'epsilon': 4.0}
+    )
     run = plotting.load_run(root)
     self.assertEqual(run.rounds, [2, 4])
     self.assertEqual(run.test_accuracy, [0.4, 0.6])
@@ -77,10 +88,16 @@ class PlottingTest(tf.test.TestCase):
     labels = []
     for mask in ('rand_k', 'top_k'):
       root = os.path.join(self.tmp, mask)
-      write_run(root, 'smp', [(1, 0.5, 1.0)],
-                params={'epsilon': 8.0, 'compression': 0.1, 'mask': mask})
+      write_run(
+          root,
+          'smp',
+          [(1, 0.5, 1.0)],
+          params={'epsilon': 8.0, 'compression': 0.1, 'mask': mask},
+      )
       labels.append(plotting.load_run(root).label)
-    self.assertEqual(labels, ['smp eps=8 p=0.1 rand_k', 'smp eps=8 p=0.1 top_k'])
+    self.assertEqual(
+        labels, ['smp eps=8 p=0.1 rand_k', 'smp eps=8 p=0.1 top_k']
+    )
 
   def test_incomplete_and_non_private_runs(self):
     root = os.path.join(self.tmp, 'b')
@@ -100,8 +117,9 @@ class PlottingTest(tf.test.TestCase):
         [('dp_fedavg', 1.0), ('dp_fedavg', 4.0), ('smp', 2.0), ('none', 'inf')]
     ):
       root = os.path.join(self.tmp, f'run{i}')
-      rows = [(r, 0.1 * r, eps if eps == 'inf' else eps * r / 3)
-              for r in (1, 2, 3)]
+      rows = [
+          (r, 0.1 * r, eps if eps == 'inf' else eps * r / 3) for r in (1, 2, 3)
+      ]
       write_run(root, mechanism, rows)
       runs.append(plotting.load_run(root))
     for plot, name in (
@@ -120,8 +138,9 @@ class PlottingTest(tf.test.TestCase):
         [('smp', 1.0), ('smp', 4.0), ('udp', 2.0), ('none', 'inf')]
     ):
       root = os.path.join(self.tmp, f'run{i}')
-      rows = [(r, 0.1 * r, eps if eps == 'inf' else eps * r / 3)
-              for r in (1, 2, 3)]
+      rows = [
+          (r, 0.1 * r, eps if eps == 'inf' else eps * r / 3) for r in (1, 2, 3)
+      ]
       params = {} if eps == 'inf' else {'epsilon': eps}
       write_run(root, mechanism, rows, params=params)
       runs.append(plotting.load_run(root))
@@ -142,8 +161,11 @@ class PlottingTest(tf.test.TestCase):
       self.assertNotIn('udp eps=2', labels)
       self.assertIn('none (eps = inf)', labels)
       self.assertEqual('smp: runs joined' in labels, join)
-      colours = {l.get_color() for l in client.get_lines()
-                 if l.get_label().startswith('smp eps')}
+      colours = {
+          l.get_color()
+          for l in client.get_lines()
+          if l.get_label().startswith('smp eps')
+      }
       self.assertLen(colours, 2)
 
   def _runs(self, specs):
@@ -168,13 +190,17 @@ class PlottingTest(tf.test.TestCase):
       self.assertEqual(t, round(t))
 
   def test_legend_entries_are_drawn_as_the_runs(self):
-    runs = self._runs([
-        ('smp', {'epsilon': 4.0}, [(1, 0.4, 1.0), (2, 0.6, 2.0)]),
-        ('dp_fedavg', {'epsilon': 8.0}, [(2, 0.5, 8.0)]),  # One point.
-        ('none', {}, [(1, 0.7, 'inf'), (2, 0.8, 'inf')]),
-    ])
-    for plot in (plotting.plot_accuracy_vs_round,
-                 plotting.plot_accuracy_vs_epsilon):
+    runs = self._runs(
+        [
+            ('smp', {'epsilon': 4.0}, [(1, 0.4, 1.0), (2, 0.6, 2.0)]),
+            ('dp_fedavg', {'epsilon': 8.0}, [(2, 0.5, 8.0)]),  # One point.
+            ('none', {}, [(1, 0.7, 'inf'), (2, 0.8, 'inf')]),
+        ]
+    )
+    for plot in (
+        plotting.plot_accuracy_vs_round,
+        plotting.plot_accuracy_vs_epsilon,
+    ):
       fig = plot(runs, os.path.join(self.tmp, 'p.png'))
       (ax,) = fig.axes
       handles = {h.get_label(): h for h in ax.get_legend().legend_handles}
@@ -217,8 +243,10 @@ class PlottingTest(tf.test.TestCase):
     (ax,) = fig.axes
     self.assertEqual(ax.get_xscale(), 'log')
     self.assertLen(ax.texts, 0)
-    self.assertNotIn('off scale', ' '.join(
-        h.get_label() for h in ax.get_legend().legend_handles))
+    self.assertNotIn(
+        'off scale',
+        ' '.join(h.get_label() for h in ax.get_legend().legend_handles),
+    )
 
   def test_runs_of_one_configuration_are_told_apart(self):
     params = {'epsilon': 8.0, 'compression': 0.1, 'mask': 'rand_k'}
@@ -233,13 +261,16 @@ class PlottingTest(tf.test.TestCase):
     expected = [f'smp eps=8 p=0.1 rand_k (seed{s})' for s in range(4)]
     # A label no other run has is left as it is.
     self.assertEqual(plotting.legend_labels(runs), expected + ['smp eps=4'])
-    for plot in (plotting.plot_accuracy_vs_round,
-                 plotting.plot_accuracy_vs_epsilon):
+    for plot in (
+        plotting.plot_accuracy_vs_round,
+        plotting.plot_accuracy_vs_epsilon,
+    ):
       fig = plot(runs, os.path.join(self.tmp, 'p.png'))
       (ax,) = fig.axes
       self.assertEqual(
           [h.get_label() for h in ax.get_legend().legend_handles],
-          expected + ['smp eps=4'])
+          expected + ['smp eps=4'],
+      )
 
   def test_same_basenames_get_as_much_path_as_tells_them_apart(self):
     runs = []
@@ -247,29 +278,33 @@ class PlottingTest(tf.test.TestCase):
       root = os.path.join(self.tmp, parent, 'run')
       write_run(root, 'smp', [(1, 0.5, 4.0)], params={'epsilon': 8.0})
       runs.append(plotting.load_run(root))
-    self.assertEqual(plotting.legend_labels(runs),
-                     [f'smp eps=8 (a{os.sep}run)', f'smp eps=8 (b{os.sep}run)'])
+    self.assertEqual(
+        plotting.legend_labels(runs),
+        [f'smp eps=8 (a{os.sep}run)', f'smp eps=8 (b{os.sep}run)'],
+    )
 
   def test_server_view_eps_is_a_dashed_line_where_it_differs(self):
     smp = os.path.join(self.tmp, 'smp')
-    write_run(smp, 'smp', [(1, 0.4, 4.0), (2, 0.6, 8.0)],
-              params={'epsilon': 8.0})
+    write_run(
+        smp, 'smp', [(1, 0.4, 4.0), (2, 0.6, 8.0)], params={'epsilon': 8.0}
+    )
     # The server's view: the worst client's eps, in train_metrics.csv.
     write_train(smp, [(1, 4.0, 41.0), (2, 8.0, 47.0)])
     same = os.path.join(self.tmp, 'same')
-    write_run(same, 'udp', [(1, 0.3, 1.0), (2, 0.5, 2.0)],
-              params={'epsilon': 2.0})
+    write_run(
+        same, 'udp', [(1, 0.3, 1.0), (2, 0.5, 2.0)], params={'epsilon': 2.0}
+    )
     write_train(same, [(1, 1.0, 1.0), (2, 2.0, 2.0)])
     fedavg = os.path.join(self.tmp, 'fedavg')  # No server_epsilon column.
     write_run(fedavg, 'dp_fedavg', [(2, 0.5, 2.0)], params={'epsilon': 2.0})
     runs = [plotting.load_run(d) for d in (smp, same, fedavg)]
     self.assertEqual(runs[0].server_epsilon, [41.0, 47.0])
-    self.assertEqual(runs[0].server_points(),
-                     [(1, 41.0, 0.4), (2, 47.0, 0.6)])
+    self.assertEqual(runs[0].server_points(), [(1, 41.0, 0.4), (2, 47.0, 0.6)])
     self.assertEqual(runs[1].server_points(), [])  # Equal to the analyst's.
     self.assertEqual(runs[2].server_points(), [])
     fig = plotting.plot_accuracy_vs_epsilon(
-        runs, os.path.join(self.tmp, 'e.png'))
+        runs, os.path.join(self.tmp, 'e.png')
+    )
     lines = {l.get_label(): l for ax in fig.axes for l in ax.get_lines()}
     server = lines['smp eps=8 (server view)']
     self.assertEqual(list(server.get_xdata()), [41.0, 47.0])
@@ -278,31 +313,49 @@ class PlottingTest(tf.test.TestCase):
     self.assertEqual(server.get_color(), lines['smp eps=8'].get_color())
     self.assertEqual(
         [label for label in lines if 'server view' in label],
-        ['smp eps=8 (server view)'])
+        ['smp eps=8 (server view)'],
+    )
     # The axis reaches the server view's eps.
     (client_ax,) = [ax for ax in fig.axes if ax.get_title() == 'unit: client']
     self.assertGreater(client_ax.get_xlim()[1], 47.0)
 
   def test_a_restarted_model_is_a_line_of_its_own(self):
     root = os.path.join(self.tmp, 'restarted')
-    write_run(root, 'dp_fedavg', [(2, 0.5, 2.0), (4, 0.2, 3.0), (6, 0.4, 4.0)],
-              params={'epsilon': 4.0}, summary=False)
+    write_run(
+        root,
+        'dp_fedavg',
+        [(2, 0.5, 2.0), (4, 0.2, 3.0), (6, 0.4, 4.0)],
+        params={'epsilon': 4.0},
+        summary=False,
+    )
     # Session 2 restarted the model after the directory's round 2.
     with open(layout.path(root, layout.PRIVACY), 'w') as f:
-      json.dump({'sessions': [
-          {'start_round': 0},
-          {'start_round': 0, 'restarted_model': True, 'round_offset': 2},
-          {'start_round': 1, 'round_offset': 2}]}, f)
+      json.dump(
+          {
+              'sessions': [
+                  {'start_round': 0},
+                  {
+                      'start_round': 0,
+                      'restarted_model': True,
+                      'round_offset': 2,
+                  },
+                  {'start_round': 1, 'round_offset': 2},
+              ]
+          },
+          f,
+      )
     run = plotting.load_run(root)
     self.assertEqual(run.model_starts, [2])
     fig = plotting.plot_accuracy_vs_round(
-        [run], os.path.join(self.tmp, 'r.png'))
+        [run], os.path.join(self.tmp, 'r.png')
+    )
     (line,) = fig.axes[0].get_lines()
     x = list(line.get_xdata())
     self.assertEqual([x[0], x[2], x[3]], [2, 4, 6])
     self.assertTrue(math.isnan(x[1]))  # No line from model 1 to model 2.
     fig = plotting.plot_accuracy_vs_epsilon(
-        [run], os.path.join(self.tmp, 'e.png'))
+        [run], os.path.join(self.tmp, 'e.png')
+    )
     (line,) = fig.axes[0].get_lines()
     self.assertTrue(math.isnan(list(line.get_xdata())[1]))
 

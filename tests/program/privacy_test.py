@@ -21,8 +21,11 @@ _CENTRAL = guarantees.TFF_DP_FACTORY_GUARANTEE
 
 
 def _eps(event, relation, delta=1e-5):
-  return accountants.make_accountant('rdp', relation).compose(
-      event).get_epsilon(delta)
+  return (
+      accountants.make_accountant('rdp', relation)
+      .compose(event)
+      .get_epsilon(delta)
+  )
 
 
 def _run(guarantee, sampling, event, rounds, budget=None, seed=0):
@@ -30,7 +33,7 @@ def _run(guarantee, sampling, event, rounds, budget=None, seed=0):
       guarantee, sampling.ledger_sampling(), 1e-5, budget
   )
   ids = [f'c{i}' for i in range(sampling.num_clients)]
-  taken = {c: 0 for c in ids}
+  taken = dict.fromkeys(ids, 0)
   for round_num in range(1, rounds + 1):
     chosen = run.admit(sampling.sample(ids, seed, round_num), event)
     run.charge(event, chosen)
@@ -50,7 +53,8 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
     for client, count in taken.items():
       expected = (
           _eps(dp_event.SelfComposedDpEvent(event, count), 'replace_one')
-          if count else 0.0
+          if count
+          else 0.0
       )
       self.assertAllClose(run.server.epsilon(client), expected, rtol=1e-12)
     worst = max(taken.values())
@@ -103,7 +107,10 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(server['epsilon'], 'inf')
     with self.assertRaisesRegex(ValueError, 'server budget'):
       privacy.RunPrivacy.create(
-          _CENTRAL, accounting_sampling.Sampling.poisson(0.1), 1e-5, budget_epsilon=1.0
+          _CENTRAL,
+          accounting_sampling.Sampling.poisson(0.1),
+          1e-5,
+          budget_epsilon=1.0,
       )
 
   @parameterized.parameters(1.0, 4.0)
@@ -116,14 +123,13 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
     # Filtering changes the sampling: the analyst's figure is the worst
     # client's then.
     self.assertEqual(run.analyst_epsilon(), run.server_epsilon())
-    self.assertTrue(all(
-        run.server.epsilon(c) <= budget for c in taken
-    ))
+    self.assertTrue(all(run.server.epsilon(c) <= budget for c in taken))
 
   def test_filter_without_amplification_and_the_admitted_event(self):
     sampling = sampling_lib.ClientSampling('poisson', 8, 6)
-    run, _ = _run(_SECURE, sampling, dp_event.GaussianDpEvent(3.0),
-                  rounds=30, budget=2.0)
+    run, _ = _run(
+        _SECURE, sampling, dp_event.GaussianDpEvent(3.0), rounds=30, budget=2.0
+    )
     self.assertGreater(run.server.num_excluded, 0)
     self.assertEqual(run.analyst_epsilon(), run.server_epsilon())
     # A round must release the event its clients were admitted for.
@@ -137,16 +143,26 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
     entries = run.report()
     self.assertEqual([e['adversary'] for e in entries], ['analyst', 'server'])
     for entry in entries:
-      for key in ('unit', 'adversary', 'neighboring_relation', 'accountant',
-                  'epsilon', 'delta', 'meaning'):
+      for key in (
+          'unit',
+          'adversary',
+          'neighboring_relation',
+          'accountant',
+          'epsilon',
+          'delta',
+          'meaning',
+      ):
         self.assertIn(key, entry)
       self.assertEqual(entry['unit'], 'example')
     self.assertEqual(entries[1]['neighboring_relation'], 'replace_one')
     # Local noise: the analyst's figure may be the worst client's server
     # view, which depends on the participation the run realised.
-    self.assertIn('given the participation this run realised',
-                  entries[0]['accountant'])
-    not_private = privacy.RunPrivacy.create(None, accounting_sampling.Sampling.none(), 1e-5)
+    self.assertIn(
+        'given the participation this run realised', entries[0]['accountant']
+    )
+    not_private = privacy.RunPrivacy.create(
+        None, accounting_sampling.Sampling.none(), 1e-5
+    )
     not_private.charge(None, ['a'])
     self.assertTrue(math.isinf(not_private.analyst_epsilon()))
     self.assertEqual(not_private.report()[0]['epsilon'], 'inf')
@@ -159,7 +175,9 @@ class RunPrivacyTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(again.analyst, run.analyst)
     self.assertEqual(again.server, run.server)
     self.assertEqual(again.analyst_epsilon(), run.analyst_epsilon())
-    wrong = privacy.RunPrivacy.create(_CENTRAL, sampling.ledger_sampling(), 1e-5)
+    wrong = privacy.RunPrivacy.create(
+        _CENTRAL, sampling.ledger_sampling(), 1e-5
+    )
     with self.assertRaisesRegex(ValueError, 'another mechanism'):
       wrong.restore(run.to_json())
 
@@ -208,10 +226,17 @@ class AdaptiveRunPrivacyTest(tf.test.TestCase):
     self.assertIn('fixed before the run', fixed.report()[0]['accountant'])
 
   def test_a_server_budget_is_refused_with_adaptive_noise(self):
-    bounds = udp_accounting.crd_bounds(udp.crd_schedule(4.0, 1e-5, 0.05, 8), 0.05)
+    bounds = udp_accounting.crd_bounds(
+        udp.crd_schedule(4.0, 1e-5, 0.05, 8), 0.05
+    )
     with self.assertRaisesRegex(ValueError, 'server_budget or crd_beta'):
       privacy.RunPrivacy.create(
-          _LOCAL, accounting_sampling.Sampling.none(), 1e-5, 1.0, adaptive=bounds)
+          _LOCAL,
+          accounting_sampling.Sampling.none(),
+          1e-5,
+          1.0,
+          adaptive=bounds,
+      )
 
 
 if __name__ == '__main__':

@@ -54,8 +54,9 @@ class ProgressTest(absltest.TestCase):
       bar.update(eps=1.0, loss=None)
       bar.update(eps=2.0)
       bar.close()
-    self.assertEqual(stderr.getvalue().splitlines(),
-                     ['round 1/2 eps=1', 'round 2/2 eps=2'])
+    self.assertEqual(
+        stderr.getvalue().splitlines(), ['round 1/2 eps=1', 'round 2/2 eps=2']
+    )
 
   def test_a_line_per_phase_on_a_terminal_and_off_one(self):
     # Loading and tracing take most of the time before round 1: each phase
@@ -80,10 +81,13 @@ class ProgressTest(absltest.TestCase):
       progress.starting(True, 'digits', 'dp_fedavg')
       progress.building(True, 'dp_fedavg')
       progress.starting(False, 'digits', 'dp_fedavg')
-    self.assertEqual(log.getvalue().splitlines(), [
-        'tff_priv: loading task digits ...',
-        'tff_priv: building the dp_fedavg process (TFF traces it) ...',
-    ])
+    self.assertEqual(
+        log.getvalue().splitlines(),
+        [
+            'tff_priv: loading task digits ...',
+            'tff_priv: building the dp_fedavg process (TFF traces it) ...',
+        ],
+    )
 
   def test_first_round_and_evaluation_shown_off_a_terminal(self):
     log = io.StringIO()
@@ -96,12 +100,15 @@ class ProgressTest(absltest.TestCase):
       bar.close()
       bar.evaluating(3)  # After the run (a resumed, finished one): nothing.
       progress.Progress(False, total=3, initial=0).evaluating(1)
-    self.assertEqual(log.getvalue().splitlines(), [
-        'tff_priv: round 2/3 (TFF compiles it first) ...',
-        'round 2/3 eps=1',
-        'tff_priv: round 2/3: evaluating ...',
-        'round 3/3 eps=2',
-    ])
+    self.assertEqual(
+        log.getvalue().splitlines(),
+        [
+            'tff_priv: round 2/3 (TFF compiles it first) ...',
+            'round 2/3 eps=1',
+            'tff_priv: round 2/3: evaluating ...',
+            'round 3/3 eps=2',
+        ],
+    )
 
   def test_the_bar_says_evaluating_while_it_evaluates(self):
     master, slave = pty.openpty()
@@ -124,10 +131,17 @@ class ProgressTest(absltest.TestCase):
 
   def test_shows_progress_reads_the_scripts_flags(self):
     self.assertTrue(progress.shows_progress(['train.py', '--task=digits']))
-    for off in ('--help', '-h', '--helpfull', '--noprogress',
-                '--progress=false', '--progress=0'):
+    for off in (
+        '--help',
+        '-h',
+        '--helpfull',
+        '--noprogress',
+        '--progress=false',
+        '--progress=0',
+    ):
       self.assertFalse(progress.shows_progress(['train.py', off]), off)
     self.assertTrue(progress.shows_progress(['train.py', '--progress=true']))
+
 
 if __name__ == '__main__':
   absltest.main()

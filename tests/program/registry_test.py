@@ -26,13 +26,13 @@ from tff_priv.accounting import events
 from tff_priv.accounting import guarantees
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.accounting import reports
+from tff_priv.learning import ldp as ldp_learning
+from tff_priv.mechanisms import blt as blt_lib
 from tff_priv.program import registry
 from tff_priv.program import sampling
 from tff_priv.program.registry import base
 from tff_priv.program.registry import ldp
 from tff_priv.program.registry import smp
-from tff_priv.learning import ldp as ldp_learning
-from tff_priv.mechanisms import blt as blt_lib
 
 P = dict
 
@@ -68,35 +68,46 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
     d = base.DEFAULT_DELTA
     e = base.DEFAULT_EPSILON
     self.assertEqual(_resolve('none', P()), P(delta=d))
-    self.assertEqual(
-        _resolve('dp_fedavg', P()), P(delta=d, epsilon=e)
-    )
+    self.assertEqual(_resolve('dp_fedavg', P()), P(delta=d, epsilon=e))
     self.assertEqual(
         _resolve('smp', P()),
-        P(delta=d, epsilon=e, clip=base.DEFAULT_CLIP,
-          compression=smp.DEFAULT_COMPRESSION, mask='rand_k'),
+        P(
+            delta=d,
+            epsilon=e,
+            clip=base.DEFAULT_CLIP,
+            compression=smp.DEFAULT_COMPRESSION,
+            mask='rand_k',
+        ),
     )
     self.assertEqual(
         _resolve('smp', P(mask='top_k')),
-        P(delta=d, epsilon=e, clip=base.DEFAULT_CLIP,
-          compression=smp.DEFAULT_COMPRESSION, mask='top_k',
-          public_clients=smp.DEFAULT_PUBLIC_CLIENTS),
+        P(
+            delta=d,
+            epsilon=e,
+            clip=base.DEFAULT_CLIP,
+            compression=smp.DEFAULT_COMPRESSION,
+            mask='top_k',
+            public_clients=smp.DEFAULT_PUBLIC_CLIENTS,
+        ),
     )
     self.assertEqual(
         _resolve('udp', P()),
-        P(delta=d, epsilon=e, clip=base.DEFAULT_CLIP,
-          udp_calibration='tight'),
+        P(delta=d, epsilon=e, clip=base.DEFAULT_CLIP, udp_calibration='tight'),
     )
     self.assertEqual(
         _resolve('distortion', P(parameter_variance=0.1)),
-        P(delta=d, epsilon=e, clip=base.DEFAULT_CLIP,
-          parameter_variance=0.1),
+        P(delta=d, epsilon=e, clip=base.DEFAULT_CLIP, parameter_variance=0.1),
     )
     self.assertEqual(
         _resolve('ldp', P()),
-        P(delta=d, ldp_epsilon=ldp.DEFAULT_LDP_EPSILON, ldp_mode='deltas',
-          ldp_range_mode='fixed', ldp_center=0.0,
-          ldp_radius=ldp_learning.DEFAULT_DELTAS_RADIUS),
+        P(
+            delta=d,
+            ldp_epsilon=ldp.DEFAULT_LDP_EPSILON,
+            ldp_mode='deltas',
+            ldp_range_mode='fixed',
+            ldp_center=0.0,
+            ldp_radius=ldp_learning.DEFAULT_DELTAS_RADIUS,
+        ),
     )
     # One default radius per mode, the learning module's.
     self.assertEqual(
@@ -109,9 +120,7 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
         _resolve('dp_fedavg', P(noise_multiplier=1.0)),
         P(delta=base.DEFAULT_DELTA, noise_multiplier=1.0),
     )
-    resolved = _resolve(
-        'distortion', P(target_tv=0.5, parameter_variance=0.1)
-    )
+    resolved = _resolve('distortion', P(target_tv=0.5, parameter_variance=0.1))
     self.assertNotIn('epsilon', resolved)
     # Never estimated from the clients (an exact client statistic).
     with self.assertRaisesRegex(ValueError, 'parameter_variance is required'):
@@ -128,14 +137,24 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
   def test_registry(self):
     self.assertEqual(
         set(registry.MECHANISMS),
-        {'none', 'dp_fedavg', 'dp_ftrl', 'blt', 'bandmf', 'smp', 'distortion',
-         'udp', 'ldp'},
+        {
+            'none',
+            'dp_fedavg',
+            'dp_ftrl',
+            'blt',
+            'bandmf',
+            'smp',
+            'distortion',
+            'udp',
+            'ldp',
+        },
     )
     for name in registry.MECHANISMS:
       definition = registry.definition(name)
       self.assertEqual(definition.name, name)
-      self.assertIn(registry.sampling_kind(name, _REQUIRED.get(name)),
-                    sampling.KINDS)
+      self.assertIn(
+          registry.sampling_kind(name, _REQUIRED.get(name)), sampling.KINDS
+      )
       self.assertIn(
           registry.noise(name), (None, 'local', 'secure_sum', 'central')
       )
@@ -144,15 +163,18 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
       )
       with self.assertRaises(dataclasses.FrozenInstanceError):
         config = registry.config(name, _REQUIRED.get(name, P()))
-        setattr(config, 'delta', 0.5)
+        config.delta = 0.5
 
   def test_the_docs_list_every_registered_mechanism(self):
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
     with open(os.path.join(root, 'README.md')) as f:
       readme = f.read()
     model = readme.split('## The privacy model', 1)[1].split('\n## ', 1)[0]
-    rows = [line.split('|')[1].strip().split(' ')[0]
-            for line in model.splitlines() if line.startswith('| ')][1:]
+    rows = [
+        line.split('|')[1].strip().split(' ')[0]
+        for line in model.splitlines()
+        if line.startswith('| ')
+    ][1:]
     private = [n for n in registry.MECHANISMS if registry.unit(n)]
     self.assertCountEqual(rows, private)  # The README's privacy-model table.
     with open(os.path.join(root, 'docs', 'program.md')) as f:
@@ -169,37 +191,96 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
       ('epsilon_negative', 'smp', P(epsilon=-1.0), ValueError, 'epsilon'),
       ('delta_one', 'dp_fedavg', P(delta=1.0), ValueError, 'delta'),
       ('delta_zero', 'udp', P(delta=0.0), ValueError, 'delta'),
-      ('noise_negative', 'smp', P(noise_multiplier=-0.1), ValueError,
-       'noise_multiplier'),
-      ('stddev_negative', 'udp', P(noise_stddev=-1.0), ValueError,
-       'noise_stddev'),
+      (
+          'noise_negative',
+          'smp',
+          P(noise_multiplier=-0.1),
+          ValueError,
+          'noise_multiplier',
+      ),
+      (
+          'stddev_negative',
+          'udp',
+          P(noise_stddev=-1.0),
+          ValueError,
+          'noise_stddev',
+      ),
       ('clip_zero', 'dp_fedavg', P(clip=0.0), ValueError, 'clip'),
-      ('compression_zero', 'smp', P(compression=0.0), ValueError,
-       'compression'),
-      ('compression_above_one', 'smp', P(compression=1.5), ValueError,
-       'compression'),
+      (
+          'compression_zero',
+          'smp',
+          P(compression=0.0),
+          ValueError,
+          'compression',
+      ),
+      (
+          'compression_above_one',
+          'smp',
+          P(compression=1.5),
+          ValueError,
+          'compression',
+      ),
       ('ldp_epsilon', 'ldp', P(ldp_epsilon=0.0), ValueError, 'ldp_epsilon'),
       ('ldp_radius', 'ldp', P(ldp_radius=-1.0), ValueError, 'ldp_radius'),
-      ('ldp_range_mode', 'ldp', P(ldp_range_mode='auto'), ValueError,
-       'ldp_range_mode'),
-      ('ldp_center', 'ldp', P(ldp_center=float('inf')), ValueError,
-       'ldp_center'),
+      (
+          'ldp_range_mode',
+          'ldp',
+          P(ldp_range_mode='auto'),
+          ValueError,
+          'ldp_range_mode',
+      ),
+      (
+          'ldp_center',
+          'ldp',
+          P(ldp_center=float('inf')),
+          ValueError,
+          'ldp_center',
+      ),
       ('target_tv', 'distortion', P(target_tv=1.0), ValueError, 'target_tv'),
-      ('parameter_variance', 'distortion',
-       P(target_tv=0.5, parameter_variance=0.0), ValueError,
-       'parameter_variance'),
-      ('rho', 'distortion', P(target_tv=0.5, parameter_variance=0.1, rho=0.0),
-       ValueError, 'rho'),
-      ('udp_calibration', 'udp', P(udp_calibration='loose'), ValueError,
-       'udp_calibration'),
+      (
+          'parameter_variance',
+          'distortion',
+          P(target_tv=0.5, parameter_variance=0.0),
+          ValueError,
+          'parameter_variance',
+      ),
+      (
+          'rho',
+          'distortion',
+          P(target_tv=0.5, parameter_variance=0.1, rho=0.0),
+          ValueError,
+          'rho',
+      ),
+      (
+          'udp_calibration',
+          'udp',
+          P(udp_calibration='loose'),
+          ValueError,
+          'udp_calibration',
+      ),
       ('epsilon_type', 'smp', P(epsilon='1'), TypeError, 'epsilon'),
       ('mask', 'smp', P(mask='top'), ValueError, 'mask'),
-      ('public_clients_zero', 'smp', P(mask='top_k', public_clients=0),
-       ValueError, 'public_clients'),
-      ('public_clients_type', 'smp', P(mask='top_k', public_clients=2.0),
-       TypeError, 'public_clients'),
-      ('public_clients_rand_k', 'smp', P(public_clients=5), ValueError,
-       'public_clients applies only'),
+      (
+          'public_clients_zero',
+          'smp',
+          P(mask='top_k', public_clients=0),
+          ValueError,
+          'public_clients',
+      ),
+      (
+          'public_clients_type',
+          'smp',
+          P(mask='top_k', public_clients=2.0),
+          TypeError,
+          'public_clients',
+      ),
+      (
+          'public_clients_rand_k',
+          'smp',
+          P(public_clients=5),
+          ValueError,
+          'public_clients applies only',
+      ),
   )
   def test_bad_values(self, name, params, error, message):
     with self.assertRaisesRegex(error, message):
@@ -208,8 +289,7 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(
       ('none_epsilon', 'none', P(epsilon=1.0), 'epsilon'),
       ('none_clip', 'none', P(clip=1.0), 'clip'),
-      ('dp_fedavg_compression', 'dp_fedavg', P(compression=0.5),
-       'compression'),
+      ('dp_fedavg_compression', 'dp_fedavg', P(compression=0.5), 'compression'),
       ('dp_fedavg_stddev', 'dp_fedavg', P(noise_stddev=1.0), 'noise_stddev'),
       ('ldp_epsilon_target', 'ldp', P(epsilon=1.0), 'epsilon'),
       ('smp_rho', 'smp', P(rho=0.5), 'rho'),
@@ -287,7 +367,9 @@ class BuildTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, 'validation data'):
       _build('udp', P(crd_beta=0.9), min_client_examples=lambda: 5)
     mech = _build(
-        'udp', P(crd_beta=0.9), min_client_examples=lambda: 5,
+        'udp',
+        P(crd_beta=0.9),
+        min_client_examples=lambda: 5,
         validation_data=lambda: validation,
     )
     state = mech.process.initialize()
@@ -320,10 +402,10 @@ class BuildTest(tf.test.TestCase):
     # The value's and the count's Gaussians compose to noise multiplier z.
     self.assertIsInstance(event, dp_event.ComposedDpEvent)
     multipliers = [e.noise_multiplier for e in event.events]
-    self.assertAllClose(sorted(multipliers), [0.5 * (4 / 3) ** 0.5, 1.0],
-                        rtol=1e-5)
-    self.assertAllClose(sum(m**-2 for m in multipliers) ** -0.5, 0.5,
-                        rtol=1e-5)
+    self.assertAllClose(
+        sorted(multipliers), [0.5 * (4 / 3) ** 0.5, 1.0], rtol=1e-5
+    )
+    self.assertAllClose(sum(m**-2 for m in multipliers) ** -0.5, 0.5, rtol=1e-5)
 
   def test_distortion_resolves_a_tv_target(self):
     # sigma_e of a TV target is a function of the configuration: in resolved,
@@ -417,12 +499,8 @@ class BuildTest(tf.test.TestCase):
         kwargs = dict(extra.get(name, {}))
         mech = _build(name, kwargs.pop('params', P()), **kwargs)
         got = mech.guarantee
-        self.assertEqual(
-            None if got is None else (got.unit, got.noise), want
-        )
-        self.assertEqual(
-            registry.unit(name), None if got is None else got.unit
-        )
+        self.assertEqual(None if got is None else (got.unit, got.noise), want)
+        self.assertEqual(registry.unit(name), None if got is None else got.unit)
         self.assertEqual(
             registry.noise(name), None if got is None else got.noise
         )
@@ -443,7 +521,9 @@ class BuildTest(tf.test.TestCase):
         registry.definition('none'), guarantee=udp_guarantee
     )
     with mock.patch.dict(registry.REGISTRY, {'none': said}):
-      with self.assertRaisesRegex(ValueError, "unit None, its definition says 'example'"):
+      with self.assertRaisesRegex(
+          ValueError, "unit None, its definition says 'example'"
+      ):
         _build('none', P())
 
   def test_smp_top_k_needs_public_data_and_rand_k_refuses_it(self):
@@ -522,7 +602,10 @@ class PrivacyReportTest(tf.test.TestCase):
 
   def test_smp_report_matches_dp_accounting(self):
     report = registry.privacy_report(
-        'smp', delta=1e-5, rounds=300, noise_multiplier=1.1,
+        'smp',
+        delta=1e-5,
+        rounds=300,
+        noise_multiplier=1.1,
         sampling_probability=0.01,
     )
     direct = rdp_privacy_accountant.RdpAccountant().compose(
@@ -548,7 +631,9 @@ class PrivacyReportTest(tf.test.TestCase):
     self.assertAllClose(distortion['noise_multiplier'], 1.5)
     # The paper's eq. (10) claim for z = 3, q = 1, T = 50, delta = 1e-3:
     # sqrt(2 * 50 * ln 1000) / 3 = 8.7608.
-    self.assertAllClose(udp['paper']['paper_claimed_epsilon'], 8.7608, atol=1e-4)
+    self.assertAllClose(
+        udp['paper']['paper_claimed_epsilon'], 8.7608, atol=1e-4
+    )
 
   @pytest.mark.slow
   def test_target_epsilon(self):
@@ -566,7 +651,11 @@ class PrivacyReportTest(tf.test.TestCase):
     # N = 100, K = 10: streams of 10 rounds; 25 rounds are 3 streams, each an
     # unsampled Gaussian of multiplier z / sensitivity.
     report = registry.privacy_report(
-        'blt', delta=1e-5, rounds=25, noise_multiplier=3.0, population=100,
+        'blt',
+        delta=1e-5,
+        rounds=25,
+        noise_multiplier=3.0,
+        population=100,
         sample_size=10,
     )
     plan = report['blt']
@@ -605,44 +694,66 @@ class PrivacyReportTest(tf.test.TestCase):
     # N = 100, K = 10, b = 4 over 10 rounds: 3 cycles, each a Poisson-sampled
     # Gaussian at q = 10 / 25 under add-or-remove-one.
     report = registry.privacy_report(
-        'bandmf', delta=1e-5, rounds=10, noise_multiplier=3.0, bands=4,
-        population=100, sample_size=10,
+        'bandmf',
+        delta=1e-5,
+        rounds=10,
+        noise_multiplier=3.0,
+        bands=4,
+        population=100,
+        sample_size=10,
     )
     plan = report['bandmf']
-    self.assertEqual((plan['bands'], plan['cycles'], report['releases']),
-                     (4, 3, 3))
+    self.assertEqual(
+        (plan['bands'], plan['cycles'], report['releases']), (4, 3, 3)
+    )
     self.assertAllClose(plan['sampling_probability'], 0.4)
     direct = rdp_privacy_accountant.RdpAccountant().compose(
         dp_accounting.PoissonSampledDpEvent(
-            0.4, dp_accounting.GaussianDpEvent(3.0)), 3)
+            0.4, dp_accounting.GaussianDpEvent(3.0)
+        ),
+        3,
+    )
     self.assertAllClose(report['rdp_epsilon'], direct.get_epsilon(1e-5))
     self.assertEqual(report['neighboring_relation'], 'add_or_remove_one')
     self.assertEqual(report['rounds'], 10)
     with self.assertRaisesRegex(ValueError, 'population'):
       registry.privacy_report(
-          'bandmf', rounds=5, epsilon=1.0, sampling_probability=0.1)
+          'bandmf', rounds=5, epsilon=1.0, sampling_probability=0.1
+      )
 
   @pytest.mark.slow
   def test_bandmf_report_for_a_target_plans_as_the_program(self):
     # The bands and noise the program would run at meet the target.
     target = registry.privacy_report(
-        'bandmf', rounds=10, epsilon=4.0, population=20, sample_size=10)
+        'bandmf', rounds=10, epsilon=4.0, population=20, sample_size=10
+    )
     chosen = target['bandmf']
     scores = chosen['scores']  # Divisors of 20 up to 20 // 10.
     self.assertEqual(sorted(scores), ['1', '2'])
     self.assertEqual(str(chosen['bands']), min(scores, key=scores.get))
-    self.assertAllClose(chosen['noise_multiplier'],
-                        target['calibration']['rdp_noise_multiplier'],
-                        rtol=1e-3)
+    self.assertAllClose(
+        chosen['noise_multiplier'],
+        target['calibration']['rdp_noise_multiplier'],
+        rtol=1e-3,
+    )
     check = registry.privacy_report(
-        'bandmf', rounds=10, noise_multiplier=chosen['noise_multiplier'],
-        bands=chosen['bands'], population=20, sample_size=10)
+        'bandmf',
+        rounds=10,
+        noise_multiplier=chosen['noise_multiplier'],
+        bands=chosen['bands'],
+        population=20,
+        sample_size=10,
+    )
     self.assertBetween(check['rdp_epsilon'], 3.99, 4.0)
     json.dumps(target)
 
   def test_ldp_report(self):
     report = registry.privacy_report(
-        'ldp', delta=1e-5, rounds=10, ldp_epsilon=1.0, num_values=1_663_370,
+        'ldp',
+        delta=1e-5,
+        rounds=10,
+        ldp_epsilon=1.0,
+        num_values=1_663_370,
         num_clients=100,
     )
     self.assertEqual(report['mechanism'], 'ldp')
@@ -661,7 +772,9 @@ class PrivacyReportTest(tf.test.TestCase):
     self.assertEqual(
         mech.closed_form,
         registry.privacy_report(
-            'smp', rounds=3, noise_multiplier=1.0,
+            'smp',
+            rounds=3,
+            noise_multiplier=1.0,
             sampling=mech.sampling.ledger_sampling(),
         ),
     )
@@ -680,7 +793,9 @@ class PrivacyReportTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, 'epsilon'):
       registry.privacy_report('smp', delta=1e-5, rounds=1, epsilon=0.0)
     with self.assertRaisesRegex(ValueError, 'clip'):
-      registry.privacy_report('distortion', delta=1e-5, rounds=1, noise_stddev=1.0)
+      registry.privacy_report(
+          'distortion', delta=1e-5, rounds=1, noise_stddev=1.0
+      )
     with self.assertRaisesRegex(ValueError, 'ldp_epsilon'):
       registry.privacy_report('ldp', delta=1e-5, rounds=1, num_values=3)
     with self.assertRaisesRegex(ValueError, 'sensitivity'):

@@ -32,15 +32,22 @@ class RunReleasesTest(tf.test.TestCase):
 
   def _release(self, private):
     root = tempfile.mkdtemp()
-    row = {layout.RDP_EPSILON: 1.5, 'delta': 1e-5, 'clients': 3,
-           'client_work': {'train': {'secret_loss': _SECRET_VALUE}}}
+    row = {
+        layout.RDP_EPSILON: 1.5,
+        'delta': 1e-5,
+        'clients': 3,
+        'client_work': {'train': {'secret_loss': _SECRET_VALUE}},
+    }
     # LoggingReleaseManager writes with absl (the 'absl' logger).
     with self.assertLogs(logger='absl', level='INFO') as logs:
       run_releases = releases.RunReleases(root, private)
       asyncio.run(run_releases.train(row, 1))
-      asyncio.run(run_releases.eval(
-          {layout.TEST_ACCURACY: 0.5, 'eval': {'loss': 0.7},
-           'clients': 3}, 1))
+      asyncio.run(
+          run_releases.eval(
+              {layout.TEST_ACCURACY: 0.5, 'eval': {'loss': 0.7}, 'clients': 3},
+              1,
+          )
+      )
       logging.info('done')
     return root, '\n'.join(logs.output)
 
@@ -63,8 +70,9 @@ class RunReleasesTest(tf.test.TestCase):
   def test_tensorboard_tags(self):
     root, _ = self._release(private=True)
     tags = set()
-    for path in glob.glob(os.path.join(root, layout.TENSORBOARD, '**', '*'),
-                          recursive=True):
+    for path in glob.glob(
+        os.path.join(root, layout.TENSORBOARD, '**', '*'), recursive=True
+    ):
       if os.path.isfile(path):
         for event in tf.compat.v1.train.summary_iterator(path):
           tags.update(v.tag for v in event.summary.value)
@@ -116,9 +124,14 @@ class PrivateRunBoundaryTest(tf.test.TestCase):
 
     root = os.path.join(tempfile.mkdtemp(), 'run')
     config = training.RunConfig(
-        task='digits', batch_size=20, mechanism='dp_fedavg',
-        clients_per_round=3, total_rounds=2, eval_every=1,
-        client_learning_rate=0.1, params={'epsilon': 8.0, 'clip': 1.0},
+        task='digits',
+        batch_size=20,
+        mechanism='dp_fedavg',
+        clients_per_round=3,
+        total_rounds=2,
+        eval_every=1,
+        client_learning_rate=0.1,
+        params={'epsilon': 8.0, 'clip': 1.0},
     )
     # TF's checkpointing resets absl's level to its verbosity flag's (below
     # INFO by default): at INFO, the log rows of every round are read.

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import tempfile
-
 from unittest import mock
 
 from absl.testing import parameterized
@@ -38,9 +37,14 @@ _TARGET = 8.0
 
 def _config(total_rounds=4):
   return training.RunConfig(
-      task='digits', mechanism='dp_fedavg', total_rounds=total_rounds,
-      clients_per_round=3, batch_size=20, client_learning_rate=0.1,
-      eval_every=100, params={'epsilon': _TARGET, 'clip': 1.0},
+      task='digits',
+      mechanism='dp_fedavg',
+      total_rounds=total_rounds,
+      clients_per_round=3,
+      batch_size=20,
+      client_learning_rate=0.1,
+      eval_every=100,
+      params={'epsilon': _TARGET, 'clip': 1.0},
   )
 
 
@@ -55,8 +59,12 @@ def _by_hand(sessions_rounds):
   """eps of (noise multiplier, rounds) Poisson-sampled Gaussians, q = 3/10."""
   accountant = dp_accounting.rdp.RdpAccountant()
   for z, rounds in sessions_rounds:
-    accountant.compose(dp_accounting.PoissonSampledDpEvent(
-        0.3, dp_accounting.GaussianDpEvent(z)), rounds)
+    accountant.compose(
+        dp_accounting.PoissonSampledDpEvent(
+            0.3, dp_accounting.GaussianDpEvent(z)
+        ),
+        rounds,
+    )
   return accountant.get_epsilon(1e-5)
 
 
@@ -90,8 +98,8 @@ class DamagedLedgerTest(_RootTestCase):
       with open(path, 'w') as f:
         f.write(damage)
       with self.assertRaisesRegex(
-          training.ConfigError, 'privacy_ledger.json is damaged .* never '
-          'overwritten'
+          training.ConfigError,
+          'privacy_ledger.json is damaged .* never ' 'overwritten',
       ) as refused:
         training.run(config, root, progress=False)
       self.assertNotIn('\n', str(refused.exception))
@@ -109,10 +117,12 @@ class CrdResumeTest(tf.test.TestCase):
     # Poisson sampling: the RDP of fixed-size sampling (the program's) is
     # slow to tabulate; the schedule's arithmetic is the same.
     sampling = sampling_lib.Sampling.poisson(0.3)
-    schedule = udp_learning.crd_schedule(4.0, 1e-5, 0.1, 8, sampling=sampling,
-                                         table_size=32)
-    planned, cost = (float(x) for x in schedule.round_noise(
-        schedule.initial_state()))
+    schedule = udp_learning.crd_schedule(
+        4.0, 1e-5, 0.1, 8, sampling=sampling, table_size=32
+    )
+    planned, cost = (
+        float(x) for x in schedule.round_noise(schedule.initial_state())
+    )
     ledger = ledger_lib.PrivacyLedger()
     ledger.record_gaussian(planned / 0.1, count=5, sampling=sampling)
     checkpoint = schedule.initial_state()._replace(
@@ -121,12 +131,15 @@ class CrdResumeTest(tf.test.TestCase):
     )
     learning = collections.namedtuple('Learning', 'aggregator')(
         udp_aggregators.ClientNoiseState(
-            noise=tuple(np.asarray(x) for x in checkpoint), mean=(),
-            dp_event=None, is_init_state=False,
+            noise=tuple(np.asarray(x) for x in checkpoint),
+            mean=(),
+            dp_event=None,
+            is_init_state=False,
         )
     )
-    loaded = udp_learning.CRDState(learning=learning, validation_loss=0.0,
-                                   discounts=0)
+    loaded = udp_learning.CRDState(
+        learning=learning, validation_loss=0.0, discounts=0
+    )
     adopt = udp_mechanism._crd_adopt(  # pylint: disable=protected-access
         schedule, 0.1, calibration.Spent.of_ledger(ledger)
     )
@@ -140,14 +153,16 @@ class CrdResumeTest(tf.test.TestCase):
     three = ledger_lib.PrivacyLedger()
     three.record_gaussian(planned / 0.1, count=3, sampling=sampling)
     same = udp_mechanism._crd_adopt(  # pylint: disable=protected-access
-        schedule, 0.1, calibration.Spent.of_ledger(three))(loaded, None)
+        schedule, 0.1, calibration.Spent.of_ledger(three)
+    )(loaded, None)
     self.assertIs(same, loaded)
     # A budget the rounds left cannot share within 4x the planned sigma.
     many = ledger_lib.PrivacyLedger()
     many.record_gaussian(planned / 0.1, count=8, sampling=sampling)
     with self.assertRaisesRegex(ValueError, 'planned|budget|tabulated'):
       udp_mechanism._crd_adopt(  # pylint: disable=protected-access
-          schedule, 0.1, calibration.Spent.of_ledger(many))(loaded, None)
+          schedule, 0.1, calibration.Spent.of_ledger(many)
+      )(loaded, None)
 
 
 @pytest.mark.slow
@@ -166,9 +181,13 @@ class ResumeTest(_RootTestCase):
     self.assertGreater(second['noise_multiplier'], first['noise_multiplier'])
     self.assertEqual(_ledger(root).num_releases, 5)
     eps = summary['privacy']['rdp_epsilon']
-    self.assertAllClose(eps, _by_hand([(first['noise_multiplier'], 3),
-                                       (second['noise_multiplier'], 2)]),
-                        rtol=1e-9)
+    self.assertAllClose(
+        eps,
+        _by_hand(
+            [(first['noise_multiplier'], 3), (second['noise_multiplier'], 2)]
+        ),
+        rtol=1e-9,
+    )
     self.assertBetween(eps, _TARGET - 0.01, _TARGET)
     self.assertEqual(summary['privacy']['target_epsilon'], _TARGET)
     # Without the recalibration the run would end above its target.
@@ -182,7 +201,7 @@ class ResumeTest(_RootTestCase):
       before = f.read()
     with self.assertRaisesRegex(
         training.ConfigError,
-        r'no readable checkpoint .* holds 2 charged rounds .*--restart_model'
+        r'no readable checkpoint .* holds 2 charged rounds .*--restart_model',
     ) as refused:
       training.run(config, root, progress=False)
     self.assertNotIn('\n', str(refused.exception))
@@ -193,18 +212,30 @@ class ResumeTest(_RootTestCase):
     summary = training.run(config, root, progress=False, restart_model=True)
     self.assertEqual(_ledger(root).num_releases, 6)
     first, second = summary['sessions']
-    self.assertEqual(second, {'start_round': 0, 'restarted_model': True,
-                              'round_offset': 2,
-                              'noise_multiplier': second['noise_multiplier']})
+    self.assertEqual(
+        second,
+        {
+            'start_round': 0,
+            'restarted_model': True,
+            'round_offset': 2,
+            'noise_multiplier': second['noise_multiplier'],
+        },
+    )
     eps = summary['privacy']['rdp_epsilon']
-    self.assertAllClose(eps, _by_hand([(first['noise_multiplier'], 2),
-                                       (second['noise_multiplier'], 4)]),
-                        rtol=1e-9)
+    self.assertAllClose(
+        eps,
+        _by_hand(
+            [(first['noise_multiplier'], 2), (second['noise_multiplier'], 4)]
+        ),
+        rtol=1e-9,
+    )
     self.assertBetween(eps, _TARGET - 0.01, _TARGET)
     # The old checkpoints are set aside, not removed.
-    self.assertTrue(os.path.isdir(
-        layout.path(root, layout.CHECKPOINTS) + '.before_restart.1'
-    ))
+    self.assertTrue(
+        os.path.isdir(
+            layout.path(root, layout.CHECKPOINTS) + '.before_restart.1'
+        )
+    )
 
   def test_a_restarted_model_appends_its_rows(self):
     # Session 1 stops between round 2's checkpoint and its release; session
@@ -219,32 +250,39 @@ class ResumeTest(_RootTestCase):
         raise RuntimeError('stopped')
       await real_train(releases, row, round_num)
 
-    with mock.patch.object(training.releases_lib.RunReleases, 'train',
-                           stop_at_round_2):
+    with mock.patch.object(
+        training.releases_lib.RunReleases, 'train', stop_at_round_2
+    ):
       with self.assertRaisesRegex(RuntimeError, 'stopped'):
         training.run_until(config, root, 2, progress=False)
     with open(layout.path(root, layout.INITIAL_MODEL), 'rb') as f:
       first_model = f.read()
-    self.assertIsNone(training.run_until(config, root, 2, progress=False,
-                                         restart_model=True))
+    self.assertIsNone(
+        training.run_until(config, root, 2, progress=False, restart_model=True)
+    )
     summary = training.run(config, root, progress=False)
     rows = _csv_rows(root, layout.TRAIN_CSV)
-    self.assertEqual([r[layout.ROUND] for r in rows],
-                     ['1', '2', '3', '4', '5', '6'])
-    self.assertEqual([r[layout.SESSION] for r in rows],
-                     ['1', '1', '2', '2', '3', '3'])
+    self.assertEqual(
+        [r[layout.ROUND] for r in rows], ['1', '2', '3', '4', '5', '6']
+    )
+    self.assertEqual(
+        [r[layout.SESSION] for r in rows], ['1', '1', '2', '2', '3', '3']
+    )
     eps = [float(r[layout.RDP_EPSILON]) for r in rows]
     self.assertEqual(eps, sorted(eps))  # Every charge kept, in order.
     # eval_every=100: the new model's last round only.
     evals = _csv_rows(root, layout.EVAL_CSV)
-    self.assertEqual([(r[layout.ROUND], r[layout.SESSION]) for r in evals],
-                     [('6', '3')])
-    with open(layout.path(root, layout.INITIAL_MODEL + '.before_restart.1'),
-              'rb') as f:
+    self.assertEqual(
+        [(r[layout.ROUND], r[layout.SESSION]) for r in evals], [('6', '3')]
+    )
+    with open(
+        layout.path(root, layout.INITIAL_MODEL + '.before_restart.1'), 'rb'
+    ) as f:
       self.assertEqual(f.read(), first_model)
     self.assertTrue(os.path.exists(layout.path(root, layout.INITIAL_MODEL)))
-    self.assertEqual([s.get('round_offset', 0) for s in summary['sessions']],
-                     [0, 2, 2])
+    self.assertEqual(
+        [s.get('round_offset', 0) for s in summary['sessions']], [0, 2, 2]
+    )
     self.assertEqual(summary['round_offset'], 2)
     self.assertEqual(summary['best_round'], 6)
     self.assertEqual(summary['rounds_run'], 4)
@@ -257,23 +295,30 @@ class ResumeTest(_RootTestCase):
     for restart_model in (False, True):
       with self.assertRaisesRegex(
           training.ConfigError,
-          r'privacy_ledger.json is missing, but checkpoint 2 holds 2 '
+          r'privacy_ledger.json is missing, but checkpoint 2 holds 2 ',
       ):
-        training.run(config, root, progress=False,
-                     restart_model=restart_model)
+        training.run(config, root, progress=False, restart_model=restart_model)
 
   @parameterized.parameters(
-      ('dp_ftrl', {}), ('smp', {}), ('udp', {}),
-      ('distortion', {'parameter_variance': 0.01}))
+      ('dp_ftrl', {}),
+      ('smp', {}),
+      ('udp', {}),
+      ('distortion', {'parameter_variance': 0.01}),
+  )
   def test_every_target_mechanism_ends_at_its_target(self, mechanism, extra):
     # dp_fedavg above (against the hand count), blt in training_test. Rounds
     # 1-3 charged, a checkpoint at 2: round 3 runs again, noised (or its
     # stream charged again) for the budget left; the run ends at or under
     # its target, close to it, with more charges than rounds.
     config = training.RunConfig(
-        task='digits', mechanism=mechanism, total_rounds=4,
-        clients_per_round=3, batch_size=20, client_learning_rate=0.1,
-        eval_every=100, params={'epsilon': _TARGET, **extra},
+        task='digits',
+        mechanism=mechanism,
+        total_rounds=4,
+        clients_per_round=3,
+        batch_size=20,
+        client_learning_rate=0.1,
+        eval_every=100,
+        params={'epsilon': _TARGET, **extra},
     )
     root = self._root()
     training.run_until(config, root, 3, checkpoint_every=2, progress=False)
@@ -282,8 +327,9 @@ class ResumeTest(_RootTestCase):
     first, second = summary['sessions']
     self.assertEqual(second['start_round'], 2)
     self.assertGreater(_ledger(root).num_releases, charged)
-    self.assertGreaterEqual(second['noise_multiplier'],
-                            first['noise_multiplier'])
+    self.assertGreaterEqual(
+        second['noise_multiplier'], first['noise_multiplier']
+    )
     eps = summary['privacy']['rdp_epsilon']
     self.assertBetween(eps, _TARGET - 0.05, _TARGET)
     self.assertEqual(summary['privacy']['target_epsilon'], _TARGET)
@@ -294,15 +340,22 @@ class ResumeTest(_RootTestCase):
     # window, its new cycle charged, and 2 more after it (rounds 5, 7),
     # noised for the budget left; the groups (the bands) stay the same.
     config = training.RunConfig(
-        task='digits', mechanism='bandmf', total_rounds=8,
-        clients_per_round=3, batch_size=20, client_learning_rate=0.1,
-        eval_every=100, params={'epsilon': _TARGET, 'bands': 2},
+        task='digits',
+        mechanism='bandmf',
+        total_rounds=8,
+        clients_per_round=3,
+        batch_size=20,
+        client_learning_rate=0.1,
+        eval_every=100,
+        params={'epsilon': _TARGET, 'bands': 2},
     )
     root = self._root()
     training.run_until(config, root, 3, checkpoint_every=2, progress=False)
     # Each round records the state's SelfComposedDpEvent(cycle, 0 or 1).
-    cycles = lambda: sum(count * getattr(event, 'count', 1)
-                         for event, count in _ledger(root).entries)
+    cycles = lambda: sum(
+        count * getattr(event, 'count', 1)
+        for event, count in _ledger(root).entries
+    )
     charged = cycles()
     summary = training.run(config, root, checkpoint_every=2, progress=False)
     first, second = summary['sessions']
@@ -320,17 +373,23 @@ class ResumeTest(_RootTestCase):
     # (here: the recorded ones altered), it restarts the cycle at round 2,
     # charged, instead of continuing it with another strategy.
     config = training.RunConfig(
-        task='digits', mechanism='bandmf', total_rounds=4,
-        clients_per_round=3, batch_size=20, client_learning_rate=0.1,
-        eval_every=100, params={'noise_multiplier': 2.0, 'bands': 2},
+        task='digits',
+        mechanism='bandmf',
+        total_rounds=4,
+        clients_per_round=3,
+        batch_size=20,
+        client_learning_rate=0.1,
+        eval_every=100,
+        params={'noise_multiplier': 2.0, 'bands': 2},
     )
-    cycles = lambda root: sum(count * getattr(event, 'count', 1)
-                              for event, count in _ledger(root).entries)
+    cycles = lambda root: sum(
+        count * getattr(event, 'count', 1)
+        for event, count in _ledger(root).entries
+    )
     charged = {}
     for altered in (False, True):
       root = self._root()
-      training.run_until(config, root, 1, checkpoint_every=1,
-                         progress=False)
+      training.run_until(config, root, 1, checkpoint_every=1, progress=False)
       with open(layout.path(root, layout.PRIVACY)) as f:
         written = json.load(f)
       (first,) = written['sessions']
@@ -339,20 +398,29 @@ class ResumeTest(_RootTestCase):
         first['stream']['coefs'][1] *= 1.01
         with open(layout.path(root, layout.PRIVACY), 'w') as f:
           json.dump(written, f)
-      with self.assertLogs(level='WARNING') if altered else \
-          contextlib.nullcontext() as logs:
-        summary = training.run(config, root, checkpoint_every=1,
-                               progress=False)
+      with (
+          self.assertLogs(level='WARNING')
+          if altered
+          else contextlib.nullcontext() as logs
+      ):
+        summary = training.run(config, root, checkpoint_every=1, progress=False)
       if altered:
-        self.assertIn('differs from (or was not recorded by) the session',
-                      ' '.join(logs.output))
+        self.assertIn(
+            'differs from (or was not recorded by) the session',
+            ' '.join(logs.output),
+        )
         # Session 2 records what it built, not the altered coefficients.
-        self.assertNotEqual(summary['sessions'][1]['stream']['coefs'],
-                            first['stream']['coefs'])
-      self.assertEqual(summary['sessions'][1]['stream'],
-                       summary['sessions'][0]['stream'] if not altered
-                       else dict(first['stream'], coefs=summary['sessions']
-                                 [1]['stream']['coefs']))
+        self.assertNotEqual(
+            summary['sessions'][1]['stream']['coefs'], first['stream']['coefs']
+        )
+      self.assertEqual(
+          summary['sessions'][1]['stream'],
+          summary['sessions'][0]['stream']
+          if not altered
+          else dict(
+              first['stream'], coefs=summary['sessions'][1]['stream']['coefs']
+          ),
+      )
       charged[altered] = cycles(root)
     self.assertEqual(charged, {False: 2, True: 3})
 
@@ -360,8 +428,13 @@ class ResumeTest(_RootTestCase):
     # The paper's closed form cannot take what was spent: a resumed run
     # keeps the sigma of its plan over all T rounds (never less).
     config = training.RunConfig(
-        task='digits', mechanism='udp', total_rounds=4, clients_per_round=3,
-        batch_size=20, client_learning_rate=0.5, eval_every=100,
+        task='digits',
+        mechanism='udp',
+        total_rounds=4,
+        clients_per_round=3,
+        batch_size=20,
+        client_learning_rate=0.5,
+        eval_every=100,
         params={'epsilon': _TARGET, 'udp_calibration': 'paper'},
     )
     root = self._root()
@@ -376,11 +449,13 @@ class ResumeTest(_RootTestCase):
     # again on what 3 of 4 planned rounds left: 1.42x the planned z, over
     # a limit of 1.3x (the program's is 4x).
     training.run_until(config, root, 3, checkpoint_every=100, progress=False)
-    with mock.patch.object(training, 'MAX_NOISE_INCREASE', 1.3), \
+    with (
+        mock.patch.object(training, 'MAX_NOISE_INCREASE', 1.3),
         self.assertRaisesRegex(
-        training.ConfigError,
-        r'cannot cover the 4 rounds left: noise multiplier .* the planned'
-    ) as refused:
+            training.ConfigError,
+            r'cannot cover the 4 rounds left: noise multiplier .* the planned',
+        ) as refused,
+    ):
       training.run(config, root, checkpoint_every=100, progress=False)
     self.assertNotIn('\n', str(refused.exception))
     self.assertEqual(_ledger(root).num_releases, 3)

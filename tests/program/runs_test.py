@@ -32,20 +32,32 @@ class RunsTest(tf.test.TestCase):
     self.root = os.path.join(self.tmp, 'run')
     os.makedirs(self.root)
     _write(self.root, layout.CONFIG, {'task': 'digits', 'mechanism': 'udp'})
-    _write(self.root, layout.EVAL_CSV, [
-        [layout.ROUND, layout.TEST_ACCURACY, layout.RDP_EPSILON],
-        [2, 0.5, 'inf'],
-        [1, '', 1.5],
-    ])
-    _write(self.root, layout.TRAIN_CSV, [
-        [layout.ROUND, 'uplink_bytes', 'note'], [1, 40, 'x'],
-    ])
+    _write(
+        self.root,
+        layout.EVAL_CSV,
+        [
+            [layout.ROUND, layout.TEST_ACCURACY, layout.RDP_EPSILON],
+            [2, 0.5, 'inf'],
+            [1, '', 1.5],
+        ],
+    )
+    _write(
+        self.root,
+        layout.TRAIN_CSV,
+        [
+            [layout.ROUND, 'uplink_bytes', 'note'],
+            [1, 40, 'x'],
+        ],
+    )
 
   def test_finished_run_needs_its_summary(self):
     with self.assertRaises(FileNotFoundError):
       runs.read(self.root)
-    _write(self.root, layout.SUMMARY, {'privacy': {'guarantees': [
-        {'unit': 'example', 'epsilon': 2.0}]}})
+    _write(
+        self.root,
+        layout.SUMMARY,
+        {'privacy': {'guarantees': [{'unit': 'example', 'epsilon': 2.0}]}},
+    )
     result = runs.read(self.root)
     self.assertEqual(result.label, 'run')
     self.assertEqual(result.mechanism, 'udp')
@@ -63,8 +75,11 @@ class RunsTest(tf.test.TestCase):
 
   def test_unit_of_a_non_private_run_is_the_registrys(self):
     _write(self.root, layout.CONFIG, {'mechanism': 'none'})
-    _write(self.root, layout.SUMMARY, {'privacy': {'guarantees': [
-        {'unit': 'client', 'epsilon': 'inf'}]}})
+    _write(
+        self.root,
+        layout.SUMMARY,
+        {'privacy': {'guarantees': [{'unit': 'client', 'epsilon': 'inf'}]}},
+    )
     self.assertIsNone(runs.read(self.root).unit)
 
   def test_not_a_run_directory(self):
@@ -72,9 +87,12 @@ class RunsTest(tf.test.TestCase):
       runs.read(self.tmp, finished=False)
 
   def test_model(self):
-    np.savez(layout.path(self.root, layout.FINAL_MODEL),
-             trainable_0=np.ones(2), trainable_1=np.zeros(3),
-             non_trainable_0=np.ones(1))
+    np.savez(
+        layout.path(self.root, layout.FINAL_MODEL),
+        trainable_0=np.ones(2),
+        trainable_1=np.zeros(3),
+        non_trainable_0=np.ones(1),
+    )
     result = runs.RunResult('x', self.root, {}, [], [])
     model = result.model()
     self.assertLen(model, 2)

@@ -82,8 +82,9 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
   def test_stream_sampler_cyclic_is_the_planned_k_b_schedule(self):
     n, k, rounds = 23, 5, 13  # b = 4 groups of 5; 3 clients never drawn.
     sampler = sampling.StreamSampler(n, k, 'cyclic', seed=11)
-    self.assertEqual((sampler.participation, sampler.min_separation),
-                     ('cyclic', 4))
+    self.assertEqual(
+        (sampler.participation, sampler.min_separation), ('cyclic', 4)
+    )
     drawn = [sampler.sample(t) for t in range(1, rounds + 1)]
     for t, clients in enumerate(drawn, start=1):
       self.assertLen(clients, k)
@@ -111,7 +112,8 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
     sampler = sampling.StreamSampler(23, 5, 'epoch', seed=3)
     for epoch in range(3):
       joined = np.concatenate(
-          [sampler.sample(4 * epoch + r) for r in range(1, 5)])
+          [sampler.sample(4 * epoch + r) for r in range(1, 5)]
+      )
       self.assertLen(np.unique(joined), 20)
     with self.assertRaisesRegex(ValueError, 'participation must be one of'):
       sampling.StreamSampler(23, 5, 'poisson')
@@ -139,11 +141,11 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(poisson.rate, 0.05)
     ledger = ledger_lib.PrivacyLedger()
     ledger.record_gaussian(1.0, sampling=poisson.ledger_sampling())
-    (event, _), = ledger.entries
+    ((event, _),) = ledger.entries
     self.assertIsInstance(event, dp_event.PoissonSampledDpEvent)
     ledger = ledger_lib.PrivacyLedger()
     ledger.record_gaussian(1.0, sampling=fixed.ledger_sampling())
-    (event, _), = ledger.entries
+    ((event, _),) = ledger.entries
     self.assertIsInstance(event, dp_event.SampledWithoutReplacementDpEvent)
     self.assertEqual(poisson.describe()['model'], 'poisson')
     self.assertEqual(fixed.describe()['clients_per_round'], 5)
@@ -171,14 +173,16 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
     # Attempt >= 1 (a released round run again): independent coins for the
     # sampled kinds, the same permutations for the schedules.
     for kind, k in (('poisson', 100), ('fixed', 100), ('banded', 50)):
-      s = sampling.ClientSampling(kind, 1000, k,
-                                  bands=4 if kind == 'banded' else 1)
+      s = sampling.ClientSampling(
+          kind, 1000, k, bands=4 if kind == 'banded' else 1
+      )
       first = s.sample_indices(3, 5)
       self.assertAllEqual(first, s.sample_indices(3, 5, attempt=0))
       again = s.sample_indices(3, 5, attempt=1)
       self.assertNotEqual(first.tolist(), again.tolist(), kind)
-      self.assertNotEqual(again.tolist(),
-                          s.sample_indices(3, 5, attempt=2).tolist(), kind)
+      self.assertNotEqual(
+          again.tolist(), s.sample_indices(3, 5, attempt=2).tolist(), kind
+      )
     banded = sampling.ClientSampling('banded', 1000, 50, bands=4)
     drawn = set()
     for attempt in range(20):
@@ -189,11 +193,14 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
     self.assertGreater(len(drawn), 200)
     for kind in ('epoch', 'cyclic'):
       s = sampling.ClientSampling(kind, 100, 10)
-      self.assertAllEqual(s.sample_indices(3, 5),
-                          s.sample_indices(3, 5, attempt=1))
+      self.assertAllEqual(
+          s.sample_indices(3, 5), s.sample_indices(3, 5, attempt=1)
+      )
     own = sampling.BandSampler(1000, 50, 4, seed=3)
-    self.assertEqual(own.sample(5, attempt=1),
-                     banded.sample_indices(3, 5, attempt=1).tolist())
+    self.assertEqual(
+        own.sample(5, attempt=1),
+        banded.sample_indices(3, 5, attempt=1).tolist(),
+    )
 
   def test_banded_is_the_band_samplers_schedule(self):
     # The program's draw is BandSampler's: b groups of floor(N / b) taking
@@ -221,7 +228,12 @@ class ClientSamplingTest(tf.test.TestCase, parameterized.TestCase):
       ('num_clients_zero', dict(num_clients=0), ValueError, 'num_clients'),
       ('num_clients_float', dict(num_clients=4.0), TypeError, 'num_clients'),
       ('k_zero', dict(clients_per_round=0), ValueError, 'clients_per_round'),
-      ('k_above_n', dict(clients_per_round=11), ValueError, 'clients_per_round'),
+      (
+          'k_above_n',
+          dict(clients_per_round=11),
+          ValueError,
+          'clients_per_round',
+      ),
   )
   def test_bad_construction(self, change, error, message):
     kwargs = dict(kind='poisson', num_clients=10, clients_per_round=3)

@@ -36,17 +36,21 @@ _PARAMS = {
     'ldp': dict(ldp_epsilon=2.0, ldp_radius=0.05),
     'udp': dict(epsilon=8.0, clip=1.0),
     'smp': dict(noise_multiplier=1.0, compression=0.2),
-    'distortion': dict(noise_multiplier=0.5, parameter_variance=1e-4,
-                       rho=0.3),
+    'distortion': dict(noise_multiplier=0.5, parameter_variance=1e-4, rho=0.3),
 }
 
 
 def _config(mechanism, **changes):
   return dataclasses.replace(
       training.RunConfig(
-          task='digits', batch_size=20, mechanism=mechanism,
-          clients_per_round=3, total_rounds=2, eval_every=1,
-          client_learning_rate=0.1, params=_PARAMS[mechanism],
+          task='digits',
+          batch_size=20,
+          mechanism=mechanism,
+          clients_per_round=3,
+          total_rounds=2,
+          eval_every=1,
+          client_learning_rate=0.1,
+          params=_PARAMS[mechanism],
       ),
       **changes,
   )
@@ -81,9 +85,11 @@ class _SecretsChecks(tf.test.TestCase):
     for seed in seeds:
       # 62 random bits: 18-19 digits, which no other value repeats by chance.
       self.assertGreater(seed, 2**40)
-    patterns = [p for s in seeds
-                for p in (str(s).encode(), struct.pack('<q', s),
-                          struct.pack('>q', s))]
+    patterns = [
+        p
+        for s in seeds
+        for p in (str(s).encode(), struct.pack('<q', s), struct.pack('>q', s))
+    ]
     files = list(_publishable_files(root))
     self.assertIn(layout.path(root, layout.PRIVACY), files)
     self.assertIn(layout.path(root, layout.CONFIG), files)
@@ -94,8 +100,7 @@ class _SecretsChecks(tf.test.TestCase):
         self.assertNotIn(pattern, content, f'{path} holds a seed')
     mode = stat.S_IMODE(os.stat(layout.path(root, layout.SECRETS)).st_mode)
     self.assertEqual(mode, 0o600)
-    mode = stat.S_IMODE(
-        os.stat(layout.path(root, layout.CHECKPOINTS)).st_mode)
+    mode = stat.S_IMODE(os.stat(layout.path(root, layout.CHECKPOINTS)).st_mode)
     self.assertEqual(mode, 0o700)
 
 
@@ -111,19 +116,19 @@ class DpFedAvgSecretsTest(_SecretsChecks):
     root = self._run('dp_fedavg', sampling_seed=seed)
     self._check_no_seed_is_published(root)
     with open(layout.path(root, layout.CONFIG)) as f:
-      self.assertEqual(json.load(f)['sampling_seed'],
-                       config_lib.GIVEN_SEED)
-    with self.assertRaisesRegex(training.ConfigError,
-                                'another sampling_seed'):
-      training.run(_config('dp_fedavg', sampling_seed=seed + 1), root,
-                   progress=False)
+      self.assertEqual(json.load(f)['sampling_seed'], config_lib.GIVEN_SEED)
+    with self.assertRaisesRegex(training.ConfigError, 'another sampling_seed'):
+      training.run(
+          _config('dp_fedavg', sampling_seed=seed + 1), root, progress=False
+      )
 
 
 @pytest.mark.slow
 class EveryMechanismSecretsTest(_SecretsChecks, parameterized.TestCase):
 
-  @parameterized.parameters(*(m for m in registry.MECHANISMS
-                              if m != 'dp_fedavg'))
+  @parameterized.parameters(
+      *(m for m in registry.MECHANISMS if m != 'dp_fedavg')
+  )
   def test_no_publishable_file_holds_a_seed(self, mechanism):
     self._check_no_seed_is_published(self._run(mechanism))
 

@@ -26,7 +26,8 @@ def _full_disk_write(real):
     with open(os.path.join(f'{path}_temp1234', 'variables.data'), 'w') as f:
       f.write('partial')
     raise tf.errors.ResourceExhaustedError(
-        None, None,
+        None,
+        None,
         'Error while writing\n...\n; No space left on device [Op:SaveV2]',
     )
 
@@ -42,8 +43,11 @@ class FailingDiskTest(tf.test.TestCase):
     self.addCleanup(shutil.rmtree, self.root, ignore_errors=True)
 
   def _check(self, save):
-    with mock.patch.object(file_utils, 'write_saved_model',
-                           _full_disk_write(file_utils.write_saved_model)):
+    with mock.patch.object(
+        file_utils,
+        'write_saved_model',
+        _full_disk_write(file_utils.write_saved_model),
+    ):
       with self.assertRaises(OSError) as raised:
         save()
     e = raised.exception
@@ -54,9 +58,9 @@ class FailingDiskTest(tf.test.TestCase):
 
   def test_the_training_program_state(self):
     manager = state_lib.IntactStateManager(self.root, 3)
-    self._check(lambda: asyncio.run(
-        manager.save({'x': np.zeros(3)}, version=1)
-    ))
+    self._check(
+        lambda: asyncio.run(manager.save({'x': np.zeros(3)}, version=1))
+    )
 
   def test_the_train_model_state(self):
     manager = tma.SerialFileProgramStateManager(self.root)
@@ -69,13 +73,15 @@ class FailingDiskTest(tf.test.TestCase):
   def test_a_temp_folder_of_a_save_cut_short_is_removed_at_load(self):
     os.makedirs(os.path.join(self.root, 'program_state_4_temp5678'))
     manager = state_lib.IntactStateManager(self.root, 3)
-    self.assertEqual(asyncio.run(manager.load_intact({'x': np.zeros(3)})),
-                     (None, None))
+    self.assertEqual(
+        asyncio.run(manager.load_intact({'x': np.zeros(3)})), (None, None)
+    )
     self.assertEqual(os.listdir(self.root), [])
 
   def test_a_program_state_has_one_shape_and_older_ones_still_load(self):
-    plain = state_lib.ProgramState({'w': np.zeros(2)}, round_num=3,
-                                   sessions=({'start_round': 0},))
+    plain = state_lib.ProgramState(
+        {'w': np.zeros(2)}, round_num=3, sessions=({'start_round': 0},)
+    )
     audited = dataclasses.replace(
         plain, canary_seed=7, canary_max_cosines=np.full(4, -1.0)
     )

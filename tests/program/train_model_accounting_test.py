@@ -39,15 +39,17 @@ def _model_fn():
 
 def _process(metrics_aggregator=None):
   """FedAvg with Fed-SMP, no client metrics (built once: each `initialize`
-  draws its own secret seeds) or `metrics_aggregator`'s."""
+  draws its own secret seeds) or `metrics_aggregator`'s.
+  """
   if metrics_aggregator is None and _BUILT:
     return _BUILT[0]
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       _model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
       model_aggregator=smp.SparsifiedSecureSumFactory(_SIGMA, 1.0, 0.5, _K),
-      metrics_aggregator=(metrics_aggregator
-                          or client_metrics.no_client_metrics),
+      metrics_aggregator=(
+          metrics_aggregator or client_metrics.no_client_metrics
+      ),
   )
   if metrics_aggregator is None:
     _BUILT.append(process)
@@ -60,11 +62,17 @@ _BUILT = []
 def _by_hand(rounds, extra=None):
   """`rounds` of the factory's event, fixed-size K of N (replace-one)."""
   ledger = ledger_lib.PrivacyLedger()
-  one = [dp_event.SampledWithoutReplacementDpEvent(
-      _N, _K, dp_event.GaussianDpEvent(_SIGMA / 2))]
+  one = [
+      dp_event.SampledWithoutReplacementDpEvent(
+          _N, _K, dp_event.GaussianDpEvent(_SIGMA / 2)
+      )
+  ]
   if extra is not None:
-    one.append(dp_event.SampledWithoutReplacementDpEvent(
-        _N, _K, dp_event.GaussianDpEvent(extra / 2)))
+    one.append(
+        dp_event.SampledWithoutReplacementDpEvent(
+            _N, _K, dp_event.GaussianDpEvent(extra / 2)
+        )
+    )
   for _ in range(rounds):
     for event in one:
       ledger.record(event)
@@ -96,7 +104,10 @@ class TrainModelAccountingTest(tf.test.TestCase):
     models = tff.program.MemoryReleaseManager()
     metrics = tff.program.MemoryReleaseManager()
     array_clients.train_model(
-        process, population=_N, clients_per_round=_K, rounds=3,
+        process,
+        population=_N,
+        clients_per_round=_K,
+        rounds=3,
         should_discard_round=accounting.should_discard_round,
         state_dir=state_dir,
         train_metrics_manager=accounting.public_metrics(metrics),
@@ -118,13 +129,17 @@ class TrainModelAccountingTest(tf.test.TestCase):
     )
     self.assertEqual(resumed.rounds, 3)
     array_clients.train_model(
-        process, population=_N, clients_per_round=_K, rounds=5,
+        process,
+        population=_N,
+        clients_per_round=_K,
+        rounds=5,
         should_discard_round=resumed.should_discard_round,
         state_dir=state_dir,
     )
     self.assertEqual(resumed.rounds, 5)
-    self.assertAllClose(resumed.epsilon(1e-5), _by_hand(5).epsilon(1e-5),
-                        rtol=1e-9)
+    self.assertAllClose(
+        resumed.epsilon(1e-5), _by_hand(5).epsilon(1e-5), rtol=1e-9
+    )
 
   @pytest.mark.slow
   def test_an_interruption_after_the_charge_never_under_counts(self):
@@ -147,9 +162,14 @@ class TrainModelAccountingTest(tf.test.TestCase):
 
     with self.assertRaises(_Crash):
       array_clients.train_model(
-          process, population=_N, clients_per_round=_K, rounds=5,
-          should_discard_round=crash_after_third, state_dir=state_dir,
-          train_metrics_manager=released, accounting=accounting,
+          process,
+          population=_N,
+          clients_per_round=_K,
+          rounds=5,
+          should_discard_round=crash_after_third,
+          state_dir=state_dir,
+          train_metrics_manager=released,
+          accounting=accounting,
       )
     first = len(released.values())
     self.assertEqual(first, 2)
@@ -157,9 +177,13 @@ class TrainModelAccountingTest(tf.test.TestCase):
         root, population=_N, clients_per_round=_K
     )
     array_clients.train_model(
-        process, population=_N, clients_per_round=_K, rounds=5,
+        process,
+        population=_N,
+        clients_per_round=_K,
+        rounds=5,
         should_discard_round=resumed.should_discard_round,
-        state_dir=state_dir, train_metrics_manager=released,
+        state_dir=state_dir,
+        train_metrics_manager=released,
     )
     self.assertEqual(sorted(released.values()), [1, 2, 3, 4, 5])
     self.assertEqual(resumed.rounds, 6)
@@ -176,7 +200,10 @@ class TrainModelAccountingTest(tf.test.TestCase):
         ValueError, r"exact metrics \[.*'loss'.*no_client_metrics"
     ):
       array_clients.train_model(
-          _process(default), population=_N, clients_per_round=_K, rounds=2,
+          _process(default),
+          population=_N,
+          clients_per_round=_K,
+          rounds=2,
           should_discard_round=accounting.should_discard_round,
           train_metrics_manager=released,
       )
@@ -190,7 +217,8 @@ class TrainModelAccountingTest(tf.test.TestCase):
     # updates (average_client_norm, std_dev_client_norm) beside a charged
     # DP round: refused at the first round, before its charge or release.
     dp = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-        _SIGMA, _K, 1.0)
+        _SIGMA, _K, 1.0
+    )
     process = tff.learning.algorithms.build_unweighted_fed_avg(
         _model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
@@ -198,12 +226,16 @@ class TrainModelAccountingTest(tf.test.TestCase):
         metrics_aggregator=client_metrics.no_client_metrics,
     )
     root = tempfile.mkdtemp()
-    accounting = tma.TrainModelAccounting(root, population=_N,
-                                          clients_per_round=_K)
+    accounting = tma.TrainModelAccounting(
+        root, population=_N, clients_per_round=_K
+    )
     released = tff.program.MemoryReleaseManager()
     with self.assertRaisesRegex(ValueError, 'average_client_norm'):
       array_clients.train_model(
-          process, population=_N, clients_per_round=_K, rounds=2,
+          process,
+          population=_N,
+          clients_per_round=_K,
+          rounds=2,
           should_discard_round=accounting.should_discard_round,
           train_metrics_manager=accounting.public_metrics(released),
       )
@@ -213,8 +245,9 @@ class TrainModelAccountingTest(tf.test.TestCase):
   def test_public_metrics_refuses_debug_measurements_on_its_own(self):
     # Without should_discard_round (which refuses them first), the filter
     # refuses them too rather than drop them silently.
-    accounting = tma.TrainModelAccounting(tempfile.mkdtemp(), population=_N,
-                                          clients_per_round=_K)
+    accounting = tma.TrainModelAccounting(
+        tempfile.mkdtemp(), population=_N, clients_per_round=_K
+    )
     released = tff.program.MemoryReleaseManager()
     metrics = {'aggregator': {'average_client_norm': 0.3, 'dp': ()}}
     with self.assertRaisesRegex(ValueError, 'average_client_norm'):
@@ -226,32 +259,39 @@ class TrainModelAccountingTest(tf.test.TestCase):
     # TrainModelAccounting(clients_per_round=2) with train_per_round_clients
     # 5 would charge rounds of 2 where 5 were drawn (an under-count).
     root = tempfile.mkdtemp()
-    accounting = tma.TrainModelAccounting(root, population=_N,
-                                          clients_per_round=_K)
+    accounting = tma.TrainModelAccounting(
+        root, population=_N, clients_per_round=_K
+    )
     released = tff.program.MemoryReleaseManager()
 
     def program(k, source):
       return tff.learning.programs.train_model(
-          train_process=_process(), train_data_source=source,
-          train_per_round_clients=k, train_total_rounds=2,
+          train_process=_process(),
+          train_data_source=source,
+          train_per_round_clients=k,
+          train_total_rounds=2,
           should_discard_round=accounting.should_discard_round,
           program_state_manager=accounting.program_state_manager(),
           model_output_manager=tff.program.MemoryReleaseManager(),
-          train_metrics_manager=released, evaluation_manager=None,
+          train_metrics_manager=released,
+          evaluation_manager=None,
           evaluation_periodicity=1,
       )
 
     with self.assertRaisesRegex(
-        ValueError, r'train_per_round_clients=5 .* clients_per_round=2'):
+        ValueError, r'train_per_round_clients=5 .* clients_per_round=2'
+    ):
       accounting.run(program(5, array_clients.source(_N)))
     with self.assertRaisesRegex(
-        ValueError, r'holds 7 clients .* population of 6'):
+        ValueError, r'holds 7 clients .* population of 6'
+    ):
       accounting.run(program(_K, array_clients.source(7)))
     # Without run: the checked data source refuses the draw, and an
     # unchecked one is refused at the first charge.
-    with self.assertRaisesRegex(ValueError, r'draws 5 clients .* clients_per_round=2'):
-      asyncio.run(program(5, accounting.data_source(
-          array_clients.source(_N))))
+    with self.assertRaisesRegex(
+        ValueError, r'draws 5 clients .* clients_per_round=2'
+    ):
+      asyncio.run(program(5, accounting.data_source(array_clients.source(_N))))
     with self.assertRaisesRegex(ValueError, 'were not checked'):
       asyncio.run(program(_K, array_clients.source(_N)))
     self.assertEqual(released.values(), {})
@@ -259,21 +299,29 @@ class TrainModelAccountingTest(tf.test.TestCase):
 
   @pytest.mark.slow
   def test_an_evaluation_manager_is_warned_about(self):
-    accounting = tma.TrainModelAccounting(tempfile.mkdtemp(), population=_N,
-                                          clients_per_round=_K)
+    accounting = tma.TrainModelAccounting(
+        tempfile.mkdtemp(), population=_N, clients_per_round=_K
+    )
     with mock.patch('builtins.print') as printed:
-      accounting.run(tff.learning.programs.train_model(
-          train_process=_process(),
-          train_data_source=array_clients.source(_N),
-          train_per_round_clients=_K, train_total_rounds=1,
-          should_discard_round=accounting.should_discard_round,
-          program_state_manager=accounting.program_state_manager(),
-          model_output_manager=tff.program.MemoryReleaseManager(),
-          evaluation_manager=mock.AsyncMock(), evaluation_periodicity=1,
-      ))
+      accounting.run(
+          tff.learning.programs.train_model(
+              train_process=_process(),
+              train_data_source=array_clients.source(_N),
+              train_per_round_clients=_K,
+              train_total_rounds=1,
+              should_discard_round=accounting.should_discard_round,
+              program_state_manager=accounting.program_state_manager(),
+              model_output_manager=tff.program.MemoryReleaseManager(),
+              evaluation_manager=mock.AsyncMock(),
+              evaluation_periodicity=1,
+          )
+      )
     lines = ' '.join(str(c.args[0]) for c in printed.call_args_list)
-    self.assertIn("warning: train_model's evaluation_manager releases the "
-                  'exact metrics of its evaluation clients', lines)
+    self.assertIn(
+        "warning: train_model's evaluation_manager releases the "
+        'exact metrics of its evaluation clients',
+        lines,
+    )
     self.assertEqual(accounting.rounds, 1)
 
   @pytest.mark.slow
@@ -284,16 +332,24 @@ class TrainModelAccountingTest(tf.test.TestCase):
     )
     with self.assertRaisesRegex(ValueError, 'pass its DpClientMetrics'):
       array_clients.train_model(
-          _process(metrics), population=_N, clients_per_round=_K, rounds=1,
+          _process(metrics),
+          population=_N,
+          clients_per_round=_K,
+          rounds=1,
           should_discard_round=uncharged.should_discard_round,
       )
     accounting = tma.TrainModelAccounting(
-        tempfile.mkdtemp(), population=_N, clients_per_round=_K,
+        tempfile.mkdtemp(),
+        population=_N,
+        clients_per_round=_K,
         client_metrics=metrics,
     )
     released = tff.program.MemoryReleaseManager()
     array_clients.train_model(
-        _process(metrics), population=_N, clients_per_round=_K, rounds=2,
+        _process(metrics),
+        population=_N,
+        clients_per_round=_K,
+        rounds=2,
         should_discard_round=accounting.should_discard_round,
         train_metrics_manager=accounting.public_metrics(released),
     )
@@ -301,8 +357,11 @@ class TrainModelAccountingTest(tf.test.TestCase):
     value = released.values()[2]
     self.assertCountEqual(
         value['model_metrics'],
-        [client_metrics.DP_LOSS, client_metrics.DP_ACCURACY,
-         client_metrics.DP_CLIENTS],
+        [
+            client_metrics.DP_LOSS,
+            client_metrics.DP_ACCURACY,
+            client_metrics.DP_CLIENTS,
+        ],
     )
 
   def test_bad_arguments_fail_in_one_line(self):
@@ -310,14 +369,27 @@ class TrainModelAccountingTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, 'exceeds population=2'):
       tma.TrainModelAccounting(root, population=2, clients_per_round=3)
     with self.assertRaisesRegex(TypeError, 'DpClientMetrics'):
-      tma.TrainModelAccounting(root, population=2, clients_per_round=1,
-                               client_metrics=client_metrics.no_client_metrics)
-    files_config = {'population': 6, 'clients_per_round': 2,
-                    'client_metrics_noise_multiplier': None}
+      tma.TrainModelAccounting(
+          root,
+          population=2,
+          clients_per_round=1,
+          client_metrics=client_metrics.no_client_metrics,
+      )
+    files_config = {
+        'population': 6,
+        'clients_per_round': 2,
+        'client_metrics_noise_multiplier': None,
+    }
     tff_priv_file = os.path.join(root, tma.LEDGER_FILE)
     with open(tff_priv_file, 'w') as f:
-      json.dump({'config': files_config, 'rounds': 0,
-                 'ledger': ledger_lib.PrivacyLedger().to_json()}, f)
+      json.dump(
+          {
+              'config': files_config,
+              'rounds': 0,
+              'ledger': ledger_lib.PrivacyLedger().to_json(),
+          },
+          f,
+      )
     with self.assertRaisesRegex(ValueError, 'resume with the same arguments'):
       tma.TrainModelAccounting(root, population=6, clients_per_round=3)
 
@@ -333,8 +405,9 @@ class _LoggedSampler(sampling.StreamSampler):
     return drawn
 
 
-def _stream_program(factory, accounting, source, rounds, manager=None,
-                    should_discard_round=None):
+def _stream_program(
+    factory, accounting, source, rounds, manager=None, should_discard_round=None
+):
   """train_model of FedAvg with `factory`, through `accounting`."""
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       tiny_models.softmax_model_fn,
@@ -343,15 +416,20 @@ def _stream_program(factory, accounting, source, rounds, manager=None,
       metrics_aggregator=client_metrics.no_client_metrics,
   )
   return tff.learning.programs.train_model(
-      train_process=process, train_data_source=source,
-      train_per_round_clients=_K, train_total_rounds=rounds,
-      should_discard_round=(should_discard_round
-                            or accounting.should_discard_round),
+      train_process=process,
+      train_data_source=source,
+      train_per_round_clients=_K,
+      train_total_rounds=rounds,
+      should_discard_round=(
+          should_discard_round or accounting.should_discard_round
+      ),
       program_state_manager=manager or accounting.program_state_manager(),
       model_output_manager=tff.program.MemoryReleaseManager(),
       train_metrics_manager=accounting.public_metrics(
-          tff.program.MemoryReleaseManager()),
-      evaluation_manager=None, evaluation_periodicity=1,
+          tff.program.MemoryReleaseManager()
+      ),
+      evaluation_manager=None,
+      evaluation_periodicity=1,
   )
 
 
@@ -378,24 +456,30 @@ class StreamsInTrainModelTest(tf.test.TestCase):
 
   def test_blt_is_charged_as_in_the_own_loop_and_resumes_its_schedule(self):
     # Streams of N // K = 3 rounds ('epoch'): charged at rounds 1 and 4.
-    factory = blt.BLTFactory.calibrated(4.0, total_rounds=5, population=_N,
-                                        clients_per_round=_K)
+    factory = blt.BLTFactory.calibrated(
+        4.0, total_rounds=5, population=_N, clients_per_round=_K
+    )
     root = tempfile.mkdtemp()
     ledger_file = os.path.join(root, tma.LEDGER_FILE)
     # train_model's own uniform draw: refused before round 1, in one line.
-    uniform = tma.TrainModelAccounting(root, population=_N,
-                                       clients_per_round=_K)
+    uniform = tma.TrainModelAccounting(
+        root, population=_N, clients_per_round=_K
+    )
     with self.assertRaisesRegex(
-        ValueError, r'^BLTFactory needs its clients drawn by StreamSampler: '
+        ValueError,
+        r'^BLTFactory needs its clients drawn by StreamSampler: '
         r'train_model draws K of N uniformly each round, which is not the '
-        r'\(k, b\) participation its event charges; [^\n]*own_loop.py$'):
-      uniform.run(_stream_program(factory, uniform,
-                                  array_clients.source(_N), 5))
+        r'\(k, b\) participation its event charges; [^\n]*own_loop.py$',
+    ):
+      uniform.run(
+          _stream_program(factory, uniform, array_clients.source(_N), 5)
+      )
     self.assertFalse(os.path.exists(ledger_file))
 
     del _DRAWS[:]
     accounting = tma.TrainModelAccounting(
-        root, population=_N, clients_per_round=_K, aggregator=factory)
+        root, population=_N, clients_per_round=_K, aggregator=factory
+    )
 
     def crash_after_second(output):
       accounting.should_discard_round(output)
@@ -404,23 +488,40 @@ class StreamsInTrainModelTest(tf.test.TestCase):
       return False
 
     source = data_sources.ClientArraysSource(
-        _arrays(), 3, sampler=_LoggedSampler(_N, _K))
+        _arrays(), 3, sampler=_LoggedSampler(_N, _K)
+    )
     with self.assertRaises(_Crash):
-      accounting.run(_stream_program(
-          factory, accounting, source, 5,
-          should_discard_round=crash_after_second))
+      accounting.run(
+          _stream_program(
+              factory,
+              accounting,
+              source,
+              5,
+              should_discard_round=crash_after_second,
+          )
+      )
     # Resumed in a new program with a new source (a new seed): the
     # checkpointed iterator continues the first schedule at round 2 (charged,
     # not saved: run again).
     resumed = tma.TrainModelAccounting(
-        root, population=_N, clients_per_round=_K, aggregator=factory)
-    resumed.run(_stream_program(
-        factory, resumed, data_sources.ClientArraysSource(
-            _arrays(), 3, sampler=_LoggedSampler(_N, _K)), 5))
+        root, population=_N, clients_per_round=_K, aggregator=factory
+    )
+    resumed.run(
+        _stream_program(
+            factory,
+            resumed,
+            data_sources.ClientArraysSource(
+                _arrays(), 3, sampler=_LoggedSampler(_N, _K)
+            ),
+            5,
+        )
+    )
     seed = _DRAWS[0][0]
     schedule = sampling.StreamSampler(_N, _K, seed=seed)
-    self.assertEqual(_DRAWS, [(seed, r, tuple(schedule.sample(r)))
-                              for r in (1, 2, 2, 3, 4, 5)])
+    self.assertEqual(
+        _DRAWS,
+        [(seed, r, tuple(schedule.sample(r))) for r in (1, 2, 2, 3, 4, 5)],
+    )
     self.assertEqual(resumed.rounds, 6)
     self.assertEqual(_charged_counts(resumed.ledger), [1, 0, 0, 0, 1, 0])
     self.assertEqual(resumed.ledger.neighboring_relation, 'replace_special')
@@ -429,35 +530,56 @@ class StreamsInTrainModelTest(tf.test.TestCase):
 
   def test_bandmf_and_dp_ftrl_are_charged_as_in_the_own_loop(self):
     bands = bandmf.BandMFFactory.calibrated(
-        4.0, total_rounds=4, population=_N, clients_per_round=_K, bands=2)
+        4.0, total_rounds=4, population=_N, clients_per_round=_K, bands=2
+    )
     tree = dp_ftrl.TreeRestartFactory.calibrated(
-        4.0, total_rounds=3, population=_N, clients_per_round=_K)
+        4.0, total_rounds=3, population=_N, clients_per_round=_K
+    )
     for factory, sampler, counts in (
         (bands, sampling.BandSampler(_N, _K, 2), [1, 0, 1, 0]),
         (tree, sampling.StreamSampler(_N, _K, 'epoch'), [1, 0, 0]),
     ):
       root = tempfile.mkdtemp()
       accounting = tma.TrainModelAccounting(
-          root, population=_N, clients_per_round=_K, aggregator=factory)
+          root, population=_N, clients_per_round=_K, aggregator=factory
+      )
       source = data_sources.ClientArraysSource(_arrays(), 3, sampler=sampler)
       # TFF's own state manager saves after the release: refused.
       with self.assertRaisesRegex(ValueError, 'must not be released twice'):
-        accounting.run(_stream_program(
-            factory, accounting, source, len(counts),
-            manager=tff.program.FileProgramStateManager(root)))
-      accounting.run(_stream_program(factory, accounting, source,
-                                     len(counts)))
+        accounting.run(
+            _stream_program(
+                factory,
+                accounting,
+                source,
+                len(counts),
+                manager=tff.program.FileProgramStateManager(root),
+            )
+        )
+      accounting.run(_stream_program(factory, accounting, source, len(counts)))
       self.assertEqual(_charged_counts(accounting.ledger), counts)
       self.assertAllClose(accounting.epsilon(1e-5), 4.0, rtol=1e-3)
     # The wrong sampler for the factory: refused before round 1.
     accounting = tma.TrainModelAccounting(
-        tempfile.mkdtemp(), population=_N, clients_per_round=_K,
-        aggregator=bands)
-    with self.assertRaisesRegex(ValueError, r'BandSampler\(bands=1\) but '
-                                'BandMFFactory charges cycles of bands=2'):
-      accounting.run(_stream_program(
-          bands, accounting, data_sources.ClientArraysSource(
-              _arrays(), 3, sampler=sampling.BandSampler(_N, _K, 1)), 4))
+        tempfile.mkdtemp(),
+        population=_N,
+        clients_per_round=_K,
+        aggregator=bands,
+    )
+    with self.assertRaisesRegex(
+        ValueError,
+        r'BandSampler\(bands=1\) but '
+        'BandMFFactory charges cycles of bands=2',
+    ):
+      accounting.run(
+          _stream_program(
+              bands,
+              accounting,
+              data_sources.ClientArraysSource(
+                  _arrays(), 3, sampler=sampling.BandSampler(_N, _K, 1)
+              ),
+              4,
+          )
+      )
     self.assertEqual(accounting.rounds, 0)
 
 
@@ -465,8 +587,9 @@ class ScheduleCheckTest(tf.test.TestCase):
   """Which samplers draw what a stream factory's event assumes."""
 
   def _blt(self, rounds_per_stream, participations, min_sep):
-    return blt.BLTFactory(1.0, 2, 1.0, [0.5], [0.5], rounds_per_stream,
-                          participations, min_sep)
+    return blt.BLTFactory(
+        1.0, 2, 1.0, [0.5], [0.5], rounds_per_stream, participations, min_sep
+    )
 
   def test_a_sampler_meets_the_streams_it_is_checked_against(self):
     epoch = sampling.StreamSampler(12, 2, 'epoch')  # Epochs of 6 rounds.
@@ -484,42 +607,65 @@ class ScheduleCheckTest(tf.test.TestCase):
       self.assertIsNone(tma._schedule_error(sampler, factory, 12, 2))
     refused = [
         # An epoch's last round and the next epoch's first are 1 apart.
-        (epoch, self._blt(20, 4, 6), r"'epoch'\) lets a client take part 4 "
-         r'times, 1 round\(s\) apart, in a BLTFactory stream of 20 rounds, '
-         'whose event charges at most 4, 6 apart'),
+        (
+            epoch,
+            self._blt(20, 4, 6),
+            r"'epoch'\) lets a client take part 4 "
+            r'times, 1 round\(s\) apart, in a BLTFactory stream of 20 rounds, '
+            'whose event charges at most 4, 6 apart',
+        ),
         (epoch, self._blt(4, 1, 1), 'take part 2 times'),  # Across epochs.
         (cyclic, self._blt(7, 1, 1), 'take part 2 times'),
-        (epoch, dp_ftrl.TreeRestartFactory(1.0, 2, 1.0, 4),
-         'TreeRestartFactory stream of 4 rounds'),
-        (sampling.StreamSampler(10, 2), self._blt(5, 1, 1),
-         'draws 2 of 10 clients a round but this accounting charges 2 of 12'),
-        (sampling.BandSampler(12, 2, 2), self._blt(6, 1, 1),
-         'needs its clients drawn by StreamSampler, not BandSampler'),
+        (
+            epoch,
+            dp_ftrl.TreeRestartFactory(1.0, 2, 1.0, 4),
+            'TreeRestartFactory stream of 4 rounds',
+        ),
+        (
+            sampling.StreamSampler(10, 2),
+            self._blt(5, 1, 1),
+            'draws 2 of 10 clients a round but this accounting charges 2 of 12',
+        ),
+        (
+            sampling.BandSampler(12, 2, 2),
+            self._blt(6, 1, 1),
+            'needs its clients drawn by StreamSampler, not BandSampler',
+        ),
     ]
     for sampler, factory, message in refused:
       self.assertRegex(tma._schedule_error(sampler, factory, 12, 2), message)
     bands = bandmf.BandMFFactory(1.0, 2, 1.0, [1.0, 0.5], 2 / 6)
-    self.assertIsNone(tma._schedule_error(sampling.BandSampler(12, 2, 2),
-                                          bands, 12, 2))
-    self.assertRegex(tma._schedule_error(epoch, bands, 12, 2),
-                     'needs its clients drawn by BandSampler')
-    self.assertRegex(tma._schedule_error(sampling.BandSampler(12, 2, 3),
-                                         bands, 12, 2),
-                     r'BandSampler\(bands=3\) but BandMFFactory')
+    self.assertIsNone(
+        tma._schedule_error(sampling.BandSampler(12, 2, 2), bands, 12, 2)
+    )
+    self.assertRegex(
+        tma._schedule_error(epoch, bands, 12, 2),
+        'needs its clients drawn by BandSampler',
+    )
+    self.assertRegex(
+        tma._schedule_error(sampling.BandSampler(12, 2, 3), bands, 12, 2),
+        r'BandSampler\(bands=3\) but BandMFFactory',
+    )
 
   def test_a_sampled_source_is_refused_outside_run(self):
     accounting = tma.TrainModelAccounting(
-        tempfile.mkdtemp(), population=_N, clients_per_round=_K,
-        aggregator=self._blt(3, 1, 1))
+        tempfile.mkdtemp(),
+        population=_N,
+        clients_per_round=_K,
+        aggregator=self._blt(3, 1, 1),
+    )
     source = data_sources.ClientArraysSource(
-        _arrays(), 3, sampler=sampling.StreamSampler(_N, _K))
+        _arrays(), 3, sampler=sampling.StreamSampler(_N, _K)
+    )
     with self.assertRaisesRegex(ValueError, 'runs through accounting.run'):
       accounting.data_source(source)
     with self.assertRaisesRegex(TypeError, 'aggregator is for BLTFactory'):
-      tma.TrainModelAccounting(tempfile.mkdtemp(), population=_N,
-                               clients_per_round=_K,
-                               aggregator=smp.SparsifiedSecureSumFactory(
-                                   _SIGMA, 1.0, 0.5, _K))
+      tma.TrainModelAccounting(
+          tempfile.mkdtemp(),
+          population=_N,
+          clients_per_round=_K,
+          aggregator=smp.SparsifiedSecureSumFactory(_SIGMA, 1.0, 0.5, _K),
+      )
 
 
 class ClientArraysSourceTest(tf.test.TestCase):
@@ -531,8 +677,9 @@ class ClientArraysSourceTest(tf.test.TestCase):
 
     def draws(iterator):
       return [
-          tuple(sorted(float(next(iter(d))[0][0, 0]) for d in
-                       iterator.select(3)))
+          tuple(
+              sorted(float(next(iter(d))[0][0, 0]) for d in iterator.select(3))
+          )
           for _ in range(5)
       ]
 
@@ -546,9 +693,7 @@ class ClientArraysSourceTest(tf.test.TestCase):
     clients = [array_clients.client_arrays(s) for s in range(20)]
     iterator = data_sources.ClientArraysSource(clients, 3).iterator()
     iterator.select(2)
-    restored = data_sources.ClientArraysIterator.from_bytes(
-        iterator.to_bytes()
-    )
+    restored = data_sources.ClientArraysIterator.from_bytes(iterator.to_bytes())
 
     def firsts(it):
       return [float(next(iter(d))[0][0, 0]) for d in it.select(4)]
@@ -559,43 +704,52 @@ class ClientArraysSourceTest(tf.test.TestCase):
   def test_a_sampler_draws_its_schedule_across_checkpoints(self):
     sampler = sampling.StreamSampler(20, 4, 'cyclic')
     iterator = data_sources.ClientArraysSource(
-        [array_clients.client_arrays(s) for s in range(20)], 3,
-        sampler=sampler).iterator()
+        [array_clients.client_arrays(s) for s in range(20)], 3, sampler=sampler
+    ).iterator()
 
     def firsts(datasets):
       return [float(next(iter(d))[0][0, 0]) for d in datasets]
 
     def expected(round_num):
-      return [float(array_clients.client_arrays(i)[0][0, 0])
-              for i in sampler.sample(round_num)]
+      return [
+          float(array_clients.client_arrays(i)[0][0, 0])
+          for i in sampler.sample(round_num)
+      ]
 
     self.assertEqual(firsts(iterator.select(4)), expected(1))
-    restored = data_sources.ClientArraysIterator.from_bytes(
-        iterator.to_bytes())
+    restored = data_sources.ClientArraysIterator.from_bytes(iterator.to_bytes())
     self.assertEqual(restored.rounds_drawn, 1)
     self.assertEqual(restored.sampler.seed, sampler.seed)
     self.assertEqual(firsts(restored.select(4)), expected(2))
     with self.assertRaisesRegex(
-        ValueError, r'draws by StreamSampler of clients_per_round=4: give '
-        'train_per_round_clients=4'):
+        ValueError,
+        r'draws by StreamSampler of clients_per_round=4: give '
+        'train_per_round_clients=4',
+    ):
       restored.select(3)
     # BandMF's rounds: a Poisson draw inside the round's group.
     bands = sampling.BandSampler(20, 4, 2)
     iterator = data_sources.ClientArraysSource(
-        [array_clients.client_arrays(s) for s in range(20)], 3,
-        sampler=bands).iterator()
+        [array_clients.client_arrays(s) for s in range(20)], 3, sampler=bands
+    ).iterator()
     for r in range(1, 4):
-      self.assertEqual(firsts(iterator.select(4)), [
-          float(array_clients.client_arrays(i)[0][0, 0])
-          for i in bands.sample(r)])
+      self.assertEqual(
+          firsts(iterator.select(4)),
+          [
+              float(array_clients.client_arrays(i)[0][0, 0])
+              for i in bands.sample(r)
+          ],
+      )
 
   def test_bad_arguments_fail_in_one_line(self):
     with self.assertRaisesRegex(ValueError, 'clients is empty'):
       data_sources.ClientArraysSource([], 3)
-    with self.assertRaisesRegex(ValueError, 'draws from 7 clients but the '
-                                'source holds 6'):
-      data_sources.ClientArraysSource(_arrays(), 3,
-                                      sampler=sampling.StreamSampler(7, 2))
+    with self.assertRaisesRegex(
+        ValueError, 'draws from 7 clients but the ' 'source holds 6'
+    ):
+      data_sources.ClientArraysSource(
+          _arrays(), 3, sampler=sampling.StreamSampler(7, 2)
+      )
     with self.assertRaisesRegex(TypeError, 'StreamSampler or BandSampler'):
       data_sources.ClientArraysSource(_arrays(), 3, sampler=object())
     source = data_sources.ClientArraysSource(
@@ -610,13 +764,27 @@ class TrainModelKilledTest(tf.test.TestCase):
   """`train_model` killed (SIGKILL) at several points, then resumed."""
 
   def _run(self, root, kill_at=None, signal_name='SIGKILL'):
-    args = [sys.executable, '-m', 'tests.program.train_model_run',
-            '--root', root, '--rounds', '5', '--signal', signal_name]
+    args = [
+        sys.executable,
+        '-m',
+        'tests.program.train_model_run',
+        '--root',
+        root,
+        '--rounds',
+        '5',
+        '--signal',
+        signal_name,
+    ]
     if kill_at:
       args += ['--kill_at', kill_at]
     return subprocess.run(
-        args, capture_output=True, text=True, cwd=script_runs.ROOT,
-        env=script_runs.env(), timeout=script_runs.TIMEOUT, check=False,
+        args,
+        capture_output=True,
+        text=True,
+        cwd=script_runs.ROOT,
+        env=script_runs.env(),
+        timeout=script_runs.TIMEOUT,
+        check=False,
     )
 
   def test_the_ledger_never_counts_fewer_rounds_than_were_released(self):
@@ -631,8 +799,9 @@ class TrainModelKilledTest(tf.test.TestCase):
     for kill_at in ('charged:2', 'saved:3', 'released:4', None):
       result = self._run(root, kill_at)
       if kill_at:
-        self.assertEqual(result.returncode, -signal.SIGKILL,
-                         result.stderr[-2000:])
+        self.assertEqual(
+            result.returncode, -signal.SIGKILL, result.stderr[-2000:]
+        )
       else:
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
       with open(os.path.join(root, 'released.log')) as f:
@@ -644,22 +813,28 @@ class TrainModelKilledTest(tf.test.TestCase):
       # Every round run was charged.
       with open(os.path.join(root, 'ran.log')) as f:
         self.assertEqual(charged, len(f.read().split()), kill_at)
-      saved = max(int(v.rsplit('_', 1)[1]) for v in os.listdir(state)
-                  if v.rsplit('_', 1)[1].isdigit())
+      saved = max(
+          int(v.rsplit('_', 1)[1])
+          for v in os.listdir(state)
+          if v.rsplit('_', 1)[1].isdigit()
+      )
       self.assertFalse([v for v in os.listdir(state) if 'temp' in v])
       over_counts[kill_at] = (charged - saved) - before
       before = charged - saved
     # Round 2 charged, not saved: once; after a save or a release: none.
-    self.assertEqual(over_counts, {'charged:2': 1, 'saved:3': 0,
-                                   'released:4': 0, None: 0})
+    self.assertEqual(
+        over_counts, {'charged:2': 1, 'saved:3': 0, 'released:4': 0, None: 0}
+    )
     self.assertEqual(charged, 6)
     with open(os.path.join(root, 'released.log')) as f:
       self.assertIn('5', f.read().split())
 
   def test_sigint_and_sigterm_stop_in_one_line_then_resume(self):
     root = tempfile.mkdtemp()
-    for signal_name, kill_at in (('SIGINT', 'charged:2'),
-                                 ('SIGTERM', 'released:3')):
+    for signal_name, kill_at in (
+        ('SIGINT', 'charged:2'),
+        ('SIGTERM', 'released:3'),
+    ):
       result = self._run(root, kill_at, signal_name)
       signum = signal.Signals[signal_name]
       self.assertEqual(result.returncode, 128 + signum, result.stderr[-2000:])
@@ -682,7 +857,8 @@ class TrainModelKilledTest(tf.test.TestCase):
     self.assertRegex(
         script_runs.last_line(result.stderr),
         r'^train_model_run: epsilon \S+ spent at delta 1e-05 over 6 charged '
-        r'rounds, planned \S+ for the 5 rounds trained')
+        r'rounds, planned \S+ for the 5 rounds trained',
+    )
 
 
 if __name__ == '__main__':

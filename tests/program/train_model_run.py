@@ -78,8 +78,9 @@ def main():
       model_aggregator=smp.SparsifiedSecureSumFactory(0.8, 1.0, 0.5, 2),
       metrics_aggregator=client_metrics.no_client_metrics,
   )
-  accounting = tma.TrainModelAccounting(args.root, population=6,
-                                        clients_per_round=2)
+  accounting = tma.TrainModelAccounting(
+      args.root, population=6, clients_per_round=2
+  )
 
   def should_discard_round(output):
     _append(os.path.join(args.root, 'ran.log'), accounting.rounds + 1)

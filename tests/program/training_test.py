@@ -25,12 +25,12 @@ import tensorflow as tf
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.learning import client_metrics
 from tff_priv.program import layout
-from tff_priv.program import releases as releases_lib
 from tff_priv.program import registry
-from tff_priv.program.registry import base
-from tff_priv.program.registry import ldp
+from tff_priv.program import releases as releases_lib
 from tff_priv.program import sampling as sampling_lib
 from tff_priv.program import training
+from tff_priv.program.registry import base
+from tff_priv.program.registry import ldp
 
 _DIGITS_PARAMETERS = 8 * 8 * 256 + 256 + 256 * 10 + 10  # tasks.models.mlp
 
@@ -67,51 +67,115 @@ class RunConfigTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
       ('task', dict(task='imagenet'), ValueError, 'task'),
-      ('option_unknown', dict(task_options={'alpha': 0.1}), ValueError,
-       'alpha does not apply'),
-      ('option_of_other_task', dict(
-          task='shakespeare_offline', task_options={'num_clients': 3}),
-       ValueError, 'num_clients does not apply'),
-      ('num_clients', dict(task_options={'num_clients': 0}), ValueError,
-       'num_clients'),
+      (
+          'option_unknown',
+          dict(task_options={'alpha': 0.1}),
+          ValueError,
+          'alpha does not apply',
+      ),
+      (
+          'option_of_other_task',
+          dict(task='shakespeare_offline', task_options={'num_clients': 3}),
+          ValueError,
+          'num_clients does not apply',
+      ),
+      (
+          'num_clients',
+          dict(task_options={'num_clients': 0}),
+          ValueError,
+          'num_clients',
+      ),
       ('batch_size', dict(batch_size=0), ValueError, 'batch_size'),
       ('num_epochs', dict(num_epochs=0), ValueError, 'num_epochs'),
-      ('clients_per_round', dict(clients_per_round=0), ValueError,
-       'clients_per_round'),
+      (
+          'clients_per_round',
+          dict(clients_per_round=0),
+          ValueError,
+          'clients_per_round',
+      ),
       ('total_rounds', dict(total_rounds=0), ValueError, 'total_rounds'),
       ('eval_every', dict(eval_every=0), ValueError, 'eval_every'),
       ('seed', dict(seed=-1), ValueError, 'seed'),
       ('rounds_type', dict(total_rounds=2.0), TypeError, 'total_rounds'),
-      ('client_optimizer', dict(client_optimizer='rmsprop'), ValueError,
-       'client_optimizer'),
-      ('server_optimizer', dict(server_optimizer='lamb'), ValueError,
-       'server_optimizer'),
-      ('client_lr', dict(client_learning_rate=0.0), ValueError,
-       'client_learning_rate'),
-      ('server_lr', dict(server_learning_rate=-1.0), ValueError,
-       'server_learning_rate'),
+      (
+          'client_optimizer',
+          dict(client_optimizer='rmsprop'),
+          ValueError,
+          'client_optimizer',
+      ),
+      (
+          'server_optimizer',
+          dict(server_optimizer='lamb'),
+          ValueError,
+          'server_optimizer',
+      ),
+      (
+          'client_lr',
+          dict(client_learning_rate=0.0),
+          ValueError,
+          'client_learning_rate',
+      ),
+      (
+          'server_lr',
+          dict(server_learning_rate=-1.0),
+          ValueError,
+          'server_learning_rate',
+      ),
       ('mechanism', dict(mechanism='dp_sgd'), ValueError, 'mechanism'),
       ('params', dict(params=dict(delta=2.0)), ValueError, 'delta'),
-      ('params_other', dict(params=dict(compression=0.5)), ValueError,
-       'compression does not apply'),
-      ('momentum_adam', dict(client_optimizer='adam', client_momentum=0.9),
-       ValueError, 'client_momentum'),
+      (
+          'params_other',
+          dict(params=dict(compression=0.5)),
+          ValueError,
+          'compression does not apply',
+      ),
+      (
+          'momentum_adam',
+          dict(client_optimizer='adam', client_momentum=0.9),
+          ValueError,
+          'client_momentum',
+      ),
       ('lr_decay', dict(client_lr_decay=0.0), ValueError, 'client_lr_decay'),
       ('test_examples', dict(test_examples=0), ValueError, 'test_examples'),
-      ('max_client_examples', dict(max_client_examples=0), ValueError,
-       'max_client_examples'),
-      ('client_metrics', dict(client_metrics='exact'), ValueError,
-       'client_metrics'),
-      ('client_metrics_noise', dict(
-          mechanism='dp_fedavg', client_metrics='dp',
-          client_metrics_noise_multiplier=0.0), ValueError,
-       'client_metrics_noise_multiplier'),
-      ('client_metrics_bound', dict(client_metrics_loss_bound=-1.0),
-       ValueError, 'client_metrics_loss_bound'),
-      ('server_budget_with_crd', dict(
-          mechanism='udp', server_budget=8.0, holdout_validation=True,
-          params=dict(epsilon=8.0, crd_beta=0.5)), ValueError,
-       'server_budget does not apply with an adaptive noise schedule'),
+      (
+          'max_client_examples',
+          dict(max_client_examples=0),
+          ValueError,
+          'max_client_examples',
+      ),
+      (
+          'client_metrics',
+          dict(client_metrics='exact'),
+          ValueError,
+          'client_metrics',
+      ),
+      (
+          'client_metrics_noise',
+          dict(
+              mechanism='dp_fedavg',
+              client_metrics='dp',
+              client_metrics_noise_multiplier=0.0,
+          ),
+          ValueError,
+          'client_metrics_noise_multiplier',
+      ),
+      (
+          'client_metrics_bound',
+          dict(client_metrics_loss_bound=-1.0),
+          ValueError,
+          'client_metrics_loss_bound',
+      ),
+      (
+          'server_budget_with_crd',
+          dict(
+              mechanism='udp',
+              server_budget=8.0,
+              holdout_validation=True,
+              params=dict(epsilon=8.0, crd_beta=0.5),
+          ),
+          ValueError,
+          'server_budget does not apply with an adaptive noise schedule',
+      ),
   )
   def test_bad_field(self, changes, error, message):
     with self.assertRaisesRegex(error, message):
@@ -125,11 +189,16 @@ class ClientMetricsRefusalTest(parameterized.TestCase):
       ('smp', dict(mechanism='smp'), 'private against the server'),
       ('udp', dict(mechanism='udp'), 'private against the server'),
       ('ldp', dict(mechanism='ldp'), 'private against the server'),
-      ('distortion', dict(mechanism='distortion',
-                          params=dict(parameter_variance=1e-4)),
-       'private against the server'),
-      ('canaries', dict(mechanism='dp_fedavg', params=dict(clip=1.0),
-                        audit_canaries=2), 'canary'),
+      (
+          'distortion',
+          dict(mechanism='distortion', params=dict(parameter_variance=1e-4)),
+          'private against the server',
+      ),
+      (
+          'canaries',
+          dict(mechanism='dp_fedavg', params=dict(clip=1.0), audit_canaries=2),
+          'canary',
+      ),
   )
   def test_refused_in_one_line(self, changes, message):
     with self.assertRaisesRegex(ValueError, message) as raised:
@@ -144,13 +213,18 @@ class SameStreamTest(tf.test.TestCase):
 
   def test_a_stream_matches_to_1e9_relative_and_in_every_other_value(self):
     recorded = {'bands': 2, 'coefs': [0.8, 0.6]}
-    self.assertTrue(training._same_stream(
-        recorded, {'bands': 2, 'coefs': [0.8 * (1 + 1e-12), 0.6]}))
-    for built in ({'bands': 2, 'coefs': [0.8, 0.6 * (1 + 1e-6)]},
-                  {'bands': 3, 'coefs': [0.8, 0.6]},
-                  {'bands': 2, 'coefs': [0.8, 0.6, 0.0]},
-                  {'bands': 2},
-                  None):
+    self.assertTrue(
+        training._same_stream(
+            recorded, {'bands': 2, 'coefs': [0.8 * (1 + 1e-12), 0.6]}
+        )
+    )
+    for built in (
+        {'bands': 2, 'coefs': [0.8, 0.6 * (1 + 1e-6)]},
+        {'bands': 3, 'coefs': [0.8, 0.6]},
+        {'bands': 2, 'coefs': [0.8, 0.6, 0.0]},
+        {'bands': 2},
+        None,
+    ):
       self.assertFalse(training._same_stream(recorded, built), built)
 
 
@@ -159,7 +233,8 @@ class StreamChangedTest(tf.test.TestCase):
   def _changed(self, built, ledger, checkpointed):
     run = types.SimpleNamespace(
         root='/run',
-        mechanism=types.SimpleNamespace(name='bandmf', stream=built))
+        mechanism=types.SimpleNamespace(name='bandmf', stream=built),
+    )
     return training._Run._stream_changed(run, ledger, checkpointed)
 
   def test_both_the_ledger_and_the_checkpoint_must_have_run_this_stream(self):
@@ -208,9 +283,7 @@ class OutputDirectoryTest(_TempDirTestCase):
     # An smp config.json from before `mask` existed (rand_k was the only
     # mask): same run, it resumes; a different given value is still refused.
     root = os.path.join(self._make_tempdir(), 'run')
-    config = _config(
-        mechanism='smp', params=dict(compression=0.2)
-    ).validate()
+    config = _config(mechanism='smp', params=dict(compression=0.2)).validate()
     self.assertEqual(config.params.mask, 'rand_k')
     training.prepare_output_dir(root, config)
     path = layout.path(root, layout.CONFIG)
@@ -257,15 +330,22 @@ class RunTest(_TempDirTestCase):
     rounds = 6
     draw = sampling_lib.ClientSampling('poisson', 10, 1)
     seed = next(
-        s for s in range(1000)
-        if [len(draw.sample_indices(s, r)) > 0
-            for r in range(1, rounds + 1)].count(False) in (2, 3)
+        s
+        for s in range(1000)
+        if [
+            len(draw.sample_indices(s, r)) > 0 for r in range(1, rounds + 1)
+        ].count(False)
+        in (2, 3)
     )
-    empty = [r for r in range(1, rounds + 1)
-             if not len(draw.sample_indices(seed, r))]
+    empty = [
+        r for r in range(1, rounds + 1) if not len(draw.sample_indices(seed, r))
+    ]
     config = _config(
-        mechanism='dp_fedavg', clients_per_round=1, total_rounds=rounds,
-        eval_every=100, sampling_seed=seed,
+        mechanism='dp_fedavg',
+        clients_per_round=1,
+        total_rounds=rounds,
+        eval_every=100,
+        sampling_seed=seed,
         params=dict(noise_multiplier=1.0, clip=1.0),
     )
     root = os.path.join(self._make_tempdir(), 'run')
@@ -298,12 +378,18 @@ class RunTest(_TempDirTestCase):
     # sampled (LDP's is the most-sampled client's, which may not).
     configs = {
         'dp_fedavg': _config(
-            mechanism='dp_fedavg', total_rounds=3,
-            params=dict(noise_multiplier=1.0, clip=1.0)),
-        'bandmf': _config(mechanism='bandmf', total_rounds=3,
-                          params=dict(epsilon=8.0, bands=2)),
-        'blt': _config(mechanism='blt', total_rounds=3,
-                       params=dict(epsilon=8.0)),
+            mechanism='dp_fedavg',
+            total_rounds=3,
+            params=dict(noise_multiplier=1.0, clip=1.0),
+        ),
+        'bandmf': _config(
+            mechanism='bandmf',
+            total_rounds=3,
+            params=dict(epsilon=8.0, bands=2),
+        ),
+        'blt': _config(
+            mechanism='blt', total_rounds=3, params=dict(epsilon=8.0)
+        ),
     }
     real_train = releases_lib.RunReleases.train
 
@@ -315,33 +401,45 @@ class RunTest(_TempDirTestCase):
     for name, config in configs.items():
       with self.subTest(name):
         root = os.path.join(self._make_tempdir(), 'run')
-        with mock.patch.object(releases_lib.RunReleases, 'train',
-                               stop_at_round_2):
+        with mock.patch.object(
+            releases_lib.RunReleases, 'train', stop_at_round_2
+        ):
           with self.assertRaisesRegex(RuntimeError, 'stopped'):
             training.run(config, root, checkpoint_every=1, progress=False)
         pending = layout.path(root, layout.PENDING_RELEASE)
         self.assertTrue(os.path.exists(pending))
         self.assertEqual(
-            [r[layout.ROUND]
-             for r in _rows(layout.path(root, layout.TRAIN_CSV))], ['1'])
-        summary = training.run(config, root, checkpoint_every=1,
-                               progress=False)
-        self.assertEqual([s['start_round'] for s in summary['sessions']],
-                         [0, 2])
+            [
+                r[layout.ROUND]
+                for r in _rows(layout.path(root, layout.TRAIN_CSV))
+            ],
+            ['1'],
+        )
+        summary = training.run(config, root, checkpoint_every=1, progress=False)
+        self.assertEqual(
+            [s['start_round'] for s in summary['sessions']], [0, 2]
+        )
         train_rows = _rows(layout.path(root, layout.TRAIN_CSV))
-        self.assertEqual([r[layout.ROUND] for r in train_rows],
-                         ['1', '2', '3'])
+        self.assertEqual([r[layout.ROUND] for r in train_rows], ['1', '2', '3'])
         # Round 2's row holds what its release holds: public columns only.
         for column in train_rows[1]:
-          self.assertTrue(column == layout.ROUND
-                          or releases_lib.is_public_train(column), column)
+          self.assertTrue(
+              column == layout.ROUND or releases_lib.is_public_train(column),
+              column,
+          )
         self.assertEqual(
-            [r[layout.ROUND]
-             for r in _rows(layout.path(root, layout.EVAL_CSV))], ['2', '3'])
+            [
+                r[layout.ROUND]
+                for r in _rows(layout.path(root, layout.EVAL_CSV))
+            ],
+            ['2', '3'],
+        )
         self.assertFalse(os.path.exists(pending))
         if name == 'dp_fedavg':
-          self.assertGreater(float(train_rows[1][layout.RDP_EPSILON]),
-                             float(train_rows[0][layout.RDP_EPSILON]))
+          self.assertGreater(
+              float(train_rows[1][layout.RDP_EPSILON]),
+              float(train_rows[0][layout.RDP_EPSILON]),
+          )
         else:  # Resumed from the checkpoint: nothing ran again.
           self.assertLessEqual(summary['privacy']['rdp_epsilon'], 8.0)
           self.assertGreater(summary['privacy']['rdp_epsilon'], 7.9)
@@ -354,7 +452,11 @@ class RunTest(_TempDirTestCase):
     # but not checkpointed before the stop.
     self.assertIsNone(
         training.run_until(
-            config, root, 3, checkpoint_every=2, progress=False,
+            config,
+            root,
+            3,
+            checkpoint_every=2,
+            progress=False,
         )
     )
     self.assertEqual(
@@ -365,11 +467,13 @@ class RunTest(_TempDirTestCase):
     # Session 2 resumes at round 2, runs rounds 3 and 4 again from the
     # checkpointed ledger.
     summary = training.run(config, root, checkpoint_every=2, progress=False)
-    self.assertEqual(summary['sessions'], [{'start_round': 0},
-                                           {'start_round': 2}])
+    self.assertEqual(
+        summary['sessions'], [{'start_round': 0}, {'start_round': 2}]
+    )
     train_rows = _rows(layout.path(root, layout.TRAIN_CSV))
-    self.assertEqual([r[layout.ROUND] for r in train_rows],
-                     ['1', '2', '3', '4'])
+    self.assertEqual(
+        [r[layout.ROUND] for r in train_rows], ['1', '2', '3', '4']
+    )
     eval_rows = _rows(layout.path(root, layout.EVAL_CSV))
     self.assertEqual([r[layout.ROUND] for r in eval_rows], ['2', '4'])
 
@@ -407,14 +511,14 @@ class RunTest(_TempDirTestCase):
     def after(releases):
       taken = collections.Counter()
       for r, attempt in releases:
-        taken.update(
-            draws.sample_indices(sampling_seed, r, attempt).tolist()
-        )
+        taken.update(draws.sample_indices(sampling_seed, r, attempt).tolist())
       worst = composed(max(taken.values()))
       return min(composed(len(releases)), worst), worst, taken
 
     # Rows 1-2 from session 1, rows 3-4 from session 2.
-    for row, releases in zip(train_rows, (charged[:1], charged[:2], charged[:4], charged)):
+    for row, releases in zip(
+        train_rows, (charged[:1], charged[:2], charged[:4], charged)
+    ):
       analyst, worst, _ = after(releases)
       self.assertAllClose(float(row[layout.SERVER_EPSILON]), worst, rtol=1e-12)
       self.assertAllClose(float(row[layout.RDP_EPSILON]), analyst, rtol=1e-12)
@@ -444,15 +548,16 @@ class RunTest(_TempDirTestCase):
         summary['best_test_accuracy'],
         max(float(r[layout.TEST_ACCURACY]) for r in eval_rows),
     )
-    self.assertEqual(summary['privacy']['closed_form']['num_values'],
-                     _DIGITS_PARAMETERS)
+    self.assertEqual(
+        summary['privacy']['closed_form']['num_values'], _DIGITS_PARAMETERS
+    )
 
     # Started again after the end: nothing runs, the summary is rewritten.
     again = training.run(config, root, checkpoint_every=2, progress=False)
-    self.assertEqual(again['privacy']['rdp_epsilon'],
-                     summary['privacy']['rdp_epsilon'])
+    self.assertEqual(
+        again['privacy']['rdp_epsilon'], summary['privacy']['rdp_epsilon']
+    )
     self.assertEqual(again['sessions'][-1], {'start_round': 4})
-
 
 
 class UdpSensitivityTest(_TempDirTestCase):
@@ -464,12 +569,17 @@ class UdpSensitivityTest(_TempDirTestCase):
     # client data would give noise too small for the data trained on.
     def resolved(**changes):
       config = _config(
-          mechanism='udp', params=dict(clip=1.0, epsilon=4.0),
-          clients_per_round=10, total_rounds=1, eval_every=1, **changes,
+          mechanism='udp',
+          params=dict(clip=1.0, epsilon=4.0),
+          clients_per_round=10,
+          total_rounds=1,
+          eval_every=1,
+          **changes,
       )
       root = os.path.join(self._make_tempdir(), 'run')
       return training.run(config, root, progress=False)['parameters'][
-          'resolved']
+          'resolved'
+      ]
 
     uncapped = resolved()
     self.assertGreater(uncapped['min_client_examples'], 7)
@@ -483,7 +593,10 @@ class LoopOptionsTest(_TempDirTestCase):
 
   def _run(self, **changes):
     config = _config(
-        mechanism='none', params=None, sampling_seed=7, eval_every=100,
+        mechanism='none',
+        params=None,
+        sampling_seed=7,
+        eval_every=100,
         **changes,
     )
     root = os.path.join(self._make_tempdir(), 'run')
@@ -518,7 +631,10 @@ class LoopOptionsTest(_TempDirTestCase):
   def test_crd_ends_early_and_tests_on_the_other_half(self):
     full, _, _ = self._run(total_rounds=1)
     config = _config(
-        mechanism='udp', total_rounds=6, eval_every=100, sampling_seed=7,
+        mechanism='udp',
+        total_rounds=6,
+        eval_every=100,
+        sampling_seed=7,
         holdout_validation=True,
         # Every round "stalls": T <- floor(beta (T - t)) + t, 6 -> 3 -> 2.
         params=dict(epsilon=8.0, crd_beta=0.5, crd_zeta=100.0),
@@ -534,9 +650,7 @@ class LoopOptionsTest(_TempDirTestCase):
     # tolerance), from round 1 on, not the realised composition.
     eps = summary['privacy']['rdp_epsilon']
     self.assertAllClose(eps, 8.0, atol=5e-3)
-    self.assertEqual(
-        [float(r[layout.RDP_EPSILON]) for r in rows], [eps, eps]
-    )
+    self.assertEqual([float(r[layout.RDP_EPSILON]) for r in rows], [eps, eps])
     realised = summary['privacy']['analyst_ledger']['rdp_epsilon']
     self.assertLess(realised, eps)
     self.assertIn('diagnostic', summary['privacy']['analyst_ledger']['meaning'])
@@ -547,8 +661,6 @@ class LoopOptionsTest(_TempDirTestCase):
     )
 
 
-
-
 class DpFtrlRunTest(_TempDirTestCase):
 
   @pytest.mark.slow
@@ -556,8 +668,12 @@ class DpFtrlRunTest(_TempDirTestCase):
     # 10 clients, K = 3: epochs of 3 rounds; 7 rounds are trees at rounds
     # 1, 4 and 7, each SingleEpochTreeAggregationDpEvent(z, 3).
     config = _config(
-        mechanism='dp_ftrl', params=dict(noise_multiplier=1.0, clip=1.0),
-        clients_per_round=3, total_rounds=7, eval_every=7, sampling_seed=1,
+        mechanism='dp_ftrl',
+        params=dict(noise_multiplier=1.0, clip=1.0),
+        clients_per_round=3,
+        total_rounds=7,
+        eval_every=7,
+        sampling_seed=1,
     )
     tree = dp_accounting.SingleEpochTreeAggregationDpEvent(1.0, 3)
 
@@ -579,12 +695,17 @@ class DpFtrlRunTest(_TempDirTestCase):
     # restarts at round 5 with fresh noise and is charged again (4 trees).
     for checkpoint_every, trees in ((1, 3), (2, 4)):
       root = os.path.join(self._make_tempdir(), 'run')
-      self.assertIsNone(training.run_until(
-          config, root, 5, progress=False, checkpoint_every=checkpoint_every))
-      resumed = training.run(config, root, progress=False,
-                             checkpoint_every=checkpoint_every)
+      self.assertIsNone(
+          training.run_until(
+              config, root, 5, progress=False, checkpoint_every=checkpoint_every
+          )
+      )
+      resumed = training.run(
+          config, root, progress=False, checkpoint_every=checkpoint_every
+      )
       self.assertAllClose(
-          resumed['privacy']['guarantees'][0]['epsilon'], rdp_epsilon(trees),
+          resumed['privacy']['guarantees'][0]['epsilon'],
+          rdp_epsilon(trees),
           rtol=1e-9,
       )
 
@@ -592,23 +713,35 @@ class DpFtrlRunTest(_TempDirTestCase):
     root = os.path.join(self._make_tempdir(), 'run')
     with self.assertRaises(training.ConfigError) as raised:
       training.run(
-          _config(mechanism='dp_ftrl',
-                  params={'epsilon': 2.0, 'noise_multiplier': 1.0}),
-          root, progress=False)
-    self.assertIn('give one of noise_multiplier, epsilon', str(raised.exception))
+          _config(
+              mechanism='dp_ftrl',
+              params={'epsilon': 2.0, 'noise_multiplier': 1.0},
+          ),
+          root,
+          progress=False,
+      )
+    self.assertIn(
+        'give one of noise_multiplier, epsilon', str(raised.exception)
+    )
     with self.assertRaises(training.ConfigError) as raised:
-      training.run(_config(mechanism='dp_ftrl', params={}), root,
-                   progress=False)
-    self.assertIn('needs noise_multiplier > 0 or a target epsilon',
-                  str(raised.exception))
+      training.run(
+          _config(mechanism='dp_ftrl', params={}), root, progress=False
+      )
+    self.assertIn(
+        'needs noise_multiplier > 0 or a target epsilon', str(raised.exception)
+    )
 
   @pytest.mark.slow
   def test_target_epsilon_is_met_exactly(self):
     # 10 clients, K = 3, 7 rounds: 3 trees of 3 leaves, z calibrated so that
     # the charged trees give eps 4 (the calibration's tolerance below it).
     config = _config(
-        mechanism='dp_ftrl', params=dict(epsilon=4.0, clip=1.0),
-        clients_per_round=3, total_rounds=7, eval_every=7, sampling_seed=1,
+        mechanism='dp_ftrl',
+        params=dict(epsilon=4.0, clip=1.0),
+        clients_per_round=3,
+        total_rounds=7,
+        eval_every=7,
+        sampling_seed=1,
     )
     summary = training.run(
         config, os.path.join(self._make_tempdir(), 'run'), progress=False
@@ -623,17 +756,23 @@ class DpFtrlRunTest(_TempDirTestCase):
 
 
 _BLT_CONFIG = dict(
-    mechanism='blt', params=dict(epsilon=4.0, clip=1.0),
-    clients_per_round=3, total_rounds=7, eval_every=7, sampling_seed=1,
+    mechanism='blt',
+    params=dict(epsilon=4.0, clip=1.0),
+    clients_per_round=3,
+    total_rounds=7,
+    eval_every=7,
+    sampling_seed=1,
 )
 
 
 def _stream_rdp_epsilon(resolved, streams):
   """eps at 1e-5 of `streams` BLT streams of a run's resolved noise."""
   stream = dp_accounting.GaussianDpEvent(
-      resolved['noise_multiplier'] / resolved['sensitivity'])
+      resolved['noise_multiplier'] / resolved['sensitivity']
+  )
   accountant = dp_accounting.rdp.RdpAccountant(
-      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+  )
   return accountant.compose(stream, streams).get_epsilon(1e-5)
 
 
@@ -673,8 +812,11 @@ class BltRunTest(_TempDirTestCase):
     root = os.path.join(self._make_tempdir(), 'run')
     self.assertIsNone(training.run_until(config, root, 5, progress=False))
     resumed = training.run(config, root, progress=False)
-    self.assertAllClose(resumed['privacy']['guarantees'][0]['epsilon'],
-                        rdp_epsilon(3), rtol=1e-4)
+    self.assertAllClose(
+        resumed['privacy']['guarantees'][0]['epsilon'],
+        rdp_epsilon(3),
+        rtol=1e-4,
+    )
     self.assertLessEqual(resumed['privacy']['guarantees'][0]['epsilon'], 4.0)
     # Stopped after round 5 with its last checkpoint at round 4: round 5 was
     # released after it, so the resumed run restarts the stream at round 5
@@ -682,24 +824,32 @@ class BltRunTest(_TempDirTestCase):
     # (rounds 5-6 and 7) noised for the budget the first two left, so the
     # run still meets its target.
     root = os.path.join(self._make_tempdir(), 'run')
-    self.assertIsNone(training.run_until(config, root, 5, progress=False,
-                                         checkpoint_every=2))
+    self.assertIsNone(
+        training.run_until(config, root, 5, progress=False, checkpoint_every=2)
+    )
     resumed = training.run(config, root, progress=False, checkpoint_every=2)
     first, second = resumed['sessions']
     self.assertEqual((first['start_round'], second['start_round']), (0, 4))
-    self.assertAllClose(first['noise_multiplier'],
-                        resolved['noise_multiplier'])
+    self.assertAllClose(first['noise_multiplier'], resolved['noise_multiplier'])
     self.assertGreater(second['noise_multiplier'], first['noise_multiplier'])
     accountant = dp_accounting.rdp.RdpAccountant(
         neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
     )
     for session in (first, second):
-      accountant.compose(dp_accounting.GaussianDpEvent(
-          session['noise_multiplier'] / resolved['sensitivity']), 2)
-    self.assertAllClose(resumed['privacy']['guarantees'][0]['epsilon'],
-                        accountant.get_epsilon(1e-5), rtol=1e-9)
-    self.assertBetween(resumed['privacy']['guarantees'][0]['epsilon'],
-                       3.99, 4.0)
+      accountant.compose(
+          dp_accounting.GaussianDpEvent(
+              session['noise_multiplier'] / resolved['sensitivity']
+          ),
+          2,
+      )
+    self.assertAllClose(
+        resumed['privacy']['guarantees'][0]['epsilon'],
+        accountant.get_epsilon(1e-5),
+        rtol=1e-9,
+    )
+    self.assertBetween(
+        resumed['privacy']['guarantees'][0]['epsilon'], 3.99, 4.0
+    )
 
 
 class DpClientMetricsRunTest(_TempDirTestCase):
@@ -709,13 +859,19 @@ class DpClientMetricsRunTest(_TempDirTestCase):
     root = os.path.join(self._make_tempdir(), 'run')
     z, z_metrics, rounds = 1.0, 2.0, 2
     config = _config(
-        mechanism='dp_fedavg', params=dict(noise_multiplier=z, clip=1.0),
-        total_rounds=rounds, sampling_seed=3, client_metrics='dp',
+        mechanism='dp_fedavg',
+        params=dict(noise_multiplier=z, clip=1.0),
+        total_rounds=rounds,
+        sampling_seed=3,
+        client_metrics='dp',
         client_metrics_noise_multiplier=z_metrics,
     )
     summary = training.run(config, root, progress=False)
-    q = sampling_lib.ClientSampling(
-        'poisson', 10, 2).ledger_sampling().sampling_probability
+    q = (
+        sampling_lib.ClientSampling('poisson', 10, 2)
+        .ledger_sampling()
+        .sampling_probability
+    )
     delta = base.DEFAULT_DELTA
 
     def eps(noise_multiplier):
@@ -729,8 +885,9 @@ class DpClientMetricsRunTest(_TempDirTestCase):
     # same Poisson-sampled clients are one Gaussian of z_eff^-2 = z^-2 +
     # z_m^-2 (the RDP accountant composes them so).
     z_eff = (z**-2 + z_metrics**-2) ** -0.5
-    self.assertAllClose(summary['privacy']['rdp_epsilon'], eps(z_eff),
-                        rtol=1e-9)
+    self.assertAllClose(
+        summary['privacy']['rdp_epsilon'], eps(z_eff), rtol=1e-9
+    )
     self.assertGreater(summary['privacy']['rdp_epsilon'], eps(z) * 1.05)
     ledger = ledger_lib.PrivacyLedger.from_json(
         json.dumps(summary['privacy']['ledger'])
@@ -741,26 +898,36 @@ class DpClientMetricsRunTest(_TempDirTestCase):
     # Every column: public (the round, the session, eps, delta, the
     # configured uplink), the model's charged DP query metrics, or the
     # charged noised metrics.
-    public = {layout.ROUND, layout.SESSION, layout.RDP_EPSILON, 'delta',
-              'uplink_bytes'}
+    public = {
+        layout.ROUND,
+        layout.SESSION,
+        layout.RDP_EPSILON,
+        'delta',
+        'uplink_bytes',
+    }
     charged = tuple(
         f'client_work/train/{k}'
-        for k in (client_metrics.DP_LOSS, client_metrics.DP_ACCURACY,
-                  client_metrics.DP_CLIENTS)
+        for k in (
+            client_metrics.DP_LOSS,
+            client_metrics.DP_ACCURACY,
+            client_metrics.DP_CLIENTS,
+        )
     )
     for row in rows:
       for column in row:
         self.assertTrue(
-            column in public or column in charged
+            column in public
+            or column in charged
             or column.startswith('aggregator/dp_query_metrics/')
             or column == 'finalizer/update_non_finite',
             f'{column} is neither public nor charged',
         )
     # A round that ran released all three (round 1 or 2 drew someone).
     self.assertTrue(any(row.get(charged[0]) for row in rows))
-    self.assertTrue(any(
-        'client_metrics' in c for c in summary['privacy']['caveats']
-    ))
+    self.assertTrue(
+        any('client_metrics' in c for c in summary['privacy']['caveats'])
+    )
+
 
 if __name__ == '__main__':
   tf.test.main()

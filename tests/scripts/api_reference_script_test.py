@@ -28,7 +28,9 @@ class ApiReferenceScriptTest(tf.test.TestCase):
       self.assertNotIn('Traceback', result.stderr)
       for package in _PACKAGES:
         with self.subTest(package):
-          with open(os.path.join(tmp, 'api', 'tff_priv', f'{package}.html')) as f:
+          with open(
+              os.path.join(tmp, 'api', 'tff_priv', f'{package}.html')
+          ) as f:
             page = f.read()
           names = importlib.import_module(f'tff_priv.{package}').__all__
           self.assertNotEmpty(names)

@@ -12,7 +12,6 @@ from tests import script_runs
 pytestmark = pytest.mark.slow
 
 
-
 class AuditScriptTest(unittest.TestCase):
   """One run as a user runs it (every factory's row and the training run's), then main() in process."""
 
@@ -20,9 +19,16 @@ class AuditScriptTest(unittest.TestCase):
     with tempfile.TemporaryDirectory() as tmp:
       plot = os.path.join(tmp, 'audit.png')
       result = script_runs.run(
-          'audit.py', '--trials=4', '--vectorized_trials=4', '--dimension=5',
-          '--format=json', f'--plot={plot}', '--one_run',
-          '--one_run_canaries=20', '--one_run_rounds=1', '--one_run_epsilon=2',
+          'audit.py',
+          '--trials=4',
+          '--vectorized_trials=4',
+          '--dimension=5',
+          '--format=json',
+          f'--plot={plot}',
+          '--one_run',
+          '--one_run_canaries=20',
+          '--one_run_rounds=1',
+          '--one_run_epsilon=2',
       )
       self.assertEqual(result.returncode, 0, result.stderr[-3000:])
       with open(plot, 'rb') as f:
@@ -32,8 +38,18 @@ class AuditScriptTest(unittest.TestCase):
     factories, last = rows[:-1], rows[-1]
     self.assertEqual(
         [r['mechanism'].split()[0] for r in factories],
-        ['dp_fedavg', 'dp_fedavg', 'blt', 'bandmf', 'smp', 'udp', 'distortion',
-         'ldp', 'ldp'])
+        [
+            'dp_fedavg',
+            'dp_fedavg',
+            'blt',
+            'bandmf',
+            'smp',
+            'udp',
+            'distortion',
+            'ldp',
+            'ldp',
+        ],
+    )
     self.assertIn('adaptive', factories[1]['mechanism'])
     for row in factories:
       self.assertEqual(row['trials'], 4)
@@ -43,8 +59,10 @@ class AuditScriptTest(unittest.TestCase):
       self.assertEqual(row['alpha'], 1e-3)
       self.assertGreaterEqual(row['max_showable_epsilon'], row['max_showable'])
       self.assertGreater(row['accounted_epsilon'], 0.0)
-    self.assertEqual([r['vectorized'] for r in factories],
-                     [True, False, True, True, False, True, False, True, True])
+    self.assertEqual(
+        [r['vectorized'] for r in factories],
+        [True, False, True, True, False, True, False, True, True],
+    )
     self.assertEqual(last['mechanism'], 'udp training run (one-run audit)')
     self.assertEqual(last['unit'], 'example')
     self.assertEqual(last['verdict'], 'pass')
@@ -61,8 +79,12 @@ class AuditScriptTest(unittest.TestCase):
       power, sweep = script_runs.run_main(
           'audit.py',
           (f'--power_plot={plot}', '--seeds=1'),
-          ('--one_run_sweep=1,0', '--one_run_canaries=20',
-           '--one_run_rounds=1', '--one_run_epsilon=2'),
+          (
+              '--one_run_sweep=1,0',
+              '--one_run_canaries=20',
+              '--one_run_rounds=1',
+              '--one_run_epsilon=2',
+          ),
       )
       self.assertEqual(power.returncode, 0, power.stderr[-3000:])
       with open(plot, 'rb') as f:

@@ -16,18 +16,31 @@ class BenchmarkScriptsTest(tf.test.TestCase):
 
   def test_ldp(self):
     result = script_runs.run(
-        'benchmark_ldp.py', '--flat', '--d=1000', '--encode_repeats=1',
-        '--clients=2', '--factory_repeats=1', '--transport_clients=2',
+        'benchmark_ldp.py',
+        '--flat',
+        '--d=1000',
+        '--encode_repeats=1',
+        '--clients=2',
+        '--factory_repeats=1',
+        '--transport_clients=2',
     )
     self.assertEqual(result.returncode, 0, result.stderr)
-    for part in ('[1] client encode', '[2] factory next',
-                 '[3] split and shuffle', 'load average at end'):
+    for part in (
+        '[1] client encode',
+        '[2] factory next',
+        '[3] split and shuffle',
+        'load average at end',
+    ):
       self.assertIn(part, result.stdout)
 
   def test_smp(self):
     result = script_runs.run(
-        'benchmark_smp.py', '--shapes=10x3,3', '--clients=2',
-        '--compressions=0.5', '--secure_compressions=0.5', '--repeats=1',
+        'benchmark_smp.py',
+        '--shapes=10x3,3',
+        '--clients=2',
+        '--compressions=0.5',
+        '--secure_compressions=0.5',
+        '--repeats=1',
         '--value_source=clients',
     )
     self.assertEqual(result.returncode, 0, result.stderr)
@@ -45,8 +58,12 @@ class BenchmarkScriptsTest(tf.test.TestCase):
 
   def test_rounds(self):
     result = script_runs.run(
-        'benchmark_rounds.py', '--task=digits', '--clients_per_round=2',
-        '--processes=fedavg,dp_fedavg', '--rounds=1', '--warmup=0',
+        'benchmark_rounds.py',
+        '--task=digits',
+        '--clients_per_round=2',
+        '--processes=fedavg,dp_fedavg',
+        '--rounds=1',
+        '--warmup=0',
         '--format=json',
     )
     self.assertEqual(result.returncode, 0, result.stderr)
@@ -60,9 +77,13 @@ class BenchmarkScriptsTest(tf.test.TestCase):
     output = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, output)
     result = script_runs.run(
-        'benchmark_train.py', '--rounds_shown=1,2',
-        f'--json_output={output}/memory.json', '--', '--task=digits',
-        '--total_rounds=2', f'--root_output_dir={output}/run',
+        'benchmark_train.py',
+        '--rounds_shown=1,2',
+        f'--json_output={output}/memory.json',
+        '--',
+        '--task=digits',
+        '--total_rounds=2',
+        f'--root_output_dir={output}/run',
     )
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertIn('time to round 1:', result.stdout)

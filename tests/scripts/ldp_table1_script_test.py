@@ -15,10 +15,18 @@ pytestmark = pytest.mark.slow
 
 def _run(output_dir, *extra):
   return script_runs.run(
-      'ldp_table1.py', '--task=digits', '--model=mlp', '--clients=4',
-      '--rounds=1', '--batch_size=32', '--epsilons=1,10',
-      '--modes=weights,deltas', f'--output_dir={output_dir}', *extra,
+      'ldp_table1.py',
+      '--task=digits',
+      '--model=mlp',
+      '--clients=4',
+      '--rounds=1',
+      '--batch_size=32',
+      '--epsilons=1,10',
+      '--modes=weights,deltas',
+      f'--output_dir={output_dir}',
+      *extra,
   )
+
 
 class LdpTable1ScriptTest(tf.test.TestCase):
 
@@ -30,10 +38,16 @@ class LdpTable1ScriptTest(tf.test.TestCase):
     labels = sorted(
         d for d in os.listdir(out) if os.path.isdir(os.path.join(out, d))
     )
-    self.assertEqual(labels, [
-        'deltas_eps10_run0', 'deltas_eps1_run0', 'noise_free_run0',
-        'weights_eps10_run0', 'weights_eps1_run0',
-    ])
+    self.assertEqual(
+        labels,
+        [
+            'deltas_eps10_run0',
+            'deltas_eps1_run0',
+            'noise_free_run0',
+            'weights_eps10_run0',
+            'weights_eps1_run0',
+        ],
+    )
     for label in labels:
       with open(layout.path(os.path.join(out, label), layout.SUMMARY)) as f:
         summary = json.load(f)
@@ -64,15 +78,18 @@ class LdpTable1ScriptTest(tf.test.TestCase):
     again = _run(out)
     self.assertEqual(again.returncode, 0, again.stderr[-3000:])
     self.assertNotIn('[1/5]', again.stderr)
-    self.assertEqual(again.stdout.split('\n\n')[0],
-                     result.stdout.split('\n\n')[0])
+    self.assertEqual(
+        again.stdout.split('\n\n')[0], result.stdout.split('\n\n')[0]
+    )
 
   def test_bad_mode_fails_in_one_line(self):
     out = tempfile.mkdtemp(dir=self.get_temp_dir())
     result = _run(out, '--modes=both')
     self.assertEqual(result.returncode, 2)
-    self.assertStartsWith(result.stderr.strip().splitlines()[-1],
-                          'ldp_table1.py: error: mode must be one of')
+    self.assertStartsWith(
+        result.stderr.strip().splitlines()[-1],
+        'ldp_table1.py: error: mode must be one of',
+    )
 
 
 if __name__ == '__main__':

@@ -14,8 +14,11 @@ class MeasureFedAvgScriptTest(tf.test.TestCase):
 
   def test_prints_rounds_and_result(self):
     result = script_runs.run(
-        'measure_fedavg.py', '--task=digits', '--rounds=2',
-        '--clients_per_round=3', '--client_learning_rate=0.1',
+        'measure_fedavg.py',
+        '--task=digits',
+        '--rounds=2',
+        '--clients_per_round=3',
+        '--client_learning_rate=0.1',
     )
     self.assertEqual(result.returncode, 0, result.stderr)
     lines = result.stdout.strip().splitlines()

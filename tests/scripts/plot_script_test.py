@@ -18,6 +18,7 @@ _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 def _run(*args):
   return script_runs.run('plot.py', *args)
 
+
 def _write_run(root, mechanism, eps_per_round, rounds=(1, 2, 3)):
   os.makedirs(root)
   with open(layout.path(root, layout.CONFIG), 'w') as f:
@@ -85,13 +86,26 @@ class PlotScriptTest(tf.test.TestCase):
       _write_run(root, 'smp', 4.0)
       with open(layout.path(root, layout.TRAIN_CSV), 'w', newline='') as f:
         writer = csv.writer(f)
-        writer.writerow([layout.ROUND, layout.SESSION, layout.RDP_EPSILON,
-                         layout.SERVER_EPSILON])
+        writer.writerow(
+            [
+                layout.ROUND,
+                layout.SESSION,
+                layout.RDP_EPSILON,
+                layout.SERVER_EPSILON,
+            ]
+        )
         for r in (1, 2, 3):
           writer.writerow([r, 1, 4.0 * r, 15.0 * r])
       with open(layout.path(root, layout.SUMMARY), 'w') as f:
-        json.dump({'privacy': {'delta': 1e-5, 'guarantees': [
-            {'epsilon': 12.0, 'unit': 'client'}]}}, f)
+        json.dump(
+            {
+                'privacy': {
+                    'delta': 1e-5,
+                    'guarantees': [{'epsilon': 12.0, 'unit': 'client'}],
+                }
+            },
+            f,
+        )
       dirs.append(root)
     out = os.path.join(self.tmp, 'plots')
     result = _run(f'--run_dirs={",".join(dirs)}', f'--output_dir={out}')

@@ -16,11 +16,22 @@ def _run(*args):
   return script_runs.run('privacy.py', *args)
 
 
-_JSON = ('--mechanism=dp_fedavg', '--noise_multiplier=1.0',
-         '--sampling_rate=0.05', '--rounds=100', '--delta=1e-5',
-         '--format=json')
-_TARGET = ('--mechanism=smp', '--epsilon=1.0', '--sampling_rate=0.01',
-           '--rounds=300', '--delta=1e-5', '--format=json')
+_JSON = (
+    '--mechanism=dp_fedavg',
+    '--noise_multiplier=1.0',
+    '--sampling_rate=0.05',
+    '--rounds=100',
+    '--delta=1e-5',
+    '--format=json',
+)
+_TARGET = (
+    '--mechanism=smp',
+    '--epsilon=1.0',
+    '--sampling_rate=0.01',
+    '--rounds=300',
+    '--delta=1e-5',
+    '--format=json',
+)
 _BAD = (
     ('--mechanism=foo', '--rounds=1'),
     ('--mechanism=smp', '--rounds=1', '--delta=1.5', '--noise_multiplier=1'),
@@ -37,7 +48,8 @@ class PrivacyScriptTest(tf.test.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.json, cls.target, *cls.bad = script_runs.run_main(
-        'privacy.py', _JSON, _TARGET, *_BAD)
+        'privacy.py', _JSON, _TARGET, *_BAD
+    )
 
   def test_json_names_the_accountants(self):
     result = self.json
@@ -49,14 +61,26 @@ class PrivacyScriptTest(tf.test.TestCase):
   def test_quiet_as_a_user_runs_it(self):
     # The environment a user has (no TF_CPP_MIN_LOG_LEVEL): no TF, TFF or
     # absl log line, and no teardown noise from TFF's default context.
-    env = {k: v for k, v in script_runs.env().items()
-           if k != 'TF_CPP_MIN_LOG_LEVEL'}
+    env = {
+        k: v
+        for k, v in script_runs.env().items()
+        if k != 'TF_CPP_MIN_LOG_LEVEL'
+    }
     result = subprocess.run(
-        [sys.executable, script_runs.script_path('privacy.py'),
-         '--mechanism=smp', '--epsilon=8', '--rounds=10',
-         '--sampling_rate=0.1'],
-        capture_output=True, text=True, cwd=script_runs.ROOT, env=env,
-        timeout=script_runs.TIMEOUT, check=False,
+        [
+            sys.executable,
+            script_runs.script_path('privacy.py'),
+            '--mechanism=smp',
+            '--epsilon=8',
+            '--rounds=10',
+            '--sampling_rate=0.1',
+        ],
+        capture_output=True,
+        text=True,
+        cwd=script_runs.ROOT,
+        env=env,
+        timeout=script_runs.TIMEOUT,
+        check=False,
     )
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertEqual(result.stderr, '')
@@ -69,7 +93,9 @@ class PrivacyScriptTest(tf.test.TestCase):
     self.assertAllClose(
         report['calibration']['rdp_noise_multiplier'], 1.17, atol=0.01
     )
-    self.assertAllClose(report['paper']['paper_noise_multiplier'], 2.246, atol=1e-3)
+    self.assertAllClose(
+        report['paper']['paper_noise_multiplier'], 2.246, atol=1e-3
+    )
 
   def test_bad_flags_exit_2_with_one_line(self):
     for args, result in zip(_BAD, self.bad):

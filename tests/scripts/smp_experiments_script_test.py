@@ -42,11 +42,20 @@ _P1 = 'Fed-SMP, p = 1 (client noise, secure sum)'
 
 def _args(output_dir, *extra):
   return (
-      '--tasks=digits', '--model=mlp',
-      '--num_clients=40', '--samples_per_client=10', '--public_clients=4',
-      f'--clients_per_round={_K}', f'--rounds={_ROUNDS}', '--local_epochs=1',
-      f'--epsilon={_EPSILON}', '--clip=0.5', '--target_accuracy=0',
-      '--test_examples=200', '--noprogress', f'--output_dir={output_dir}',
+      '--tasks=digits',
+      '--model=mlp',
+      '--num_clients=40',
+      '--samples_per_client=10',
+      '--public_clients=4',
+      f'--clients_per_round={_K}',
+      f'--rounds={_ROUNDS}',
+      '--local_epochs=1',
+      f'--epsilon={_EPSILON}',
+      '--clip=0.5',
+      '--target_accuracy=0',
+      '--test_examples=200',
+      '--noprogress',
+      f'--output_dir={output_dir}',
       *extra,
   )
 
@@ -58,7 +67,9 @@ def _run(output_dir, *extra):
 def _main(*cases):
   """main() on each (output_dir, *extra) case, in one interpreter."""
   return script_runs.run_main(
-      'smp_experiments.py', *(_args(*case) for case in cases))
+      'smp_experiments.py', *(_args(*case) for case in cases)
+  )
+
 
 def _summary(run_dir):
   with open(os.path.join(run_dir, 'summary.json')) as f:
@@ -78,9 +89,7 @@ class SmpExperimentsScriptTest(tf.test.TestCase):
 
   def _check_row(self, cells, summary, p):
     k = _D if p == 1.0 else round(p * _D)
-    name, kept, sigma, final, best, _, _, eps, per_client, mb, to_target = (
-        cells
-    )
+    name, kept, sigma, final, best, _, _, eps, per_client, mb, to_target = cells
     del name, best
     self.assertEqual(int(kept.replace(',', '')), k)
     self.assertEqual(int(per_client.replace(',', '')), 4 * k)
@@ -104,8 +113,12 @@ class SmpExperimentsScriptTest(tf.test.TestCase):
     out = tempfile.mkdtemp(dir=self.get_temp_dir())
     first = _run(out, '--compressions=0.1', '--masks=top_k')
     self.assertEqual(first.returncode, 0, first.stderr[-3000:])
-    labels = {'digits-p1', 'digits-noise_free', 'digits-dp_fedavg',
-              'digits-fed_smp-top_k-p0.1'}
+    labels = {
+        'digits-p1',
+        'digits-noise_free',
+        'digits-dp_fedavg',
+        'digits-fed_smp-top_k-p0.1',
+    }
     self.assertEqual(
         set(os.listdir(out)), labels | {'summary.md', 'accuracy_vs_p.png'}
     )
@@ -120,7 +133,9 @@ class SmpExperimentsScriptTest(tf.test.TestCase):
         'digits-p1': (_P1, 1.0),
         'digits-noise_free': ('no noise (clip C, p = 1)', 1.0),
         'digits-dp_fedavg': (
-            "DP-FedAvg (TFF's central noise, fixed clip C)", 1.0),
+            "DP-FedAvg (TFF's central noise, fixed clip C)",
+            1.0,
+        ),
         'digits-fed_smp-top_k-p0.1': ('Fed-SMP top_k p=0.1', 0.1),
         'digits-fed_smp-rand_k-p0.1': ('Fed-SMP rand_k p=0.1', 0.1),
     }
@@ -140,8 +155,10 @@ class SmpExperimentsScriptTest(tf.test.TestCase):
         for label in labels
     }
     # The second and third invocations: main() again, in one interpreter.
-    second, other = _main((out, '--compressions=0.1', '--masks=rand_k,top_k'),
-                          (out, '--compressions=0.1', f'--rounds={_ROUNDS + 1}'))
+    second, other = _main(
+        (out, '--compressions=0.1', '--masks=rand_k,top_k'),
+        (out, '--compressions=0.1', f'--rounds={_ROUNDS + 1}'),
+    )
     self.assertEqual(second.returncode, 0, second.stderr[-3000:])
     started = [l for l in second.stderr.splitlines() if l.startswith('[')]
     self.assertEqual(started, ['[4/5] digits-fed_smp-rand_k-p0.1'])
@@ -155,7 +172,8 @@ class SmpExperimentsScriptTest(tf.test.TestCase):
     rand_k = 'digits-fed_smp-rand_k-p0.1'
     self._check_row(
         _every_run_rows(summary_md)[names[rand_k][0]],
-        _summary(os.path.join(out, rand_k)), 0.1,
+        _summary(os.path.join(out, rand_k)),
+        0.1,
     )
 
     # Another setting in the same output directory: refused, nothing runs.
@@ -173,8 +191,10 @@ class SmpExperimentsScriptTest(tf.test.TestCase):
         ('--compressions=1.0', '--compressions'),
         ('--compressions=x', '--compressions'),
         ('--masks=rand_k,foo', '--masks'),
-        ('--tasks=shakespeare_offline --shakespeare_rounds=0',
-         '--shakespeare_rounds'),
+        (
+            '--tasks=shakespeare_offline --shakespeare_rounds=0',
+            '--shakespeare_rounds',
+        ),
         ('--tasks=digits,nope', '--tasks'),
     )
     results = _main(*((out, *flag.split()) for flag, _ in cases))

@@ -26,8 +26,12 @@ pytestmark = pytest.mark.slow
 
 _TIMEOUT = 600
 _COMMON = (
-    '--task=digits', '--mechanism=ldp', '--clients_per_round=3',
-    '--batch_size=20', '--client_learning_rate=0.1', '--eval_every=100',
+    '--task=digits',
+    '--mechanism=ldp',
+    '--clients_per_round=3',
+    '--batch_size=20',
+    '--client_learning_rate=0.1',
+    '--eval_every=100',
 )
 
 
@@ -61,8 +65,9 @@ def _checkpoints(root):
     return []
   prefix = layout.CHECKPOINT_PREFIX
   return sorted(
-      int(e[len(prefix):]) for e in os.listdir(path)
-      if e.startswith(prefix) and e[len(prefix):].isdigit()
+      int(e[len(prefix) :])
+      for e in os.listdir(path)
+      if e.startswith(prefix) and e[len(prefix) :].isdigit()
   )
 
 
@@ -88,9 +93,11 @@ class TrainFaultsTest(unittest.TestCase):
     root = os.path.join(self.tmp, 'run')
     first = _start(root, '--total_rounds=30')
     lock = os.path.join(root, '.lock')
-    self.assertTrue(_wait_for(
-        lambda: os.path.exists(lock) and open(lock).read().strip(), first
-    ))
+    self.assertTrue(
+        _wait_for(
+            lambda: os.path.exists(lock) and open(lock).read().strip(), first
+        )
+    )
     code, _, err = _run(root, '--total_rounds=30')
     # Refused before TensorFlow is imported (seconds, not the imports'
     # ~15 s): the same run with a tensorflow that cannot be imported.
@@ -99,11 +106,22 @@ class TrainFaultsTest(unittest.TestCase):
     with open(os.path.join(no_tf, '__init__.py'), 'w') as f:
       f.write('raise ImportError("tensorflow was imported")\n')
     early = subprocess.run(
-        [sys.executable, script_runs.script_path('train.py'),
-         f'--root_output_dir={root}', '--total_rounds=30'],
-        capture_output=True, text=True, cwd=script_runs.ROOT, timeout=120,
-        env={**script_runs.env(), 'PYTHONPATH': os.pathsep.join(
-            [os.path.dirname(no_tf), script_runs.ROOT])},
+        [
+            sys.executable,
+            script_runs.script_path('train.py'),
+            f'--root_output_dir={root}',
+            '--total_rounds=30',
+        ],
+        capture_output=True,
+        text=True,
+        cwd=script_runs.ROOT,
+        timeout=120,
+        env={
+            **script_runs.env(),
+            'PYTHONPATH': os.pathsep.join(
+                [os.path.dirname(no_tf), script_runs.ROOT]
+            ),
+        },
         check=False,
     )
     first.send_signal(signal.SIGTERM)
@@ -119,12 +137,18 @@ class TrainFaultsTest(unittest.TestCase):
     root = os.path.join(self.tmp, 'run')
     for signum, rounds in ((signal.SIGINT, 2), (signal.SIGTERM, 3)):
       proc = _start(root, '--total_rounds=30')
-      self.assertTrue(_wait_for(
-          lambda n=rounds: _checkpoints(root) and max(_checkpoints(root)) >= n,
-          proc,
-      ))
-      workers = [child for child in procfs.children(proc.pid)
-                 if child in procfs.with_cmdline(b'worker_binary')]
+      self.assertTrue(
+          _wait_for(
+              lambda n=rounds: _checkpoints(root)
+              and max(_checkpoints(root)) >= n,
+              proc,
+          )
+      )
+      workers = [
+          child
+          for child in procfs.children(proc.pid)
+          if child in procfs.with_cmdline(b'worker_binary')
+      ]
       self.assertEqual(len(workers), 1)  # The run computes on TFF's worker.
       proc.send_signal(signum)
       code, _, err = _finish(proc)

@@ -31,9 +31,14 @@ pytestmark = pytest.mark.slow
 _TARGET = 8.0
 _ROUNDS = 8
 _COMMON = (
-    '--task=digits', '--clients_per_round=3', '--batch_size=20',
-    '--eval_every=100', f'--total_rounds={_ROUNDS}', '--checkpoint_every=3',
-    f'--epsilon={_TARGET}', '--noprogress',
+    '--task=digits',
+    '--clients_per_round=3',
+    '--batch_size=20',
+    '--eval_every=100',
+    f'--total_rounds={_ROUNDS}',
+    '--checkpoint_every=3',
+    f'--epsilon={_TARGET}',
+    '--noprogress',
 )
 _FLAGS = {
     'dp_fedavg': ('--clip=1.0', '--client_learning_rate=0.1'),
@@ -41,8 +46,12 @@ _FLAGS = {
 
 
 def _args(root, mechanism):
-  return (*_COMMON, f'--mechanism={mechanism}', *_FLAGS[mechanism],
-          f'--root_output_dir={root}')
+  return (
+      *_COMMON,
+      f'--mechanism={mechanism}',
+      *_FLAGS[mechanism],
+      f'--root_output_dir={root}',
+  )
 
 
 def _written_round(root):
@@ -83,8 +92,9 @@ class _KillResume:
         kill_round = int(rng.integers(2, _ROUNDS))
         root = os.path.join(tempfile.mkdtemp(), 'run')
         self.addCleanup(shutil.rmtree, os.path.dirname(root), True)
-        self.assertEqual(_kill_after(root, mechanism, kill_round),
-                         -signal.SIGKILL)
+        self.assertEqual(
+            _kill_after(root, mechanism, kill_round), -signal.SIGKILL
+        )
         killed_at = _written_round(root)
         result = script_runs.run('train.py', *_args(root, mechanism))
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
@@ -92,7 +102,8 @@ class _KillResume:
           summary = json.load(f)
         privacy = summary['privacy']
         ledger = ledger_lib.PrivacyLedger.from_json(
-            json.dumps(privacy['ledger']))
+            json.dumps(privacy['ledger'])
+        )
         # Every round released was charged; rounds after the checkpoint
         # (every 3rd round) run again.
         self.assertGreaterEqual(ledger.num_releases, _ROUNDS)
@@ -105,13 +116,16 @@ class _KillResume:
         self.assertEqual(second['start_round'] % 3, 0)
         self.assertBetween(second['start_round'], killed_at - 3, killed_at)
         if second['start_round'] < killed_at:  # Rounds run again.
-          self.assertGreater(second['noise_multiplier'],
-                             first['noise_multiplier'])
-        print(f'{mechanism}: killed after round {killed_at}, resumed at '
-              f'{second["start_round"]}: eps {privacy["rdp_epsilon"]:.4f} '
-              f'(target {_TARGET}), {ledger.num_releases} releases, z '
-              f'{first["noise_multiplier"]:.4f} -> '
-              f'{second["noise_multiplier"]:.4f}')
+          self.assertGreater(
+              second['noise_multiplier'], first['noise_multiplier']
+          )
+        print(
+            f'{mechanism}: killed after round {killed_at}, resumed at '
+            f'{second["start_round"]}: eps {privacy["rdp_epsilon"]:.4f} '
+            f'(target {_TARGET}), {ledger.num_releases} releases, z '
+            f'{first["noise_multiplier"]:.4f} -> '
+            f'{second["noise_multiplier"]:.4f}'
+        )
 
 
 class CentralNoiseKillResumeTest(_KillResume, unittest.TestCase):
@@ -120,10 +134,14 @@ class CentralNoiseKillResumeTest(_KillResume, unittest.TestCase):
 
 def _mount_tmpfs(path, size):
   os.makedirs(path, exist_ok=True)
-  return subprocess.run(
-      ['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', path],
-      capture_output=True, check=False,
-  ).returncode == 0
+  return (
+      subprocess.run(
+          ['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', path],
+          capture_output=True,
+          check=False,
+      ).returncode
+      == 0
+  )
 
 
 class FullDiskTest(unittest.TestCase):
@@ -134,24 +152,31 @@ class FullDiskTest(unittest.TestCase):
       self.skipTest('cannot mount a tmpfs here (needs root)')
     self.addCleanup(subprocess.run, ['umount', '-l', mount], check=False)
     root = os.path.join(mount, 'run')
-    result = script_runs.run('train.py', *_args(root, 'dp_fedavg'),
-                             '--checkpoint_every=1')
+    result = script_runs.run(
+        'train.py', *_args(root, 'dp_fedavg'), '--checkpoint_every=1'
+    )
     self.assertEqual(result.returncode, 1, result.stderr[-2000:])
     line = script_runs.last_line(result.stderr)
-    self.assertRegex(line, r'^train\.py: error: .*No space left on device; '
-                     r'.* kept: run the same command to resume')
+    self.assertRegex(
+        line,
+        r'^train\.py: error: .*No space left on device; '
+        r'.* kept: run the same command to resume',
+    )
     self.assertNotIn('Traceback', result.stderr)
     self.assertNotIn('Errno', result.stderr)
     leftovers = [
-        os.path.join(d, n) for d, dirs, files in os.walk(root)
-        for n in dirs + files if 'temp' in n or '.tmp' in n
+        os.path.join(d, n)
+        for d, dirs, files in os.walk(root)
+        for n in dirs + files
+        if 'temp' in n or '.tmp' in n
     ]
     self.assertEqual(leftovers, [])
     charged = _written_round(root)
     # Room again: the same command resumes and ends within the target.
     subprocess.run(['mount', '-o', 'remount,size=64m', mount], check=True)
-    result = script_runs.run('train.py', *_args(root, 'dp_fedavg'),
-                             '--checkpoint_every=1')
+    result = script_runs.run(
+        'train.py', *_args(root, 'dp_fedavg'), '--checkpoint_every=1'
+    )
     self.assertEqual(result.returncode, 0, result.stderr[-2000:])
     with open(layout.path(root, layout.SUMMARY)) as f:
       privacy = json.load(f)['privacy']
@@ -165,16 +190,20 @@ class OneLineFaultsTest(unittest.TestCase):
 
   def test_a_damaged_ledger_is_refused_in_one_line(self):
     root = os.path.join(tempfile.mkdtemp(), 'run')
-    result = script_runs.run('train.py', *_args(root, 'dp_fedavg'),
-                             '--total_rounds=1')
+    result = script_runs.run(
+        'train.py', *_args(root, 'dp_fedavg'), '--total_rounds=1'
+    )
     self.assertEqual(result.returncode, 0, result.stderr[-2000:])
     with open(layout.path(root, layout.PRIVACY), 'w') as f:
       f.write('{"round": 1, "priv')
-    result = script_runs.run('train.py', *_args(root, 'dp_fedavg'),
-                             '--total_rounds=1')
+    result = script_runs.run(
+        'train.py', *_args(root, 'dp_fedavg'), '--total_rounds=1'
+    )
     self.assertEqual(result.returncode, 2, result.stderr[-2000:])
-    self.assertRegex(script_runs.last_line(result.stderr),
-                     r'^train\.py: error: .*privacy_ledger\.json is damaged')
+    self.assertRegex(
+        script_runs.last_line(result.stderr),
+        r'^train\.py: error: .*privacy_ledger\.json is damaged',
+    )
     self.assertNotIn('Traceback', result.stderr)
     with open(layout.path(root, layout.PRIVACY)) as f:
       self.assertEqual(f.read(), '{"round": 1, "priv')
@@ -182,8 +211,9 @@ class OneLineFaultsTest(unittest.TestCase):
   def test_no_worker_fails_within_seconds_naming_nothing_unwritten(self):
     root = os.path.join(tempfile.mkdtemp(), 'run')
     start = time.monotonic()
-    result = script_runs.run('train.py', *_args(root, 'dp_fedavg'),
-                             '--workers=127.0.0.1:1')
+    result = script_runs.run(
+        'train.py', *_args(root, 'dp_fedavg'), '--workers=127.0.0.1:1'
+    )
     seconds = time.monotonic() - start
     self.assertEqual(result.returncode, 1, result.stderr[-2000:])
     self.assertLess(seconds, 15)

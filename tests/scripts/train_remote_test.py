@@ -17,8 +17,8 @@ import unittest
 
 import pytest
 
-from tests import script_runs
 from tests import remote_workers
+from tests import script_runs
 from tests.scripts import train_runs
 from tff_priv.accounting import ledger as ledger_lib
 from tff_priv.program import layout
@@ -31,8 +31,10 @@ _TIMEOUT = 600
 
 def _args(root, workers, *args):
   return (
-      *train_runs.COMMON, f'--root_output_dir={root}',
-      f"--workers={','.join(w.address for w in workers)}", *args,
+      *train_runs.COMMON,
+      f'--root_output_dir={root}',
+      f"--workers={','.join(w.address for w in workers)}",
+      *args,
   )
 
 
@@ -72,8 +74,12 @@ class TrainRemoteTest(unittest.TestCase):
       with self.subTest(mechanism=mechanism):
         root = os.path.join(self.tmp, mechanism)
         code, out, err = _run(
-            root, self.workers, f'--mechanism={mechanism}', *flags,
-            '--total_rounds=2', '--eval_every=2',
+            root,
+            self.workers,
+            f'--mechanism={mechanism}',
+            *flags,
+            '--total_rounds=2',
+            '--eval_every=2',
         )
         self.assertEqual(code, 0, err[-2000:])
         self.assertIn('summary.json', out)
@@ -84,14 +90,24 @@ class TrainRemoteTest(unittest.TestCase):
   def test_a_lost_worker_ends_the_run_in_one_line_and_the_run_resumes(self):
     workers = [remote_workers.Worker(), remote_workers.Worker()]
     root = os.path.join(self.tmp, 'lost')
-    args = ('--mechanism=ldp', '--ldp_epsilon=2', '--ldp_radius=0.05',
-            '--total_rounds=40', '--eval_every=100', '--worker_timeout=3')
+    args = (
+        '--mechanism=ldp',
+        '--ldp_epsilon=2',
+        '--ldp_radius=0.05',
+        '--total_rounds=40',
+        '--eval_every=100',
+        '--worker_timeout=3',
+    )
     try:
       proc = script_runs.start('train.py', *_args(root, workers, *args))
       checkpoints = layout.path(root, layout.CHECKPOINTS)
       deadline = time.monotonic() + _TIMEOUT
-      while proc.poll() is None and time.monotonic() < deadline and not (
-          os.path.isdir(checkpoints) and len(os.listdir(checkpoints)) >= 2
+      while (
+          proc.poll() is None
+          and time.monotonic() < deadline
+          and not (
+              os.path.isdir(checkpoints) and len(os.listdir(checkpoints)) >= 2
+          )
       ):
         time.sleep(0.05)
       self.assertIsNone(proc.poll(), 'the run ended before the worker was lost')

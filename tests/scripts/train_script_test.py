@@ -64,9 +64,13 @@ def _run(*args):
 
 
 def _mechanism_args(run, root):
-  return (*_COMMON, f'--mechanism={_RUN_MECHANISM.get(run, run)}',
-          '--total_rounds=2', *_MECHANISM_FLAGS[run],
-          f'--root_output_dir={root}')
+  return (
+      *_COMMON,
+      f'--mechanism={_RUN_MECHANISM.get(run, run)}',
+      '--total_rounds=2',
+      *_MECHANISM_FLAGS[run],
+      f'--root_output_dir={root}',
+  )
 
 
 def _kill_and_resume(root):
@@ -79,9 +83,9 @@ def _kill_and_resume(root):
   while time.monotonic() < deadline and watched.proc.poll() is None:
     if os.path.isdir(ckpt_dir):
       versions = [
-          int(e[len(layout.CHECKPOINT_PREFIX):])
+          int(e[len(layout.CHECKPOINT_PREFIX) :])
           for e in os.listdir(ckpt_dir)
-          if e[len(layout.CHECKPOINT_PREFIX):].isdigit()
+          if e[len(layout.CHECKPOINT_PREFIX) :].isdigit()
       ]
       seen = max(versions, default=-1)
       if seen >= 2:
@@ -160,10 +164,12 @@ def _run_in_process(*args):
 
 def _with_tests(*checks):
   """Adds `test_<name>` for each `check_<name>` of the class: its runs' tests."""
+
   def add(cls):
     for name in checks:
       setattr(cls, f'test_{name}', getattr(cls, f'check_{name}'))
     return cls
+
   return add
 
 
@@ -253,14 +259,17 @@ class _MechanismRunsChecks(_TempDirMixin):
 
   def _check_dense_uplink(self, summary, rows, clients=None):
     per_client = 4 * _DIGITS_PARAMETERS
-    self.assertEqual(summary['parameters']['num_parameters'],
-                     _DIGITS_PARAMETERS)
-    self.assertEqual(summary['uplink_bytes']['per_client_per_round'],
-                     per_client)
+    self.assertEqual(
+        summary['parameters']['num_parameters'], _DIGITS_PARAMETERS
+    )
+    self.assertEqual(
+        summary['uplink_bytes']['per_client_per_round'], per_client
+    )
     if clients is None:  # A private run: the configured K, public.
       clients = [_K] * len(rows)
-    self.assertEqual(summary['uplink_bytes']['total'],
-                     sum(clients) * per_client)
+    self.assertEqual(
+        summary['uplink_bytes']['total'], sum(clients) * per_client
+    )
 
   def check_none(self):
     self._check_ok(self.runs['none'])
@@ -295,10 +304,13 @@ class _MechanismRunsChecks(_TempDirMixin):
     # whole at round 1 (and nothing at round 2).
     tree = dp_accounting.SingleEpochTreeAggregationDpEvent(1.0, 3)
     self.assertEqual(ledger.neighboring_relation, 'replace_special')
-    self.assertEqual(ledger.entries, (
-        (dp_accounting.SelfComposedDpEvent(tree, 1), 1),
-        (dp_accounting.SelfComposedDpEvent(tree, 0), 1),
-    ))
+    self.assertEqual(
+        ledger.entries,
+        (
+            (dp_accounting.SelfComposedDpEvent(tree, 1), 1),
+            (dp_accounting.SelfComposedDpEvent(tree, 0), 1),
+        ),
+    )
     self.assertEqual(summary['sampling']['model'], 'epoch')
     self.assertEqual(summary['privacy']['guarantees'][1]['epsilon'], 'inf')
     self._check_dense_uplink(summary, rows)
@@ -314,13 +326,17 @@ class _MechanismRunsChecks(_TempDirMixin):
     self.assertNotIn('aggregator/num_reporting_clients', rows[0])
     self.assertEqual(
         ledger,
-        self._expected(lambda l: l.record_gaussian(
-            0.8, sampling_probability=q, count=_SMP_ROUNDS)),
+        self._expected(
+            lambda l: l.record_gaussian(
+                0.8, sampling_probability=q, count=_SMP_ROUNDS
+            )
+        ),
     )
     k = round(0.2 * _DIGITS_PARAMETERS)
     self.assertEqual(summary['parameters']['resolved']['kept_coordinates'], k)
-    self.assertEqual(int(rows[0]['aggregator/uploaded_bits_per_client']),
-                     32 * k)
+    self.assertEqual(
+        int(rows[0]['aggregator/uploaded_bits_per_client']), 32 * k
+    )
     # Public uplink: the configured K, k values of 4 bytes, every round.
     self.assertEqual(summary['uplink_bytes']['total'], _SMP_ROUNDS * _K * 4 * k)
     self.assertEqual(int(rows[1]['uplink_bytes']), _K * 4 * k)
@@ -336,27 +352,31 @@ class _MechanismRunsChecks(_TempDirMixin):
     self.assertEqual(summary['sampling']['num_clients'], private)
     resolved = summary['parameters']['resolved']
     self.assertEqual(resolved['mask'], 'top_k')
-    self.assertEqual(summary['parameters']['params']['public_clients'],
-                     _PUBLIC_CLIENTS)
+    self.assertEqual(
+        summary['parameters']['params']['public_clients'], _PUBLIC_CLIENTS
+    )
     k = round(0.01 * _DIGITS_PARAMETERS)
     self.assertEqual(resolved['kept_coordinates'], k)
     q = _K / private
     self.assertEqual(
         ledger,
-        self._expected(lambda l: l.record_gaussian(
-            0.8, sampling_probability=q, count=2)),
+        self._expected(
+            lambda l: l.record_gaussian(0.8, sampling_probability=q, count=2)
+        ),
     )
     draw = sampling.ClientSampling('poisson', private, _K)
-    seed = _load_json(
-        layout.path(self.dirs['smp_top_k'], layout.SECRETS))['sampling_seed']
+    seed = _load_json(layout.path(self.dirs['smp_top_k'], layout.SECRETS))[
+        'sampling_seed'
+    ]
     self.assertTrue(any(len(draw.sample_indices(seed, t)) for t in (1, 2)))
     for t, row in enumerate(rows, start=1):
       if len(draw.sample_indices(seed, t)):
         # The server trained on D_pub for the round's mask of k coordinates.
         self.assertEqual(int(row['mask/mask_size']), k)
         self.assertGreater(float(row['mask/public_train/loss']), 0.0)
-        self.assertEqual(int(row['aggregator/uploaded_bits_per_client']),
-                         32 * k)
+        self.assertEqual(
+            int(row['aggregator/uploaded_bits_per_client']), 32 * k
+        )
 
   def check_distortion(self):
     self._check_ok(self.runs['distortion'])
@@ -367,7 +387,8 @@ class _MechanismRunsChecks(_TempDirMixin):
         ledger,
         self._expected(
             lambda l: l.record_gaussian(
-                0.5, population=_NUM_CLIENTS, sample_size=_K, count=2)
+                0.5, population=_NUM_CLIENTS, sample_size=_K, count=2
+            )
         ),
     )
     self.assertEqual(summary['sampling']['model'], 'fixed')
@@ -418,22 +439,27 @@ class _MechanismRunsChecks(_TempDirMixin):
     composed = self._expected(
         lambda l: l.record_pure_epsilon(2.0, count=2 * _DIGITS_PARAMETERS)
     )
-    self.assertAllClose(ledger.epsilon(1e-5), composed.epsilon(1e-5),
-                        rtol=1e-9)
+    self.assertAllClose(ledger.epsilon(1e-5), composed.epsilon(1e-5), rtol=1e-9)
     closed = summary['privacy']['closed_form']
-    self.assertEqual(closed['plain_composition_epsilon'],
-                     2.0 * 2 * _DIGITS_PARAMETERS)
+    self.assertEqual(
+        closed['plain_composition_epsilon'], 2.0 * 2 * _DIGITS_PARAMETERS
+    )
     self.assertEqual(closed['paper_epsilon_per_value'], 2.0)
     self.assertIn('shuffle_applicable', closed)
     self._check_dense_uplink(summary, rows)
 
 
-
 @pytest.mark.slow
 @_with_tests(
-    'none', 'dp_fedavg', 'dp_ftrl_charges_one_tree_per_epoch',
+    'none',
+    'dp_fedavg',
+    'dp_ftrl_charges_one_tree_per_epoch',
     'smp_charges_the_configured_noise_every_round',
-    'smp_top_k_holds_out_the_public_clients', 'distortion', 'udp', 'ldp')
+    'smp_top_k_holds_out_the_public_clients',
+    'distortion',
+    'udp',
+    'ldp',
+)
 class InProcessRunsTest(_MechanismRunsChecks, tf.test.TestCase):
   """Every mechanism's run, from the script's flags, in this process."""
 
@@ -467,8 +493,11 @@ class TrainScriptTest(_MechanismRunsChecks, tf.test.TestCase):
     }
     cls.killed_dir = os.path.join(cls.tmp, 'killed')
     cls.kill = _kill_and_resume(cls.killed_dir)
-    cls.bad = _run('--task=digits', '--mechanism=fedsgd',
-                   f'--root_output_dir={os.path.join(cls.tmp, "bad")}')
+    cls.bad = _run(
+        '--task=digits',
+        '--mechanism=fedsgd',
+        f'--root_output_dir={os.path.join(cls.tmp, "bad")}',
+    )
 
   def _check_ok(self, result):
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
@@ -484,7 +513,8 @@ class TrainScriptTest(_MechanismRunsChecks, tf.test.TestCase):
     self.assertEqual(last.split(':')[0], summary_path)
     # The final accuracy and the best with its round.
     self.assertRegex(
-        last, r' test_accuracy=[0-9.]+ \(best [0-9.]+ at round [12]\) ')
+        last, r' test_accuracy=[0-9.]+ \(best [0-9.]+ at round [12]\) '
+    )
 
   def test_bad_flag_in_a_subprocess_exits_2_with_one_line(self):
     result = self.bad
@@ -519,9 +549,7 @@ class TrainScriptTest(_MechanismRunsChecks, tf.test.TestCase):
     # the killed run's ledger holds the reference's rounds plus at most the
     # one round that a kill between a release and its checkpoint repeats.
     killed_ledger, reference_ledger = _ledger(summary), _ledger(reference)
-    self.assertBetween(
-        killed_ledger.num_releases, _SMP_ROUNDS, _SMP_ROUNDS + 1
-    )
+    self.assertBetween(killed_ledger.num_releases, _SMP_ROUNDS, _SMP_ROUNDS + 1)
     self.assertEqual(
         {e for e, _ in killed_ledger.entries},
         {e for e, _ in reference_ledger.entries},
@@ -531,9 +559,10 @@ class TrainScriptTest(_MechanismRunsChecks, tf.test.TestCase):
     )
     self.assertEqual(summary['uplink_bytes'], reference['uplink_bytes'])
     rows = _rows(layout.path(self.killed_dir, layout.TRAIN_CSV))
-    self.assertEqual([r[layout.ROUND] for r in rows],
-                     [str(t) for t in range(1, _SMP_ROUNDS + 1)])
-
+    self.assertEqual(
+        [r[layout.ROUND] for r in rows],
+        [str(t) for t in range(1, _SMP_ROUNDS + 1)],
+    )
 
 
 @pytest.mark.slow
@@ -542,10 +571,17 @@ class TrainTerminalTest(tf.test.TestCase):
 
   def test_the_bar_is_drawn_every_round(self):
     root = os.path.join(tempfile.mkdtemp(), 'run')
-    args = [sys.executable, script_runs.script_path('train.py'), *_COMMON,
-            '--mechanism=dp_fedavg', *_MECHANISM_FLAGS['dp_fedavg'],
-            '--total_rounds=4', '--eval_every=2', '--progress',
-            f'--root_output_dir={root}']
+    args = [
+        sys.executable,
+        script_runs.script_path('train.py'),
+        *_COMMON,
+        '--mechanism=dp_fedavg',
+        *_MECHANISM_FLAGS['dp_fedavg'],
+        '--total_rounds=4',
+        '--eval_every=2',
+        '--progress',
+        f'--root_output_dir={root}',
+    ]
     pid, fd = pty.fork()
     if pid == 0:  # The child: the script, on the terminal.
       os.chdir(script_runs.ROOT)
@@ -564,7 +600,7 @@ class TrainTerminalTest(tf.test.TestCase):
     os.close(fd)
     text = output.decode(errors='replace')
     self.assertEqual(os.waitstatus_to_exitcode(status), 0, text[-2000:])
-    bar = text[:text.index('summary.json')]
+    bar = text[: text.index('summary.json')]
     for r in range(5):
       self.assertIn(f'{r}/4 [', bar)
     self.assertIn('eps=', bar)
@@ -584,7 +620,8 @@ class TrainFlagsTest(_TempDirMixin, tf.test.TestCase):
         'epsilon': (('--epsilon=0',), 'epsilon'),
         'delta': (('--delta=1',), 'delta'),
         'clients_per_round': (
-            ('--task=digits', '--clients_per_round=11'), 'clients_per_round'
+            ('--task=digits', '--clients_per_round=11'),
+            'clients_per_round',
         ),
         'flag_type': (('--total_rounds=two',), 'total_rounds'),
         'not_applicable': (
@@ -593,8 +630,12 @@ class TrainFlagsTest(_TempDirMixin, tf.test.TestCase):
         ),
         'arguments': (('extra',), 'unexpected arguments'),
         'public_clients_all': (
-            ('--task=digits', '--mechanism=smp', '--mask=top_k',
-             '--public_clients=10'),
+            (
+                '--task=digits',
+                '--mechanism=smp',
+                '--mask=top_k',
+                '--public_clients=10',
+            ),
             'public_clients (10) must leave private clients',
         ),
         'public_clients_rand_k': (
@@ -609,8 +650,11 @@ class TrainFlagsTest(_TempDirMixin, tf.test.TestCase):
         )
         self.assertEqual(status, 2, err)
         # One error line, after the phase lines of what had started.
-        lines = [l for l in err.splitlines()
-                 if not (l.startswith('tff_priv: ') and l.endswith(' ...'))]
+        lines = [
+            l
+            for l in err.splitlines()
+            if not (l.startswith('tff_priv: ') and l.endswith(' ...'))
+        ]
         self.assertLen(lines, 1, err)
         self.assertStartsWith(lines[0], 'train.py: error: ')
         self.assertStartsWith(err.splitlines()[-1], 'train.py: error: ')

@@ -15,11 +15,19 @@ pytestmark = pytest.mark.slow
 
 def _run(output_dir, *extra):
   return script_runs.run(
-      'udp_experiments.py', '--task=digits', '--clients=6',
-      '--samples_per_client=20', '--epsilons=8', '--clients_per_round=3',
-      '--calibrations=tight', '--grid=1,2', '--initial_rounds=3',
-      f'--output_dir={output_dir}', *extra,
+      'udp_experiments.py',
+      '--task=digits',
+      '--clients=6',
+      '--samples_per_client=20',
+      '--epsilons=8',
+      '--clients_per_round=3',
+      '--calibrations=tight',
+      '--grid=1,2',
+      '--initial_rounds=3',
+      f'--output_dir={output_dir}',
+      *extra,
   )
+
 
 class UdpExperimentsScriptTest(tf.test.TestCase):
 

@@ -122,8 +122,12 @@ class BoundedDownloadTest(tf.test.TestCase):
     seen = []
     with mock.patch.object(cache, 'reachable', return_value=True):
       result = cache.bounded_download(
-          'x', 'http://h/', [], 'how',
-          lambda: seen.append(socket.getdefaulttimeout()) or 42, 3.0,
+          'x',
+          'http://h/',
+          [],
+          'how',
+          lambda: seen.append(socket.getdefaulttimeout()) or 42,
+          3.0,
       )
     self.assertEqual(result, 42)
     self.assertEqual(seen, [3.0])

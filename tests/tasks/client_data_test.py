@@ -60,10 +60,12 @@ class FromPartitionTest(tf.test.TestCase):
     )
     parts = [np.array([3, 1]), np.array([0, 2, 4]), np.arange(5, 10)]
     data = client_data.from_partition(features, parts)
-    self.assertEqual(data.client_ids, ['client_0000', 'client_0001',
-                                       'client_0002'])
-    got = list(data.create_tf_dataset_for_client('client_0000')
-               .as_numpy_iterator())
+    self.assertEqual(
+        data.client_ids, ['client_0000', 'client_0001', 'client_0002']
+    )
+    got = list(
+        data.create_tf_dataset_for_client('client_0000').as_numpy_iterator()
+    )
     self.assertEqual([e['label'] for e in got], [3, 1])
     self.assertAllEqual(got[1]['pixels'], features['pixels'][1])
     self.assertEqual(list(data.element_type_structure), ['label', 'pixels'])

@@ -112,7 +112,7 @@ def write_tff_sqlite(path, splits):
               clients[cid]
           ),
           part,
-          split_names_by_client_id={cid: split for cid in clients},
+          split_names_by_client_id=dict.fromkeys(clients, split),
       )
       out.execute('ATTACH DATABASE ? AS part', (part,))
       if first:
@@ -157,8 +157,10 @@ def write_emnist(root):
 def write_shakespeare(root):
   """shakespeare.sqlite with two roles, snippets as in TFF's data."""
   train = {
-      'THE_TEMPEST_MIRANDA': ['If by your art, my dearest father, you have',
-                              'Put the wild waters in this roar, allay them.'],
+      'THE_TEMPEST_MIRANDA': [
+          'If by your art, my dearest father, you have',
+          'Put the wild waters in this roar, allay them.',
+      ],
       'THE_TEMPEST_PROSPERO': ['Be collected:', 'No more amazement.'],
   }
   test = {
@@ -180,6 +182,7 @@ def write_shakespeare(root):
 
 def write_cifar100(root):
   """cifar100.sqlite with 2 train and 1 test client."""
+
   def client(n, seed):
     rng = np.random.default_rng(seed)
     label = rng.integers(0, 100, n).astype(np.int64)

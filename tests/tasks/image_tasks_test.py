@@ -13,9 +13,7 @@ _SPEC = tff.simulation.baselines.ClientSpec(num_epochs=2, batch_size=4)
 
 def _grey(n=40, shape=(8, 8)):
   rng = np.random.default_rng(0)
-  return image_tasks.grey_features(
-      rng.random((n,) + shape), np.arange(n) % 10
-  )
+  return image_tasks.grey_features(rng.random((n,) + shape), np.arange(n) % 10)
 
 
 def _colour(n=20):
@@ -30,13 +28,18 @@ class SplitTest(tf.test.TestCase):
   def test_split_arrays_follows_the_partition(self):
     features = _grey()
     data = image_tasks.split_arrays(
-        features, num_clients=4, seed=3, partition_method='shards',
+        features,
+        num_clients=4,
+        seed=3,
+        partition_method='shards',
         classes_per_client=2,
     )
     parts = partition.label_shards(features['label'], 4, 2, seed=3)
     for cid, idx in zip(data.client_ids, parts):
-      got = [e['label'] for e in
-             data.create_tf_dataset_for_client(cid).as_numpy_iterator()]
+      got = [
+          e['label']
+          for e in data.create_tf_dataset_for_client(cid).as_numpy_iterator()
+      ]
       self.assertEqual(got, features['label'][idx].tolist())
 
   def test_layouts_are_tffs(self):
@@ -61,8 +64,12 @@ class TaskTest(tf.test.TestCase, parameterized.TestCase):
   def test_grey_task(self, model):
     train = image_tasks.split_arrays(_grey(), num_clients=2, seed=0)
     task = image_tasks.grey_task(
-        train, image_tasks.centralized(_grey(10)), train_client_spec=_SPEC,
-        eval_client_spec=None, num_classes=10, model=model,
+        train,
+        image_tasks.centralized(_grey(10)),
+        train_client_spec=_SPEC,
+        eval_client_spec=None,
+        num_classes=10,
+        model=model,
     )
     x, y = task.datasets.element_type_structure
     self.assertEqual(x.shape.as_list(), [None, 8, 8, 1])
@@ -79,16 +86,22 @@ class TaskTest(tf.test.TestCase, parameterized.TestCase):
   def test_colour_task_standardises_each_image(self, model):
     train = image_tasks.split_arrays(_colour(), num_clients=2, seed=0)
     task = image_tasks.colour_task(
-        train, image_tasks.centralized(_colour(6)), train_client_spec=_SPEC,
-        eval_client_spec=None, num_classes=10, model=model,
+        train,
+        image_tasks.centralized(_colour(6)),
+        train_client_spec=_SPEC,
+        eval_client_spec=None,
+        num_classes=10,
+        model=model,
     )
     x, _ = next(iter(task.datasets.sample_train_clients(1, random_seed=0)[0]))
     self.assertEqual(x.shape, (4, 32, 32, 3))
     self.assertEqual(x.dtype, tf.float32)
-    self.assertAllClose(tf.reduce_mean(x, axis=[1, 2, 3]), np.zeros(4),
-                        atol=1e-4)
-    self.assertAllClose(tf.math.reduce_std(x, axis=[1, 2, 3]), np.ones(4),
-                        atol=1e-3)
+    self.assertAllClose(
+        tf.reduce_mean(x, axis=[1, 2, 3]), np.zeros(4), atol=1e-4
+    )
+    self.assertAllClose(
+        tf.math.reduce_std(x, axis=[1, 2, 3]), np.ones(4), atol=1e-3
+    )
     self.assertIsInstance(task.model_fn(), tff.learning.models.VariableModel)
 
   def test_batches_keep_their_order(self):
@@ -101,21 +114,27 @@ class TaskTest(tf.test.TestCase, parameterized.TestCase):
     )
     train = image_tasks.split_arrays(_grey(), num_clients=2, seed=0)
     task = image_tasks.grey_task(
-        train, image_tasks.centralized(_grey(10)),
-        train_client_spec=unshuffled, eval_client_spec=None, num_classes=10,
+        train,
+        image_tasks.centralized(_grey(10)),
+        train_client_spec=unshuffled,
+        eval_client_spec=None,
+        num_classes=10,
         model='mlp',
     )
-    for preprocess in (task.datasets.train_preprocess_fn,
-                       task.datasets.eval_preprocess_fn):
-      dataset = preprocess(train.create_tf_dataset_for_client(
-          train.client_ids[0]))
+    for preprocess in (
+        task.datasets.train_preprocess_fn,
+        task.datasets.eval_preprocess_fn,
+    ):
+      dataset = preprocess(
+          train.create_tf_dataset_for_client(train.client_ids[0])
+      )
       graph = tf.compat.v1.GraphDef.FromString(
           dataset._as_serialized_graph().numpy()  # pylint: disable=protected-access
       )
       unordered = [
-          n.op for n in graph.node
-          if n.attr['deterministic'].s == b'false'
-          or n.attr['sloppy'].b
+          n.op
+          for n in graph.node
+          if n.attr['deterministic'].s == b'false' or n.attr['sloppy'].b
       ]
       self.assertEqual(unordered, [])
     client = train.create_tf_dataset_for_client(train.client_ids[0])
@@ -128,12 +147,23 @@ class TaskTest(tf.test.TestCase, parameterized.TestCase):
   def test_unknown_models(self):
     train = image_tasks.split_arrays(_grey(), num_clients=2, seed=0)
     with self.assertRaisesRegex(ValueError, 'model must be one of'):
-      image_tasks.grey_task(train, train, train_client_spec=_SPEC,
-                            eval_client_spec=None, num_classes=10, model='vgg')
+      image_tasks.grey_task(
+          train,
+          train,
+          train_client_spec=_SPEC,
+          eval_client_spec=None,
+          num_classes=10,
+          model='vgg',
+      )
     with self.assertRaisesRegex(ValueError, 'model must be one of'):
-      image_tasks.colour_task(train, train, train_client_spec=_SPEC,
-                              eval_client_spec=None, num_classes=10,
-                              model='cnn')
+      image_tasks.colour_task(
+          train,
+          train,
+          train_client_spec=_SPEC,
+          eval_client_spec=None,
+          num_classes=10,
+          model='cnn',
+      )
 
 
 if __name__ == '__main__':

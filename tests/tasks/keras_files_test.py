@@ -9,9 +9,9 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
+from tests.tasks import fake_caches
 from tff_priv_tasks import cache
 from tff_priv_tasks import keras_files
-from tests.tasks import fake_caches
 
 
 def _assert_train_py_and_python_instructions(test, message):
@@ -69,6 +69,7 @@ class KerasFilesTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_cifar10_matches_keras_own_batch_reader(self):
     from keras.src.datasets import cifar  # pylint: disable=g-import-not-at-top
+
     root = self._new_dir()
     fake_caches.write_cifar10(root)
     (x, y), _ = keras_files.load('cifar10', cache_dir=root)
@@ -104,9 +105,7 @@ class KerasFilesTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_download_with_cache_dir_is_refused(self):
     with self.assertRaisesRegex(ValueError, 'download=True'):
-      keras_files.load(
-          'mnist', cache_dir=self._new_dir(), download=True
-      )
+      keras_files.load('mnist', cache_dir=self._new_dir(), download=True)
 
   def test_unknown_name(self):
     with self.assertRaisesRegex(ValueError, 'name must be one of'):

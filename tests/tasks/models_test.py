@@ -4,8 +4,12 @@ from absl.testing import parameterized
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
-from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_models
+from tensorflow_federated.python.simulation.baselines.emnist import (
+    emnist_models,
+)
+from tensorflow_federated.python.simulation.baselines.shakespeare import (
+    char_prediction_models,
+)
 
 from tff_priv_tasks import models
 
@@ -21,15 +25,17 @@ def _conv(k, c_in, c_out):
 class ModelsTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_mcmahan_cnn_has_the_papers_1663370_parameters(self):
-    self.assertEqual(models.mcmahan_cnn((28, 28, 1), 10).count_params(),
-                     1_663_370)
+    self.assertEqual(
+        models.mcmahan_cnn((28, 28, 1), 10).count_params(), 1_663_370
+    )
 
   @parameterized.parameters(True, False)
   def test_mcmahan_cnn_is_tffs_fedavg_cnn_layer_for_layer(self, only_digits):
     ours = models.mcmahan_cnn((28, 28, 1), 10 if only_digits else 62)
     tffs = emnist_models.create_original_fedavg_cnn_model(only_digits)
-    self.assertEqual([w.shape for w in ours.weights],
-                     [w.shape for w in tffs.weights])
+    self.assertEqual(
+        [w.shape for w in ours.weights], [w.shape for w in tffs.weights]
+    )
     self.assertEqual(ours.output_shape, tffs.output_shape)
 
   def test_mlp_784_256_10_has_203530_parameters(self):
@@ -50,10 +56,14 @@ class ModelsTest(tf.test.TestCase, parameterized.TestCase):
   def test_small_vgg(self):
     model = models.small_vgg()
     expected = (
-        _conv(3, 3, 32) + _conv(3, 32, 32)
-        + _conv(3, 32, 64) + _conv(3, 64, 64)
-        + _conv(3, 64, 128) + _conv(3, 128, 128)
-        + _dense(4 * 4 * 128, 128) + _dense(128, 10)
+        _conv(3, 3, 32)
+        + _conv(3, 32, 32)
+        + _conv(3, 32, 64)
+        + _conv(3, 64, 64)
+        + _conv(3, 64, 128)
+        + _conv(3, 128, 128)
+        + _dense(4 * 4 * 128, 128)
+        + _dense(128, 10)
     )
     self.assertEqual(model.count_params(), expected)
     self.assertEqual(expected, 550_570)
@@ -62,8 +72,9 @@ class ModelsTest(tf.test.TestCase, parameterized.TestCase):
   def test_shakespeare_lstm_is_tffs_model(self):
     ours = models.shakespeare_lstm()
     tffs = char_prediction_models.create_recurrent_model(90, 80)
-    self.assertEqual([w.shape for w in ours.weights],
-                     [w.shape for w in tffs.weights])
+    self.assertEqual(
+        [w.shape for w in ours.weights], [w.shape for w in tffs.weights]
+    )
     lstm = lambda n_in: 4 * (256 * (n_in + 256) + 256)
     self.assertEqual(
         ours.count_params(), 90 * 8 + lstm(8) + lstm(256) + _dense(256, 90)
@@ -71,8 +82,11 @@ class ModelsTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(models.SHAKESPEARE_VOCAB_SIZE, 90)
 
   @parameterized.named_parameters(
-      ('mcmahan_mnist', lambda: models.mcmahan_cnn((28, 28, 1), 10),
-       (28, 28, 1)),
+      (
+          'mcmahan_mnist',
+          lambda: models.mcmahan_cnn((28, 28, 1), 10),
+          (28, 28, 1),
+      ),
       ('mcmahan_digits', lambda: models.mcmahan_cnn((8, 8), 10), (8, 8)),
       ('mlp', lambda: models.mlp((8, 8, 1), 10), (8, 8, 1)),
       ('udp', lambda: models.udp_cifar_cnn(num_classes=100), (32, 32, 3)),
@@ -89,8 +103,11 @@ class ModelsTest(tf.test.TestCase, parameterized.TestCase):
       ('string_classes', lambda: models.mlp((28, 28), '10'), TypeError),
       ('zero_dim', lambda: models.small_vgg((0, 32, 3)), ValueError),
       ('empty_shape', lambda: models.udp_cifar_cnn(()), ValueError),
-      ('zero_hidden', lambda: models.mlp((28, 28), 10, hidden_units=0),
-       ValueError),
+      (
+          'zero_hidden',
+          lambda: models.mlp((28, 28), 10, hidden_units=0),
+          ValueError,
+      ),
   )
   def test_bad_arguments(self, build, error):
     with self.assertRaises(error):

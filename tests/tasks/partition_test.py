@@ -8,9 +8,7 @@ from tff_priv_tasks import partition
 
 # 10 classes of unequal sizes (50..95 examples), shuffled.
 _SIZES = np.arange(50, 100, 5)
-_LABELS = np.random.default_rng(7).permutation(
-    np.repeat(np.arange(10), _SIZES)
-)
+_LABELS = np.random.default_rng(7).permutation(np.repeat(np.arange(10), _SIZES))
 
 
 class PartitionTestCase(tf.test.TestCase, parameterized.TestCase):
@@ -54,13 +52,22 @@ class IidTest(PartitionTestCase):
       ('zero_clients', dict(num_examples=10, num_clients=0), ValueError),
       ('float_clients', dict(num_examples=10, num_clients=2.0), TypeError),
       ('bool_clients', dict(num_examples=10, num_clients=True), TypeError),
-      ('more_clients_than_examples', dict(num_examples=3, num_clients=4),
-       ValueError),
+      (
+          'more_clients_than_examples',
+          dict(num_examples=3, num_clients=4),
+          ValueError,
+      ),
       ('zero_examples', dict(num_examples=0, num_clients=1), ValueError),
-      ('zero_samples', dict(num_examples=10, num_clients=2,
-                            samples_per_client=0), ValueError),
-      ('too_many_samples', dict(num_examples=10, num_clients=2,
-                                samples_per_client=6), ValueError),
+      (
+          'zero_samples',
+          dict(num_examples=10, num_clients=2, samples_per_client=0),
+          ValueError,
+      ),
+      (
+          'too_many_samples',
+          dict(num_examples=10, num_clients=2, samples_per_client=6),
+          ValueError,
+      ),
   )
   def test_bad_arguments(self, kwargs, error):
     with self.assertRaises(error):
@@ -139,10 +146,16 @@ class LabelShardsTest(PartitionTestCase):
   @parameterized.named_parameters(
       ('more_classes_than_exist', dict(classes_per_client=11), ValueError),
       ('zero_classes', dict(classes_per_client=0), ValueError),
-      ('not_multiple_of_k', dict(classes_per_client=3, samples_per_client=10),
-       ValueError),
-      ('too_many_samples', dict(classes_per_client=2, samples_per_client=200),
-       ValueError),
+      (
+          'not_multiple_of_k',
+          dict(classes_per_client=3, samples_per_client=10),
+          ValueError,
+      ),
+      (
+          'too_many_samples',
+          dict(classes_per_client=2, samples_per_client=200),
+          ValueError,
+      ),
       ('zero_clients', dict(num_clients=0), ValueError),
   )
   def test_bad_arguments(self, kwargs, error):
@@ -189,9 +202,7 @@ class DirichletTest(PartitionTestCase):
       parts = partition.dirichlet(
           _LABELS, 10, alpha=alpha, seed=0, samples_per_client=m
       )
-      return np.mean(
-          [np.bincount(_LABELS[p]).max() / p.size for p in parts]
-      )
+      return np.mean([np.bincount(_LABELS[p]).max() / p.size for p in parts])
 
     self.assertGreater(top_share(0.05), 0.6)
     self.assertLess(top_share(500.0), 0.25)
@@ -208,8 +219,11 @@ class DirichletTest(PartitionTestCase):
       ('inf_alpha', dict(alpha=float('inf')), ValueError),
       ('string_alpha', dict(alpha='1'), TypeError),
       ('zero_clients', dict(num_clients=0), ValueError),
-      ('demand_exceeds_supply', dict(samples_per_client=100, alpha=0.01),
-       ValueError),
+      (
+          'demand_exceeds_supply',
+          dict(samples_per_client=100, alpha=0.01),
+          ValueError,
+      ),
       ('min_size_unreachable', dict(min_samples_per_client=100), ValueError),
   )
   def test_bad_arguments(self, kwargs, error):

@@ -16,9 +16,9 @@ def _digits(num_epochs=1, batch_size=3, max_elements=None):
 
 def _labels(dataset):
   """The labels of a batched dataset: raw (dict) or preprocessed (x, y)."""
-  return np.concatenate([
-      np.asarray(b['label'] if isinstance(b, dict) else b[1]) for b in dataset
-  ])
+  return np.concatenate(
+      [np.asarray(b['label'] if isinstance(b, dict) else b[1]) for b in dataset]
+  )
 
 
 def _num_examples(dataset):
@@ -35,10 +35,12 @@ class HoldOutPublicClientsTest(tf.test.TestCase):
     # D_pub holds exactly the public clients' examples (as multisets of
     # labels), none of a private client's.
     train = task.datasets.train_data
-    expected = np.concatenate([
-        _labels(train.create_tf_dataset_for_client(c).batch(100))
-        for c in ids[:3]
-    ])
+    expected = np.concatenate(
+        [
+            _labels(train.create_tf_dataset_for_client(c).batch(100))
+            for c in ids[:3]
+        ]
+    )
     self.assertAllEqual(np.sort(_labels(public)), np.sort(expected))
 
   def test_each_client_is_preprocessed_as_a_client(self):
@@ -64,7 +66,9 @@ class HoldOutPublicClientsTest(tf.test.TestCase):
     task = _digits()
     with self.assertRaisesRegex(ValueError, 'num_public must be >= 1'):
       tasks.hold_out_public_clients(task, 0)
-    with self.assertRaisesRegex(ValueError, r'public_clients \(10\) must leave'):
+    with self.assertRaisesRegex(
+        ValueError, r'public_clients \(10\) must leave'
+    ):
       tasks.hold_out_public_clients(task, 10)
     for bad in (True, 2.0, '2'):
       with self.assertRaisesRegex(TypeError, 'num_public'):

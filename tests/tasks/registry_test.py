@@ -10,23 +10,43 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tff_priv_tasks as tasks
 from tests.tasks import fake_caches
+import tff_priv_tasks as tasks
 
 _SPEC = tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=8)
-_REQUIRED = ('emnist', 'emnist62', 'mnist', 'fashion_mnist', 'cifar10',
-             'cifar100', 'shakespeare', 'shakespeare_offline', 'mnist5k',
-             'digits', 'emnist_shaped', 'cifar100_shaped',
-             'shakespeare_shaped')
-_CACHED = ('emnist', 'emnist62', 'mnist', 'fashion_mnist', 'cifar10',
-           'cifar100', 'shakespeare')
+_REQUIRED = (
+    'emnist',
+    'emnist62',
+    'mnist',
+    'fashion_mnist',
+    'cifar10',
+    'cifar100',
+    'shakespeare',
+    'shakespeare_offline',
+    'mnist5k',
+    'digits',
+    'emnist_shaped',
+    'cifar100_shaped',
+    'shakespeare_shaped',
+)
+_CACHED = (
+    'emnist',
+    'emnist62',
+    'mnist',
+    'fashion_mnist',
+    'cifar10',
+    'cifar100',
+    'shakespeare',
+)
 
 
 def _client_labels(task):
   data = task.datasets.train_data
   return {
-      cid: [int(e['label']) for e in
-            data.create_tf_dataset_for_client(cid).as_numpy_iterator()]
+      cid: [
+          int(e['label'])
+          for e in data.create_tf_dataset_for_client(cid).as_numpy_iterator()
+      ]
       for cid in data.client_ids
   }
 
@@ -35,10 +55,17 @@ class NamesAndOptionsTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_task_names(self):
     self.assertCountEqual(tasks.TASK_NAMES, _REQUIRED)
-    self.assertCountEqual(tasks.OFFLINE_TASK_NAMES,
-                          ('shakespeare_offline', 'mnist5k', 'digits',
-                           'emnist_shaped', 'cifar100_shaped',
-                           'shakespeare_shaped'))
+    self.assertCountEqual(
+        tasks.OFFLINE_TASK_NAMES,
+        (
+            'shakespeare_offline',
+            'mnist5k',
+            'digits',
+            'emnist_shaped',
+            'cifar100_shaped',
+            'shakespeare_shaped',
+        ),
+    )
 
   def test_unknown_name_lists_the_choices(self):
     with self.assertRaises(ValueError) as raised:
@@ -49,33 +76,81 @@ class NamesAndOptionsTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
       ('unknown_option', dict(name='digits', batch=3), ValueError, 'batch'),
-      ('option_of_another_task', dict(name='shakespeare', num_clients=3),
-       ValueError, 'num_clients'),
+      (
+          'option_of_another_task',
+          dict(name='shakespeare', num_clients=3),
+          ValueError,
+          'num_clients',
+      ),
       ('bad_model', dict(name='digits', model='vgg'), ValueError, 'model'),
-      ('colour_model_on_grey', dict(name='mnist', model='udp_cnn'),
-       ValueError, 'model'),
-      ('grey_model_on_colour', dict(name='cifar10', model='cnn'),
-       ValueError, 'model'),
-      ('bad_partition', dict(name='digits', partition='pathological'),
-       ValueError, 'partition'),
-      ('classes_without_shards', dict(name='digits', classes_per_client=3),
-       ValueError, 'classes_per_client'),
-      ('alpha_without_dirichlet', dict(name='digits', partition='shards',
-                                       alpha=0.1), ValueError, 'alpha'),
-      ('cache_dir_offline', dict(name='mnist5k', cache_dir='/tmp'),
-       ValueError, 'cache_dir'),
+      (
+          'colour_model_on_grey',
+          dict(name='mnist', model='udp_cnn'),
+          ValueError,
+          'model',
+      ),
+      (
+          'grey_model_on_colour',
+          dict(name='cifar10', model='cnn'),
+          ValueError,
+          'model',
+      ),
+      (
+          'bad_partition',
+          dict(name='digits', partition='pathological'),
+          ValueError,
+          'partition',
+      ),
+      (
+          'classes_without_shards',
+          dict(name='digits', classes_per_client=3),
+          ValueError,
+          'classes_per_client',
+      ),
+      (
+          'alpha_without_dirichlet',
+          dict(name='digits', partition='shards', alpha=0.1),
+          ValueError,
+          'alpha',
+      ),
+      (
+          'cache_dir_offline',
+          dict(name='mnist5k', cache_dir='/tmp'),
+          ValueError,
+          'cache_dir',
+      ),
       ('negative_seed', dict(name='digits', seed=-1), ValueError, 'seed'),
-      ('download_not_bool', dict(name='mnist', download='yes'), TypeError,
-       'download'),
+      (
+          'download_not_bool',
+          dict(name='mnist', download='yes'),
+          TypeError,
+          'download',
+      ),
       ('zero_timeout', dict(name='mnist', timeout=0), ValueError, 'timeout'),
-      ('bad_spec', dict(name='digits', train_client_spec=8), TypeError,
-       'train_client_spec'),
-      ('bad_eval_spec', dict(name='digits', eval_client_spec=8), TypeError,
-       'eval_client_spec'),
-      ('zero_clients', dict(name='digits', num_clients=0), ValueError,
-       'num_clients'),
-      ('bad_test_fraction', dict(name='digits', test_fraction=1.5),
-       ValueError, 'test_fraction'),
+      (
+          'bad_spec',
+          dict(name='digits', train_client_spec=8),
+          TypeError,
+          'train_client_spec',
+      ),
+      (
+          'bad_eval_spec',
+          dict(name='digits', eval_client_spec=8),
+          TypeError,
+          'eval_client_spec',
+      ),
+      (
+          'zero_clients',
+          dict(name='digits', num_clients=0),
+          ValueError,
+          'num_clients',
+      ),
+      (
+          'bad_test_fraction',
+          dict(name='digits', test_fraction=1.5),
+          ValueError,
+          'test_fraction',
+      ),
   )
   def test_bad_arguments(self, kwargs, error, names):
     kwargs = dict(kwargs)
@@ -93,30 +168,43 @@ class NamesAndOptionsTest(tf.test.TestCase, parameterized.TestCase):
 class SyntheticSplitTest(tf.test.TestCase):
 
   def test_deterministic_for_a_seed(self):
-    a = _client_labels(tasks.get_task('digits', train_client_spec=_SPEC,
-                                      seed=4))
-    b = _client_labels(tasks.get_task('digits', train_client_spec=_SPEC,
-                                      seed=4))
-    c = _client_labels(tasks.get_task('digits', train_client_spec=_SPEC,
-                                      seed=5))
+    a = _client_labels(
+        tasks.get_task('digits', train_client_spec=_SPEC, seed=4)
+    )
+    b = _client_labels(
+        tasks.get_task('digits', train_client_spec=_SPEC, seed=4)
+    )
+    c = _client_labels(
+        tasks.get_task('digits', train_client_spec=_SPEC, seed=5)
+    )
     self.assertEqual(a, b)
     self.assertNotEqual(a, c)
 
   def test_num_clients_samples_and_shards(self):
     task = tasks.get_task(
-        'digits', train_client_spec=_SPEC, num_clients=12,
-        samples_per_client=30, partition='shards', classes_per_client=3,
+        'digits',
+        train_client_spec=_SPEC,
+        num_clients=12,
+        samples_per_client=30,
+        partition='shards',
+        classes_per_client=3,
     )
     labels = _client_labels(task)
     self.assertLen(labels, 12)
     for client in labels.values():
       self.assertLen(client, 30)
-      self.assertEqual(sorted(np.bincount(client)[np.bincount(client) > 0]),
-                       [10, 10, 10])
+      self.assertEqual(
+          sorted(np.bincount(client)[np.bincount(client) > 0]), [10, 10, 10]
+      )
 
   def test_dirichlet(self):
-    task = tasks.get_task('digits', train_client_spec=_SPEC, num_clients=5,
-                          partition='dirichlet', alpha=0.2)
+    task = tasks.get_task(
+        'digits',
+        train_client_spec=_SPEC,
+        num_clients=5,
+        partition='dirichlet',
+        alpha=0.2,
+    )
     labels = _client_labels(task)
     # Per-class split: all 1,438 training digits (80% of 1,797) assigned.
     self.assertEqual(sum(len(v) for v in labels.values()), 1438)
@@ -126,9 +214,9 @@ class SyntheticSplitTest(tf.test.TestCase):
     labels = _client_labels(task)
     self.assertLen(labels, 100)
     self.assertEqual({len(v) for v in labels.values()}, {40})
-    test_labels = np.concatenate([
-        y.numpy() for _, y in task.datasets.get_centralized_test_data()
-    ])
+    test_labels = np.concatenate(
+        [y.numpy() for _, y in task.datasets.get_centralized_test_data()]
+    )
     self.assertAllEqual(np.bincount(test_labels), [100] * 10)
     x, _ = task.datasets.element_type_structure
     self.assertEqual(x.shape.as_list(), [None, 28, 28, 1])
@@ -169,15 +257,24 @@ class CachedTasksTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.parameters(
       ('mnist', fake_caches.write_mnist, 'cnn', [None, 28, 28, 1]),
-      ('fashion_mnist', fake_caches.write_fashion_mnist, 'mlp',
-       [None, 28, 28, 1]),
+      (
+          'fashion_mnist',
+          fake_caches.write_fashion_mnist,
+          'mlp',
+          [None, 28, 28, 1],
+      ),
       ('cifar10', fake_caches.write_cifar10, 'udp_cnn', [None, 32, 32, 3]),
   )
   def test_keras_cache_tasks(self, name, write, model, shape):
     root = self._new_dir()
     write(root)
-    task = tasks.get_task(name, train_client_spec=_SPEC, cache_dir=root,
-                          num_clients=2, model=model)
+    task = tasks.get_task(
+        name,
+        train_client_spec=_SPEC,
+        cache_dir=root,
+        num_clients=2,
+        model=model,
+    )
     self.assertLen(task.datasets.train_data.client_ids, 2)
     x, _ = task.datasets.element_type_structure
     self.assertEqual(x.shape.as_list(), shape)
@@ -210,12 +307,16 @@ class CachedTasksTest(tf.test.TestCase, parameterized.TestCase):
   def test_offline_shakespeare_batches_like_the_online_task(self):
     root = self._new_dir()
     fake_caches.write_shakespeare(root)
-    online = tasks.get_task('shakespeare', train_client_spec=_SPEC,
-                            cache_dir=root)
-    offline = tasks.get_task('shakespeare_offline', train_client_spec=_SPEC,
-                             max_clients=20)
-    self.assertEqual(offline.datasets.element_type_structure,
-                     online.datasets.element_type_structure)
+    online = tasks.get_task(
+        'shakespeare', train_client_spec=_SPEC, cache_dir=root
+    )
+    offline = tasks.get_task(
+        'shakespeare_offline', train_client_spec=_SPEC, max_clients=20
+    )
+    self.assertEqual(
+        offline.datasets.element_type_structure,
+        online.datasets.element_type_structure,
+    )
     x, y = offline.datasets.element_type_structure
     self.assertEqual(x.shape.as_list(), [None, 80])
     self.assertEqual(y.dtype, tf.int64)

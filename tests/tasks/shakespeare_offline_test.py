@@ -63,10 +63,14 @@ class ParseTest(tf.test.TestCase):
     self.assertEqual(
         shakespeare_offline.parse_play(_PLAY),
         [
-            ('FIRST WITCH',
-             'When shall we meet again\nIn thunder--or in rain?'),
-            ('MACBETH',
-             'So foul and fair a day -- I have not seen.\nWho comes here?'),
+            (
+                'FIRST WITCH',
+                'When shall we meet again\nIn thunder--or in rain?',
+            ),
+            (
+                'MACBETH',
+                'So foul and fair a day -- I have not seen.\nWho comes here?',
+            ),
             ('FIRST WITCH', 'All hail!'),
             ('BANQUO', 'Good sir, why do you start?'),
         ],
@@ -78,7 +82,7 @@ class ParseTest(tf.test.TestCase):
         'MACBETH_FIRST_WITCH',
     )
     self.assertEqual(
-        shakespeare_offline.client_id("a-midsummer-night-s-dream", "PUCK's"),
+        shakespeare_offline.client_id('a-midsummer-night-s-dream', "PUCK's"),
         'A_MIDSUMMER_NIGHT_S_DREAM_PUCK_S',
     )
 
@@ -116,10 +120,18 @@ class PackagedPlaysTest(tf.test.TestCase):
 
   def test_train_then_test_is_the_role_in_play_order(self):
     for cid in ('MACBETH_MACBETH', 'HAMLET_HAMLET', 'THE_TEMPEST_MIRANDA'):
-      train = [e['snippets'].decode() for e in
-               self.train.create_tf_dataset_for_client(cid).as_numpy_iterator()]
-      test = [e['snippets'].decode() for e in
-              self.test.create_tf_dataset_for_client(cid).as_numpy_iterator()]
+      train = [
+          e['snippets'].decode()
+          for e in self.train.create_tf_dataset_for_client(
+              cid
+          ).as_numpy_iterator()
+      ]
+      test = [
+          e['snippets'].decode()
+          for e in self.test.create_tf_dataset_for_client(
+              cid
+          ).as_numpy_iterator()
+      ]
       self.assertNotEmpty(train)
       self.assertNotEmpty(test)
       self.assertEqual(tuple(train + test), self.clients[cid])
@@ -158,9 +170,7 @@ class PackagedPlaysTest(tf.test.TestCase):
     cid = 'MACBETH_FIRST_WITCH'
     baselines = tff.simulation.baselines
     task = baselines.shakespeare.create_character_prediction_task(
-        baselines.ClientSpec(
-            num_epochs=1, batch_size=2, shuffle_buffer_size=1
-        ),
+        baselines.ClientSpec(num_epochs=1, batch_size=2, shuffle_buffer_size=1),
         use_synthetic_data=True,
     )
     preprocess = task.datasets.train_preprocess_fn

@@ -27,8 +27,14 @@ class ShapedTest(tf.test.TestCase):
     self.assertEqual(train.element_type_structure['label'].dtype, tf.int32)
     # The counts' mean is EMNIST's (the lognormal is rescaled to it; the clip
     # at 10 and 1,000 moves it by a fraction of an example).
-    counts = shaped._counts(np.random.RandomState(3), shaped.EMNIST_CLIENTS,
-                            shaped.EMNIST_MEAN_EXAMPLES, 0.5, 10, 1000)
+    counts = shaped._counts(
+        np.random.RandomState(3),
+        shaped.EMNIST_CLIENTS,
+        shaped.EMNIST_MEAN_EXAMPLES,
+        0.5,
+        10,
+        1000,
+    )
     self.assertAllClose(counts.mean(), shaped.EMNIST_MEAN_EXAMPLES, atol=1.0)
     self.assertGreater(counts.std(), 50)  # Spread, not one size.
     client = _arrays(train.create_tf_dataset_for_client(train.client_ids[7]))
@@ -38,14 +44,19 @@ class ShapedTest(tf.test.TestCase):
     self.assertEqual(test.cardinality(), shaped.TEST_EXAMPLES)
 
   def test_a_client_is_the_same_data_on_every_call_and_seeds_differ(self):
-    for load in (shaped.emnist_shaped, shaped.cifar100_shaped,
-                 shaped.shakespeare_shaped):
+    for load in (
+        shaped.emnist_shaped,
+        shaped.cifar100_shaped,
+        shaped.shakespeare_shaped,
+    ):
       train, _ = load(seed=1, num_clients=20)
       again, _ = load(seed=1, num_clients=20)
       other, _ = load(seed=2, num_clients=20)
       cid = train.client_ids[4]
       first = _arrays(train.create_tf_dataset_for_client(cid))
-      for key, value in _arrays(again.create_tf_dataset_for_client(cid)).items():
+      for key, value in _arrays(
+          again.create_tf_dataset_for_client(cid)
+      ).items():
         self.assertAllEqual(value, first[key])
       changed = _arrays(other.create_tf_dataset_for_client(cid))
       key = 'snippets' if 'snippets' in first else 'label'
@@ -55,7 +66,9 @@ class ShapedTest(tf.test.TestCase):
     train, test = shaped.cifar100_shaped()
     self.assertLen(train.client_ids, shaped.CIFAR100_CLIENTS)
     client = _arrays(train.create_tf_dataset_for_client(train.client_ids[0]))
-    self.assertEqual(client['image'].shape, (shaped.CIFAR100_EXAMPLES, 32, 32, 3))
+    self.assertEqual(
+        client['image'].shape, (shaped.CIFAR100_EXAMPLES, 32, 32, 3)
+    )
     self.assertEqual(client['image'].dtype, np.uint8)
     self.assertEqual(client['label'].dtype, np.int64)
     self.assertEqual(test.cardinality(), shaped.TEST_EXAMPLES)
@@ -73,11 +86,13 @@ class ShapedTest(tf.test.TestCase):
     # (chance is 1 / 62).
     train, test = shaped.emnist_shaped(seed=0, num_clients=5)
     del train
-    images = shaped._Images(0, 5, np.full(5, 10, np.int32),
-                            shaped.EMNIST_CLASSES, (28, 28), 5.0)
+    images = shaped._Images(
+        0, 5, np.full(5, 10, np.int32), shaped.EMNIST_CLASSES, (28, 28), 5.0
+    )
     data = _arrays(test.take(500))
     templates = (0.5 + 0.35 * images.templates.numpy()).reshape(
-        shaped.EMNIST_CLASSES, -1)
+        shaped.EMNIST_CLASSES, -1
+    )
     pixels = data['pixels'].reshape(len(data['pixels']), -1)
     distances = ((pixels[:, None, :] - templates[None]) ** 2).sum(-1)
     accuracy = np.mean(distances.argmin(1) == data['label'])
@@ -93,8 +108,13 @@ class ShapedTest(tf.test.TestCase):
       task = registry.get_task(name, train_client_spec=spec, num_clients=4)
       self.assertLen(task.datasets.train_data.client_ids, 4)
       cid = task.datasets.train_data.client_ids[0]
-      batch = next(iter(task.datasets.train_preprocess_fn(
-          task.datasets.train_data.create_tf_dataset_for_client(cid))))
+      batch = next(
+          iter(
+              task.datasets.train_preprocess_fn(
+                  task.datasets.train_data.create_tf_dataset_for_client(cid)
+              )
+          )
+      )
       self.assertLen(batch, 2, name)  # (x, y), as the model takes it.
 
 

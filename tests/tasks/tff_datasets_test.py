@@ -8,9 +8,9 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
+from tests.tasks import fake_caches
 from tff_priv_tasks import cache
 from tff_priv_tasks import tff_datasets
-from tests.tasks import fake_caches
 
 
 def _elements(client_data, client_id):

@@ -36,7 +36,9 @@ RELATIONS = {
     # dp_accounting counts tree aggregation (DP-FTRL) only under it.
     'replace_special': NeighboringRelation.REPLACE_SPECIAL,
 }
-PLD_DISCRETIZATION = 1e-4  # dp_accounting's default value_discretization_interval.
+PLD_DISCRETIZATION = (
+    1e-4  # dp_accounting's default value_discretization_interval.
+)
 # The privacy loss of k compositions of a pure eps release spans k * eps; on a
 # grid of PLD_DISCRETIZATION that is k * eps / 1e-4 points, and the FFT of a
 # larger span needs more memory than a machine has (1.66M values x 10 rounds at
@@ -60,9 +62,14 @@ def _noise_free(event: dp_event.DpEvent) -> bool:
   exactly).
   """
   inner = getattr(event, 'event', None)
-  if isinstance(event, (dp_event.PoissonSampledDpEvent,
-                        dp_event.SampledWithReplacementDpEvent,
-                        dp_event.SampledWithoutReplacementDpEvent)):
+  if isinstance(
+      event,
+      (
+          dp_event.PoissonSampledDpEvent,
+          dp_event.SampledWithReplacementDpEvent,
+          dp_event.SampledWithoutReplacementDpEvent,
+      ),
+  ):
     event = inner
   return (
       isinstance(event, dp_event.GaussianDpEvent)
@@ -80,7 +87,9 @@ class RdpAccountant(rdp_privacy_accountant.RdpAccountant):
       event = dp_event.NonPrivateDpEvent()
     if isinstance(event, events.PureEpsilonDpEvent):
       if do_compose:
-        self._rdp += count * events.pure_epsilon_rdp(self._orders, event.epsilon)
+        self._rdp += count * events.pure_epsilon_rdp(
+            self._orders, event.epsilon
+        )
       return None
     return super()._maybe_compose(event, count, do_compose)
 
@@ -145,7 +154,8 @@ def smallest_noise_multiplier(event: dp_event.DpEvent) -> float:
     return smallest_noise_multiplier(event.event)
   if isinstance(event, dp_event.ComposedDpEvent):
     return min(
-        [smallest_noise_multiplier(e) for e in event.events], default=float('inf')
+        [smallest_noise_multiplier(e) for e in event.events],
+        default=float('inf'),
     )
   inner = getattr(event, 'event', None)  # Sampled events.
   if isinstance(inner, dp_event.DpEvent):
@@ -153,7 +163,9 @@ def smallest_noise_multiplier(event: dp_event.DpEvent) -> float:
   return float('inf')
 
 
-def can_count(name: str, event: dp_event.DpEvent, relation: str) -> Optional[str]:
+def can_count(
+    name: str, event: dp_event.DpEvent, relation: str
+) -> Optional[str]:
   """None if accountant `name` can count `event`, else the reason it cannot.
 
   dp_accounting's `supports` looks at event types only; the PLD accountant also

@@ -67,8 +67,9 @@ class Spent:
   @classmethod
   def of_ledger(cls, ledger) -> 'Spent':
     """The releases a `PrivacyLedger` holds."""
-    return cls(ledger.dp_event(), ledger.num_releases,
-               ledger.neighboring_relation)
+    return cls(
+        ledger.dp_event(), ledger.num_releases, ledger.neighboring_relation
+    )
 
   def as_unsampled(self) -> 'Spent':
     """The same releases read without their client sampling.
@@ -173,15 +174,29 @@ def calibrate_noise_multiplier(
       population=population,
       sample_size=sample_size,
   )
-  key = (target_epsilon, target_delta, rounds, sampling, accountant, tol,
-         min_with_unsampled, None if spent is None else repr(spent))
+  key = (
+      target_epsilon,
+      target_delta,
+      rounds,
+      sampling,
+      accountant,
+      tol,
+      min_with_unsampled,
+      None if spent is None else repr(spent),
+  )
   if key not in _CALIBRATED:
     if len(_CALIBRATED) >= _CACHE_SIZE:
       _CALIBRATED.pop(next(iter(_CALIBRATED)))
     _CALIBRATED[key] = _calibrate(
-        target_epsilon, target_delta, rounds, sampling=sampling,
-        accountant=accountant, tol=tol,
-        min_with_unsampled=min_with_unsampled, spent=spent)
+        target_epsilon,
+        target_delta,
+        rounds,
+        sampling=sampling,
+        accountant=accountant,
+        tol=tol,
+        min_with_unsampled=min_with_unsampled,
+        spent=spent,
+    )
   return _CALIBRATED[key]
 
 
@@ -193,8 +208,17 @@ _CALIBRATED = {}
 _CACHE_SIZE = 256
 
 
-def _calibrate(target_epsilon, target_delta, rounds, *, sampling, accountant,
-               tol, min_with_unsampled, spent):
+def _calibrate(
+    target_epsilon,
+    target_delta,
+    rounds,
+    *,
+    sampling,
+    accountant,
+    tol,
+    min_with_unsampled,
+    spent,
+):
   """calibrate_noise_multiplier, computed."""
   if min_with_unsampled:
     # Either bound meets the target; with releases spent, one of them may
@@ -205,10 +229,16 @@ def _calibrate(target_epsilon, target_delta, rounds, *, sampling, accountant,
         dict(spent=None if spent is None else spent.as_unsampled()),
     ):
       try:
-        found.append(calibrate_noise_multiplier(
-            target_epsilon, target_delta, rounds, accountant=accountant,
-            tol=tol, **kwargs,
-        ))
+        found.append(
+            calibrate_noise_multiplier(
+                target_epsilon,
+                target_delta,
+                rounds,
+                accountant=accountant,
+                tol=tol,
+                **kwargs,
+            )
+        )
       except BudgetSpentError as e:
         spent_error = e
     if not found:
@@ -233,9 +263,11 @@ def _calibrate(target_epsilon, target_delta, rounds, *, sampling, accountant,
     raise ValueError(f'the {accountant} accountant cannot count this sampling')
   if prior is not None:
     # The charged releases alone (the rounds left noised away entirely).
-    floor = accountants.make_accountant(accountant, relation).compose(
-        prior
-    ).get_epsilon(target_delta)
+    floor = (
+        accountants.make_accountant(accountant, relation)
+        .compose(prior)
+        .get_epsilon(target_delta)
+    )
     if floor >= target_epsilon:
       raise BudgetSpentError(
           f'the {spent.releases} releases charged already spend eps '
@@ -256,6 +288,7 @@ def _calibrate(target_epsilon, target_delta, rounds, *, sampling, accountant,
   z_rdp = calibrate('rdp', dp_accounting.LowerEndpointAndGuess(1e-3, 1.0))
   if accountant == 'rdp':
     return z_rdp
+
   # The PLD of a very small z needs a huge grid (tens of GB), so the PLD search
   # is bracketed near the RDP answer instead: PLD is the tighter accountant,
   # so its z is at most about z_rdp.

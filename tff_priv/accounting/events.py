@@ -132,8 +132,13 @@ def sampled_event(
 
 def unsampled(event: dp_event.DpEvent) -> dp_event.DpEvent:
   """`event` with every client-sampling wrapper removed (a unit in every round)."""
-  if isinstance(event, (dp_event.PoissonSampledDpEvent,
-                        dp_event.SampledWithoutReplacementDpEvent)):
+  if isinstance(
+      event,
+      (
+          dp_event.PoissonSampledDpEvent,
+          dp_event.SampledWithoutReplacementDpEvent,
+      ),
+  ):
     return unsampled(event.event)
   if isinstance(event, dp_event.SelfComposedDpEvent):
     return dp_event.SelfComposedDpEvent(unsampled(event.event), event.count)
@@ -214,4 +219,6 @@ def tree_sensitivity_squared(steps: int) -> float:
       dp_accounting.SingleEpochTreeAggregationDpEvent(1.0, steps),
       relation.REPLACE_SPECIAL,
   )
-  return tree / rdp(dp_accounting.GaussianDpEvent(1.0), relation.ADD_OR_REMOVE_ONE)
+  return tree / rdp(
+      dp_accounting.GaussianDpEvent(1.0), relation.ADD_OR_REMOVE_ONE
+  )

@@ -60,8 +60,9 @@ def at_order(order: float, budget: float, description: str) -> RdpBound:
   order = validation.positive('order', order)
   if order <= 1:
     raise ValueError(f'order must be > 1, got {order}')
-  return RdpBound((order,), (validation.non_negative('budget', budget),),
-                  description)
+  return RdpBound(
+      (order,), (validation.non_negative('budget', budget),), description
+  )
 
 
 def gaussian(inverse_variance_sum: float, description: str) -> RdpBound:

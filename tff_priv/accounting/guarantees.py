@@ -131,9 +131,8 @@ def _field(state: Any, name: str):
 
 def _is_tff_dp_state(state) -> bool:
   cls = type(state)
-  return (
-      cls.__name__ == 'DPAggregatorState'
-      and cls.__module__.startswith('tensorflow_federated')
+  return cls.__name__ == 'DPAggregatorState' and cls.__module__.startswith(
+      'tensorflow_federated'
   )
 
 
@@ -141,10 +140,8 @@ def _is_tff_dp_state(state) -> bool:
 # factories' `guarantee.neighboring_relation`), by state class.
 _STATE_RELATIONS = {
     ('tensorflow_federated', 'DPAggregatorState'): 'add_or_remove_one',
-    ('tff_priv.aggregators.smp', 'RandKState'):
-        'add_or_remove_one',
-    ('tff_priv.aggregators.smp', 'TopKState'):
-        'add_or_remove_one',
+    ('tff_priv.aggregators.smp', 'RandKState'): 'add_or_remove_one',
+    ('tff_priv.aggregators.smp', 'TopKState'): 'add_or_remove_one',
     ('tff_priv.aggregators.udp', 'ClientNoiseState'): 'replace_one',
     ('tff_priv.aggregators.ldp', 'LDPState'): 'replace_one',
 }
@@ -156,12 +153,36 @@ _STATE_RELATIONS = {
 # no amplification by sampling; BandMF's event holds its own sampling
 # (`BandSampler`), under add-or-remove-one. Neither takes sampling arguments.
 _STREAM_STATES = {
-    frozenset(('buffers', 'nonce', 'rounds_done', 'force_restart', 'dp_event',
-               'is_init_state')): 'BLTFactory',
-    frozenset(('tree', 'nonce', 'rounds_done', 'force_restart', 'dp_event',
-               'is_init_state')): 'TreeRestartFactory',
-    frozenset(('window', 'nonce', 'rounds_done', 'force_restart', 'dp_event',
-               'is_init_state')): 'BandMFFactory',
+    frozenset(
+        (
+            'buffers',
+            'nonce',
+            'rounds_done',
+            'force_restart',
+            'dp_event',
+            'is_init_state',
+        )
+    ): 'BLTFactory',
+    frozenset(
+        (
+            'tree',
+            'nonce',
+            'rounds_done',
+            'force_restart',
+            'dp_event',
+            'is_init_state',
+        )
+    ): 'TreeRestartFactory',
+    frozenset(
+        (
+            'window',
+            'nonce',
+            'rounds_done',
+            'force_restart',
+            'dp_event',
+            'is_init_state',
+        )
+    ): 'BandMFFactory',
 }
 _STREAM_RELATIONS = {
     'BLTFactory': 'replace_special',
@@ -193,12 +214,12 @@ def factory_kind_of_state(aggregator_state: Any) -> str:
   if stream_factory_of_state(inner) is not None:
     return 'tff_priv'
   cls = type(inner)
-  for (module, name) in _STATE_RELATIONS:
+  for module, name in _STATE_RELATIONS:
     if cls.__name__ == name and cls.__module__.startswith(module):
       return 'tff_priv'
   raise TypeError(
       f'unknown aggregator state {cls.__module__}.{cls.__name__}: tff_priv '
-      'charges the states of its factories and of TFF\'s '
+      "charges the states of its factories and of TFF's "
       'DifferentiallyPrivateFactory (also inside tff.aggregators.'
       'zeroing_factory / clipping_factory with a public norm); a state of '
       'your own factory needs its neighboring_relation (factory.guarantee)'
@@ -250,8 +271,9 @@ def extract_dp_event(
   """
   aggregator_state, extras = wrapped_states.unwrap(aggregator_state)
   if extras:
-    event = extract_dp_event(aggregator_state,
-                             allow_initial_state=allow_initial_state)
+    event = extract_dp_event(
+        aggregator_state, allow_initial_state=allow_initial_state
+    )
     return dp_event.ComposedDpEvent([event, *extras])
   try:
     named = _field(aggregator_state, 'dp_event')
@@ -300,18 +322,20 @@ def _from_named_tuple(named) -> dp_event.DpEvent:
       return [value(x) for x in v]
     return plain_event(v)
 
-  return cls(**{
-      f.name: value(getattr(named, f.name)) for f in attr.fields(cls)
-  })
+  return cls(
+      **{f.name: value(getattr(named, f.name)) for f in attr.fields(cls)}
+  )
 
 
 def plain_event(value):
   """`value` with numpy scalars as Python numbers (JSON-ready, comparable)."""
   if isinstance(value, dp_event.DpEvent):
-    return type(value)(**{
-        f.name: plain_event(getattr(value, f.name))
-        for f in attr.fields(type(value))
-    })
+    return type(value)(
+        **{
+            f.name: plain_event(getattr(value, f.name))
+            for f in attr.fields(type(value))
+        }
+    )
   if isinstance(value, (list, tuple)):
     return [plain_event(v) for v in value]
   if isinstance(value, np.integer):
@@ -354,7 +378,7 @@ def sampled_event(
     if neighboring_relation == 'replace_one':
       raise ValueError(
           'this event holds under replace-one adjacency (noise on each '
-          'client\'s upload): its amplification needs fixed-size sampling '
+          "client's upload): its amplification needs fixed-size sampling "
           '(population=N, sample_size=K), not Poisson sampling'
       )
   elif sampling.kind == 'fixed' and neighboring_relation == 'add_or_remove_one':
@@ -368,8 +392,9 @@ def guarantee_of(factory: Any) -> Optional[Guarantee]:
   if isinstance(guarantee, Guarantee):
     return guarantee
   cls = type(factory)
-  if cls.__name__ == 'DifferentiallyPrivateFactory' and cls.__module__.startswith(
-      'tensorflow_federated'
+  if (
+      cls.__name__ == 'DifferentiallyPrivateFactory'
+      and cls.__module__.startswith('tensorflow_federated')
   ):
     return TFF_DP_FACTORY_GUARANTEE
   return None
@@ -397,7 +422,8 @@ def past_plan(state: Any) -> Optional[tuple[int, int]]:
     return None
   if fields is not None:
     done, plan = int(np.asarray(fields[names[0]])), int(
-        np.asarray(fields[names[1]]))
+        np.asarray(fields[names[1]])
+    )
     if plan > 0 and done > plan:
       return done, plan
   for child in children:

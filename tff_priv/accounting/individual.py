@@ -45,7 +45,6 @@ class IndividualLedger:
   """Per-client composition of server-view events, with an optional filter.
 
   Example:
-
     ledger = IndividualLedger(delta=1e-5, budget_epsilon=8.0)
     for round_num in ...:
       chosen = [c for c in sampled if ledger.admits(c, event)]
@@ -127,7 +126,9 @@ class IndividualLedger:
   def _key(self, client: Hashable) -> tuple:
     return self._history.get(str(client), ())
 
-  def record(self, clients: Iterable[Hashable], event: dp_event.DpEvent) -> None:
+  def record(
+      self, clients: Iterable[Hashable], event: dp_event.DpEvent
+  ) -> None:
     """Charges one round of `event` (a server-view event) to each client."""
     index = self._index(event)
     for client in clients:
@@ -198,15 +199,17 @@ class IndividualLedger:
 
   def to_json(self) -> str:
     """Exact JSON (events through the ledger's encoder)."""
-    return json.dumps({
-        'format': _FORMAT,
-        'delta': self._delta,
-        'budget_epsilon': self._budget,
-        'accountant': self._accountant,
-        'events': [ledger_lib.encode_event(e) for e in self._events],
-        'history': self._history,
-        'excluded': sorted(self._excluded),
-    })
+    return json.dumps(
+        {
+            'format': _FORMAT,
+            'delta': self._delta,
+            'budget_epsilon': self._budget,
+            'accountant': self._accountant,
+            'events': [ledger_lib.encode_event(e) for e in self._events],
+            'history': self._history,
+            'excluded': sorted(self._excluded),
+        }
+    )
 
   @classmethod
   def from_json(cls, text: str) -> 'IndividualLedger':

@@ -37,7 +37,6 @@ class PrivacyLedger:
   """Records DP releases and reports what they spent.
 
   Example:
-
     ledger = PrivacyLedger()
     for _ in range(rounds):
       ledger.record_gaussian(noise_multiplier=1.1, sampling_probability=0.01)
@@ -107,8 +106,9 @@ class PrivacyLedger:
         population=population,
         sample_size=sample_size,
     )
-    self.record(events.sampled_gaussian_event(noise_multiplier, sampling),
-                count)
+    self.record(
+        events.sampled_gaussian_event(noise_multiplier, sampling), count
+    )
 
   def record_round(
       self,
@@ -173,17 +173,20 @@ class PrivacyLedger:
         sample_size=sample_size,
     )
     _refuse_sampling_of_a_stream(aggregator_state, sampling)
-    neighboring_relation = _state_relation(aggregator_state,
-                                           neighboring_relation)
+    neighboring_relation = _state_relation(
+        aggregator_state, neighboring_relation
+    )
     event = guarantees.sampled_event(
         guarantees.extract_dp_event(aggregator_state),
         neighboring_relation,
         sampling,
     )
     relation = accountants.relation_for(event) or self.neighboring_relation
-    stream_relation = (self._relation is None
-                       and neighboring_relation == 'replace_special'
-                       and accountants.relation_for(event) is None)
+    stream_relation = (
+        self._relation is None
+        and neighboring_relation == 'replace_special'
+        and accountants.relation_for(event) is None
+    )
     if stream_relation:
       # A stream's zero-out event (BLT, a tree): counted under it.
       relation = neighboring_relation
@@ -191,7 +194,7 @@ class PrivacyLedger:
     if reason is not None:
       raise ValueError(
           f'{reason}: no amplification by this sampling is known for this '
-          'state\'s event; record it without sampling arguments (an upper '
+          "state's event; record it without sampling arguments (an upper "
           'bound)'
       )
     if stream_relation:
@@ -205,7 +208,8 @@ class PrivacyLedger:
 
   def extend(self, other: 'PrivacyLedger') -> None:
     """Records every release of `other` after this ledger's (an empty
-    ledger without a relation takes `other`'s)."""
+    ledger without a relation takes `other`'s).
+    """
     if self._relation is None and not self._entries:
       self._relation = other._relation  # pylint: disable=protected-access
     for event, count in other.entries:
@@ -248,7 +252,8 @@ class PrivacyLedger:
         totals.append([event, count])
     parts = [
         event if count == 1 else dp_event.SelfComposedDpEvent(event, count)
-        for event, count in totals if count
+        for event, count in totals
+        if count
     ]
     if not parts:
       return dp_event.NoOpDpEvent()
@@ -312,14 +317,16 @@ class PrivacyLedger:
 
   def to_json(self) -> str:
     """The ledger as a JSON string (exact: floats round-trip bit for bit)."""
-    return json.dumps({
-        'format': _FORMAT,
-        'neighboring_relation': self._relation,
-        'entries': [
-            {'count': count, 'event': encode_event(event)}
-            for event, count in self._entries
-        ],
-    })
+    return json.dumps(
+        {
+            'format': _FORMAT,
+            'neighboring_relation': self._relation,
+            'entries': [
+                {'count': count, 'event': encode_event(event)}
+                for event, count in self._entries
+            ],
+        }
+    )
 
   @classmethod
   def from_json(cls, text: str) -> 'PrivacyLedger':
@@ -363,20 +370,23 @@ class PrivacyLedger:
 def _checked_state(aggregator_state):
   """The aggregator state of a round's output (or the state itself), after
   the refusals that do not depend on the sampling: debug measurements in
-  the output, a whole learning state, a plan exceeded."""
+  the output, a whole learning state, a plan exceeded.
+  """
   measurements = None
-  if hasattr(aggregator_state, 'state') and hasattr(aggregator_state,
-                                                    'metrics'):
+  if hasattr(aggregator_state, 'state') and hasattr(
+      aggregator_state, 'metrics'
+  ):
     # The round's whole output: its aggregator's measurements are checked
     # too (an exact client statistic among them is refused).
     measurements = aggregator_state.metrics.get('aggregator')
-    aggregator_state = getattr(aggregator_state.state, 'aggregator',
-                               aggregator_state.state)
+    aggregator_state = getattr(
+        aggregator_state.state, 'aggregator', aggregator_state.state
+    )
   if hasattr(aggregator_state, 'global_model_weights') and hasattr(
       aggregator_state, 'aggregator'
   ):
     raise TypeError(
-        'record_round takes the round\'s output or the aggregator\'s '
+        "record_round takes the round's output or the aggregator's "
         'state: pass output or output.state.aggregator, not output.state'
     )
   wrapped_states.check_no_debug_measurements(measurements)
@@ -394,12 +404,13 @@ def _refuse_sampling_of_a_stream(aggregator_state, sampling) -> None:
   """A stream's event (BLT, the tree, BandMF) takes no sampling arguments."""
   # Inside TFF's wrappers too: the stream's event is what gets charged.
   stream = guarantees.stream_factory_of_state(
-      wrapped_states.unwrap(aggregator_state)[0])
+      wrapped_states.unwrap(aggregator_state)[0]
+  )
   if stream is None or sampling.kind == 'none':
     return
   if stream == 'BandMFFactory':
     raise ValueError(
-        'BandMFFactory\'s event already holds its sampling (q within '
+        "BandMFFactory's event already holds its sampling (q within "
         'its cyclic groups): call record_round(state) without sampling '
         'arguments, and draw the clients with '
         'tff_priv.program.BandSampler'

@@ -105,7 +105,12 @@ def gaussian_mechanism_report(
   rounds = validation.int_at_least('rounds', rounds, 1)
   sampling = sampling_lib.Sampling.of(sampling)
   q = sampling.rate
-  out = {'mechanism': mechanism, 'delta': delta, 'rounds': rounds, 'sampling_rate': q}
+  out = {
+      'mechanism': mechanism,
+      'delta': delta,
+      'rounds': rounds,
+      'sampling_rate': q,
+  }
   if epsilon is not None:
     epsilon = validation.positive('epsilon', epsilon)
     out['calibration'] = calibrate_report(
@@ -129,14 +134,18 @@ def gaussian_mechanism_report(
           'noise_stddev needs the sensitivity it is relative to, to give a '
           'noise multiplier'
       )
-    noise_multiplier = validation.non_negative('noise_stddev', noise_stddev) / scale
+    noise_multiplier = (
+        validation.non_negative('noise_stddev', noise_stddev) / scale
+    )
   if noise_multiplier is None:
     raise ValueError('give noise_multiplier (or noise_stddev), or epsilon')
   out.update(
       gaussian_report(noise_multiplier, delta, rounds, sampling=sampling)
   )
   if claim_for_noise is not None and noise_multiplier > 0:
-    claim = claim_for_noise(noise_multiplier, out['rdp_epsilon'], delta, q, rounds)
+    claim = claim_for_noise(
+        noise_multiplier, out['rdp_epsilon'], delta, q, rounds
+    )
     if claim is not None:
       out['paper'] = claim
   out['guarantee'] = (

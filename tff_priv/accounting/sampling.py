@@ -53,9 +53,7 @@ class Sampling:
             'fixed-size sampling needs both population and sample_size'
         )
       population = validation.int_at_least('population', self.population, 1)
-      sample_size = validation.int_at_least(
-          'sample_size', self.sample_size, 1
-      )
+      sample_size = validation.int_at_least('sample_size', self.sample_size, 1)
       if sample_size > population:
         raise ValueError(
             f'sample_size ({sample_size}) must be <= population '
@@ -126,9 +124,7 @@ class Sampling:
 
   def kwargs(self) -> dict:
     """The given fields of the triple, as `record_gaussian` takes them."""
-    return {
-        k: v for k, v in dataclasses.asdict(self).items() if v is not None
-    }
+    return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
   def describe(self) -> dict:
     """A JSON-ready description: the kind, the rate and the given fields."""

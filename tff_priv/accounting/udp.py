@@ -134,15 +134,17 @@ def _rdp_table_budget(
   costs = np.array([cost(s) for s in sigmas])
   costs[table_size - 1] = budget / initial_rounds  # Exactly sigma0's share.
   return CrdBudget(
-      budget, initial_rounds, sigma_table=sigmas, cost_table=costs,
+      budget,
+      initial_rounds,
+      sigma_table=sigmas,
+      cost_table=costs,
       order=alpha,
   )
 
 
-def crd_bounds(schedule, sensitivity: float,
-               max_rounds: Optional[int] = None) -> tuple[
-    filters.RdpBound, filters.RdpBound
-]:
+def crd_bounds(
+    schedule, sensitivity: float, max_rounds: Optional[int] = None
+) -> tuple[filters.RdpBound, filters.RdpBound]:
   """What every path of a CRD schedule guarantees: (analyst, server).
 
   CRD picks each round's sigma from earlier releases (the validation loss),
@@ -175,7 +177,7 @@ def crd_bounds(schedule, sensitivity: float,
   if schedule.sigma_table is None:
     bound = filters.gaussian(
         sensitivity**2 * spent,
-        'Renyi filter: on every path the rounds\' sum of Delta^2 / sigma_t^2 '
+        "Renyi filter: on every path the rounds' sum of Delta^2 / sigma_t^2 "
         'is at most the budget, which bounds the RDP at every order',
     )
     return bound, bound
@@ -183,7 +185,7 @@ def crd_bounds(schedule, sensitivity: float,
       schedule.order,
       spent,
       f'Renyi filter at order {schedule.order:g} (fixed before training): on '
-      'every path the rounds\' RDP at that order sums to at most the budget',
+      "every path the rounds' RDP at that order sums to at most the budget",
   )
   sigmas, costs = schedule.sigma_table, schedule.cost_table
   inverse_variance = min(

@@ -54,28 +54,27 @@ def _wrapper(state) -> Optional[tuple[str, str, str]]:
 
 
 def _empty(value) -> bool:
-  return value is None or (isinstance(value, (tuple, list, dict))
-                           and not value)
+  return value is None or (isinstance(value, (tuple, list, dict)) and not value)
 
 
 def _norm_event(norm_key: str, norm_state) -> Optional[dp_event.DpEvent]:
   """The release of a wrapper's norm: None (public), a Gaussian, or refused."""
   if _empty(norm_state) or (
-      isinstance(norm_state, (tuple, list)) and all(map(_empty, norm_state))):
+      isinstance(norm_state, (tuple, list)) and all(map(_empty, norm_state))
+  ):
     return None  # A fixed norm: a public number.
   # The estimator's state (a namedtuple), alone or first of a plain tuple.
   estimator = norm_state
-  if not hasattr(estimator, '_fields') and isinstance(estimator,
-                                                      (tuple, list)):
+  if not hasattr(estimator, '_fields') and isinstance(estimator, (tuple, list)):
     estimator = estimator[0]
   below = getattr(estimator, 'below_estimate_state', None)
   numerator = getattr(below, 'numerator_state', None)
   stddev = getattr(numerator, 'stddev', None)
   clip = getattr(numerator, 'l2_norm_clip', None)
   if stddev is None or clip is None or float(stddev) <= 0:
-    wrapper = norm_key.split('_')[0]
+    wrapper = norm_key.split('_', maxsplit=1)[0]
     raise UnnoisedWrapperError(
-        f'the aggregator\'s {wrapper} tracks its norm from the clients\' '
+        f"the aggregator's {wrapper} tracks its norm from the clients' "
         'update norms without noise (an exact client statistic, in its '
         f'state and its {norm_key!r} measurement), as '
         'tff.learning.dp_aggregator does by default: use '
@@ -104,7 +103,7 @@ def unwrap(state: Any) -> tuple[Any, list[dp_event.DpEvent]]:
     if keys is None:
       if extras and type(state).__name__ != 'DPAggregatorState':
         raise UnnoisedWrapperError(
-            'a TFF wrapper with a noised norm is charged around TFF\'s '
+            "a TFF wrapper with a noised norm is charged around TFF's "
             'DifferentiallyPrivateFactory only (its count is an '
             'add-or-remove-one Gaussian the server adds); use a fixed '
             '(public) norm around this factory'
@@ -146,13 +145,14 @@ def check_no_debug_measurements(measurements: Any) -> None:
     raise UnnoisedWrapperError(
         f'the aggregator\'s measurements {", ".join(sorted(set(found)))} '
         '(from tff.learning.add_debug_measurements) are exact statistics of '
-        'the clients\' updates, released uncharged: build the process '
+        "the clients' updates, released uncharged: build the process "
         'without add_debug_measurements'
     )
 
 
-def public_measurement_paths(state: Any, measurements: Any,
-                             inner_public: str) -> set[tuple]:
+def public_measurement_paths(
+    state: Any, measurements: Any, inner_public: str
+) -> set[tuple]:
   """The paths of the measurement leaves a private round may release.
 
   Args:
@@ -198,8 +198,9 @@ def public_measurement_paths(state: Any, measurements: Any,
   if inner_public == 'tff_priv':
     return paths | {prefix + p for p in _leaves(measurements)}
   if not isinstance(measurements, Mapping):
-    raise ValueError(f'unknown measurements of TFF\'s DP factory: '
-                     f'{measurements}')
+    raise ValueError(
+        f"unknown measurements of TFF's DP factory: " f'{measurements}'
+    )
   for key, value in measurements.items():
     if key == 'dp_query_metrics':
       paths |= {prefix + (key,) + p for p in _leaves(value)}
@@ -209,7 +210,7 @@ def public_measurement_paths(state: Any, measurements: Any,
       raise ValueError(
           f'unknown aggregator measurement {"/".join(prefix + (key,))} '
           f'({value!r}): tff_priv releases only the measurements it knows '
-          'to be public (TFF\'s DP factory with a secure inner sum reports '
+          "to be public (TFF's DP factory with a secure inner sum reports "
           'exact counts of clipped values)'
       )
   return paths

@@ -18,7 +18,7 @@ from tff_priv.aggregators.bandmf import BandMFFactory
 from tff_priv.aggregators.blt import BLTFactory
 from tff_priv.aggregators.distortion import DistortionFactory
 from tff_priv.aggregators.dp_ftrl import TreeRestartFactory
-from tff_priv.aggregators.udp import GaussianUDPFactory
 from tff_priv.aggregators.ldp import LDPEncodeFactory
 from tff_priv.aggregators.plan import PlanExceededError
 from tff_priv.aggregators.smp import SparsifiedSecureSumFactory
+from tff_priv.aggregators.udp import GaussianUDPFactory

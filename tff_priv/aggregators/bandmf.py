@@ -68,11 +68,13 @@ GUARANTEE = guarantees.Guarantee(
 )
 
 
-def cycle_event(noise_multiplier: float,
-                sampling_probability: float) -> dp_accounting.DpEvent:
+def cycle_event(
+    noise_multiplier: float, sampling_probability: float
+) -> dp_accounting.DpEvent:
   """The DpEvent of one cycle of b rounds (each client in one of them)."""
   return dp_accounting.PoissonSampledDpEvent(
-      sampling_probability, dp_accounting.GaussianDpEvent(noise_multiplier))
+      sampling_probability, dp_accounting.GaussianDpEvent(noise_multiplier)
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,9 +105,12 @@ class BandPlan:
 
 def _calibrated(choice, epsilon, delta, cycles_left, spent, tol=1e-4):
   return target_noise.noise_for_target(
-      epsilon, delta, cycles_left or choice.participations,
+      epsilon,
+      delta,
+      cycles_left or choice.participations,
       sampling=sampling_lib.Sampling.poisson(choice.sampling_probability),
-      spent=spent, tol=tol,
+      spent=spent,
+      tol=tol,
   )
 
 
@@ -137,25 +142,40 @@ def plan_bands(
   if (epsilon is None) == (noise_multiplier is None):
     raise ValueError('give one of epsilon and noise_multiplier')
   if bands is None and epsilon is None:
-    raise ValueError('choosing bands needs epsilon; give bands with '
-                     'noise_multiplier')
+    raise ValueError(
+        'choosing bands needs epsilon; give bands with ' 'noise_multiplier'
+    )
   validation.int_at_least('population', population, 1)
   validation.int_at_least('clients_per_round', clients_per_round, 1)
   if clients_per_round > population:
-    raise ValueError(f'clients_per_round={clients_per_round} exceeds '
-                     f'population={population}')
-  options = ([bands] if bands is not None else bandmf_lib.candidate_bands(
-      population, clients_per_round, total_rounds))
+    raise ValueError(
+        f'clients_per_round={clients_per_round} exceeds '
+        f'population={population}'
+    )
+  options = (
+      [bands]
+      if bands is not None
+      else bandmf_lib.candidate_bands(
+          population, clients_per_round, total_rounds
+      )
+  )
   scores, best = {}, None
   for b in options:
-    choice = bandmf_lib.band_choice(total_rounds, population,
-                                    clients_per_round, b)
+    choice = bandmf_lib.band_choice(
+        total_rounds, population, clients_per_round, b
+    )
     z = noise_multiplier
     if z is None:
       # Compared at a coarser tolerance (the scores differ by percents);
       # the one kept is calibrated exactly below.
-      z = _calibrated(choice, epsilon, delta, cycles_left, spent,
-                      tol=1e-2 if bands is None else 1e-4)
+      z = _calibrated(
+          choice,
+          epsilon,
+          delta,
+          cycles_left,
+          spent,
+          tol=1e-2 if bands is None else 1e-4,
+      )
     score = z * z * bandmf_lib.loss(choice.coefs, total_rounds)
     if bands is None:
       scores[b] = score
@@ -164,13 +184,19 @@ def plan_bands(
   _, choice, z = best
   if noise_multiplier is None and bands is None:
     z = _calibrated(choice, epsilon, delta, cycles_left, spent)
-  return BandPlan(choice.bands, choice.coefs, choice.sampling_probability,
-                  choice.participations,
-                  validation.positive('noise_multiplier', z), scores)
+  return BandPlan(
+      choice.bands,
+      choice.coefs,
+      choice.sampling_probability,
+      choice.participations,
+      validation.positive('noise_multiplier', z),
+      scores,
+  )
 
 
-class BandMFFactory(plan_lib.Planned,
-                    tff.aggregators.UnweightedAggregationFactory):
+class BandMFFactory(
+    plan_lib.Planned, tff.aggregators.UnweightedAggregationFactory
+):
   """Clipped mean plus banded-Toeplitz-correlated Gaussian noise.
 
   Args:
@@ -202,11 +228,13 @@ class BandMFFactory(plan_lib.Planned,
     self._clip = validation.positive('clip', clip)
     c = np.asarray(coefs, np.float64).reshape(-1)
     if c.size < 1 or not np.all(np.isfinite(c)) or not c[0] > 0:
-      raise ValueError('coefs must be finite with coefs[0] > 0, got '
-                       f'{list(c)}')
+      raise ValueError(
+          'coefs must be finite with coefs[0] > 0, got ' f'{list(c)}'
+      )
     self._coefs = c / np.linalg.norm(c)
-    self._q = validation.half_open_unit('sampling_probability',
-                                        sampling_probability)
+    self._q = validation.half_open_unit(
+        'sampling_probability', sampling_probability
+    )
     self._noise_seed = noise_seed
     self._planned = plan_lib.planned(planned_rounds)
 
@@ -234,20 +262,36 @@ class BandMFFactory(plan_lib.Planned,
     `total_rounds` rounds added (new cycles) are calibrated so that they and
     its charges meet `epsilon` together (a plan extended).
     """
-    plan = plan_bands(total_rounds, population, clients_per_round,
-                      epsilon=epsilon, delta=delta, bands=bands,
-                      spent=calibration.Spent.of(spent))
-    return cls.from_plan(plan, clients_per_round, clip,
-                         planned_rounds=total_rounds)
+    plan = plan_bands(
+        total_rounds,
+        population,
+        clients_per_round,
+        epsilon=epsilon,
+        delta=delta,
+        bands=bands,
+        spent=calibration.Spent.of(spent),
+    )
+    return cls.from_plan(
+        plan, clients_per_round, clip, planned_rounds=total_rounds
+    )
 
   @classmethod
-  def from_plan(cls, plan: BandPlan, clients_per_round: int,
-                clip: float,
-                planned_rounds: Optional[int] = None) -> 'BandMFFactory':
+  def from_plan(
+      cls,
+      plan: BandPlan,
+      clients_per_round: int,
+      clip: float,
+      planned_rounds: Optional[int] = None,
+  ) -> 'BandMFFactory':
     """The factory of a `BandPlan`."""
-    return cls(plan.noise_multiplier, clients_per_round, clip,
-               list(plan.coefs), plan.sampling_probability,
-               planned_rounds=planned_rounds)
+    return cls(
+        plan.noise_multiplier,
+        clients_per_round,
+        clip,
+        list(plan.coefs),
+        plan.sampling_probability,
+        planned_rounds=planned_rounds,
+    )
 
   @property
   def guarantee(self) -> guarantees.Guarantee:
@@ -291,16 +335,20 @@ class BandMFFactory(plan_lib.Planned,
     planned = self._planned
 
     def initial_state():
-      return correlated_noise.with_plan(collections.OrderedDict(
-          window=tf.nest.map_structure(
-              lambda s: tf.zeros([bands - 1] + s.shape.as_list(), s.dtype),
-              specs),
-          nonce=correlated_noise.initial_nonce(fixed),
-          rounds_done=tf.constant(0, tf.int64),
-          force_restart=tf.constant(False),
-          dp_event=charged(tf.constant(1, tf.int32)),
-          is_init_state=tf.constant(True),
-      ), planned)
+      return correlated_noise.with_plan(
+          collections.OrderedDict(
+              window=tf.nest.map_structure(
+                  lambda s: tf.zeros([bands - 1] + s.shape.as_list(), s.dtype),
+                  specs,
+              ),
+              nonce=correlated_noise.initial_nonce(fixed),
+              rounds_done=tf.constant(0, tf.int64),
+              force_restart=tf.constant(False),
+              dp_event=charged(tf.constant(1, tf.int32)),
+              is_init_state=tf.constant(True),
+          ),
+          planned,
+      )
 
     def inverse_step(window, z):
       # w_t = (z_t - sum_{i=1}^{b-1} c_i w_{t-i}) / c_0; window[i-1] = w_{t-i}.
@@ -315,35 +363,45 @@ class BandMFFactory(plan_lib.Planned,
       restart = state['force_restart']
       rounds_done = state['rounds_done']
       window = tf.nest.map_structure(
-          lambda w: tf.where(restart, tf.zeros_like(w), w), state['window'])
+          lambda w: tf.where(restart, tf.zeros_like(w), w), state['window']
+      )
       nonce, z = correlated_noise.round_noise(
-          key, fixed, state['nonce'], restart, rounds_done, total)
+          key, fixed, state['nonce'], restart, rounds_done, total
+      )
       flat_noise, flat_window = [], []
       for w_prev, zi in zip(tf.nest.flatten(window), tf.nest.flatten(z)):
         w, w_prev = inverse_step(w_prev, zi)
         flat_noise.append(w)
         flat_window.append(w_prev)
       result, measurements = correlated_noise.noised_mean(
-          total, flat_noise, self._z * self._clip, float(self._k),
-          rounds_done)
-      new_state = correlated_noise.with_plan(collections.OrderedDict(
-          window=tf.nest.pack_sequence_as(window, flat_window),
-          nonce=nonce,
-          rounds_done=rounds_done + 1,
-          force_restart=tf.constant(False),
-          # A cycle's first round charges the whole cycle; a forced
-          # restart starts a new one (the rounds up to the next multiple of
-          # b: each client at most once in them, b rounds from its next).
-          dp_event=charged(tf.cast(
-              tf.logical_or(restart, tf.equal(rounds_done % bands, 0)),
-              tf.int32)),
-          is_init_state=tf.constant(False),
-      ), planned)
+          total, flat_noise, self._z * self._clip, float(self._k), rounds_done
+      )
+      new_state = correlated_noise.with_plan(
+          collections.OrderedDict(
+              window=tf.nest.pack_sequence_as(window, flat_window),
+              nonce=nonce,
+              rounds_done=rounds_done + 1,
+              force_restart=tf.constant(False),
+              # A cycle's first round charges the whole cycle; a forced
+              # restart starts a new one (the rounds up to the next multiple of
+              # b: each client at most once in them, b rounds from its next).
+              dp_event=charged(
+                  tf.cast(
+                      tf.logical_or(restart, tf.equal(rounds_done % bands, 0)),
+                      tf.int32,
+                  )
+              ),
+              is_init_state=tf.constant(False),
+          ),
+          planned,
+      )
       return collections.OrderedDict(
-          state=new_state, result=result, measurements=measurements)
+          state=new_state, result=result, measurements=measurements
+      )
 
     return correlated_noise.stream_process(
-        value_type, self._clip, initial_state, add_noise)
+        value_type, self._clip, initial_state, add_noise
+    )
 
 
 # `aggregator_state` set to start new cycles (charged) at the next round.

@@ -109,7 +109,10 @@ class StreamPlan:
 def _optimized(n, min_sep, participations, num_buffers) -> blt_lib.BLT:
   # Cached: a resumed run plans its streams twice (planned, recalibrated).
   return blt_lib.optimize(
-      n, error='max', min_sep=min_sep, max_participations=participations,
+      n,
+      error='max',
+      min_sep=min_sep,
+      max_participations=participations,
       num_buffers=num_buffers,
   )
 
@@ -148,8 +151,7 @@ def plan_streams(
   if (epsilon is None) == (noise_multiplier is None):
     raise ValueError('give one of epsilon and noise_multiplier')
   if k > population:
-    raise ValueError(
-        f'clients_per_round={k} exceeds population={population}')
+    raise ValueError(f'clients_per_round={k} exceeds population={population}')
   b = population // k
   if participation == 'epoch':
     n, participations, min_sep = b, 1, 1
@@ -162,19 +164,30 @@ def plan_streams(
     # `streams` unsampled Gaussians of multiplier z / sensitivity: z is
     # their noise std relative to that sensitivity.
     noise_multiplier = target_noise.noise_for_target(
-        epsilon, delta, streams_left or streams, sensitivity=sensitivity,
+        epsilon,
+        delta,
+        streams_left or streams,
+        sensitivity=sensitivity,
         spent=spent,
     )
-  return StreamPlan(participation, n, participations, min_sep, streams,
-                    strategy, sensitivity,
-                    validation.positive('noise_multiplier', noise_multiplier))
+  return StreamPlan(
+      participation,
+      n,
+      participations,
+      min_sep,
+      streams,
+      strategy,
+      sensitivity,
+      validation.positive('noise_multiplier', noise_multiplier),
+  )
 
 
 round_seed = correlated_noise.round_seed
 
 
-class BLTFactory(plan_lib.Planned,
-                 tff.aggregators.UnweightedAggregationFactory):
+class BLTFactory(
+    plan_lib.Planned, tff.aggregators.UnweightedAggregationFactory
+):
   """Clipped mean plus BLT-correlated Gaussian noise (DP-FTRL).
 
   Args:
@@ -256,22 +269,37 @@ class BLTFactory(plan_lib.Planned,
     `epsilon` together (a plan extended).
     """
     plan = plan_streams(
-        total_rounds, population, clients_per_round,
-        participation=participation, epsilon=epsilon, delta=delta,
-        num_buffers=num_buffers, spent=calibration.Spent.of(spent),
+        total_rounds,
+        population,
+        clients_per_round,
+        participation=participation,
+        epsilon=epsilon,
+        delta=delta,
+        num_buffers=num_buffers,
+        spent=calibration.Spent.of(spent),
     )
-    return cls.from_plan(plan, clients_per_round, clip,
-                         planned_rounds=total_rounds)
+    return cls.from_plan(
+        plan, clients_per_round, clip, planned_rounds=total_rounds
+    )
 
   @classmethod
-  def from_plan(cls, plan: StreamPlan, clients_per_round: int,
-                clip: float,
-                planned_rounds: Optional[int] = None) -> 'BLTFactory':
+  def from_plan(
+      cls,
+      plan: StreamPlan,
+      clients_per_round: int,
+      clip: float,
+      planned_rounds: Optional[int] = None,
+  ) -> 'BLTFactory':
     """The factory of a `StreamPlan`."""
     return cls(
-        plan.noise_multiplier, clients_per_round, clip,
-        list(plan.strategy.buf_decay), list(plan.strategy.output_scale),
-        plan.rounds_per_stream, plan.max_participations, plan.min_sep,
+        plan.noise_multiplier,
+        clients_per_round,
+        clip,
+        list(plan.strategy.buf_decay),
+        list(plan.strategy.output_scale),
+        plan.rounds_per_stream,
+        plan.max_participations,
+        plan.min_sep,
         planned_rounds=planned_rounds,
     )
 
@@ -326,15 +354,19 @@ class BLTFactory(plan_lib.Planned,
     planned = self._planned
 
     def initial_state():
-      return correlated_noise.with_plan(collections.OrderedDict(
-          buffers=tf.nest.map_structure(
-              lambda s: tf.zeros([nbuf] + s.shape.as_list(), s.dtype), specs),
-          nonce=correlated_noise.initial_nonce(fixed),
-          rounds_done=tf.constant(0, tf.int64),
-          force_restart=tf.constant(False),
-          dp_event=charged(tf.constant(1, tf.int32)),
-          is_init_state=tf.constant(True),
-      ), planned)
+      return correlated_noise.with_plan(
+          collections.OrderedDict(
+              buffers=tf.nest.map_structure(
+                  lambda s: tf.zeros([nbuf] + s.shape.as_list(), s.dtype), specs
+              ),
+              nonce=correlated_noise.initial_nonce(fixed),
+              rounds_done=tf.constant(0, tf.int64),
+              force_restart=tf.constant(False),
+              dp_event=charged(tf.constant(1, tf.int32)),
+              is_init_state=tf.constant(True),
+          ),
+          planned,
+      )
 
     @correlated_noise.refusing_past(planned, 'BLTFactory')
     def add_noise(state, total):
@@ -345,29 +377,43 @@ class BLTFactory(plan_lib.Planned,
           lambda b: tf.where(restart, tf.zeros_like(b), b), state['buffers']
       )
       nonce, z = correlated_noise.round_noise(
-          key, fixed, state['nonce'], state['force_restart'],
-          state['rounds_done'], total)
+          key,
+          fixed,
+          state['nonce'],
+          state['force_restart'],
+          state['rounds_done'],
+          total,
+      )
       flat_noise, flat_buffers = [], []
       for b, zi in zip(tf.nest.flatten(buffers), tf.nest.flatten(z)):
         x, b = blt_lib.inverse_step(b, zi, theta, omega)
         flat_noise.append(x)
         flat_buffers.append(b)
       result, measurements = correlated_noise.noised_mean(
-          total, flat_noise, self._z * self._clip, float(self._k),
-          state['rounds_done'])
-      new_state = correlated_noise.with_plan(collections.OrderedDict(
-          buffers=tf.nest.pack_sequence_as(buffers, flat_buffers),
-          nonce=nonce,
-          rounds_done=state['rounds_done'] + 1,
-          force_restart=tf.constant(False),
-          dp_event=charged(tf.cast(restart, tf.int32)),
-          is_init_state=tf.constant(False),
-      ), planned)
+          total,
+          flat_noise,
+          self._z * self._clip,
+          float(self._k),
+          state['rounds_done'],
+      )
+      new_state = correlated_noise.with_plan(
+          collections.OrderedDict(
+              buffers=tf.nest.pack_sequence_as(buffers, flat_buffers),
+              nonce=nonce,
+              rounds_done=state['rounds_done'] + 1,
+              force_restart=tf.constant(False),
+              dp_event=charged(tf.cast(restart, tf.int32)),
+              is_init_state=tf.constant(False),
+          ),
+          planned,
+      )
       return collections.OrderedDict(
-          state=new_state, result=result, measurements=measurements)
+          state=new_state, result=result, measurements=measurements
+      )
 
     return correlated_noise.stream_process(
-        value_type, self._clip, initial_state, add_noise)
+        value_type, self._clip, initial_state, add_noise
+    )
 
 
 # `aggregator_state` set to restart its stream at the next round.

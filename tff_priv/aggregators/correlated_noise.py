@@ -67,16 +67,17 @@ def round_noise(key, fixed: bool, nonce, restart, round_index, like):
     # A fresh draw every call: a round run again (a restart, or a state
     # restored in the same process) never repeats a released z.
     seed = round_seed(
-        key, tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64),
+        key,
+        tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64),
         round_index,
     )
   z = gaussian.add_gaussian_noise(
-      tf.nest.map_structure(tf.zeros_like, like), 1.0, seed=seed)
+      tf.nest.map_structure(tf.zeros_like, like), 1.0, seed=seed
+  )
   return nonce, z
 
 
-def noised_mean(total, flat_noise, stddev: float, divisor: float,
-                round_index):
+def noised_mean(total, flat_noise, stddev: float, divisor: float, round_index):
   """((total + stddev x noise) / divisor, the round's measurements) (TF)."""
   result = [
       (t + tf.cast(stddev, t.dtype) * x) / tf.cast(divisor, t.dtype)
@@ -90,8 +91,9 @@ def noised_mean(total, flat_noise, stddev: float, divisor: float,
   return tf.nest.pack_sequence_as(total, result), measurements
 
 
-def stream_process(value_type, clip: float, initial_state: Callable,
-                   add_noise: Callable) -> tff.templates.AggregationProcess:
+def stream_process(
+    value_type, clip: float, initial_state: Callable, add_noise: Callable
+) -> tff.templates.AggregationProcess:
   """The process: clip on each client, sum, `add_noise(state, sum)` on the server.
 
   Args:
@@ -109,7 +111,8 @@ def stream_process(value_type, clip: float, initial_state: Callable,
 
   state_type = init_fn.type_signature.result.member
   clip_fn = tff.tensorflow.computation(
-      lambda value: clipping.clip_l2(value, clip), value_type)
+      lambda value: clipping.clip_l2(value, clip), value_type
+  )
   noise_fn = tff.tensorflow.computation(add_noise, state_type, value_type)
 
   @tff.federated_computation(
@@ -137,7 +140,8 @@ def with_plan(state, planned_rounds: Optional[int]):
 
 def refusing_past(planned_rounds: Optional[int], name: str):
   """Decorates `add_noise(state, total)`: with a plan, it fails on the round
-  past it (`plan.check` on the state's `rounds_done`) before any noise."""
+  past it (`plan.check` on the state's `rounds_done`) before any noise.
+  """
 
   def decorate(add_noise):
     if planned_rounds is None:
@@ -145,7 +149,8 @@ def refusing_past(planned_rounds: Optional[int], name: str):
 
     def checked(state, total):
       with tf.control_dependencies(
-          [plan_lib.check(state['rounds_done'], planned_rounds, name)]):
+          [plan_lib.check(state['rounds_done'], planned_rounds, name)]
+      ):
         total = tf.nest.map_structure(tf.identity, total)
       return add_noise(state, total)
 

@@ -120,8 +120,9 @@ class TVNoise(udp.NoiseSource):
     return sigma, state, measurements
 
 
-class DistortionFactory(plan_lib.Planned,
-                        tff.aggregators.UnweightedAggregationFactory):
+class DistortionFactory(
+    plan_lib.Planned, tff.aggregators.UnweightedAggregationFactory
+):
   """Clip (optional), distortion N(0, sigma_e^2 I) on each upload, plain mean.
 
   UNWEIGHTED: every client's distorted upload counts the same. Use it with
@@ -237,15 +238,20 @@ class DistortionFactory(plan_lib.Planned,
     """
     clip = validation.positive('clip', clip)
     noise_stddev = target_noise.noise_for_target(
-        epsilon, delta,
+        epsilon,
+        delta,
         validation.int_at_least('total_rounds', total_rounds, 1),
         sampling_lib.Sampling.fixed(population, clients_per_round),
-        sensitivity=sensitivity(clip), min_with_unsampled=True,
+        sensitivity=sensitivity(clip),
+        min_with_unsampled=True,
         spent=calibration.Spent.of(spent),
     )
-    return cls(noise_stddev=noise_stddev,
-               parameter_variance=parameter_variance, clip=clip,
-               planned_rounds=total_rounds)
+    return cls(
+        noise_stddev=noise_stddev,
+        parameter_variance=parameter_variance,
+        clip=clip,
+        planned_rounds=total_rounds,
+    )
 
   @property
   def clip(self) -> Optional[float]:
@@ -276,7 +282,8 @@ class DistortionFactory(plan_lib.Planned,
     if self._clip is None:
       return dp_accounting.NonPrivateDpEvent()
     return dp_accounting.GaussianDpEvent(
-        tf.cast(sigma, tf.float64) / tf.constant(sensitivity(self._clip), tf.float64)
+        tf.cast(sigma, tf.float64)
+        / tf.constant(sensitivity(self._clip), tf.float64)
     )
 
   def create(self, value_type):
@@ -284,8 +291,11 @@ class DistortionFactory(plan_lib.Planned,
     dimension = _num_elements(value_type)
     factory = udp.client_noise_factory(
         self.noise_source(dimension),
-        udp.planned_inner(tff.aggregators.UnweightedMeanFactory(),
-                          self._planned, 'DistortionFactory'),
+        udp.planned_inner(
+            tff.aggregators.UnweightedMeanFactory(),
+            self._planned,
+            'DistortionFactory',
+        ),
         dp_event_fn=self._dp_event,
         guarantee=self.guarantee,
         clip=self._clip,
@@ -298,6 +308,8 @@ def _num_elements(value_type) -> int:
   if isinstance(value_type, tff.TensorType):
     shape = value_type.shape
     if shape is None or any(dim is None for dim in shape):
-      raise TypeError(f'value_type must have fully defined shapes: {value_type}')
+      raise TypeError(
+          f'value_type must have fully defined shapes: {value_type}'
+      )
     return int(np.prod(shape, dtype=np.int64))
   return sum(_num_elements(t) for t in value_type.children())

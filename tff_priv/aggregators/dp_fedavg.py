@@ -35,8 +35,12 @@ def calibrated(
   population, k = validation.population_and_k(population, clients_per_round)
   clip = validation.positive('clip', clip)
   z = calibration.calibrate_noise_multiplier(
-      epsilon, delta, total_rounds, sampling_probability=k / population,
-      spent=calibration.Spent.of(spent))
+      epsilon,
+      delta,
+      total_rounds,
+      sampling_probability=k / population,
+      spent=calibration.Spent.of(spent),
+  )
   # gaussian_fixed's query, built here to give it a record sum of our own.
   query = tfp.NormalizedQuery(
       tfp.GaussianSumQuery(l2_norm_clip=clip, stddev=clip * z),
@@ -44,6 +48,7 @@ def calibrated(
   )
   return tff.aggregators.DifferentiallyPrivateFactory(
       query,
-      plan_lib.planned_factory(tff.aggregators.SumFactory(), total_rounds,
-                               'dp_fedavg'),
+      plan_lib.planned_factory(
+          tff.aggregators.SumFactory(), total_rounds, 'dp_fedavg'
+      ),
   )

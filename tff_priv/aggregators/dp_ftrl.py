@@ -76,9 +76,15 @@ GUARANTEE = guarantees.Guarantee(
 )
 
 
-def tree_noise(epsilon: float, delta: float, total_rounds: int,
-               rounds_per_tree: int, *, trees_left: Optional[int] = None,
-               spent=None) -> float:
+def tree_noise(
+    epsilon: float,
+    delta: float,
+    total_rounds: int,
+    rounds_per_tree: int,
+    *,
+    trees_left: Optional[int] = None,
+    spent=None,
+) -> float:
   """z for which ceil(T / R) trees (or `trees_left`) meet (eps, delta).
 
   Each tree is counted by dp_accounting as an unsampled Gaussian of
@@ -87,8 +93,11 @@ def tree_noise(epsilon: float, delta: float, total_rounds: int,
   """
   sensitivity = math.sqrt(events.tree_sensitivity_squared(rounds_per_tree))
   return target_noise.noise_for_target(
-      epsilon, delta, trees_left or math.ceil(total_rounds / rounds_per_tree),
-      sensitivity=sensitivity, spent=spent,
+      epsilon,
+      delta,
+      trees_left or math.ceil(total_rounds / rounds_per_tree),
+      sensitivity=sensitivity,
+      spent=spent,
   )
 
 
@@ -99,8 +108,9 @@ def tree_event(noise_multiplier: float, rounds_per_tree: int):
   )
 
 
-class TreeRestartFactory(plan_lib.Planned,
-                         tff.aggregators.UnweightedAggregationFactory):
+class TreeRestartFactory(
+    plan_lib.Planned, tff.aggregators.UnweightedAggregationFactory
+):
   """TFF's tree-aggregation DP factory restarted every `rounds_per_tree` rounds.
 
   Args:
@@ -127,7 +137,9 @@ class TreeRestartFactory(plan_lib.Planned,
     self._z = validation.positive('noise_multiplier', noise_multiplier)
     self._k = validation.int_at_least('clients_per_round', clients_per_round, 1)
     self._clip = validation.positive('clip', clip)
-    self._rounds = validation.int_at_least('rounds_per_tree', rounds_per_tree, 1)
+    self._rounds = validation.int_at_least(
+        'rounds_per_tree', rounds_per_tree, 1
+    )
     self._noise_seed = noise_seed
     self._planned = plan_lib.planned(planned_rounds)
 
@@ -152,12 +164,16 @@ class TreeRestartFactory(plan_lib.Planned,
     is refused (`plan`). `spent`: a `PrivacyLedger` of earlier rounds, met
     together with the `total_rounds` rounds added (a plan extended).
     """
-    population, k = validation.population_and_k(population,
-                                                clients_per_round)
+    population, k = validation.population_and_k(population, clients_per_round)
     total_rounds = validation.int_at_least('total_rounds', total_rounds, 1)
     rounds_per_tree = population // k
-    z = tree_noise(epsilon, delta, total_rounds, rounds_per_tree,
-                   spent=calibration.Spent.of(spent))
+    z = tree_noise(
+        epsilon,
+        delta,
+        total_rounds,
+        rounds_per_tree,
+        spent=calibration.Spent.of(spent),
+    )
     return cls(z, k, clip, rounds_per_tree, planned_rounds=total_rounds)
 
   @property
@@ -212,18 +228,26 @@ class TreeRestartFactory(plan_lib.Planned,
 
     @tff.federated_computation()
     def init_fn():
-      plan_field = ({} if planned is None else {
-          'planned_rounds': tff.federated_value(np.int64(planned),
-                                                tff.SERVER)})
-      return tff.federated_zip(collections.OrderedDict(
-          tree=inner.initialize(),
-          nonce=tff.federated_eval(new_nonce, tff.SERVER),
-          rounds_done=tff.federated_value(np.int64(0), tff.SERVER),
-          force_restart=tff.federated_value(False, tff.SERVER),
-          dp_event=tff.federated_eval(placeholder_dp_event, tff.SERVER),
-          is_init_state=tff.federated_value(True, tff.SERVER),
-          **plan_field,
-      ))
+      plan_field = (
+          {}
+          if planned is None
+          else {
+              'planned_rounds': tff.federated_value(
+                  np.int64(planned), tff.SERVER
+              )
+          }
+      )
+      return tff.federated_zip(
+          collections.OrderedDict(
+              tree=inner.initialize(),
+              nonce=tff.federated_eval(new_nonce, tff.SERVER),
+              rounds_done=tff.federated_value(np.int64(0), tff.SERVER),
+              force_restart=tff.federated_value(False, tff.SERVER),
+              dp_event=tff.federated_eval(placeholder_dp_event, tff.SERVER),
+              is_init_state=tff.federated_value(True, tff.SERVER),
+              **plan_field,
+          )
+      )
 
     state_type = init_fn.type_signature.result
 
@@ -242,7 +266,8 @@ class TreeRestartFactory(plan_lib.Planned,
     def new_state(restart, rounds_done, tree, nonce):
       if planned is not None:
         with tf.control_dependencies(
-            [plan_lib.check(rounds_done, planned, 'TreeRestartFactory')]):
+            [plan_lib.check(rounds_done, planned, 'TreeRestartFactory')]
+        ):
           rounds_done = tf.identity(rounds_done)
       return collections.OrderedDict(
           tree=tree,
@@ -251,8 +276,11 @@ class TreeRestartFactory(plan_lib.Planned,
           force_restart=tf.constant(False),
           dp_event=charged(tf.cast(restart, tf.int32)),
           is_init_state=tf.constant(False),
-          **({} if planned is None else {
-              'planned_rounds': tf.constant(planned, tf.int64)}),
+          **(
+              {}
+              if planned is None
+              else {'planned_rounds': tf.constant(planned, tf.int64)}
+          ),
       )
 
     @tff.tensorflow.computation(value_type)
@@ -288,7 +316,6 @@ class TreeRestartFactory(plan_lib.Planned,
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-
 _NONCE_TYPE = tff.TensorType(np.int64, [2])
 
 
@@ -310,8 +337,9 @@ def _nonce_computations(fixed: bool):
     # process) seeds its tree anew: the restarted tree's rounds are
     # released again, never with the noise they had.
     if fixed:
-      return tf.where(force_restart, nonce + tf.constant([0, 1], tf.int64),
-                      nonce)
+      return tf.where(
+          force_restart, nonce + tf.constant([0, 1], tf.int64), nonce
+      )
     fresh = tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
     return tf.where(force_restart, fresh, nonce)
 
@@ -320,7 +348,8 @@ def _nonce_computations(fixed: bool):
 
 def _reseed_computation(sum_query, key: int, tree_type):
   """`(tree, rounds_done, nonce) -> tree`: a fresh tree drawn from a seed of
-  (key, nonce, rounds_done)."""
+  (key, nonce, rounds_done).
+  """
 
   @tff.tensorflow.computation(tree_type, np.int64, _NONCE_TYPE)
   def reseed(tree, rounds_done, nonce):
@@ -344,6 +373,7 @@ def _reseed_computation(sum_query, key: int, tree_type):
     )
 
   return reseed
+
 
 # `aggregator_state` set to restart its tree at the next round.
 with_restart_forced = correlated_noise.with_restart_forced

@@ -63,8 +63,7 @@ def _check_value_type(value_type):
     )
   if not tff.types.is_structure_of_floats(value_type):
     raise TypeError(
-        'value_type must be a structure of float tensors, got '
-        f'{value_type}'
+        'value_type must be a structure of float tensors, got ' f'{value_type}'
     )
   if not _tensor_types(value_type):
     raise TypeError('value_type must contain at least one tensor')
@@ -83,7 +82,8 @@ def _client_encode(value_type, vector, epsilon, range_mode):
       # reported, so which were non-finite is not revealed.
       x = tf.where(tf.math.is_finite(x), x, tf.cast(c, x.dtype))
       result = ldp_mechanisms.encode(
-          x, c, r, epsilon, ldp_mechanisms.fresh_seed())
+          x, c, r, epsilon, ldp_mechanisms.fresh_seed()
+      )
       reports.append(result.encoded)
       lo = tf.cast(result.finite_min, tf.float32)
       hi = tf.cast(result.finite_max, tf.float32)
@@ -530,12 +530,14 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
       noise_multiplier = (
           self._quantile_noise_stddev / _QUANTILE_COUNT_REPLACE_ONE_SENSITIVITY
       )
-      range_event = dp_accounting.ComposedDpEvent([
-          dp_accounting.GaussianDpEvent(
-              tf.constant(noise_multiplier, tf.float64)
-          )
-          for _ in range(num_tensors)
-      ])
+      range_event = dp_accounting.ComposedDpEvent(
+          [
+              dp_accounting.GaussianDpEvent(
+                  tf.constant(noise_multiplier, tf.float64)
+              )
+              for _ in range(num_tensors)
+          ]
+      )
     return dp_accounting.ComposedDpEvent([reports, range_event])
 
   def create(self, value_type) -> tff.templates.AggregationProcess:

@@ -108,11 +108,11 @@ class _PlannedInner:
 
   def __init__(self, inner_factory, planned_rounds: int, name: str):
     self._inner = inner_factory
-    self._planned = validation.int_at_least('planned_rounds', planned_rounds,
-                                            1)
+    self._planned = validation.int_at_least('planned_rounds', planned_rounds, 1)
     self._name = name
     self._weighted = isinstance(
-        inner_factory, tff.aggregators.WeightedAggregationFactory)
+        inner_factory, tff.aggregators.WeightedAggregationFactory
+    )
 
   def create(self, value_type, weight_type=None):
     if self._weighted:
@@ -138,9 +138,13 @@ class _PlannedInner:
 
     def output_of(state, output):
       return tff.templates.MeasuredProcessOutput(
-          state=tff.federated_zip(PlanState(
-              output.state, tff.federated_map(count, state.rounds_done),
-              state.planned_rounds)),
+          state=tff.federated_zip(
+              PlanState(
+                  output.state,
+                  tff.federated_map(count, state.rounds_done),
+                  state.planned_rounds,
+              )
+          ),
           result=output.result,
           measurements=output.measurements,
       )
@@ -153,6 +157,7 @@ class _PlannedInner:
       @tff.federated_computation(state_type, value_type, weight_type)
       def next_fn(state, value, weight):
         return output_of(state, inner.next(state.inner, value, weight))
+
     else:
 
       @tff.federated_computation(state_type, value_type)
@@ -162,15 +167,17 @@ class _PlannedInner:
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-class _PlannedUnweighted(_PlannedInner,
-                         tff.aggregators.UnweightedAggregationFactory):
+class _PlannedUnweighted(
+    _PlannedInner, tff.aggregators.UnweightedAggregationFactory
+):
 
   def create(self, value_type):
     return _PlannedInner.create(self, value_type)
 
 
-class _PlannedWeighted(_PlannedInner,
-                       tff.aggregators.WeightedAggregationFactory):
+class _PlannedWeighted(
+    _PlannedInner, tff.aggregators.WeightedAggregationFactory
+):
 
   def create(self, value_type, weight_type):
     return _PlannedInner.create(self, value_type, weight_type)

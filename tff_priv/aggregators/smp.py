@@ -45,8 +45,10 @@ class _UnusedSecureSumBoundCheck(logging.Filter):
 
   def filter(self, record: logging.LogRecord) -> bool:
     message = record.getMessage()
-    return not ('Object was never used' in message
-                and 'assert_less_equal/Assert/AssertGuard' in message)
+    return not (
+        'Object was never used' in message
+        and 'assert_less_equal/Assert/AssertGuard' in message
+    )
 
 
 logging.getLogger('tensorflow').addFilter(_UnusedSecureSumBoundCheck())
@@ -123,8 +125,9 @@ def _with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
   )
 
 
-class SparsifiedSecureSumFactory(plan_lib.Planned,
-                                 tff.aggregators.UnweightedAggregationFactory):
+class SparsifiedSecureSumFactory(
+    plan_lib.Planned, tff.aggregators.UnweightedAggregationFactory
+):
   """Fed-SMP aggregation: shared rand_k/top_k mask, clip, client noise, secure sum.
 
   Unweighted: every client's clipped update counts alike and the sum is divided
@@ -226,7 +229,9 @@ class SparsifiedSecureSumFactory(plan_lib.Planned,
       TypeError: an argument has the wrong type.
       ValueError: an argument is out of range (the message names it).
     """
-    noise_multiplier = validation.non_negative('noise_multiplier', noise_multiplier)
+    noise_multiplier = validation.non_negative(
+        'noise_multiplier', noise_multiplier
+    )
     clip = validation.positive('clip', clip)
     compression = validation.half_open_unit('compression', compression)
     expected_clients_per_round = validation.positive(
@@ -294,7 +299,7 @@ class SparsifiedSecureSumFactory(plan_lib.Planned,
           description=(
               'Fed-SMP: clipped sparsified updates, Gaussian noise shared '
               'among the clients, secure sum: an analyst sees a Gaussian '
-              'mechanism of the clients\' sum; the server (honest but '
+              "mechanism of the clients' sum; the server (honest but "
               'curious: it broadcasts the true client count) sees only the '
               'noisy sum and is charged per participation'
           ),
@@ -305,7 +310,7 @@ class SparsifiedSecureSumFactory(plan_lib.Planned,
         neighboring_relation='add_or_remove_one',
         description=(
             'Fed-SMP without secure aggregation: an analyst sees a Gaussian '
-            'mechanism of the clients\' sum; the server sees each upload, '
+            "mechanism of the clients' sum; the server sees each upload, "
             'whose 1/n share of the noise protects nothing against it'
         ),
     )
@@ -334,13 +339,15 @@ class SparsifiedSecureSumFactory(plan_lib.Planned,
     plan extended). `kwargs`: the constructor's other arguments (`mask`,
     `secure`, ...).
     """
-    population, k = validation.population_and_k(population,
-                                                clients_per_round)
+    population, k = validation.population_and_k(population, clients_per_round)
     z = calibration.calibrate_noise_multiplier(
-        epsilon, delta, total_rounds, sampling_probability=k / population,
-        spent=calibration.Spent.of(spent))
-    return cls(z, clip, compression, k, planned_rounds=total_rounds,
-               **kwargs)
+        epsilon,
+        delta,
+        total_rounds,
+        sampling_probability=k / population,
+        spent=calibration.Spent.of(spent),
+    )
+    return cls(z, clip, compression, k, planned_rounds=total_rounds, **kwargs)
 
   @property
   def clip(self) -> float:
@@ -394,8 +401,11 @@ class SparsifiedSecureSumFactory(plan_lib.Planned,
     # and the scatter are identities and are skipped (top_k always sends its
     # mask, which `next` checks).
     full = k == dimension and self._mask == 'rand_k'
-    scale = (smp_mechanisms.rand_k_scale(dimension, k)
-             if self._mask == 'rand_k' else 1.0)
+    scale = (
+        smp_mechanisms.rand_k_scale(dimension, k)
+        if self._mask == 'rand_k'
+        else 1.0
+    )
     clip = self._clip
     expected_clients = self._expected_clients
     noise_multiplier = self._noise_multiplier
@@ -411,13 +421,23 @@ class SparsifiedSecureSumFactory(plan_lib.Planned,
         self._mask, self._mask_seed, dimension, k, indices_type
     )
     client_upload = _client_upload(
-        value_type, specs, None if full else indices_type, scale, clip,
-        noise_multiplier, tf_dtype,
+        value_type,
+        specs,
+        None if full else indices_type,
+        scale,
+        clip,
+        noise_multiplier,
+        tf_dtype,
     )
     round_event = _round_event(noise_multiplier)
     server_result = _server_result(
-        upload_type, specs, None if full else indices_type, dimension,
-        noise_multiplier * clip, expected_clients, tf_dtype,
+        upload_type,
+        specs,
+        None if full else indices_type,
+        dimension,
+        noise_multiplier * clip,
+        expected_clients,
+        tf_dtype,
     )
 
     @tff.tensorflow.computation
@@ -459,9 +479,7 @@ class SparsifiedSecureSumFactory(plan_lib.Planned,
       if full:
         uploads = tff.federated_map(client_upload, (value, clients_num_clients))
         summed = inner.next(state.sum_state, uploads)
-        result = tff.federated_map(
-            server_result, (summed.result, num_clients)
-        )
+        result = tff.federated_map(server_result, (summed.result, num_clients))
       else:
         uploads = tff.federated_map(
             client_upload,
@@ -490,8 +508,12 @@ class SparsifiedSecureSumFactory(plan_lib.Planned,
 def _mask_step(mask_kind, mask, state, full):
   """(this round's indices@SERVER or None, the next mask state), in `next`."""
   if mask_kind == 'rand_k':
-    indices = None if full else tff.federated_map(
-        mask.round_indices, (state.round_num, state.mask_seed)
+    indices = (
+        None
+        if full
+        else tff.federated_map(
+            mask.round_indices, (state.round_num, state.mask_seed)
+        )
     )
     return indices, (
         tff.federated_map(mask.next_state, state.round_num),
@@ -501,7 +523,8 @@ def _mask_step(mask_kind, mask, state, full):
       mask.round_indices, (state.mask_indices, state.mask_is_fresh)
   )
   return indices, (
-      state.mask_indices, tff.federated_eval(mask.next_state, tff.SERVER)
+      state.mask_indices,
+      tff.federated_eval(mask.next_state, tff.SERVER),
   )
 
 
@@ -536,7 +559,8 @@ def _inner_sum(secure, bound, full, specs, dtype, k, planned_rounds):
   uploaded_bits = np.int64(bits_per_value) * np.int64(k)
   if planned_rounds is not None:
     inner_factory = plan_lib.planned_factory(
-        inner_factory, planned_rounds, 'SparsifiedSecureSumFactory')
+        inner_factory, planned_rounds, 'SparsifiedSecureSumFactory'
+    )
   return upload_type, inner_factory.create(upload_type), uploaded_bits
 
 
@@ -592,13 +616,16 @@ def _mask_computations(mask, mask_seed, dimension, k, indices_type) -> _Mask:
     checks = [
         tf.debugging.Assert(
             is_fresh,
-            ['top_k mask not refreshed for this round: the learning '
-             'process must set it from public data before every next() '
-             '(tff_priv.learning.smp)'],
+            [
+                'top_k mask not refreshed for this round: the learning '
+                'process must set it from public data before every next() '
+                '(tff_priv.learning.smp)'
+            ],
         ),
         tf.debugging.Assert(
             tf.reduce_all(indices[1:] > indices[:-1]),
-            ['top_k mask indices must be sorted and distinct']),
+            ['top_k mask indices must be sorted and distinct'],
+        ),
         tf.debugging.Assert(
             tf.logical_and(
                 tf.reduce_min(indices) >= 0,
@@ -617,10 +644,12 @@ def _mask_computations(mask, mask_seed, dimension, k, indices_type) -> _Mask:
   return _Mask(initial_top_k_state, checked_indices, not_fresh)
 
 
-def _client_upload(value_type, specs, indices_type, scale, clip,
-                   noise_multiplier, tf_dtype):
+def _client_upload(
+    value_type, specs, indices_type, scale, clip, noise_multiplier, tf_dtype
+):
   """The client's clipped, sparsified, noised upload (`indices_type` None:
-  k == d under rand_k, the value itself)."""
+  k == d under rand_k, the value itself).
+  """
 
   def noise_share(num_clients):
     return tf.cast(
@@ -633,7 +662,10 @@ def _client_upload(value_type, specs, indices_type, scale, clip,
     @tff.tensorflow.computation(value_type, np.int32)
     def client_upload(value, num_clients):
       return smp_mechanisms.sparsify_clip_noise(
-          _as_structure(value, specs), None, scale=1.0, clip=clip,
+          _as_structure(value, specs),
+          None,
+          scale=1.0,
+          clip=clip,
           noise_stddev=noise_share(num_clients),
       )
 
@@ -642,7 +674,10 @@ def _client_upload(value_type, specs, indices_type, scale, clip,
   @tff.tensorflow.computation(value_type, indices_type, np.int32)
   def client_sparse_upload(value, indices, num_clients):
     return smp_mechanisms.sparsify_clip_noise(
-        _as_structure(value, specs), indices, scale=scale, clip=clip,
+        _as_structure(value, specs),
+        indices,
+        scale=scale,
+        clip=clip,
         noise_stddev=noise_share(num_clients),
     )
 
@@ -661,10 +696,18 @@ def _round_event(noise_multiplier):
   return round_event
 
 
-def _server_result(upload_type, specs, indices_type, dimension, noise_stddev,
-                   expected_clients, tf_dtype):
+def _server_result(
+    upload_type,
+    specs,
+    indices_type,
+    dimension,
+    noise_stddev,
+    expected_clients,
+    tf_dtype,
+):
   """The mean the server releases from the summed uploads (`indices_type`
-  None: k == d under rand_k)."""
+  None: k == d under rand_k).
+  """
 
   def empty_round_noise(num_clients, shape):
     # No client reported: the server draws the sum's noise itself, so the
@@ -743,7 +786,9 @@ def _check_value_type(value_type) -> tuple[Any, Any, int]:
         f'{sorted(d.name for d in dtypes)}'
     )
   if not all(leaf.shape.is_fully_defined() for leaf in leaves):
-    raise TypeError(f'value_type must have fully defined shapes, got {value_type}')
+    raise TypeError(
+        f'value_type must have fully defined shapes, got {value_type}'
+    )
   dimension = sum(int(leaf.shape.num_elements()) for leaf in leaves)
   if dimension < 1:
     raise TypeError(f'value_type has no elements: {value_type}')

@@ -43,11 +43,11 @@ UDP_GUARANTEE = guarantees.Guarantee(
     noise='local',
     neighboring_relation='replace_one',
     description=(
-        "UDP: each client adds N(0, sigma_t^2 I) to its update before the "
+        'UDP: each client adds N(0, sigma_t^2 I) to its update before the '
         'upload; a round is a Gaussian mechanism of noise multiplier '
-        'sigma_t / Delta for one example of the client\'s data (replace one '
+        "sigma_t / Delta for one example of the client's data (replace one "
         'example), against the server that sees the upload and anyone after; '
-        'only for uploads whose sensitivity to one example is Delta (UDP\'s '
+        "only for uploads whose sensitivity to one example is Delta (UDP's "
         'client work, tff_priv.learning.udp.build_udp_process: one clipped '
         'full-batch step, Delta = 2 eta C / |D_i|), not under local SGD'
     ),
@@ -99,8 +99,10 @@ class FixedNoise(NoiseSource):
 
   def round_noise(self, state):
     sigma = tf.constant(self.noise_stddev, tf.float64)
-    return sigma, state, collections.OrderedDict(
-        noise_stddev=tf.cast(sigma, tf.float32)
+    return (
+        sigma,
+        state,
+        collections.OrderedDict(noise_stddev=tf.cast(sigma, tf.float32)),
     )
 
 
@@ -126,13 +128,17 @@ class ScheduledNoise(NoiseSource):
     sigma, cost = self.schedule.round_noise(state)
     new_state = self.schedule.after_round(state, cost)
     sigma = tf.cast(sigma, tf.float64)
-    return sigma, new_state, collections.OrderedDict(
-        noise_stddev=tf.cast(sigma, tf.float32),
-        round_cost=cost,
-        spent_budget=new_state.spent,
-        total_budget=new_state.total_budget,
-        rounds_done=new_state.rounds_done,
-        planned_rounds=new_state.planned_rounds,
+    return (
+        sigma,
+        new_state,
+        collections.OrderedDict(
+            noise_stddev=tf.cast(sigma, tf.float32),
+            round_cost=cost,
+            spent_budget=new_state.spent,
+            total_budget=new_state.total_budget,
+            rounds_done=new_state.rounds_done,
+            planned_rounds=new_state.planned_rounds,
+        ),
     )
 
 
@@ -338,10 +344,13 @@ def client_noise_factory(
     clip = validation.positive('clip', clip)
   if inner_agg_factory is None:
     inner_agg_factory = tff.aggregators.MeanFactory()
-  if isinstance(inner_agg_factory, (
-      tff.aggregators.WeightedAggregationFactory,
-      tff.aggregators.UnweightedAggregationFactory,
-  )):
+  if isinstance(
+      inner_agg_factory,
+      (
+          tff.aggregators.WeightedAggregationFactory,
+          tff.aggregators.UnweightedAggregationFactory,
+      ),
+  ):
     return ClientNoiseFactory(
         source, inner_agg_factory, dp_event_fn, guarantee, clip
     )
@@ -428,9 +437,7 @@ def GaussianUDPFactory(  # pylint: disable=invalid-name
     raise ValueError('give exactly one of noise_stddev and schedule')
   sensitivity = validation.positive('sensitivity', sensitivity)
   source = (
-      FixedNoise(noise_stddev)
-      if schedule is None
-      else ScheduledNoise(schedule)
+      FixedNoise(noise_stddev) if schedule is None else ScheduledNoise(schedule)
   )
 
   def dp_event_fn(sigma):
@@ -446,8 +453,11 @@ def GaussianUDPFactory(  # pylint: disable=invalid-name
   )
 
 
-def planned_inner(inner_agg_factory: Optional[InnerFactory],
-                  planned_rounds: Optional[int], name: str):
+def planned_inner(
+    inner_agg_factory: Optional[InnerFactory],
+    planned_rounds: Optional[int],
+    name: str,
+):
   """The inner mean (default `MeanFactory()`), carrying a plan if one is given."""
   if planned_rounds is None:
     return inner_agg_factory
@@ -479,14 +489,20 @@ def _calibrated(
   `total_rounds` rounds added (a plan extended).
   """
   sigma = target_noise.noise_for_target(
-      epsilon, delta, validation.int_at_least('total_rounds', total_rounds, 1),
+      epsilon,
+      delta,
+      validation.int_at_least('total_rounds', total_rounds, 1),
       sampling_lib.Sampling.fixed(population, clients_per_round),
       sensitivity=validation.positive('sensitivity', sensitivity),
-      min_with_unsampled=True, spent=calibration.Spent.of(spent),
+      min_with_unsampled=True,
+      spent=calibration.Spent.of(spent),
   )
   return GaussianUDPFactory(
-      sigma, sensitivity=sensitivity, inner_agg_factory=inner_agg_factory,
-      planned_rounds=total_rounds)
+      sigma,
+      sensitivity=sensitivity,
+      inner_agg_factory=inner_agg_factory,
+      planned_rounds=total_rounds,
+  )
 
 
 GaussianUDPFactory.calibrated = _calibrated

@@ -15,10 +15,17 @@ _EXPORTS = {
     'AuditFailedError': 'tff_priv.auditing.aggregator_audit',
     'one_shot_epsilon': 'tff_priv.auditing.one_shot',
     'one_shot_epsilon_all_iterates': 'tff_priv.auditing.one_shot',
-    'one_run_epsilon_lower_bound': ('tff_priv.auditing.one_run', 'epsilon_lower_bound'),
-    'one_run_fdp_mu_lower_bound': ('tff_priv.auditing.one_run', 'fdp_mu_lower_bound'),
+    'one_run_epsilon_lower_bound': (
+        'tff_priv.auditing.one_run',
+        'epsilon_lower_bound',
+    ),
+    'one_run_fdp_mu_lower_bound': (
+        'tff_priv.auditing.one_run',
+        'fdp_mu_lower_bound',
+    ),
     'one_run_fdp_epsilon_lower_bound': (
-        'tff_priv.auditing.one_run', 'fdp_epsilon_lower_bound'
+        'tff_priv.auditing.one_run',
+        'fdp_epsilon_lower_bound',
     ),
 }
 __all__ = sorted(_EXPORTS)

@@ -183,7 +183,7 @@ def _default_canary(factory, initial_state, dimension, rng):
   if clip is None:
     raise ValueError(
         f'no default canary for {type(factory).__name__} (no clip known): '
-        'pass canary= (the canary client\'s value)'
+        "pass canary= (the canary client's value)"
     )
   direction = rng.standard_normal(dimension)
   canary = clip * direction / np.linalg.norm(direction)
@@ -266,9 +266,11 @@ def _vector_kind(factory, relation, num_clients, initial_state):
   if initial_state is not None:
     return None
   name = type(factory).__name__
-  if (name == 'DifferentiallyPrivateFactory'
+  if (
+      name == 'DifferentiallyPrivateFactory'
       and _tff_gaussian_clip(factory) is not None
-      and relation == 'add_or_remove_one'):
+      and relation == 'add_or_remove_one'
+  ):
     return 'central_sum'
   if name == 'BLTFactory' and relation == 'replace_special':
     return 'central_sum'
@@ -280,7 +282,10 @@ def _vector_kind(factory, relation, num_clients, initial_state):
     source = type(getattr(factory, '_source', None)).__name__
     if source in ('FixedNoise', 'ScheduledNoise'):
       return 'single_client'
-  if name == 'LDPEncodeFactory' and getattr(factory, 'range_mode', '') == 'fixed':
+  if (
+      name == 'LDPEncodeFactory'
+      and getattr(factory, 'range_mode', '') == 'fixed'
+  ):
     return 'single_client'
   return None
 
@@ -290,13 +295,23 @@ def vectorizable(factory, num_clients: int) -> bool:
   guarantee = guarantees.guarantee_of(factory)
   if guarantee is None:
     return False
-  return _vector_kind(
-      factory, guarantee.neighboring_relation, num_clients, None) is not None
+  return (
+      _vector_kind(factory, guarantee.neighboring_relation, num_clients, None)
+      is not None
+  )
 
 
 def _vectorized_statistics(
-    factory, kind, weighted, dtype, trials, canary, replaced, center,
-    num_clients, values_per_call,
+    factory,
+    kind,
+    weighted,
+    dtype,
+    trials,
+    canary,
+    replaced,
+    center,
+    num_clients,
+    values_per_call,
 ):
   """The canary-direction statistic of `trials` releases per set, blocks of one call."""
   d = canary.size
@@ -311,7 +326,8 @@ def _vectorized_statistics(
 
     blocks = max(1, min(trials, values_per_call // d))
     while blocks > 1 and blocks * d * (num_clients + canary_clients(blocks)) > (
-        values_per_call):
+        values_per_call
+    ):
       blocks = max(1, int(blocks * 0.8))
     m = canary_clients(blocks)
     piece = np.tile(canary / m, blocks).astype(dtype)
@@ -323,8 +339,10 @@ def _vectorized_statistics(
     direction = canary
   else:
     blocks = max(1, min(trials, values_per_call // d))
-    worlds = {0: [np.tile(replaced, blocks).astype(dtype)],
-              1: [np.tile(canary, blocks).astype(dtype)]}
+    worlds = {
+        0: [np.tile(replaced, blocks).astype(dtype)],
+        1: [np.tile(canary, blocks).astype(dtype)],
+    }
     direction = canary - replaced
   unit = direction / max(np.linalg.norm(direction), 1e-300)
   value_type = tff.TensorType(dtype, [blocks * d])
@@ -403,9 +421,13 @@ def _checked_value_type(value_type) -> tuple[tuple[int, ...], int, Any]:
   if not isinstance(value_type, tff.TensorType) or not np.issubdtype(
       value_type.dtype, np.floating
   ):
-    raise ValueError(f'value_type must be a float tff.TensorType, got {value_type}')
+    raise ValueError(
+        f'value_type must be a float tff.TensorType, got {value_type}'
+    )
   if value_type.shape is None or any(d is None for d in value_type.shape):
-    raise ValueError(f'value_type must have a fully defined shape, got {value_type}')
+    raise ValueError(
+        f'value_type must have a fully defined shape, got {value_type}'
+    )
   shape = tuple(value_type.shape)
   dimension = int(np.prod(shape, dtype=np.int64))
   return shape, dimension, value_type.dtype
@@ -419,7 +441,8 @@ def _create_process(factory, value_type):
   """
   # A factory of both kinds (udp.ClientNoiseFactory) says which.
   weighted = getattr(
-      factory, 'weighted',
+      factory,
+      'weighted',
       isinstance(factory, tff.aggregators.WeightedAggregationFactory),
   )
   if weighted:
@@ -452,7 +475,13 @@ def _neighboring_relation(factory, guarantee, neighboring_relation, state):
 
 
 def _canary_values(
-    factory, state, dimension, rng, canary, replaced_value, relation,
+    factory,
+    state,
+    dimension,
+    rng,
+    canary,
+    replaced_value,
+    relation,
 ):
   """(canary, replaced value, domain center), each flat float64.
 
@@ -492,7 +521,13 @@ def _canary_values(
 
 
 def _client_sets(
-    factory, state, dimension, rng, canary, replaced_value, relation,
+    factory,
+    state,
+    dimension,
+    rng,
+    canary,
+    replaced_value,
+    relation,
     num_clients,
 ) -> _Clients:
   """The neighbouring client sets: without and with one canary client.
@@ -505,7 +540,8 @@ def _client_sets(
   the other set (under replace-special, zero-out, the value 0).
   """
   canary, replaced, center = _canary_values(
-      factory, state, dimension, rng, canary, replaced_value, relation)
+      factory, state, dimension, rng, canary, replaced_value, relation
+  )
   spread = 0.1 * np.linalg.norm(canary - center) / math.sqrt(dimension)
   others = center + spread * rng.standard_normal((num_clients, dimension))
   if relation == 'add_or_remove_one':
@@ -528,7 +564,12 @@ def _client_args(values, shape, dtype, weighted):
 
 
 def _read_claim(
-    claimed_dp_event, process, state, relation, delta, client_args,
+    claimed_dp_event,
+    process,
+    state,
+    relation,
+    delta,
+    client_args,
 ) -> _Claim:
   """The claim: `claimed_dp_event`, else the event in the state `next` returns.
 
@@ -551,21 +592,31 @@ def _read_claim(
     # c Gaussians of multiplier z compose to the Gaussian of mu sqrt(c) / z
     # (BLTFactory's and TreeRestartFactory's stream or tree events).
     gaussian, count = gaussian.event, gaussian.count
-  if (isinstance(gaussian, dp_accounting.PoissonSampledDpEvent)
-      and gaussian.sampling_probability == 1):
+  if (
+      isinstance(gaussian, dp_accounting.PoissonSampledDpEvent)
+      and gaussian.sampling_probability == 1
+  ):
     # Everyone sampled: the event itself (BandMFFactory at q = 1).
     gaussian = gaussian.event
   if isinstance(gaussian, dp_accounting.GaussianDpEvent) and (
-      gaussian.noise_multiplier > 0 and count >= 1):
+      gaussian.noise_multiplier > 0 and count >= 1
+  ):
     claimed_mu = math.sqrt(count) / gaussian.noise_multiplier
   return _Claim(
-      event=plain_claim, accountant=claim_accountant,
-      accountant_name=accountant, epsilon=claimed_epsilon, mu=claimed_mu,
+      event=plain_claim,
+      accountant=claim_accountant,
+      accountant_name=accountant,
+      epsilon=claimed_epsilon,
+      mu=claimed_mu,
   )
 
 
 def _trial_mode(
-    factory, relation, num_clients, initial_state, vectorized,
+    factory,
+    relation,
+    num_clients,
+    initial_state,
+    vectorized,
     selection_fraction,
 ):
   """(`_vector_kind`, whether vectorised, the selection fraction).
@@ -586,13 +637,22 @@ def _trial_mode(
   if selection_fraction is None:
     selection_fraction = 0.2 if vectorized else 0.5
   selection_fraction = validation.open_unit(
-      'selection_fraction', selection_fraction)
+      'selection_fraction', selection_fraction
+  )
   return kind, vectorized, selection_fraction
 
 
 def _vectorized_candidates(
-    factory, kind, weighted, dtype, trials, clients, num_clients,
-    values_per_call, selection_fraction, rng,
+    factory,
+    kind,
+    weighted,
+    dtype,
+    trials,
+    clients,
+    num_clients,
+    values_per_call,
+    selection_fraction,
+    rng,
 ):
   """(candidates, choose, held) of vectorised trials (`_vectorized_statistics`).
 
@@ -612,18 +672,33 @@ def _vectorized_candidates(
   (`tradeoff.split`).
   """
   statistics, _ = _vectorized_statistics(
-      factory, kind, weighted, dtype, trials, clients.canary,
-      clients.replaced, clients.center, num_clients,
+      factory,
+      kind,
+      weighted,
+      dtype,
+      trials,
+      clients.canary,
+      clients.replaced,
+      clients.center,
+      num_clients,
       validation.int_at_least('values_per_call', values_per_call, 1),
   )
   choose, held = tradeoff.split(trials, selection_fraction, rng)
-  candidates = [('result . canary direction (vectorised)',
-                 statistics[0], statistics[1])]
+  candidates = [
+      ('result . canary direction (vectorised)', statistics[0], statistics[1])
+  ]
   return candidates, choose, held
 
 
 def _per_run_releases(
-    process, state, batch_size, weighted, sets, trials, shape, dtype,
+    process,
+    state,
+    batch_size,
+    weighted,
+    sets,
+    trials,
+    shape,
+    dtype,
     fresh_state,
 ):
   """(leaf names, {set: [runs x leaf values] per leaf}) of `trials` runs per set.
@@ -640,7 +715,8 @@ def _per_run_releases(
   for world, values in sets:
     for _ in range(calls):
       for result, measurements in run(
-          state, *_client_args(values, shape, dtype, weighted)):
+          state, *_client_args(values, shape, dtype, weighted)
+      ):
         leaves[world].append(
             _flat_leaves(result, ('result',))
             + _flat_leaves(measurements, ('measurements',))
@@ -648,16 +724,27 @@ def _per_run_releases(
     leaves[world] = leaves[world][:trials]
   names = [name for name, _ in leaves[0][0]]
   data = {
-      w: [np.stack([run_[i][1] for run_ in leaves[w]])
-          for i in range(len(names))]
+      w: [
+          np.stack([run_[i][1] for run_ in leaves[w]])
+          for i in range(len(names))
+      ]
       for w in (0, 1)
   }
   return names, data
 
 
 def _per_run_candidates(
-    process, state, batch_size, weighted, clients, trials, shape, dtype,
-    selection_fraction, rng, fresh_state,
+    process,
+    state,
+    batch_size,
+    weighted,
+    clients,
+    trials,
+    shape,
+    dtype,
+    selection_fraction,
+    rng,
+    fresh_state,
 ):
   """(candidates, choose, held) of `trials` runs per set of `process`.
 
@@ -671,9 +758,16 @@ def _per_run_candidates(
   statistic and threshold are then chosen on the second half).
   """
   names, data = _per_run_releases(
-      process, state, batch_size, weighted,
-      ((0, clients.without), (1, clients.with_canary)), trials, shape, dtype,
-      fresh_state)
+      process,
+      state,
+      batch_size,
+      weighted,
+      ((0, clients.without), (1, clients.with_canary)),
+      trials,
+      shape,
+      dtype,
+      fresh_state,
+  )
   dimension = clients.canary.size  # The value type's (`_canary_values`).
   direction = clients.direction
   pick, held = tradeoff.split(trials, selection_fraction, rng)
@@ -682,19 +776,24 @@ def _per_run_candidates(
   # fitted on the trials that judge it looks better there than it is, and
   # would win the choice over a better fixed statistic.
   fit = {w: pick[w][: len(pick[w]) // 2] for w in (0, 1)}
-  choose = {w: pick[w][len(pick[w]) // 2:] for w in (0, 1)}
+  choose = {w: pick[w][len(pick[w]) // 2 :] for w in (0, 1)}
   candidates = []
   unit = direction / max(np.linalg.norm(direction), 1e-300)
   result_index = names.index('result') if 'result' in names else None
   if result_index is not None and data[0][result_index].shape[1] == dimension:
-    candidates.append(('result . canary direction',
-                       data[0][result_index] @ unit,
-                       data[1][result_index] @ unit))
+    candidates.append(
+        (
+            'result . canary direction',
+            data[0][result_index] @ unit,
+            data[1][result_index] @ unit,
+        )
+    )
   for i, name in enumerate(names):
     gap = data[1][i][fit[1]].mean(0) - data[0][i][fit[0]].mean(0)
     if np.any(gap != 0):
-      candidates.append((f'{name} . mean difference',
-                         data[0][i] @ gap, data[1][i] @ gap))
+      candidates.append(
+          (f'{name} . mean difference', data[0][i] @ gap, data[1][i] @ gap)
+      )
   if not candidates:
     raise ValueError('the process released nothing to audit')
   return candidates, choose, held
@@ -730,15 +829,25 @@ def _refuted_by(decision: tradeoff.Decision, claim: _Claim) -> str:
     mu_refutes = decision.mu_lower_bound > claim.mu
   else:
     mu_refutes = tradeoff.violates_profile(
-        decision.mu_fpr_upper, decision.mu_fnr_upper, claim.accountant.get_delta)
+        decision.mu_fpr_upper, decision.mu_fnr_upper, claim.accountant.get_delta
+    )
   eps_refutes = decision.epsilon_lower_bound > claim.epsilon
   return '+'.join(
-      name for name, flag in (('eps', eps_refutes), ('mu', mu_refutes)) if flag)
+      name for name, flag in (('eps', eps_refutes), ('mu', mu_refutes)) if flag
+  )
 
 
 def _audit_result(
-    factory, decision, claim, relation, guarantee, delta, alpha, trials,
-    vectorized, started,
+    factory,
+    decision,
+    claim,
+    relation,
+    guarantee,
+    delta,
+    alpha,
+    trials,
+    vectorized,
+    started,
 ) -> AuditResult:
   """The `AuditResult` of a decision against the claim (`seconds` since `started`)."""
   n = decision.evaluation_trials
@@ -851,28 +960,75 @@ def audit_aggregator(
   state = process.initialize() if initial_state is None else initial_state
   guarantee = guarantees.guarantee_of(factory)
   relation = _neighboring_relation(
-      factory, guarantee, neighboring_relation, state)
+      factory, guarantee, neighboring_relation, state
+  )
   rng = np.random.default_rng(seed)
-  clients = _client_sets(factory, state, dimension, rng, canary,
-                         replaced_value, relation, num_clients)
+  clients = _client_sets(
+      factory,
+      state,
+      dimension,
+      rng,
+      canary,
+      replaced_value,
+      relation,
+      num_clients,
+  )
   claim = _read_claim(
-      claimed_dp_event, process, state, relation, delta,
-      _client_args(clients.with_canary, shape, dtype, weighted))
+      claimed_dp_event,
+      process,
+      state,
+      relation,
+      delta,
+      _client_args(clients.with_canary, shape, dtype, weighted),
+  )
   kind, vectorized, selection_fraction = _trial_mode(
-      factory, relation, num_clients, initial_state, vectorized,
-      selection_fraction)
+      factory,
+      relation,
+      num_clients,
+      initial_state,
+      vectorized,
+      selection_fraction,
+  )
   if vectorized:
     candidates, choose, held = _vectorized_candidates(
-        factory, kind, weighted, dtype, trials, clients, num_clients,
-        values_per_call, selection_fraction, rng)
+        factory,
+        kind,
+        weighted,
+        dtype,
+        trials,
+        clients,
+        num_clients,
+        values_per_call,
+        selection_fraction,
+        rng,
+    )
   else:
     candidates, choose, held = _per_run_candidates(
-        process, state, batch_size, weighted, clients, trials, shape, dtype,
-        selection_fraction, rng, fresh_state=initial_state is None)
+        process,
+        state,
+        batch_size,
+        weighted,
+        clients,
+        trials,
+        shape,
+        dtype,
+        selection_fraction,
+        rng,
+        fresh_state=initial_state is None,
+    )
   decision = tradeoff.decide(candidates, choose, held, delta, alpha)
   result = _audit_result(
-      factory, decision, claim, relation, guarantee, delta, alpha, trials,
-      vectorized, started)
+      factory,
+      decision,
+      claim,
+      relation,
+      guarantee,
+      delta,
+      alpha,
+      trials,
+      vectorized,
+      started,
+  )
   if not result.passed and warn:
     logging.error('%s', result.summary())
     warnings.warn(result.summary(), AuditFailedWarning, stacklevel=2)

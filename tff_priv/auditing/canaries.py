@@ -62,8 +62,12 @@ INCONCLUSIVE = 'inconclusive'
 EXCEEDS = 'exceeds the accounted eps'
 
 
-def verdict(low: float, high: float, accounted_epsilon: Optional[float],
-            null_quantile: float = 0.0) -> Optional[str]:
+def verdict(
+    low: float,
+    high: float,
+    accounted_epsilon: Optional[float],
+    null_quantile: float = 0.0,
+) -> Optional[str]:
   """What an estimate's interval [low, high] says of the accounted eps.
 
   INCONCLUSIVE: the interval reaches the accounted eps, or the canary count
@@ -99,8 +103,9 @@ def headline(empirical: dict[str, Any]) -> str:
   return text + ')'
 
 
-def small_count_warning(num_canaries: int, delta: float,
-                        target_epsilon: Optional[float]) -> Optional[str]:
+def small_count_warning(
+    num_canaries: int, delta: float, target_epsilon: Optional[float]
+) -> Optional[str]:
   """A warning when `num_canaries` cannot show the run's target eps, else None.
 
   When nothing leaks, the estimate with N canaries exceeds
@@ -115,7 +120,7 @@ def small_count_warning(num_canaries: int, delta: float,
   return (
       f'with audit_canaries={num_canaries} the one-shot estimate exceeds '
       f'{null:.3g} in 5% of runs where nothing leaks, above the target eps '
-      f'{target_epsilon:g}: it cannot confirm this run\'s eps (the summary '
+      f"{target_epsilon:g}: it cannot confirm this run's eps (the summary "
       'will mark it inconclusive); use more canaries'
   )
 
@@ -190,10 +195,12 @@ class Canaries:
     The directions are drawn again each call rather than kept: 2N x d floats
     would not fit in memory for large models.
     """
-    return np.concatenate([
-        one_shot.cosines(model_delta, self.direction(j))
-        for j in range(2 * self.num_inserted)
-    ])
+    return np.concatenate(
+        [
+            one_shot.cosines(model_delta, self.direction(j))
+            for j in range(2 * self.num_inserted)
+        ]
+    )
 
 
 def estimate(
@@ -228,7 +235,9 @@ def estimate(
   best = np.asarray(max_round_cosines, np.float64).ravel()
   for name, values in (('final_cosines', final), ('max_round_cosines', best)):
     if values.size != 2 * n:
-      raise ValueError(f'{name} must have 2N = {2 * n} values, got {values.size}')
+      raise ValueError(
+          f'{name} must have 2N = {2 * n} values, got {values.size}'
+      )
 
   def fit(values):
     return {'mean': float(values.mean()), 'std': float(values.std(ddof=1))}

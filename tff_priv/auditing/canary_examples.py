@@ -57,7 +57,7 @@ FDP_MEANING = (
     'Mahloujifar, Melis, Chaudhuri, "Auditing f-Differential Privacy in One '
     'Run": the largest mu such that the run being mu-GDP is refuted with '
     'probability >= 1 - alpha, and the eps at delta of that Gaussian curve: '
-    'a lower bound on the run\'s eps if its trade-off curve is Gaussian (as '
+    "a lower bound on the run's eps if its trade-off curve is Gaussian (as "
     'compositions of sampled Gaussians nearly are), otherwise a refutation '
     'of the Gaussian claim only'
 )
@@ -160,7 +160,6 @@ def model_loss_fn(model_fn: Callable[[], Any]):
   The sparse categorical cross-entropy of the model's predicted class
   probabilities (the per-example loss UDP clips), in inference mode.
   """
-
   models = []
 
   def loss(x, y, weights):
@@ -180,7 +179,9 @@ def model_loss_fn(model_fn: Callable[[], Any]):
   return loss
 
 
-def model_shape(model_fn: Callable[[], Any]) -> tuple[tuple[int, ...], int, Any]:
+def model_shape(
+    model_fn: Callable[[], Any],
+) -> tuple[tuple[int, ...], int, Any]:
   """(input shape without the batch, number of classes, input dtype)."""
   model = model_fn()
   x_spec = _unpack(model.input_spec)[0]
@@ -208,7 +209,7 @@ def guesses(scores: np.ndarray, fraction: float) -> tuple[np.ndarray, int]:
   order = np.argsort(-np.asarray(scores), kind='stable')
   guess = np.zeros(m, np.int64)
   guess[order[:k]] = 1
-  guess[order[m - k:]] = -1
+  guess[order[m - k :]] = -1
   return guess, k
 
 
@@ -243,18 +244,28 @@ def audit(
   for f in fractions:
     guess, k = guesses(scores, f)
     made = guess != 0
-    correct = int(np.sum((guess == 1) & included) + np.sum((guess == -1) & ~included))
+    correct = int(
+        np.sum((guess == 1) & included) + np.sum((guess == -1) & ~included)
+    )
     level = alpha / len(fractions)
     bound = one_run.epsilon_lower_bound(
         m, int(made.sum()), correct, delta, level
     )
     mu = one_run.fdp_mu_lower_bound(m, int(made.sum()), correct, level)
-    rows.append({'fraction': f, 'k_in': k, 'k_out': k,
-                 'guesses': int(made.sum()), 'correct': correct,
-                 'epsilon_lower_bound': bound,
-                 'fdp_mu_lower_bound': mu,
-                 'fdp_epsilon_lower_bound': one_run.fdp_epsilon_lower_bound(
-                     m, int(made.sum()), correct, delta, level)})
+    rows.append(
+        {
+            'fraction': f,
+            'k_in': k,
+            'k_out': k,
+            'guesses': int(made.sum()),
+            'correct': correct,
+            'epsilon_lower_bound': bound,
+            'fdp_mu_lower_bound': mu,
+            'fdp_epsilon_lower_bound': one_run.fdp_epsilon_lower_bound(
+                m, int(made.sum()), correct, delta, level
+            ),
+        }
+    )
   best = max(rows, key=lambda r: r['epsilon_lower_bound'])
   best_fdp = max(rows, key=lambda r: r['fdp_mu_lower_bound'])
   return {

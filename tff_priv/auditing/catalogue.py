@@ -21,9 +21,9 @@ from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import bandmf as bandmf_factory
 from tff_priv.aggregators import blt as blt_factory
 from tff_priv.aggregators import distortion
-from tff_priv.aggregators import udp
 from tff_priv.aggregators import ldp
 from tff_priv.aggregators import smp
+from tff_priv.aggregators import udp
 from tff_priv.auditing import aggregator_audit
 from tff_priv.mechanisms import bandmf as bandmf_lib
 from tff_priv.mechanisms import blt as blt_lib
@@ -70,7 +70,9 @@ def quickstart_settings(
   eps0 = validation.positive('ldp_epsilon', ldp_epsilon)
   if noise_multiplier is None:
     z = calibration.calibrate_noise_multiplier(
-        QUICKSTART_EPSILON, QUICKSTART_DELTA, QUICKSTART_ROUNDS,
+        QUICKSTART_EPSILON,
+        QUICKSTART_DELTA,
+        QUICKSTART_ROUNDS,
         sampling=sampling_lib.Sampling.poisson(QUICKSTART_SAMPLING),
     )
   else:
@@ -95,10 +97,14 @@ def quickstart_settings(
 
   return [
       Setting(
-          'dp_fedavg (TFF gaussian_fixed)', f'z={z:.3f}, C=1, K={k}',
+          'dp_fedavg (TFF gaussian_fixed)',
+          f'z={z:.3f}, C=1, K={k}',
           lambda: tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-              noise_multiplier=z, clients_per_round=k, clip=1.0),
-          dimension, k),
+              noise_multiplier=z, clients_per_round=k, clip=1.0
+          ),
+          dimension,
+          k,
+      ),
       Setting(
           'dp_fedavg adaptive (TFF gaussian_adaptive)',
           f'z={z:.3f} (value and clipped count), q=0.5, K={k}, clip 0.1 in '
@@ -107,51 +113,83 @@ def quickstart_settings(
           # (TFF's default 0.05 K needs z < 0.1 K).
           lambda: (
               tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
-                  noise_multiplier=z, clients_per_round=k,
-                  target_unclipped_quantile=0.5, clipped_count_stddev=z)),
+                  noise_multiplier=z,
+                  clients_per_round=k,
+                  target_unclipped_quantile=0.5,
+                  clipped_count_stddev=z,
+              )
+          ),
           # A worst-case canary: at the clip of round 1 (TFF's initial 0.1).
-          dimension, k, lambda d: np.full(d, 0.1 / math.sqrt(d))),
+          dimension,
+          k,
+          lambda d: np.full(d, 0.1 / math.sqrt(d)),
+      ),
       Setting(
           'blt (BLTFactory)',
           f'z={z * blt_sensitivity:.3f}, C=1, K={k}, round 1 of a '
           f'{QUICKSTART_ROUNDS}-round stream',
           lambda: blt_factory.BLTFactory(
-              z * blt_sensitivity, k, 1.0, list(blt.buf_decay),
-              list(blt.output_scale), QUICKSTART_ROUNDS),
-          dimension, k),
+              z * blt_sensitivity,
+              k,
+              1.0,
+              list(blt.buf_decay),
+              list(blt.output_scale),
+              QUICKSTART_ROUNDS,
+          ),
+          dimension,
+          k,
+      ),
       Setting(
           'bandmf (BandMFFactory)',
           f'z={z:.3f}, C=1, K={k}, b={bands}, q=1, round 1 of a cycle',
           lambda: bandmf_factory.BandMFFactory(
-              z, k, 1.0, list(band.coefs), band.sampling_probability),
-          dimension, k),
+              z, k, 1.0, list(band.coefs), band.sampling_probability
+          ),
+          dimension,
+          k,
+      ),
       Setting(
           'smp (SparsifiedSecureSumFactory)',
           f'z={z:.3f}, C=1, p=0.1, K={k}, rand_k',
-          lambda: smp.SparsifiedSecureSumFactory(
-              z, 1.0, 0.1, k, mask_seed=0),
-          dimension, k),
+          lambda: smp.SparsifiedSecureSumFactory(z, 1.0, 0.1, k, mask_seed=0),
+          dimension,
+          k,
+      ),
       Setting(
-          'udp (GaussianUDPFactory)', f'sigma={z:.3f}, Delta=1, 1 client',
+          'udp (GaussianUDPFactory)',
+          f'sigma={z:.3f}, Delta=1, 1 client',
           lambda: udp.GaussianUDPFactory(
-              z, sensitivity=1.0,
-              inner_agg_factory=tff.aggregators.UnweightedMeanFactory()),
-          dimension, 1, udp_canary),
+              z,
+              sensitivity=1.0,
+              inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
+          ),
+          dimension,
+          1,
+          udp_canary,
+      ),
       Setting(
           'distortion (DistortionFactory)',
           f'sigma_e={2 * z:.3f}, C=1, 1 client',
           lambda: distortion.DistortionFactory(
-              noise_stddev=2 * z, clip=1.0, parameter_variance=1e-4),
-          dimension, 1),
+              noise_stddev=2 * z, clip=1.0, parameter_variance=1e-4
+          ),
+          dimension,
+          1,
+      ),
       Setting(
           'ldp (LDPEncodeFactory)',
           f'eps0={eps0:g}, r=0.01, d={dimension}, 1 client',
           lambda: ldp.LDPEncodeFactory(eps0, radius=0.01),
-          dimension, 1),
+          dimension,
+          1,
+      ),
       Setting(
-          'ldp (LDPEncodeFactory)', f'eps0={eps0:g}, r=0.01, d=1, 1 client',
+          'ldp (LDPEncodeFactory)',
+          f'eps0={eps0:g}, r=0.01, d=1, 1 client',
           lambda: ldp.LDPEncodeFactory(eps0, radius=0.01),
-          1, 1),
+          1,
+          1,
+      ),
   ]
 
 
@@ -175,8 +213,11 @@ def audit_table(
     canary = setting.canary(setting.dimension) if setting.canary else None
     factory = setting.make_factory()
     n = trials
-    if vectorized_trials is not None and kwargs.get('vectorized') is not False and (
-        aggregator_audit.vectorizable(factory, setting.num_clients)):
+    if (
+        vectorized_trials is not None
+        and kwargs.get('vectorized') is not False
+        and (aggregator_audit.vectorizable(factory, setting.num_clients))
+    ):
       n = vectorized_trials
     result = aggregator_audit.audit_aggregator(
         factory,
@@ -201,8 +242,9 @@ def _row(setting, result):
       'max_showable': result.max_epsilon_lower_bound,
       'mu_lower_bound': result.mu_lower_bound,
       'mu_epsilon_lower_bound': result.mu_epsilon_lower_bound,
-      'claimed_mu': (result.claimed_mu if math.isfinite(result.claimed_mu)
-                     else None),
+      'claimed_mu': (
+          result.claimed_mu if math.isfinite(result.claimed_mu) else None
+      ),
       'max_showable_epsilon': result.max_showable_epsilon,
       'vectorized': result.vectorized,
       'refuted_by': result.refuted_by,
@@ -236,25 +278,31 @@ def format_table(rows, fmt: str = 'text', extra_rows=()) -> str:
   for d in dicts:
     if 'mu_lower_bound' in d:
       claimed_mu = d.get('claimed_mu')
-      mu = (f"{d['mu_lower_bound']:.3f} vs "
-            f"{'-' if claimed_mu is None else format(claimed_mu, '.3f')} "
-            f"({d['mu_epsilon_lower_bound']:.2f})")
+      mu = (
+          f"{d['mu_lower_bound']:.3f} vs "
+          f"{'-' if claimed_mu is None else format(claimed_mu, '.3f')} "
+          f"({d['mu_epsilon_lower_bound']:.2f})"
+      )
       largest = f"{d['max_showable_epsilon']:.1f}"
     else:  # A one-run row: the f-DP (Gaussian curve) bound in the mu column.
       mu = '-'
       if d.get('fdp_mu_lower_bound') is not None:
-        mu = (f"{d['fdp_mu_lower_bound']:.3f} f-DP one run "
-              f"({d['fdp_epsilon_lower_bound']:.2f})")
+        mu = (
+            f"{d['fdp_mu_lower_bound']:.3f} f-DP one run "
+            f"({d['fdp_epsilon_lower_bound']:.2f})"
+        )
       largest = f"{d['max_showable']:.2f}"
     trials = d['trials'] if d['trials'] == 1 else f"{d['trials']:,} x 2"
     if d.get('vectorized'):
       trials += ' (vectorised)'
-    verdict = d['verdict'] + (f" ({d['refuted_by']})" if d.get('refuted_by') else '')
+    verdict = d['verdict'] + (
+        f" ({d['refuted_by']})" if d.get('refuted_by') else ''
+    )
     lines.append(
         f"| {d['mechanism']} | {d['setting']} | "
         f"{d['accounted_epsilon']:.3f} | {d['empirical_lower_bound']:.3f} "
         f"({d['max_showable']:.2f}) | {mu} | {largest} | {trials} | "
-        f"{verdict} |"
+        f'{verdict} |'
     )
   return '\n'.join(lines)
 
@@ -282,47 +330,94 @@ def figure(dicts):
   matplotlib.use('Agg')
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  values = [v for d in dicts for v in (
-      d['accounted_epsilon'], d['empirical_lower_bound'], d['max_showable'],
-      d.get('mu_epsilon_lower_bound') or 0.0,
-  ) if v > 0 and math.isfinite(v)]
+  values = [
+      v
+      for d in dicts
+      for v in (
+          d['accounted_epsilon'],
+          d['empirical_lower_bound'],
+          d['max_showable'],
+          d.get('mu_epsilon_lower_bound') or 0.0,
+      )
+      if v > 0 and math.isfinite(v)
+  ]
   low, high = min(values) / 2, max(values) * 2
   fig, ax = plt.subplots(figsize=(7, 0.45 * len(dicts) + 1.2))
   for y, d in enumerate(dicts):
     bound = d['empirical_lower_bound']
     shown = bound if bound > low else low
-    ax.plot([shown, d['max_showable']], [y, y], '-', color='0.75', lw=3,
-            zorder=1)
-    ax.scatter([min(d['accounted_epsilon'], high)], [y], marker='|', s=300,
-               color='k', zorder=3)
-    ax.scatter([shown], [y], zorder=4, s=45,
-               marker=('o' if bound > low else '<')
-               if d['verdict'] == 'pass' else 'x',
-               color='C0' if d['verdict'] == 'pass' else 'C3')
+    ax.plot(
+        [shown, d['max_showable']], [y, y], '-', color='0.75', lw=3, zorder=1
+    )
+    ax.scatter(
+        [min(d['accounted_epsilon'], high)],
+        [y],
+        marker='|',
+        s=300,
+        color='k',
+        zorder=3,
+    )
+    ax.scatter(
+        [shown],
+        [y],
+        zorder=4,
+        s=45,
+        marker=('o' if bound > low else '<') if d['verdict'] == 'pass' else 'x',
+        color='C0' if d['verdict'] == 'pass' else 'C3',
+    )
     mu_eps = d.get('mu_epsilon_lower_bound')
     if d.get('claimed_mu') is not None and mu_eps and mu_eps > low:
-      ax.scatter([mu_eps], [y], marker='D', s=35, facecolors='none',
-                 edgecolors='C2', zorder=4)
+      ax.scatter(
+          [mu_eps],
+          [y],
+          marker='D',
+          s=35,
+          facecolors='none',
+          edgecolors='C2',
+          zorder=4,
+      )
   ax.set_xscale('log')
   ax.set_xlim(low, high)
   ax.set_ylim(len(dicts) - 0.5, -0.5)
   ax.set_yticks(range(len(dicts)))
-  ax.set_yticklabels([f"{d['mechanism']}\n{d['setting']}" for d in dicts],
-                     fontsize=6)
+  ax.set_yticklabels(
+      [f"{d['mechanism']}\n{d['setting']}" for d in dicts], fontsize=6
+  )
   ax.set_xlabel('eps at delta')
   handles = [
-      plt.Line2D([], [], color='k', marker='|', ls='', ms=12,
-                 label='claimed eps'),
-      plt.Line2D([], [], color='C0', marker='o', ls='',
-                 label='(eps, delta) lower bound'),
-      plt.Line2D([], [], color='C2', marker='D', ls='', mfc='none',
-                 label='eps of the mu lower bound (Gaussian claims)'),
-      plt.Line2D([], [], color='0.75', lw=3,
-                 label='up to the largest showable eps'),
+      plt.Line2D(
+          [], [], color='k', marker='|', ls='', ms=12, label='claimed eps'
+      ),
+      plt.Line2D(
+          [],
+          [],
+          color='C0',
+          marker='o',
+          ls='',
+          label='(eps, delta) lower bound',
+      ),
+      plt.Line2D(
+          [],
+          [],
+          color='C2',
+          marker='D',
+          ls='',
+          mfc='none',
+          label='eps of the mu lower bound (Gaussian claims)',
+      ),
+      plt.Line2D(
+          [], [], color='0.75', lw=3, label='up to the largest showable eps'
+      ),
   ]
-  ax.legend(handles=handles, fontsize=6, loc='lower center',
-            bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False,
-            title='Factory audits: the claim and what the trials show',
-            title_fontsize=8)
+  ax.legend(
+      handles=handles,
+      fontsize=6,
+      loc='lower center',
+      bbox_to_anchor=(0.5, 1.0),
+      ncol=2,
+      frameon=False,
+      title='Factory audits: the claim and what the trials show',
+      title_fontsize=8,
+  )
   fig.tight_layout()
   return fig

@@ -48,7 +48,9 @@ def _delta_one_order(mu1, std1, mu2, std2, epsilon):
     if disc <= 0.0:
       # The quadratic minus eps has one sign: S is empty (a < 0) or the line.
       return 0.0 if a < 0 or epsilon >= 0 else 1.0 - math.exp(epsilon)
-    roots = sorted([(-b - math.sqrt(disc)) / (2 * a), (-b + math.sqrt(disc)) / (2 * a)])
+    roots = sorted(
+        [(-b - math.sqrt(disc)) / (2 * a), (-b + math.sqrt(disc)) / (2 * a)]
+    )
     lo, hi = roots
 
     def inside(mu, std):
@@ -85,10 +87,13 @@ def epsilon_two_gaussians(
   delta = validation.open_unit('delta', delta)
 
   def excess(epsilon):
-    return max(
-        _delta_one_order(mu1, std1, mu2, std2, epsilon),
-        _delta_one_order(mu2, std2, mu1, std1, epsilon),
-    ) - delta
+    return (
+        max(
+            _delta_one_order(mu1, std1, mu2, std2, epsilon),
+            _delta_one_order(mu2, std2, mu1, std1, epsilon),
+        )
+        - delta
+    )
 
   if excess(0.0) <= 0:
     return 0.0
@@ -165,13 +170,16 @@ def bootstrap_interval(
   held_out = np.asarray(held_out_cosines, np.float64).ravel()
   one_shot_epsilon(inserted, held_out, delta)  # The arguments' checks.
   rng = np.random.default_rng(seed)
-  estimates = np.array([
-      one_shot_epsilon(
-          rng.choice(inserted, inserted.size), rng.choice(held_out, held_out.size),
-          delta,
-      )
-      for _ in range(resamples)
-  ])
+  estimates = np.array(
+      [
+          one_shot_epsilon(
+              rng.choice(inserted, inserted.size),
+              rng.choice(held_out, held_out.size),
+              delta,
+          )
+          for _ in range(resamples)
+      ]
+  )
   return (
       float(np.quantile(estimates, (1 - level) / 2, method='lower')),
       float(np.quantile(estimates, (1 + level) / 2, method='higher')),

@@ -34,7 +34,10 @@ from tff_priv.auditing import bounds
 
 
 def mu_lower_bound(
-    false_positives, negatives: int, false_negatives, positives: int,
+    false_positives,
+    negatives: int,
+    false_negatives,
+    positives: int,
     alpha: float,
 ):
   """max(0, Phi^-1(1 - FPR_u) - Phi^-1(FNR_u)) (module docstring); arrays allowed."""
@@ -77,14 +80,17 @@ def best_mu_threshold_test(
     mu = mu_lower_bound(fp, a.size, fn, b.size, alpha)
     i = int(np.argmax(mu))
     if mu[i] > best_mu:
-      best, best_mu = bounds.ThresholdTest(float(thresholds[i]), sign), float(mu[i])
+      best, best_mu = bounds.ThresholdTest(float(thresholds[i]), sign), float(
+          mu[i]
+      )
   return best, best_mu
 
 
 def _gaussian_delta(mu: float, epsilon: float) -> float:
   """delta(eps) of mu-GDP: dp_accounting's exact Gaussian privacy loss."""
   loss = dp_accounting.pld.privacy_loss_mechanism.GaussianPrivacyLoss(
-      standard_deviation=1.0 / mu, sensitivity=1.0)
+      standard_deviation=1.0 / mu, sensitivity=1.0
+  )
   return float(loss.get_delta_for_epsilon(epsilon))
 
 
@@ -99,8 +105,11 @@ def gdp_epsilon(mu: float, delta: float) -> float:
   hi = 1.0
   while _gaussian_delta(mu, hi) > delta:
     hi *= 2.0
-  return float(optimize.brentq(
-      lambda e: _gaussian_delta(mu, e) - delta, 0.0, hi, xtol=1e-10))
+  return float(
+      optimize.brentq(
+          lambda e: _gaussian_delta(mu, e) - delta, 0.0, hi, xtol=1e-10
+      )
+  )
 
 
 def gdp_mu(epsilon: float, delta: float) -> float:
@@ -110,12 +119,17 @@ def gdp_mu(epsilon: float, delta: float) -> float:
   hi = 1.0
   while gdp_epsilon(hi, delta) < epsilon:
     hi *= 2.0
-  return float(optimize.brentq(
-      lambda m: gdp_epsilon(m, delta) - epsilon, 1e-9, hi, xtol=1e-10))
+  return float(
+      optimize.brentq(
+          lambda m: gdp_epsilon(m, delta) - epsilon, 1e-9, hi, xtol=1e-10
+      )
+  )
 
 
 def violates_profile(
-    fpr_upper: float, fnr_upper: float, delta_of: Callable[[float], float],
+    fpr_upper: float,
+    fnr_upper: float,
+    delta_of: Callable[[float], float],
     epsilons=None,
 ) -> bool:
   """True when (FPR_u, FNR_u) lies below the claim's trade-off curve.
@@ -127,11 +141,15 @@ def violates_profile(
   points.
   """
   if epsilons is None:
-    epsilons = np.concatenate([np.linspace(0.0, 10.0, 201), np.linspace(10.5, 40.0, 60)])
+    epsilons = np.concatenate(
+        [np.linspace(0.0, 10.0, 201), np.linspace(10.5, 40.0, 60)]
+    )
   for eps in epsilons:
     slack = delta_of(float(eps))
-    if (1.0 - fnr_upper - math.exp(eps) * fpr_upper > slack
-        or 1.0 - fpr_upper - math.exp(eps) * fnr_upper > slack):
+    if (
+        1.0 - fnr_upper - math.exp(eps) * fpr_upper > slack
+        or 1.0 - fpr_upper - math.exp(eps) * fnr_upper > slack
+    ):
       return True
   return False
 
@@ -214,5 +232,7 @@ def split(trials: int, selection_fraction: float, rng) -> tuple[dict, dict]:
   """(choose, held) run indices per set: a random `selection_fraction` chooses."""
   chosen = min(max(int(round(selection_fraction * trials)), 1), trials - 1)
   order = {w: rng.permutation(trials) for w in (0, 1)}
-  return ({w: order[w][:chosen] for w in (0, 1)},
-          {w: order[w][chosen:] for w in (0, 1)})
+  return (
+      {w: order[w][:chosen] for w in (0, 1)},
+      {w: order[w][chosen:] for w in (0, 1)},
+  )

@@ -93,7 +93,7 @@ def tree_prefix_variances(steps: int, efficient: bool = True) -> np.ndarray:
   t = np.arange(1, steps + 1)
   levels = np.arange(int(steps).bit_length())
   bits = (t[:, None] >> levels[None, :]) & 1
-  per_node = 1.0 / (2.0 - 0.5 ** levels) if efficient else np.ones(levels.size)
+  per_node = 1.0 / (2.0 - 0.5**levels) if efficient else np.ones(levels.size)
   return bits @ per_node
 
 
@@ -116,7 +116,10 @@ def restarted(epoch_variances: np.ndarray, epochs: int) -> np.ndarray:
 
 def _row(name, rounds, k, variances, sens2, detail='') -> Row:
   return Row(
-      name, rounds, k, float(sens2),
+      name,
+      rounds,
+      k,
+      float(sens2),
       float(np.sqrt(np.mean(variances) * sens2)),
       float(np.sqrt(np.max(variances) * sens2)),
       detail=detail,
@@ -139,27 +142,44 @@ def rows_for(rounds: int, k: int) -> list[Row]:
   rows = [
       _row('identity', rounds, k, t, k),
       _row(
-          BASELINE, rounds, k,
+          BASELINE,
+          rounds,
+          k,
           restarted(tree_prefix_variances(epoch), k),
           k * events.tree_sensitivity_squared(epoch),
           'one tree per epoch' if k > 1 else 'one tree',
       ),
   ]
   if k == 1:
-    rows.insert(1, _row(
-        'tree', rounds, k, tree_prefix_variances(rounds, efficient=False),
-        events.tree_sensitivity_squared(rounds), 'one tree',
-    ))
+    rows.insert(
+        1,
+        _row(
+            'tree',
+            rounds,
+            k,
+            tree_prefix_variances(rounds, efficient=False),
+            events.tree_sensitivity_squared(rounds),
+            'one tree',
+        ),
+    )
     mean_blt = blt_lib.optimize(rounds, error='mean')
     rows += [
         _row('sqrt_toeplitz', rounds, k, sqrt_vars, np.sum(sqrt_coefs**2)),
         _row(
-            'blt_max', rounds, k, program_blt.prefix_errors(rounds),
-            program_blt.sensitivity(rounds) ** 2, _blt_detail(program_blt),
+            'blt_max',
+            rounds,
+            k,
+            program_blt.prefix_errors(rounds),
+            program_blt.sensitivity(rounds) ** 2,
+            _blt_detail(program_blt),
         ),
         _row(
-            'blt_mean', rounds, k, mean_blt.prefix_errors(rounds),
-            mean_blt.sensitivity(rounds) ** 2, _blt_detail(mean_blt),
+            'blt_mean',
+            rounds,
+            k,
+            mean_blt.prefix_errors(rounds),
+            mean_blt.sensitivity(rounds) ** 2,
+            _blt_detail(mean_blt),
         ),
     ]
   else:
@@ -171,23 +191,34 @@ def rows_for(rounds: int, k: int) -> list[Row]:
     )
     rows += [
         _row(
-            'sqrt_toeplitz', rounds, k, sqrt_vars,
+            'sqrt_toeplitz',
+            rounds,
+            k,
+            sqrt_vars,
             blt_sensitivity.minsep_sensitivity_squared(sqrt_coefs, epoch, k),
             'one stream, (k, b) sensitivity',
         ),
         _row(
-            'blt_max', rounds, k,
+            'blt_max',
+            rounds,
+            k,
             restarted(program_blt.prefix_errors(epoch), k),
             k * program_blt.sensitivity(epoch) ** 2,
             f'one stream per epoch, {_blt_detail(program_blt)}',
         ),
         _row(
-            'blt_cyclic', rounds, k, cyclic_blt.prefix_errors(rounds),
+            'blt_cyclic',
+            rounds,
+            k,
+            cyclic_blt.prefix_errors(rounds),
             cyclic_blt.sensitivity(rounds, epoch, k) ** 2,
             f'one stream, (k, b) sensitivity, {_blt_detail(cyclic_blt)}',
         ),
         _row(
-            'blt_stream', rounds, k, stream_blt.prefix_errors(rounds),
+            'blt_stream',
+            rounds,
+            k,
+            stream_blt.prefix_errors(rounds),
             stream_blt.sensitivity(rounds, epoch, k) ** 2,
             f'one stream, (k, b) sensitivity, {_blt_detail(stream_blt)}',
         ),

@@ -8,9 +8,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tff_priv_tasks as tasks
 from tff_priv import runtime
 from tff_priv import validation
+import tff_priv_tasks as tasks
 
 TASK_NAMES = tasks.TASK_NAMES
 

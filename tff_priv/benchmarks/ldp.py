@@ -17,8 +17,14 @@ from tff_priv.mechanisms import split_shuffle
 
 # McMahan et al. (2017) CNN for 28x28x1 inputs: 1,663,370 parameters.
 CNN_SHAPES = (
-    (5, 5, 1, 32), (32,), (5, 5, 32, 64), (64,),
-    (3136, 512), (512,), (512, 10), (10,),
+    (5, 5, 1, 32),
+    (32,),
+    (5, 5, 32, 64),
+    (64,),
+    (3136, 512),
+    (512,),
+    (512, 10),
+    (10,),
 )  # pyformat: disable
 
 
@@ -89,9 +95,11 @@ def run(options: Options, out: Callable[[str], Any] = print) -> None:
   out(f'load average at start: {os.getloadavg()} ({os.cpu_count()} cpus)')
   shapes = options.shapes
   d = sum(int(np.prod(s)) for s in shapes)
-  out(f'setup: d = {d} float32 values per client, structure = '
+  out(
+      f'setup: d = {d} float32 values per client, structure = '
       f'{"flat" if options.flat else "McMahan CNN (8 tensors)"}, '
-      f'eps = {options.epsilon}, range = [-{options.radius}, {options.radius}]')
+      f'eps = {options.epsilon}, range = [-{options.radius}, {options.radius}]'
+  )
   out(bench_encode(options, d))
   if options.clients > 0:
     out(bench_factory(options, shapes))
@@ -137,8 +145,10 @@ def bench_encode(options: Options, d: int) -> str:
       },
       options.encode_repeats,
   )
-  lines = [f'\n[1] client encode, d = {d}, eps = {eps}, '
-           f'{options.encode_repeats} interleaved repeats']
+  lines = [
+      f'\n[1] client encode, d = {d}, eps = {eps}, '
+      f'{options.encode_repeats} interleaved repeats'
+  ]
   for name, t in times.items():
     lines.append(f'  {name:22s} {harness.format_seconds(t)}')
   base = times['tf.random.uniform']
@@ -171,15 +181,19 @@ def bench_factory(options: Options, shapes) -> str:
       options.factory_repeats,
   )
   d = sum(int(np.prod(s)) for s in shapes)
-  lines = [f'\n[2] factory next, {n} clients x d = {d} ({len(shapes)} '
-           f'tensors), {options.factory_repeats} interleaved repeats']
+  lines = [
+      f'\n[2] factory next, {n} clients x d = {d} ({len(shapes)} '
+      f'tensors), {options.factory_repeats} interleaved repeats'
+  ]
   for name, t in times.items():
     lines.append(f'  {name:22s} {harness.format_seconds(t)}')
   ratio = harness.ratio(
       times['LDPEncodeFactory'], times['UnweightedMeanFactory']
   )
-  lines.append(f'  ratio LDPEncodeFactory / UnweightedMeanFactory: '
-               f'{ratio:.2f}x  (target <= 1.5x)')
+  lines.append(
+      f'  ratio LDPEncodeFactory / UnweightedMeanFactory: '
+      f'{ratio:.2f}x  (target <= 1.5x)'
+  )
   return '\n'.join(lines)
 
 
@@ -210,12 +224,14 @@ def bench_transport(options: Options, shapes) -> str:
   sums = [np.zeros(s, np.float64) for s in shapes]
   for u in range(n):
     values = _client_values(rng, shapes, options.radius)
-    encoded.append([
-        ldp_mechanisms.encode(
-            v, 0.0, options.radius, options.epsilon, tf.constant([u, l])
-        ).encoded.numpy()
-        for l, v in enumerate(values)
-    ])
+    encoded.append(
+        [
+            ldp_mechanisms.encode(
+                v, 0.0, options.radius, options.epsilon, tf.constant([u, l])
+            ).encoded.numpy()
+            for l, v in enumerate(values)
+        ]
+    )
     for total, x in zip(sums, encoded[-1]):
       total += x
   # All reports are finite: the factory's mean is the plain mean.
@@ -287,8 +303,10 @@ def bench_transport(options: Options, shapes) -> str:
       'work; peak memory = peak RSS of the process during the step)'
   ]
   for name, cost in costs.items():
-    lines.append(f'  {name:26s} wall {cost.wall:8.2f} s   cpu {cost.cpu:8.2f} '
-                 f's   peak {cost.peak_gb:6.2f} GB')
+    lines.append(
+        f'  {name:26s} wall {cost.wall:8.2f} s   cpu {cost.cpu:8.2f} '
+        f's   peak {cost.peak_gb:6.2f} GB'
+    )
 
   def total(names):
     return (sum(costs[k].wall for k in names), sum(costs[k].cpu for k in names))
@@ -299,17 +317,23 @@ def bench_transport(options: Options, shapes) -> str:
   }
   if options.transport_baseline:
     paths['split+direct+average'] = [
-        'split (all clients)', 'direct simulation', 'average_by_id (baseline)'
+        'split (all clients)',
+        'direct simulation',
+        'average_by_id (baseline)',
     ]
   for name, names in paths.items():
     wall, cpu = total(names)
-    lines.append(f'  total {name:20s} wall {wall:8.2f} s   cpu {cpu:8.2f} s'
-                 '   (target: well under 30 s)')
+    lines.append(
+        f'  total {name:20s} wall {wall:8.2f} s   cpu {cpu:8.2f} s'
+        '   (target: well under 30 s)'
+    )
   if options.transport_baseline:
     new = total(paths['split+merge+average'])
     old = total(paths['split+direct+average'])
-    lines.append(f'  ratio direct simulation / split+merge+average: wall '
-                 f'{old[0] / new[0]:.2f}x, cpu {old[1] / new[1]:.2f}x')
+    lines.append(
+        f'  ratio direct simulation / split+merge+average: wall '
+        f'{old[0] / new[0]:.2f}x, cpu {old[1] / new[1]:.2f}x'
+    )
   lines.append(
       f'  max |mean - direct mean of the reports|: merge {error_merged:.2e}, '
       f'streaming {error_streamed:.2e}; merge vs streaming (same seed, same '

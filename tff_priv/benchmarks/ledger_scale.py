@@ -38,7 +38,8 @@ def run(
   rounds = validation.int_at_least('rounds', rounds, 1)
   if per_round > num_clients:
     raise ValueError(
-        f'per_round ({per_round}) must be at most num_clients ({num_clients})')
+        f'per_round ({per_round}) must be at most num_clients ({num_clients})'
+    )
   event = dp_event.GaussianDpEvent(noise_multiplier)
   ledger = individual.IndividualLedger(delta, budget_epsilon)
   rng = np.random.default_rng(seed)
@@ -50,8 +51,9 @@ def run(
     sampler.label = 'ledger'
     for r in range(1, rounds + 1):
       t = time.perf_counter()
-      drawn = [ids[i] for i in rng.choice(num_clients, per_round,
-                                         replace=False)]
+      drawn = [
+          ids[i] for i in rng.choice(num_clients, per_round, replace=False)
+      ]
       ledger.record(ledger.filter(drawn, event), event)
       worst = ledger.max_epsilon()
       round_seconds.append(time.perf_counter() - t)
@@ -63,7 +65,9 @@ def run(
   seconds = time.perf_counter() - start
   report = ledger.report()
   return dict(
-      num_clients=num_clients, per_round=per_round, rounds=rounds,
+      num_clients=num_clients,
+      per_round=per_round,
+      rounds=rounds,
       seconds=seconds,
       median_round_seconds=statistics.median(round_seconds),
       last_round_seconds=round_seconds[-1],

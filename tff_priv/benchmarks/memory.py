@@ -128,7 +128,9 @@ def train_run(
   start = time.monotonic()
   proc = subprocess.Popen(
       [python, script, *train_args, '--progress'],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
   )
   rss, first, err = {}, None, []
   for line in proc.stderr:

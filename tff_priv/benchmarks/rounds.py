@@ -10,7 +10,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tff_priv_tasks as tasks
 from tff_priv import remote
 from tff_priv import runtime
 from tff_priv import validation
@@ -22,6 +21,7 @@ from tff_priv.learning import udp as udp_learning
 from tff_priv.learning import udp_client_work
 from tff_priv.program import registry
 from tff_priv.program import sampling as sampling_lib
+import tff_priv_tasks as tasks
 
 FEDAVG = 'fedavg'
 TFF_DP_FEDAVG = 'tff_dp_fedavg'
@@ -33,8 +33,11 @@ _UDP = 'udp'
 # blt (a stream per epoch).
 BLT_CYCLIC = 'blt_cyclic'
 # Every process `build_processes` knows, FEDAVG (the baseline) first.
-PROCESSES = ((FEDAVG, TFF_DP_FEDAVG) + registry.MECHANISMS
-             + (UDP_PER_EXAMPLE, BLT_CYCLIC))
+PROCESSES = (
+    (FEDAVG, TFF_DP_FEDAVG)
+    + registry.MECHANISMS
+    + (UDP_PER_EXAMPLE, BLT_CYCLIC)
+)
 # The processes whose noise (or randomised encoding) is drawn on every client,
 # each upload noised alone: the registry's local-noise mechanisms
 # (`Guarantee.noise == 'local'`) and UDP_PER_EXAMPLE. K x d random draws per
@@ -138,7 +141,9 @@ def build_processes(
   )
   identity = lambda dataset, round_num, client_index: dataset
   entries = collections.OrderedDict()
-  entries[FEDAVG] = Entry(fed_avg(tff.aggregators.UnweightedMeanFactory()), identity)
+  entries[FEDAVG] = Entry(
+      fed_avg(tff.aggregators.UnweightedMeanFactory()), identity
+  )
   kwargs = dict(
       model_fn=model_fn,
       num_clients=num_clients,
@@ -170,8 +175,9 @@ def build_processes(
       )
       entries[name] = Entry(process, identity)
     elif name == BLT_CYCLIC:
-      mechanism = build_mechanism('blt', extra={'participation': 'cyclic'},
-                                  **kwargs)
+      mechanism = build_mechanism(
+          'blt', extra={'participation': 'cyclic'}, **kwargs
+      )
       entries[name] = Entry(mechanism.process, mechanism.preprocess)
     else:
       mechanism = build_mechanism(name, **kwargs)
@@ -297,9 +303,7 @@ def summarize(
   return rows
 
 
-def format_table(
-    rows: Sequence[dict[str, Any]], baseline: str = FEDAVG
-) -> str:
+def format_table(rows: Sequence[dict[str, Any]], baseline: str = FEDAVG) -> str:
   """A Markdown table of `summarize`'s rows."""
   lines = [
       f'| process | median s | spread | ratio to {baseline} | client-noise '
@@ -356,7 +360,9 @@ class Options:
     validation.one_of('format', self.format, ('table', 'json'))
 
 
-def run(options: Options, out: Callable[[str], Any] = print) -> list[dict[str, Any]]:
+def run(
+    options: Options, out: Callable[[str], Any] = print
+) -> list[dict[str, Any]]:
   """Times `options.processes` on every K of `options`, in TFF's local context.
 
   With `loopback_workers`, each process is also timed over the first N of
@@ -407,16 +413,12 @@ def _benchmark(options, contexts, out):
   )
   train = task.datasets.train_data
   with tf.Graph().as_default():
-    d = int(sum(
-        np.prod(v.shape) for v in task.model_fn().trainable_variables
-    ))
+    d = int(sum(np.prod(v.shape) for v in task.model_fn().trainable_variables))
   results = []
   for k in options.clients_per_round:
     client_ids = train.client_ids[:k]
     datasets = [
-        task.datasets.train_preprocess_fn(
-            train.create_tf_dataset_for_client(c)
-        )
+        task.datasets.train_preprocess_fn(train.create_tf_dataset_for_client(c))
         for c in client_ids
     ]
     min_examples = min(
@@ -436,21 +438,34 @@ def _benchmark(options, contexts, out):
       entries, where, baseline = placed(entries, contexts)
     with memory.Sampler() as sampler:
       times = time_rounds(
-          entries, datasets, rounds=options.rounds, warmup=options.warmup,
-          contexts=where, sampler=sampler,
+          entries,
+          datasets,
+          rounds=options.rounds,
+          warmup=options.warmup,
+          contexts=where,
+          sampler=sampler,
       )
     noise = noise_draw_seconds(task.model_fn, k)
     rows = summarize(times, noise, baseline)
     for row in rows:
       row['peak_rss_mb'] = sampler.peaks.get(row['name'])
-    results.append(dict(
-        task=options.task, model=task_options.get('model'), d=d,
-        clients_per_round=k, rounds=options.rounds, noise_draw_seconds=noise,
-        rows=rows, seconds=dict(times),
-    ))
+    results.append(
+        dict(
+            task=options.task,
+            model=task_options.get('model'),
+            d=d,
+            clients_per_round=k,
+            rounds=options.rounds,
+            noise_draw_seconds=noise,
+            rows=rows,
+            seconds=dict(times),
+        )
+    )
     if options.format == 'table':
-      out(f'\n{options.task}, d = {d:,}, K = {k}, medians of {options.rounds} '
+      out(
+          f'\n{options.task}, d = {d:,}, K = {k}, medians of {options.rounds} '
           f'rounds after {options.warmup} warm-up; K x d normal draws: '
-          f'{noise:.3f} s')
+          f'{noise:.3f} s'
+      )
       out(format_table(rows, baseline))
   return results

@@ -104,12 +104,14 @@ def run(options: Options, out: Callable[[str], Any] = print) -> None:
     if source == 'python':
       rng = np.random.default_rng(0)
       values = [
-          [(options.update_scale * rng.standard_normal(s)).astype(np.float32)
-           for s in shapes]
+          [
+              (options.update_scale * rng.standard_normal(s)).astype(np.float32)
+              for s in shapes
+          ]
           for _ in range(k_clients)
       ]
       calls = {
-          name: (lambda p=p, st=states[name]: p.next(st, values))
+          name: lambda p=p, st=states[name]: p.next(st, values)
           for name, p in processes.items()
       }
     else:
@@ -122,11 +124,13 @@ def run(options: Options, out: Callable[[str], Any] = print) -> None:
         calls[name] = lambda r=run_process, st=states[name]: r(st, seeds)
     calls.update(_noise_draw_calls(d, k_clients, options.compressions))
     times = harness.round_robin(calls, options.repeats)
-    out(format_report(
-        f'value_source={source}: seconds per round (median over repeats) and '
-        f'ratio to {BASELINE}',
-        times,
-    ))
+    out(
+        format_report(
+            f'value_source={source}: seconds per round (median over repeats) and '
+            f'ratio to {BASELINE}',
+            times,
+        )
+    )
     if source == 'python':
       del values, calls
 
@@ -135,11 +139,9 @@ def build_processes(options: Options, value_type) -> dict[str, Any]:
   """name -> the aggregation process (`run` says which)."""
   k = options.clients
   out = collections.OrderedDict()
-  out[BASELINE] = (
-      tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-          options.noise_multiplier, float(k), options.clip
-      ).create(value_type)
-  )
+  out[BASELINE] = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+      options.noise_multiplier, float(k), options.clip
+  ).create(value_type)
   sigma = options.noise_multiplier
   rows = [(False, float(p), sigma) for p in options.compressions]
   rows += [(True, float(p), sigma) for p in options.secure_compressions]
@@ -210,7 +212,7 @@ def format_report(title: str, times: dict[str, list[float]]) -> str:
   """A table of medians, minima and ratios to `BASELINE`, and the floors."""
   base = harness.median(times[BASELINE])
   floors = {
-      name[len(_DRAWS):]: harness.floor(base, harness.median(ts))
+      name[len(_DRAWS) :]: harness.floor(base, harness.median(ts))
       for name, ts in times.items()
       if name.startswith(_DRAWS)
   }
@@ -225,6 +227,8 @@ def format_report(title: str, times: dict[str, list[float]]) -> str:
         + ', '.join(f'{t:.2f}' for t in ts)
     )
   for p, floor in floors.items():
-    lines.append(f'{BASELINE} + the client noise draws at {p} timed alone: '
-                 f'{floor:.2f}x')
+    lines.append(
+        f'{BASELINE} + the client noise draws at {p} timed alone: '
+        f'{floor:.2f}x'
+    )
   return '\n'.join(lines)

@@ -35,7 +35,9 @@ class Options:
   repeats: int = 5
 
 
-def run(options: Options, out: Callable[[str], Any] = print) -> dict[str, list[float]]:
+def run(
+    options: Options, out: Callable[[str], Any] = print
+) -> dict[str, list[float]]:
   """Times the processes on the same K client updates, side by side.
 
   `BASELINE`: `DifferentiallyPrivateFactory.gaussian_fixed` (clip, sum, one
@@ -94,16 +96,19 @@ def run(options: Options, out: Callable[[str], Any] = print) -> dict[str, list[f
 
   def next_round(name):
     process, weighted = processes[name]
-    args = (states[name], values, weights) if weighted else (states[name], values)
+    args = (
+        (states[name], values, weights) if weighted else (states[name], values)
+    )
     states[name] = process.next(*args).state
 
-  calls = {
-      name: (lambda name=name: next_round(name)) for name in processes
-  }
+  calls = {name: lambda name=name: next_round(name) for name in processes}
   calls[DRAWS] = harness.noise_draws(tensors, options.noise_stddev)
   times = harness.round_robin(calls, options.repeats)
-  out(format_report(times, sum(int(np.prod(s)) for s in shapes), k,
-                    options.repeats))
+  out(
+      format_report(
+          times, sum(int(np.prod(s)) for s in shapes), k, options.repeats
+      )
+  )
   return times
 
 
@@ -117,6 +122,8 @@ def format_report(
     median = harness.median(ts)
     lines.append(f'{name:18s} {median:8.3f} s   ratio {median / base:5.2f}x')
   floor = harness.floor(base, harness.median(times[DRAWS]))
-  lines.append(f'floor for client-side noise (gaussian_fixed + the draws): '
-               f'{floor:.2f}x')
+  lines.append(
+      f'floor for client-side noise (gaussian_fixed + the draws): '
+      f'{floor:.2f}x'
+  )
   return '\n'.join(lines)

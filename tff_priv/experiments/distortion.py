@@ -45,13 +45,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tff_priv_tasks as tasks
-from tff_priv_tasks import models
 from tff_priv import validation
 from tff_priv.program import grid
 from tff_priv.program import layout
 from tff_priv.program import runs
 from tff_priv.program import training
+import tff_priv_tasks as tasks
+from tff_priv_tasks import models
 
 NOISE_FREE = 'noise_free'
 W_LABEL = f'rho1_{NOISE_FREE}'
@@ -89,8 +89,15 @@ class Settings:
       ValueError: naming the bad setting.
     """
     validation.one_of('task', self.task, TASKS)
-    for name in ('num_clients', 'samples_per_client', 'test_examples',
-                 'local_steps', 'rounds', 'reference_steps', 'seeds'):
+    for name in (
+        'num_clients',
+        'samples_per_client',
+        'test_examples',
+        'local_steps',
+        'rounds',
+        'reference_steps',
+        'seeds',
+    ):
       validation.int_at_least(name, getattr(self, name), 1)
     validation.int_at_least('seed', self.seed, 0)
     for name in ('learning_rate', 'clip', 'parameter_variance'):
@@ -112,11 +119,13 @@ def noise_levels(settings: Settings) -> dict[str, dict[str, Any]]:
   levels = {NOISE_FREE: {'noise_stddev': 0.0}}
   for t in settings.target_tvs:
     levels[f'tv{t:g}'] = {
-        'target_tv': t, 'parameter_variance': settings.parameter_variance,
+        'target_tv': t,
+        'parameter_variance': settings.parameter_variance,
     }
   for e in settings.epsilons:
     levels[f'eps{e:g}'] = {
-        'epsilon': e, 'parameter_variance': settings.parameter_variance,
+        'epsilon': e,
+        'parameter_variance': settings.parameter_variance,
     }
   return levels
 
@@ -136,28 +145,36 @@ def run_configs(settings: Settings) -> dict[str, training.RunConfig]:
     for level, noise in noise_levels(settings).items():
       for seed in range(settings.seeds):
         params = dict(
-            noise, clip=settings.clip, delta=settings.delta, rho=rho,
-            local_steps=settings.local_steps, batch_seed=seed,
+            noise,
+            clip=settings.clip,
+            delta=settings.delta,
+            rho=rho,
+            local_steps=settings.local_steps,
+            batch_seed=seed,
         )
-        configs.setdefault(label(rho, level, seed), training.RunConfig(
-            task=settings.task,
-            task_options=dict(
-                model='softmax', num_clients=settings.num_clients,
-                samples_per_client=settings.samples_per_client,
+        configs.setdefault(
+            label(rho, level, seed),
+            training.RunConfig(
+                task=settings.task,
+                task_options=dict(
+                    model='softmax',
+                    num_clients=settings.num_clients,
+                    samples_per_client=settings.samples_per_client,
+                ),
+                num_epochs=1,  # The Bernoulli batches draw from one copy.
+                mechanism='distortion',
+                params=params,
+                clients_per_round=settings.num_clients,  # Everyone, every round.
+                total_rounds=settings.rounds,
+                client_learning_rate=settings.learning_rate,
+                eval_every=settings.rounds,
+                test_examples=settings.test_examples,
+                seed=settings.seed,
+                # Everyone is drawn every round: this seed reveals nothing; fixed,
+                # the clients' order (and float sums) is the same in every run.
+                sampling_seed=0,
             ),
-            num_epochs=1,  # The Bernoulli batches draw from one copy.
-            mechanism='distortion',
-            params=params,
-            clients_per_round=settings.num_clients,  # Everyone, every round.
-            total_rounds=settings.rounds,
-            client_learning_rate=settings.learning_rate,
-            eval_every=settings.rounds,
-            test_examples=settings.test_examples,
-            seed=settings.seed,
-            # Everyone is drawn every round: this seed reveals nothing; fixed,
-            # the clients' order (and float sums) is the same in every run.
-            sampling_seed=0,
-        ))
+        )
   return configs
 
 
@@ -187,7 +204,10 @@ def training_data(settings: Settings) -> tuple[np.ndarray, np.ndarray]:
 
 
 def reference(
-    model: tf.keras.Model, x: np.ndarray, y: np.ndarray, steps: int,
+    model: tf.keras.Model,
+    x: np.ndarray,
+    y: np.ndarray,
+    steps: int,
     learning_rate: float,
 ) -> tuple[np.ndarray, float, float]:
   """W*: full-batch gradient descent on mean cross-entropy + `model.losses`.
@@ -280,18 +300,38 @@ def w_star(results: Mapping[str, runs.RunResult], settings: Settings, root_dir):
     if not np.array_equal(flat(result.model(layout.INITIAL_MODEL)), initial):
       raise ValueError(f'run {name} started from another initial model')
   path = os.path.join(root_dir, REFERENCE)
-  key = repr((settings.task, settings.num_clients, settings.samples_per_client,
-              settings.seed, settings.reference_steps, settings.learning_rate))
+  key = repr(
+      (
+          settings.task,
+          settings.num_clients,
+          settings.samples_per_client,
+          settings.seed,
+          settings.reference_steps,
+          settings.learning_rate,
+      )
+  )
   if os.path.exists(path):
     with np.load(path) as saved:
       if str(saved['key']) == key and np.array_equal(saved['initial'], initial):
-        return saved['w_star'], float(saved['grad_norm']), float(saved['objective'])
+        return (
+            saved['w_star'],
+            float(saved['grad_norm']),
+            float(saved['objective']),
+        )
   x, y = training_data(settings)
   model = models.softmax_regression(x.shape[1:], 10)
   model.set_weights(results[W_LABEL].model(layout.INITIAL_MODEL))
-  found = reference(model, x, y, settings.reference_steps, settings.learning_rate)
-  np.savez(path, key=key, initial=initial, w_star=found[0], grad_norm=found[1],
-           objective=found[2])
+  found = reference(
+      model, x, y, settings.reference_steps, settings.learning_rate
+  )
+  np.savez(
+      path,
+      key=key,
+      initial=initial,
+      w_star=found[0],
+      grad_norm=found[1],
+      objective=found[2],
+  )
   return found
 
 
@@ -303,23 +343,33 @@ def table(results, settings: Settings, reference_point) -> list[dict[str, Any]]:
   w = model(W_LABEL)
   rows = []
   for rho in settings.rhos:
-    sampled = {s: w if rho == 1.0 else model(label(rho, NOISE_FREE, s))
-               for s in range(settings.seeds)}
+    sampled = {
+        s: w if rho == 1.0 else model(label(rho, NOISE_FREE, s))
+        for s in range(settings.seeds)
+    }
     for level in noise_levels(settings):
       names = {s: label(rho, level, s) for s in range(settings.seeds)}
       if rho == 1.0 and level == NOISE_FREE:
         names = {0: W_LABEL}
-      split = utility_loss(star, w, sampled, {s: model(n) for s, n in names.items()})
+      split = utility_loss(
+          star, w, sampled, {s: model(n) for s, n in names.items()}
+      )
       summaries = [results[n].summary for n in names.values()]
       resolved = summaries[0]['parameters']['resolved']
-      rows.append(dict(
-          rho=rho, level=level, noise_stddev=resolved['noise_stddev'],
-          tv_lower=resolved['tv_lower'], tv_upper=resolved['tv_upper'],
-          epsilon=float(summaries[0]['privacy']['rdp_epsilon']),
-          test_accuracy=float(np.mean(
-              [s['final_test_accuracy'] for s in summaries])),
-          **split,
-      ))
+      rows.append(
+          dict(
+              rho=rho,
+              level=level,
+              noise_stddev=resolved['noise_stddev'],
+              tv_lower=resolved['tv_lower'],
+              tv_upper=resolved['tv_upper'],
+              epsilon=float(summaries[0]['privacy']['rdp_epsilon']),
+              test_accuracy=float(
+                  np.mean([s['final_test_accuracy'] for s in summaries])
+              ),
+              **split,
+          )
+      )
   return rows
 
 
@@ -332,7 +382,8 @@ def markdown(rows, results, reference_point) -> str:
       f'W = noise-free full-batch run: ||W - W*||^2 = {w["sq_distance"]:.4g}, '
       f'test acc {results[W_LABEL].summary["final_test_accuracy"]:.3f}. W*: '
       f'objective {objective:.5f}, gradient norm {grad_norm:.2e} (how far '
-      'from the optimum it stopped).', '',
+      'from the optimum it stopped).',
+      '',
       '| rho | noise | sigma_e | TV bounds (DMR, rebuilt) | eps at delta '
       '(ledger) | E\\|\\|W~ - W*\\|\\|^2 | sampling part | distortion part | '
       'utility loss L | test acc | seeds |',
@@ -345,11 +396,15 @@ def markdown(rows, results, reference_point) -> str:
         f'[{r["tv_lower"]:.2g}, {r["tv_upper"]:.2g}] | {eps} | '
         f'{r["sq_distance"]:.4g} | {pm(r["sampling"])} | '
         f'{pm(r["distortion"])} | {pm(r["total"])} | '
-        f'{r["test_accuracy"]:.3f} | {r["seeds"]} |')
-  lines += ['', '± = one standard error over seeds (the distortion part from '
-            'paired differences: the same batch seeds with and without '
-            'distortion). eps: the analyst\'s RDP eps at delta from each '
-            'run\'s summary (every client every round: no amplification).']
+        f'{r["test_accuracy"]:.3f} | {r["seeds"]} |'
+    )
+  lines += [
+      '',
+      '± = one standard error over seeds (the distortion part from '
+      'paired differences: the same batch seeds with and without '
+      "distortion). eps: the analyst's RDP eps at delta from each "
+      "run's summary (every client every round: no amplification).",
+  ]
   return '\n'.join(lines) + '\n'
 
 
@@ -357,15 +412,21 @@ def plot(rows, path: str) -> None:
   """L against rho, one line per noise level (the runs of one level)."""
   # pylint: disable=g-import-not-at-top
   import matplotlib
+
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
   # pylint: enable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(6.5, 4))
   for level in dict.fromkeys(r['level'] for r in rows):
     points = sorted((r['rho'], r['total']) for r in rows if r['level'] == level)
-    ax.errorbar([p[0] for p in points], [p[1][0] for p in points],
-                yerr=[p[1][1] for p in points], marker='o', capsize=3,
-                label=level)
+    ax.errorbar(
+        [p[0] for p in points],
+        [p[1][0] for p in points],
+        yerr=[p[1][1] for p in points],
+        marker='o',
+        capsize=3,
+        label=level,
+    )
   ax.axhline(0.0, color='grey', lw=0.8)
   ax.set_xscale('log')
   ax.set_yscale('symlog', linthresh=1e-3)  # L spans ~1e-3 (or < 0) to ~1e6.

@@ -21,7 +21,6 @@ from tff_priv.program import runs as runs_lib
 from tff_priv.program import training
 
 
-
 @dataclasses.dataclass(frozen=True)
 class ClipTimes:
   """A parameter equal to the setting's clip times `factor`."""
@@ -36,8 +35,10 @@ _DEFAULT = {
     'dp_fedavg_adaptive': ('dp_fedavg', {'adaptive_clip_quantile': 0.5}),
     # Adaptive clipping from the fixed clip's value (TFF's first clip, 0.1,
     # takes about 23 rounds to reach 1 at its learning rate).
-    'dp_fedavg_adaptive_c1': ('dp_fedavg', {'adaptive_clip_quantile': 0.5,
-                                            'adaptive_clip_initial': True}),
+    'dp_fedavg_adaptive_c1': (
+        'dp_fedavg',
+        {'adaptive_clip_quantile': 0.5, 'adaptive_clip_initial': True},
+    ),
     'dp_ftrl': ('dp_ftrl', {'clip': True}),
     'blt_epoch': ('blt', {'clip': True, 'participation': 'epoch'}),
     'blt_cyclic': ('blt', {'clip': True, 'participation': 'cyclic'}),
@@ -53,14 +54,22 @@ _DEFAULT = {
 _CLIP_SWEEP = {
     'dp_fedavg_clip_x0.25': ('dp_fedavg', {'clip': ClipTimes(0.25)}),
     'dp_fedavg_clip_x4': ('dp_fedavg', {'clip': ClipTimes(4.0)}),
-    'dp_fedavg_adaptive_q90': ('dp_fedavg', {'adaptive_clip_quantile': 0.9,
-                                             'adaptive_clip_initial': True}),
-    'dp_fedavg_adaptive_q10': ('dp_fedavg', {'adaptive_clip_quantile': 0.1,
-                                             'adaptive_clip_initial': True}),
-    'blt_cyclic_clip_x0.25': ('blt', {'clip': ClipTimes(0.25),
-                                      'participation': 'cyclic'}),
-    'blt_epoch_clip_x0.25': ('blt', {'clip': ClipTimes(0.25),
-                                     'participation': 'epoch'}),
+    'dp_fedavg_adaptive_q90': (
+        'dp_fedavg',
+        {'adaptive_clip_quantile': 0.9, 'adaptive_clip_initial': True},
+    ),
+    'dp_fedavg_adaptive_q10': (
+        'dp_fedavg',
+        {'adaptive_clip_quantile': 0.1, 'adaptive_clip_initial': True},
+    ),
+    'blt_cyclic_clip_x0.25': (
+        'blt',
+        {'clip': ClipTimes(0.25), 'participation': 'cyclic'},
+    ),
+    'blt_epoch_clip_x0.25': (
+        'blt',
+        {'clip': ClipTimes(0.25), 'participation': 'epoch'},
+    ),
     'dp_ftrl_clip_x0.25': ('dp_ftrl', {'clip': ClipTimes(0.25)}),
     'bandmf_clip_x0.25': ('bandmf', {'clip': ClipTimes(0.25)}),
 }
@@ -119,9 +128,16 @@ class Setting:
 N1000 = Setting(num_clients=1000, rounds=200, eval_every=50)
 
 SHAKESPEARE = Setting(
-    task='shakespeare_offline', model=None, rounds=40, clients_per_round=20,
-    batch_size=4, learning_rate=1.0, clip=0.5, max_client_examples=5,
-    test_examples=1000, eval_every=10,
+    task='shakespeare_offline',
+    model=None,
+    rounds=40,
+    clients_per_round=20,
+    batch_size=4,
+    learning_rate=1.0,
+    clip=0.5,
+    max_client_examples=5,
+    test_examples=1000,
+    eval_every=10,
 )
 
 
@@ -153,7 +169,8 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
   out = {}
   for seed in setting.seeds:
     out[label(NONE, None, seed)] = training.RunConfig(
-        mechanism='none', seed=seed, **base)
+        mechanism='none', seed=seed, **base
+    )
     for epsilon in setting.epsilons:
       for method in setting.methods:
         mechanism, extra = METHODS[method]
@@ -165,7 +182,8 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
             value = setting.clip * value.factor
           params[key] = value
         out[label(method, epsilon, seed)] = training.RunConfig(
-            mechanism=mechanism, params=params, seed=seed, **base)
+            mechanism=mechanism, params=params, seed=seed, **base
+        )
   return out
 
 
@@ -177,8 +195,11 @@ def _final(result: runs_lib.RunResult, key: str) -> Optional[float]:
   return metrics.get('loss')
 
 
-def table(setting: Setting, results: Mapping[str, runs_lib.RunResult],
-          measure: str = 'accuracy') -> str:
+def table(
+    setting: Setting,
+    results: Mapping[str, runs_lib.RunResult],
+    measure: str = 'accuracy',
+) -> str:
   """A Markdown table: each method's final test accuracy (or loss) by seed.
 
   Rows: the non-private run, then each method at each target eps, with its
@@ -207,8 +228,10 @@ def table(setting: Setting, results: Mapping[str, runs_lib.RunResult],
     mean = f'{np.mean(done):.3f}' if done else '-'
     std = f'{np.std(done):.3f}' if len(done) > 1 else '-'
     eps_cell = f'{max(charged):.3f}' if charged else '-'
-    lines.append(f'| {method} | {"-" if epsilon is None else f"{epsilon:g}"} '
-                 f'| {cells} | {mean} | {std} | {eps_cell} |')
+    lines.append(
+        f'| {method} | {"-" if epsilon is None else f"{epsilon:g}"} '
+        f'| {cells} | {mean} | {std} | {eps_cell} |'
+    )
 
   row(NONE, None)
   for epsilon in setting.epsilons:

@@ -22,8 +22,14 @@ from tff_priv.program import training
 
 # LDP-FL Table 1, MNIST row (accuracy %): noise-free, then eps0.
 PAPER_MNIST = collections.OrderedDict(
-    [(None, 97.26), (0.1, 13.84), (0.5, 95.36), (1.0, 96.24), (5.0, 96.34),
-     (10.0, 96.39)]
+    [
+        (None, 97.26),
+        (0.1, 13.84),
+        (0.5, 95.36),
+        (1.0, 96.24),
+        (5.0, 96.34),
+        (10.0, 96.39),
+    ]
 )
 
 
@@ -86,7 +92,8 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
   common = dict(
       task=setting.task,
       task_options={
-          'model': setting.model, 'num_clients': setting.clients,
+          'model': setting.model,
+          'num_clients': setting.clients,
           'partition': 'iid',
       },
       batch_size=setting.batch_size,
@@ -101,8 +108,10 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
   for run in range(setting.runs):
     if setting.noise_free:
       out[_label(None, None, run)] = training.RunConfig(
-          mechanism='none', params={'delta': setting.delta},
-          sampling_seed=run, **common,
+          mechanism='none',
+          params={'delta': setting.delta},
+          sampling_seed=run,
+          **common,
       )
     for mode in setting.modes:
       radius = (
@@ -112,7 +121,9 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
         out[_label(mode, eps, run)] = training.RunConfig(
             mechanism='ldp',
             params={
-                'ldp_epsilon': eps, 'ldp_mode': mode, 'ldp_radius': radius,
+                'ldp_epsilon': eps,
+                'ldp_mode': mode,
+                'ldp_radius': radius,
                 'delta': setting.delta,
             },
             sampling_seed=run,
@@ -136,9 +147,11 @@ def table(setting: Setting, results: Mapping[str, runs.RunResult]) -> str:
   lines = [
       '| setting | ' + ' | '.join(names) + ' |',
       '|---' * (len(columns) + 1) + '|',
-      '| paper (MNIST, 60k, 10 runs) | ' + ' | '.join(
+      '| paper (MNIST, 60k, 10 runs) | '
+      + ' | '.join(
           f'{PAPER_MNIST[e]:.2f}' if e in PAPER_MNIST else '-' for e in columns
-      ) + ' |',
+      )
+      + ' |',
   ]
   for mode in setting.modes:
     cells = []
@@ -156,7 +169,8 @@ def privacy_lines(
   lines = []
   for eps in setting.epsilons:
     found = [
-        results[_label(mode, eps, 0)] for mode in setting.modes
+        results[_label(mode, eps, 0)]
+        for mode in setting.modes
         if _label(mode, eps, 0) in results
     ]
     if not found:
@@ -165,7 +179,8 @@ def privacy_lines(
     closed = summary['privacy']['closed_form']
     analyst = summary['privacy']['guarantees'][0]
     shuffle = (
-        f"{closed['shuffle_epsilon']:.4g}" if closed.get('shuffle_applicable')
+        f"{closed['shuffle_epsilon']:.4g}"
+        if closed.get('shuffle_applicable')
         else f"n/a ({closed.get('shuffle_reason', '')})"
     )
     lines.append(
@@ -195,15 +210,21 @@ def plot(
   ax.axhline(PAPER_MNIST[None], color='k', ls=':', lw=1)
   for mode in setting.modes:
     points = [
-        (eps, 100 * np.mean(accs)) for eps in setting.epsilons
+        (eps, 100 * np.mean(accs))
+        for eps in setting.epsilons
         if (accs := _accuracies(setting, results, mode, eps))
     ]
     if points:
       ax.plot(*zip(*points), '-o', label=f'measured, {mode}')
   free = _accuracies(setting, results, None, None)
   if free:
-    ax.axhline(100 * np.mean(free), color='C2', ls=':', lw=1,
-               label='measured, noise-free')
+    ax.axhline(
+        100 * np.mean(free),
+        color='C2',
+        ls=':',
+        lw=1,
+        label='measured, noise-free',
+    )
   ax.set_xscale('log')
   ax.set_xlabel('eps0 per value')
   ax.set_ylabel('test accuracy (%)')

@@ -67,9 +67,12 @@ def max_showable(m: int, delta: float) -> float:
   best = 0.0
   for f in fractions:
     r = 2 * min(m // 2, max(1, math.ceil(f * m / 2)))
-    best = max(best, one_run.epsilon_lower_bound(
-        m, r, r, delta, canary_examples.ALPHA / len(fractions)
-    ))
+    best = max(
+        best,
+        one_run.epsilon_lower_bound(
+            m, r, r, delta, canary_examples.ALPHA / len(fractions)
+        ),
+    )
   return best
 
 
@@ -81,7 +84,7 @@ def row(run_config: training.RunConfig, summary: Mapping[str, Any]) -> dict:
   return {
       'mechanism': 'udp training run (one-run audit)',
       'setting': (
-          f"{run_config.task}, {run_config.total_rounds} rounds, "
+          f'{run_config.task}, {run_config.total_rounds} rounds, '
           f"{entry['num_canaries']} canary examples; eps of the whole run"
       ),
       'accounted_epsilon': claim,

@@ -11,8 +11,8 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from tff_priv import validation
-from tff_priv.program import runs as runs_lib
 from tff_priv.program import layout
+from tff_priv.program import runs as runs_lib
 from tff_priv.program import training
 from tff_priv.program.registry import dp_fedavg as dp_fedavg_mechanism
 from tff_priv.program.registry import smp
@@ -100,8 +100,13 @@ class Setting:
     """Checks the fields; ValueError starting with the field's name."""
     for name in ('public_clients', 'seed'):
       validation.int_at_least(name, getattr(self, name), 0)
-    for name in ('rounds', 'clients_per_round', 'local_epochs', 'batch_size',
-                 'eval_every'):
+    for name in (
+        'rounds',
+        'clients_per_round',
+        'local_epochs',
+        'batch_size',
+        'eval_every',
+    ):
       validation.int_at_least(name, getattr(self, name), 1)
     for name in ('learning_rate', 'clip', 'epsilon'):
       validation.positive(name, getattr(self, name))
@@ -122,12 +127,26 @@ class Setting:
 
 
 SHAKESPEARE = Setting(
-    task='shakespeare_offline', model=None, num_clients=None,
-    samples_per_client=None, partition=None, public_clients=20, rounds=40,
-    clients_per_round=50, local_epochs=1, batch_size=4, learning_rate=1.0,
-    momentum=0.0, clip=0.5, epsilon=8.0, compressions=(0.1,),
-    masks=('top_k',), dp_fedavg=False, max_client_examples=5,
-    test_examples=1000, target_accuracy=0.2,
+    task='shakespeare_offline',
+    model=None,
+    num_clients=None,
+    samples_per_client=None,
+    partition=None,
+    public_clients=20,
+    rounds=40,
+    clients_per_round=50,
+    local_epochs=1,
+    batch_size=4,
+    learning_rate=1.0,
+    momentum=0.0,
+    clip=0.5,
+    epsilon=8.0,
+    compressions=(0.1,),
+    masks=('top_k',),
+    dp_fedavg=False,
+    max_client_examples=5,
+    test_examples=1000,
+    target_accuracy=0.2,
 )
 
 
@@ -152,8 +171,11 @@ class Run:
     """Its name in tables and legends."""
     if self.method == FED_SMP:
       return f'Fed-SMP {self.mask} p={self.compression:g}'
-    return {P1: P1_NAME, NOISE_FREE: NOISE_FREE_NAME,
-            DP_FEDAVG: DP_FEDAVG_NAME}[self.method]
+    return {
+        P1: P1_NAME,
+        NOISE_FREE: NOISE_FREE_NAME,
+        DP_FEDAVG: DP_FEDAVG_NAME,
+    }[self.method]
 
   @property
   def mechanism(self) -> str:
@@ -168,8 +190,11 @@ def runs(setting: Setting) -> list[Run]:
     out.append(Run(setting.task, NOISE_FREE))
   if setting.dp_fedavg:
     out.append(Run(setting.task, DP_FEDAVG))
-  out += [Run(setting.task, FED_SMP, mask, p)
-          for p in setting.compressions for mask in setting.masks]
+  out += [
+      Run(setting.task, FED_SMP, mask, p)
+      for p in setting.compressions
+      for mask in setting.masks
+  ]
   return out
 
 
@@ -183,8 +208,12 @@ def _params(s: Setting, run: Run) -> dict[str, object]:
   """
   if run.method == DP_FEDAVG:
     return {'epsilon': s.epsilon, 'delta': s.delta, 'clip': s.clip}
-  params = {'delta': s.delta, 'clip': s.clip, 'compression': run.compression,
-            'mask': run.mask or 'rand_k'}
+  params = {
+      'delta': s.delta,
+      'clip': s.clip,
+      'compression': run.compression,
+      'mask': run.mask or 'rand_k',
+  }
   if run.method == NOISE_FREE:
     return {**params, 'noise_multiplier': 0.0}
   if run.mask == 'top_k':
@@ -200,20 +229,29 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
       a configuration the program refuses.
   """
   s = setting.validate()
-  options = {k: getattr(s, k) for k in training.TASK_OPTION_NAMES
-             if getattr(s, k, None) is not None}
+  options = {
+      k: getattr(s, k)
+      for k in training.TASK_OPTION_NAMES
+      if getattr(s, k, None) is not None
+  }
   out = {}
   for run in runs(s):
     out[run.label] = training.RunConfig(
-        task=s.task, task_options=options, batch_size=s.batch_size,
+        task=s.task,
+        task_options=options,
+        batch_size=s.batch_size,
         num_epochs=s.local_epochs,
         mechanism=run.mechanism,
         params=_params(s, run),
-        clients_per_round=s.clients_per_round, total_rounds=s.rounds,
+        clients_per_round=s.clients_per_round,
+        total_rounds=s.rounds,
         client_learning_rate=s.learning_rate,
-        client_momentum=s.momentum or None, client_lr_decay=s.lr_decay,
-        max_client_examples=s.max_client_examples, eval_every=s.eval_every,
-        test_examples=s.test_examples, seed=s.seed,
+        client_momentum=s.momentum or None,
+        client_lr_decay=s.lr_decay,
+        max_client_examples=s.max_client_examples,
+        eval_every=s.eval_every,
+        test_examples=s.test_examples,
+        seed=s.seed,
         sampling_seed=s.sampling_seed,
     ).validate()
   return out
@@ -262,8 +300,11 @@ def _resolved(result: runs_lib.RunResult, key: str):
 
 def _kept(result: runs_lib.RunResult) -> int:
   kept = _resolved(result, 'kept_coordinates')
-  return kept if kept is not None else result.summary['parameters'][
-      'num_parameters']
+  return (
+      kept
+      if kept is not None
+      else result.summary['parameters']['num_parameters']
+  )
 
 
 def _acc(result: Optional[runs_lib.RunResult]) -> str:
@@ -283,14 +324,16 @@ def task_markdown(
     return [f'## {s.task}', '', 'No finished runs.', '']
   first = done[0][1].summary
   lines = [
-      f'## {s.task}', '',
+      f'## {s.task}',
+      '',
       f"d = {first['parameters']['num_parameters']:,}, K = "
       f'{s.clients_per_round} expected per round (Poisson), T = {s.rounds}, '
       f'{s.local_epochs} local epoch(s), batch {s.batch_size}, lr '
       f'{s.learning_rate:g} (x{s.lr_decay:g}/round), momentum {s.momentum:g},'
       f' C = {s.clip:g}, target eps {s.epsilon:g} at delta {s.delta:g} '
       f'(each run calibrates sigma at its own sampling rate; top_k samples '
-      f'none of its {s.public_clients} public clients), seed {s.seed}.', '',
+      f'none of its {s.public_clients} public clients), seed {s.seed}.',
+      '',
   ]
   by_run = dict(done)
   p1 = by_run.get(Run(s.task, P1))
@@ -298,18 +341,21 @@ def task_markdown(
     ps = list(dict.fromkeys(sorted(s.compressions)))
     lines += [
         'Test accuracy, final (best over rounds), vs p; p = 1 is '
-        f'{P1_NAME}:', '',
+        f'{P1_NAME}:',
+        '',
         '| mask | ' + ' | '.join(f'p={p:g}' for p in ps) + ' | p=1 |',
         '|---' * (len(ps) + 2) + '|',
     ]
     for mask in s.masks:
       cells = [_acc(by_run.get(Run(s.task, FED_SMP, mask, p))) for p in ps]
-      lines.append(f'| Fed-SMP {mask} | ' + ' | '.join(cells)
-                   + f' | {_acc(p1)} |')
+      lines.append(
+          f'| Fed-SMP {mask} | ' + ' | '.join(cells) + f' | {_acc(p1)} |'
+      )
     lines.append('')
   lines += [
       'Every run (eps: what its ledger spent; uplink: MB of all clients at '
-      f'the configured K; target accuracy {s.target_accuracy:g}):', '',
+      f'the configured K; target accuracy {s.target_accuracy:g}):',
+      '',
       f'| run | k | sigma | final acc. | best acc. | mean acc. last '
       f'{TAIL_EVALUATIONS} evals | final loss | eps | uplink B/client/round |'
       ' uplink MB | MB to target |',
@@ -325,7 +371,8 @@ def task_markdown(
         f'{r.eval_rows[-1][layout.TEST_LOSS]:.3f} | {epsilon(r):.4f} | '
         f"{r.summary['uplink_bytes']['per_client_per_round']:,} | "
         f"{r.summary['uplink_bytes']['total'] / MB:.4g} | "
-        + ('not reached' if mb is None else f'{mb:.4g}') + ' |'
+        + ('not reached' if mb is None else f'{mb:.4g}')
+        + ' |'
     )
   return lines + ['']
 
@@ -334,13 +381,15 @@ def summary_markdown(
     settings: Sequence[Setting], results: Mapping[str, runs_lib.RunResult]
 ) -> str:
   """summary.md: one section per setting (`task_markdown`)."""
-  return '\n'.join(
-      line for s in settings for line in task_markdown(s, results)
-  ) + '\n'
+  return (
+      '\n'.join(line for s in settings for line in task_markdown(s, results))
+      + '\n'
+  )
 
 
 def plot(
-    settings: Sequence[Setting], results: Mapping[str, runs_lib.RunResult],
+    settings: Sequence[Setting],
+    results: Mapping[str, runs_lib.RunResult],
     path: str,
 ) -> None:
   """accuracy_vs_p.png: accuracy vs p per image task, accuracy vs uplink per task.
@@ -356,8 +405,11 @@ def plot(
   from matplotlib.backends import backend_agg
   # pylint: enable=g-import-not-at-top
 
-  panels = [(s, 'p') for s in settings
-            if not s.task.startswith('shakespeare') and s.compressions]
+  panels = [
+      (s, 'p')
+      for s in settings
+      if not s.task.startswith('shakespeare') and s.compressions
+  ]
   panels += [(s, 'mb') for s in settings]
   fig = figure.Figure(figsize=(5.2 * len(panels), 4))
   backend_agg.FigureCanvasAgg(fig)
@@ -368,16 +420,20 @@ def plot(
     if kind == 'p':
       p1 = done.get(Run(s.task, P1))
       for mask, marker in zip(s.masks, 'os'):
-        pts = sorted((run.compression, final(r)) for run, r in done.items()
-                     if run.mask == mask)
+        pts = sorted(
+            (run.compression, final(r))
+            for run, r in done.items()
+            if run.mask == mask
+        )
         pts += [(1.0, final(p1))] if p1 else []
         if pts:
           ax.plot(*zip(*pts), f'-{marker}', label=f'Fed-SMP {mask}')
       for method, style in ((DP_FEDAVG, '--'), (NOISE_FREE, ':')):
         run = Run(s.task, method)
         if run in done:
-          ax.axhline(final(done[run]), color='k', ls=style, lw=1,
-                     label=run.name)
+          ax.axhline(
+              final(done[run]), color='k', ls=style, lw=1, label=run.name
+          )
       ax.set_xscale('log')
       ax.set_xlabel('compression p = k/d')
       ax.set_ylabel('final test accuracy')
@@ -391,12 +447,19 @@ def plot(
       metric = layout.TEST_LOSS if text else layout.TEST_ACCURACY
       for run in shown:
         uplink = cumulative_uplink_mb(done[run])
-        pts = [(uplink[int(row[layout.ROUND])], row[metric])
-               for row in done[run].eval_rows]
+        pts = [
+            (uplink[int(row[layout.ROUND])], row[metric])
+            for row in done[run].eval_rows
+        ]
         ax.plot(*zip(*pts), '-', label=run.name)
       if not text:
-        ax.axhline(s.target_accuracy, color='r', ls=':', lw=1,
-                   label=f'target {s.target_accuracy:g}')
+        ax.axhline(
+            s.target_accuracy,
+            color='r',
+            ls=':',
+            lw=1,
+            label=f'target {s.target_accuracy:g}',
+        )
       ax.set_xscale('log')
       ax.set_xlabel('cumulative uplink, MB (all clients, configured K)')
       ax.set_ylabel(metric.replace('_', ' '))

@@ -75,7 +75,8 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
   common = dict(
       task=setting.task,
       task_options={
-          'model': setting.model, 'num_clients': setting.clients,
+          'model': setting.model,
+          'num_clients': setting.clients,
           'samples_per_client': setting.samples_per_client,
           'partition': 'iid',
       },
@@ -92,18 +93,22 @@ def configs(setting: Setting) -> dict[str, training.RunConfig]:
       for calibration in setting.calibrations:
         group = group_label(eps, k, calibration)
         params = dict(
-            epsilon=eps, delta=setting.delta, clip=setting.clip,
+            epsilon=eps,
+            delta=setting.delta,
+            clip=setting.clip,
             udp_calibration=calibration,
         )
         for rounds in setting.rounds_grid:
           out[f'{group}_T{rounds}'] = training.RunConfig(
-              params=params, clients_per_round=k, total_rounds=rounds,
-              eval_every=rounds, **common,
+              params=params,
+              clients_per_round=k,
+              total_rounds=rounds,
+              eval_every=rounds,
+              **common,
           )
         if setting.crd:
           out[f'{group}_crd'] = training.RunConfig(
-              params=dict(params, crd_beta=setting.beta,
-                          crd_zeta=setting.zeta),
+              params=dict(params, crd_beta=setting.beta, crd_zeta=setting.zeta),
               clients_per_round=k,
               total_rounds=setting.initial_rounds,
               eval_every=setting.initial_rounds,
@@ -127,7 +132,8 @@ def _groups(setting, results):
       for calibration in setting.calibrations:
         group = group_label(eps, k, calibration)
         fixed = [
-            (t, results[f'{group}_T{t}']) for t in sorted(setting.rounds_grid)
+            (t, results[f'{group}_T{t}'])
+            for t in sorted(setting.rounds_grid)
             if f'{group}_T{t}' in results
         ]
         yield (eps, k, calibration), fixed, results.get(f'{group}_crd')
@@ -173,7 +179,10 @@ def plot(
 
   calibrations = list(setting.calibrations)
   fig, axes = plt.subplots(
-      1, len(calibrations), figsize=(5.5 * len(calibrations), 4), sharey=True,
+      1,
+      len(calibrations),
+      figsize=(5.5 * len(calibrations), 4),
+      sharey=True,
       squeeze=False,
   )
   for (eps, k, calibration), fixed, crd_run in _groups(setting, results):
@@ -182,13 +191,16 @@ def plot(
       line = ax.plot(
           [t for t, _ in fixed],
           [r.summary['final_test_metrics']['loss'] for _, r in fixed],
-          marker='o', label=f'eps {eps:g}, K {k}',
+          marker='o',
+          label=f'eps {eps:g}, K {k}',
       )[0]
       if crd_run is not None:
         ax.scatter(
             [crd_run.summary['rounds_run']],
             [crd_run.summary['final_test_metrics']['loss']],
-            marker='*', s=120, color=line.get_color(),
+            marker='*',
+            s=120,
+            color=line.get_color(),
         )
   for ax, calibration in zip(axes[0], calibrations):
     ax.set_xscale('log')

@@ -78,10 +78,12 @@ def canary_client_data(
       work returns initial - trained weights).
     weight: the client's update weight (used by weighted aggregation only).
   """
-  marker = tf.data.Dataset.from_tensors((
-      tf.constant(np.asarray(update, np.float32).ravel()),
-      tf.constant(weight, tf.float32),
-  ))
+  marker = tf.data.Dataset.from_tensors(
+      (
+          tf.constant(np.asarray(update, np.float32).ravel()),
+          tf.constant(weight, tf.float32),
+      )
+  )
   return collections.OrderedDict(
       [(DATASET, empty_dataset.take(0)), (CANARY, marker)]
   )
@@ -132,7 +134,9 @@ def wrap_client_work(
     return tff.learning.templates.ClientResult(new_update, new_weight)
 
   client_data_type = tff.FederatedType(
-      collections.OrderedDict([(DATASET, data_type.member), (CANARY, marker_type)]),
+      collections.OrderedDict(
+          [(DATASET, data_type.member), (CANARY, marker_type)]
+      ),
       tff.CLIENTS,
   )
 

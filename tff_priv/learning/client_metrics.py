@@ -31,7 +31,8 @@ _COORDINATES = ('loss', 'accuracy', 'count')
 
 def accuracy_key(names: Iterable[str]) -> Optional[str]:
   """The accuracy metric among `names`: 'sparse_categorical_accuracy', else
-  the first name containing 'accuracy'; None: there is none."""
+  the first name containing 'accuracy'; None: there is none.
+  """
   names = list(names)
   if 'sparse_categorical_accuracy' in names:
     return 'sparse_categorical_accuracy'
@@ -66,7 +67,8 @@ def _mean_pair(name: str, member_type) -> None:
   if isinstance(elements.get(name), tff.StructType):
     parts = [t for _, t in tff.structure.iter_elements(elements[name])]
   if len(parts) != 2 or any(
-      not isinstance(t, tff.TensorType) or tuple(t.shape) != ()
+      not isinstance(t, tff.TensorType)
+      or tuple(t.shape) != ()
       or not np.issubdtype(t.dtype, np.floating)
       for t in parts
   ):
@@ -129,8 +131,10 @@ class DpClientMetrics:
   def __post_init__(self):
     for name in ('noise_multiplier', 'clients_per_round', 'loss_bound'):
       value = float(getattr(self, name))
-      if not math.isfinite(value) or value < 0 or (
-          value == 0 and name != 'noise_multiplier'
+      if (
+          not math.isfinite(value)
+          or value < 0
+          or (value == 0 and name != 'noise_multiplier')
       ):
         raise ValueError(
             f'{name} must be finite and '
@@ -178,9 +182,7 @@ class DpClientMetrics:
         not a (total, count) pair.
     """
     del local_unfinalized_metrics_type
-    names = (
-        list(metric_finalizers) if not callable(metric_finalizers) else []
-    )
+    names = list(metric_finalizers) if not callable(metric_finalizers) else []
     factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
         noise_multiplier=self.noise_multiplier,
         clients_per_round=self.clients_per_round,
@@ -209,11 +211,14 @@ class DpClientMetrics:
         accuracy = tf.math.divide_no_nan(acc_total, acc_count)
         # A client whose metrics are not finite contributes zeros (count
         # included), tff_priv's policy (`clipping.clip_l2`).
-        return clipping.clip_l2(collections.OrderedDict(
-            loss=tf.clip_by_value(loss, 0.0, loss_bound) / loss_bound,
-            accuracy=tf.clip_by_value(accuracy, 0.0, 1.0),
-            count=tf.ones_like(loss),
-        ), None)
+        return clipping.clip_l2(
+            collections.OrderedDict(
+                loss=tf.clip_by_value(loss, 0.0, loss_bound) / loss_bound,
+                accuracy=tf.clip_by_value(accuracy, 0.0, 1.0),
+                count=tf.ones_like(loss),
+            ),
+            None,
+        )
 
       values = tff.federated_map(bounded, client_unfinalized_metrics)
       process = factory.create(bounded.type_signature.result)
@@ -221,11 +226,13 @@ class DpClientMetrics:
 
       @tff.tensorflow.computation(output.result.type_signature.member)
       def finalize(mean):
-        return collections.OrderedDict([
-            (DP_LOSS, mean['loss'] * loss_bound),
-            (DP_ACCURACY, mean['accuracy']),
-            (DP_CLIENTS, mean['count'] * k),
-        ])
+        return collections.OrderedDict(
+            [
+                (DP_LOSS, mean['loss'] * loss_bound),
+                (DP_ACCURACY, mean['accuracy']),
+                (DP_CLIENTS, mean['count'] * k),
+            ]
+        )
 
       return tff.federated_map(finalize, output.result)
 
@@ -246,5 +253,6 @@ def dp_client_metrics(
     loss_bound: L: a client's mean loss is clipped to [0, L].
     **kwargs: `loss_key`, `accuracy_key`.
   """
-  return DpClientMetrics(noise_multiplier, clients_per_round, loss_bound,
-                         **kwargs)
+  return DpClientMetrics(
+      noise_multiplier, clients_per_round, loss_bound, **kwargs
+  )

@@ -18,8 +18,12 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
-from tensorflow_privacy.privacy.fast_gradient_clipping import gradient_clipping_utils
-from tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry as lr
+from tensorflow_privacy.privacy.fast_gradient_clipping import (
+    gradient_clipping_utils,
+)
+from tensorflow_privacy.privacy.fast_gradient_clipping import (
+    layer_registry as lr,
+)
 
 # Layers whose training-mode output is random: the norms and the clipped sum
 # must come from the gradients of the training-mode pass, and the registry's
@@ -55,7 +59,8 @@ def _padded(layer: tf.keras.layers.Conv2D, inputs: tf.Tensor) -> tf.Tensor:
     return inputs
   pads = [[0, 0]]
   for axis, kernel, stride, dilation in zip(
-      (1, 2), layer.kernel_size, layer.strides, layer.dilation_rate):
+      (1, 2), layer.kernel_size, layer.strides, layer.dilation_rate
+  ):
     size = inputs.shape[axis]
     size = tf.shape(inputs)[axis] if size is None else size
     pads.append(_same_padding(size, kernel, stride, dilation))
@@ -75,14 +80,25 @@ def _input_patches(layer: tf.keras.layers.Conv2D, inputs, out_size):
   `tf.image.extract_patches` (whose output puts the patch axis last).
   """
   (kh, kw), (sh, sw), (dh, dw) = (
-      layer.kernel_size, layer.strides, layer.dilation_rate)
+      layer.kernel_size,
+      layer.strides,
+      layer.dilation_rate,
+  )
   out_h, out_w = out_size
   x = tf.transpose(_padded(layer, inputs), [0, 3, 1, 2])  # [batch, c, H, W]
-  patches = tf.stack([
-      x[:, :, i * dh : i * dh + (out_h - 1) * sh + 1 : sh,
-        j * dw : j * dw + (out_w - 1) * sw + 1 : sw]
-      for i in range(kh) for j in range(kw)
-  ], axis=1)  # [batch, kh * kw, c, H', W']
+  patches = tf.stack(
+      [
+          x[
+              :,
+              :,
+              i * dh : i * dh + (out_h - 1) * sh + 1 : sh,
+              j * dw : j * dw + (out_w - 1) * sw + 1 : sw,
+          ]
+          for i in range(kh)
+          for j in range(kw)
+      ],
+      axis=1,
+  )  # [batch, kh * kw, c, H', W']
   return tf.reshape(patches, [tf.shape(inputs)[0], -1, out_h * out_w])
 
 
@@ -109,8 +125,12 @@ def grouped_filter_grads() -> bool:
       return False
     try:
       tf.compat.v1.nn.conv2d_backprop_filter(
-          tf.ones([1, 1, 1, 2]), [1, 1, 1, 2], tf.ones([1, 1, 1, 2]),
-          strides=[1, 1, 1, 1], padding='VALID')
+          tf.ones([1, 1, 1, 2]),
+          [1, 1, 1, 2],
+          tf.ones([1, 1, 1, 2]),
+          strides=[1, 1, 1, 1],
+          padding='VALID',
+      )
     except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
       return False
   return True
@@ -121,6 +141,7 @@ class KernelGrads(NamedTuple):
 
   Without that axis, `values` has the kernel's shape [kh, kw, c_in, d].
   """
+
   values: tf.Tensor
   batch_axis: int
 
@@ -135,7 +156,8 @@ class KernelGrads(NamedTuple):
 
 
 def _per_example_kernel_grads(
-    layer: tf.keras.layers.Conv2D, inputs, grads) -> KernelGrads:
+    layer: tf.keras.layers.Conv2D, inputs, grads
+) -> KernelGrads:
   """Each example's kernel gradient.
 
   Example b's kernel gradient, K_b[i, j, c, o] = sum_{h, w}
@@ -238,7 +260,11 @@ def conv2d_layer_computation(
     # materialised form computed them, else None).
     g = tf.reshape(grads, [tf.shape(grads)[0], -1, grads.shape[-1]])
     patch_size = int(np.prod(layer_instance.kernel_size)) * inputs.shape[-1]
-    positions = grads.shape[1] * grads.shape[2] if None not in grads.shape[1:3] else None
+    positions = (
+        grads.shape[1] * grads.shape[2]
+        if None not in grads.shape[1:3]
+        else None
+    )
     kernel_grads = None
     if use_ghost_form(positions, patch_size, g.shape[-1]):
       a = _input_patches(layer_instance, inputs, _spatial(grads))
@@ -322,6 +348,7 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
   def grads(base_grads, weights, kept, safe):
     g = _zero_rows(weights > 0, base_grads) if safe else base_grads
     g = g * _rows(weights, g)
+
     def x():
       # Read only by the two filter-gradient forms below.
       return _zero_rows(weights > 0, inputs) if safe else inputs
@@ -347,7 +374,8 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
       a = _input_patches(layer, x(), _spatial(g))
       flat_g = tf.reshape(g, [tf.shape(g)[0], -1, g.shape[-1]])
       kernel = tf.reshape(
-          tf.einsum('bpt,bto->po', a, flat_g), tf.shape(layer.kernel))
+          tf.einsum('bpt,bto->po', a, flat_g), tf.shape(layer.kernel)
+      )
     out = [(layer.kernel, kernel)]
     if layer.use_bias:
       out.append((layer.bias, tf.reduce_sum(g, axis=[0, 1, 2])))
@@ -438,10 +466,13 @@ def unsupported_layers(
   """
   registry = registry or layer_registry()
   if not gradient_clipping_utils.has_internal_compute_graph(keras_model):
-    return [f'{keras_model.name} ({type(keras_model).__name__}, not a '
-            'functional Keras model)']
-  return _unsupported(keras_model, registry, _trainable_layer_calls(
-      keras_model, {}))
+    return [
+        f'{keras_model.name} ({type(keras_model).__name__}, not a '
+        'functional Keras model)'
+    ]
+  return _unsupported(
+      keras_model, registry, _trainable_layer_calls(keras_model, {})
+  )
 
 
 def _registered(layer, registry) -> bool:
@@ -462,8 +493,10 @@ def _unsupported(keras_model, registry, calls) -> list[str]:
     if isinstance(layer, _RANDOM_LAYERS):
       supported = False
     elif calls.get(id(layer), 0) > 1:
-      blocking.append(f'{layer.name} ({type(layer).__name__}, called '
-                      f'{calls[id(layer)]} times)')
+      blocking.append(
+          f'{layer.name} ({type(layer).__name__}, called '
+          f'{calls[id(layer)]} times)'
+      )
       continue
     elif layer.trainable_weights:
       supported = _registered(layer, registry)
@@ -578,7 +611,11 @@ def clipped_grad_sum(
     z, outputs, sqr_norm_fn = registry.lookup(layer)(
         layer, args, kwargs, tape, None
     )
-    return outputs, (z, sqr_norm_fn, _WEIGHTED_GRADS[layer.__class__](layer, args))
+    return outputs, (
+        z,
+        sqr_norm_fn,
+        _WEIGHTED_GRADS[layer.__class__](layer, args),
+    )
 
   with tape:
     outputs, records = gradient_clipping_utils.model_forward_pass(
@@ -603,5 +640,6 @@ def clipped_grad_sum(
   weights = tf.where(finite, clip_scale(norms, clip_norm), 0.0)
 
   grads = _weighted_sums(
-      keras_model.trainable_variables, records, base_grads, kept, weights)
+      keras_model.trainable_variables, records, base_grads, kept, weights
+  )
   return grads, tf.where(finite, losses, 0.0)

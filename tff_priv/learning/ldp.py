@@ -142,9 +142,7 @@ def build_weights_client_work(
 
   @tff.tensorflow.computation(weights_type, result_type)
   def to_local_weights(weights, result):
-    local = tf.nest.map_structure(
-        tf.subtract, weights.trainable, result.update
-    )
+    local = tf.nest.map_structure(tf.subtract, weights.trainable, result.update)
     return tff.learning.templates.ClientResult(
         update=local, update_weight=result.update_weight
     )
@@ -206,9 +204,7 @@ def build_replace_weights_finalizer(
     return tff.templates.MeasuredProcessOutput(
         state=state,
         result=tff.federated_map(replace, (weights, aggregate)),
-        measurements=tff.federated_value(
-            collections.OrderedDict(), tff.SERVER
-        ),
+        measurements=tff.federated_value(collections.OrderedDict(), tff.SERVER),
     )
 
   return tff.learning.templates.FinalizerProcess(init_fn, next_fn)
@@ -369,7 +365,7 @@ def ldp_report(
       'pld_epsilon (at delta) are guarantees of local DP for all d values over '
       'T rounds; shuffle_epsilon is a guarantee only when shuffle_applicable '
       '(and only against a server that sees the shuffled messages); '
-      'paper_epsilon_per_value is the paper\'s per-value claim, not a bound on '
+      "paper_epsilon_per_value is the paper's per-value claim, not a bound on "
       'what a client releases'
   )
   return out
@@ -445,8 +441,8 @@ def ldp_privacy_report(
         private=False,
         epsilon=math.inf,
         note=(
-            'each tensor\'s min/max is sent in clear every round (the '
-            'paper\'s adaptive range): no finite guarantee for this side '
+            "each tensor's min/max is sent in clear every round (the "
+            "paper's adaptive range): no finite guarantee for this side "
             'channel; the LDP numbers cover the encoded values only'
         ),
     )

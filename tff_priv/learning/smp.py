@@ -68,12 +68,15 @@ from typing import Any, Callable, Optional
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+
 # TFF's model-delta client update, the TF function that
 # `tff.learning.templates.build_model_delta_client_work` runs on each client.
 # The server's public training calls it too, so that it is by construction the
 # clients' training (optimizer, hyperparameters, loop, non-finite handling);
 # TFF 0.87 has no public name for it.
-from tensorflow_federated.python.learning.templates import model_delta_client_work as tff_model_delta
+from tensorflow_federated.python.learning.templates import (
+    model_delta_client_work as tff_model_delta,
+)
 
 from tff_priv import validation
 from tff_priv.aggregators import smp as smp_aggregators
@@ -152,8 +155,12 @@ def build_fedsmp_process(
       rand_k, or `client_work_wrapper` with `local_epochs` > 1.
   """
   server_optimizer_fn, local_epochs = _checked_arguments(
-      model_fn, client_optimizer_fn, server_optimizer_fn, aggregator_factory,
-      local_epochs, metrics_aggregator,
+      model_fn,
+      client_optimizer_fn,
+      server_optimizer_fn,
+      aggregator_factory,
+      local_epochs,
+      metrics_aggregator,
   )
   top_k = aggregator_factory.mask == 'top_k'
 
@@ -167,7 +174,10 @@ def build_fedsmp_process(
     )
 
   client_work = _client_work(
-      model_fn, client_optimizer_fn, metrics_aggregator, client_work_wrapper,
+      model_fn,
+      client_optimizer_fn,
+      metrics_aggregator,
+      client_work_wrapper,
       local_epochs,
   )
   update_type = client_work.next.type_signature.result.result.member.update
@@ -181,12 +191,21 @@ def build_fedsmp_process(
   )
   k = smp_mechanisms.num_kept(dimension, aggregator_factory.compression)
   data_type = tff.SequenceType(element_type)
-  top_k_mask = _top_k_mask_computations(
-      model_fn, client_optimizer_fn, public_runs, local_epochs, k,
-      metric_finalizers, weights_type,
-      client_work.initialize.type_signature.result.member,
-      aggregator.initialize.type_signature.result.member,
-  ) if top_k else None
+  top_k_mask = (
+      _top_k_mask_computations(
+          model_fn,
+          client_optimizer_fn,
+          public_runs,
+          local_epochs,
+          k,
+          metric_finalizers,
+          weights_type,
+          client_work.initialize.type_signature.result.member,
+          aggregator.initialize.type_signature.result.member,
+      )
+      if top_k
+      else None
+  )
 
   if client_work_wrapper is None:
     client_data_type = tff.FederatedType(data_type, tff.CLIENTS)
@@ -195,12 +214,16 @@ def build_fedsmp_process(
   init_fn, next_fn = _round_computations(
       model_fn,
       _Components(distributor, client_work, aggregator, finalizer),
-      data_type, client_data_type, local_epochs,
-      top_k_mask, k,
+      data_type,
+      client_data_type,
+      local_epochs,
+      top_k_mask,
+      k,
   )
   get_model_weights, set_model_weights, get_hparams, set_hparams = (
-      _state_accessors(init_fn.type_signature.result.member, client_work,
-                       finalizer)
+      _state_accessors(
+          init_fn.type_signature.result.member, client_work, finalizer
+      )
   )
   return tff.learning.templates.LearningProcess(
       init_fn,
@@ -213,8 +236,13 @@ def build_fedsmp_process(
 
 
 def _round_computations(
-    model_fn, components, data_type, client_data_type, local_epochs,
-    top_k_mask, k,
+    model_fn,
+    components,
+    data_type,
+    client_data_type,
+    local_epochs,
+    top_k_mask,
+    k,
 ):
   """(init_fn, next_fn) of the process: one Fed-SMP round (module docstring).
 
@@ -312,8 +340,12 @@ def _model_types(model_fn):
 
 
 def _checked_arguments(
-    model_fn, client_optimizer_fn, server_optimizer_fn, aggregator_factory,
-    local_epochs, metrics_aggregator,
+    model_fn,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    aggregator_factory,
+    local_epochs,
+    metrics_aggregator,
 ):
   """(server optimizer, local epochs), after `build_fedsmp_process`'s checks."""
   if not callable(model_fn):
@@ -322,8 +354,9 @@ def _checked_arguments(
   if server_optimizer_fn is None:
     server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   _check_optimizer('server_optimizer_fn', server_optimizer_fn)
-  if not isinstance(aggregator_factory,
-                    smp_aggregators.SparsifiedSecureSumFactory):
+  if not isinstance(
+      aggregator_factory, smp_aggregators.SparsifiedSecureSumFactory
+  ):
     raise TypeError(
         'aggregator_factory must be a SparsifiedSecureSumFactory, got '
         f'{type(aggregator_factory).__name__}'
@@ -338,7 +371,10 @@ def _checked_arguments(
 
 
 def _client_work(
-    model_fn, client_optimizer_fn, metrics_aggregator, client_work_wrapper,
+    model_fn,
+    client_optimizer_fn,
+    metrics_aggregator,
+    client_work_wrapper,
     local_epochs,
 ) -> tff.learning.templates.ClientWorkProcess:
   """TFF's model-delta client work, wrapped by `client_work_wrapper` if given."""
@@ -360,8 +396,15 @@ def _client_work(
 
 
 def _top_k_mask_computations(
-    model_fn, client_optimizer_fn, public_runs, local_epochs, k,
-    metric_finalizers, weights_type, hparams_type, aggregator_state_type,
+    model_fn,
+    client_optimizer_fn,
+    public_runs,
+    local_epochs,
+    k,
+    metric_finalizers,
+    weights_type,
+    hparams_type,
+    aggregator_state_type,
 ):
   """(public_mask, set_round_mask): the server's top_k mask of a round.
 
@@ -400,9 +443,7 @@ def _top_k_mask_computations(
   def set_round_mask(state, indices):
     # What `tff_priv.aggregators.smp._with_top_k_mask` does outside TFF; the
     # aggregator's `next` checks that the indices are sorted, distinct and in [0, d).
-    return state._replace(
-        mask_indices=indices, mask_is_fresh=tf.constant(True)
-    )
+    return state._replace(mask_indices=indices, mask_is_fresh=tf.constant(True))
 
   return public_mask, set_round_mask
 
@@ -487,7 +528,7 @@ def _materialize_public_data(
   if not element_type.is_assignable_from(public_type):
     raise TypeError(
         f'public_data elements must match the model input spec {element_type} '
-        f'(batched as the clients\' data), got {public_type}'
+        f"(batched as the clients' data), got {public_type}"
     )
   if public_data.cardinality() == tf.data.INFINITE_CARDINALITY:
     raise ValueError('public_data must be finite, got an infinite dataset')

@@ -181,12 +181,16 @@ def _apply_trigger(learning_state_type, beta, zeta):
         aggregator=aggregator,
         finalizer=state.finalizer,
     )
-    return new_state, discounts + tf.cast(stalled, tf.int32), collections.OrderedDict(
-        validation_loss=new_loss,
-        stalled=stalled,
-        planned_rounds=new_noise.planned_rounds,
-        rounds_done=new_noise.rounds_done,
-        done=noise_schedule.BudgetSchedule.is_done(new_noise),
+    return (
+        new_state,
+        discounts + tf.cast(stalled, tf.int32),
+        collections.OrderedDict(
+            validation_loss=new_loss,
+            stalled=stalled,
+            planned_rounds=new_noise.planned_rounds,
+            rounds_done=new_noise.rounds_done,
+            done=noise_schedule.BudgetSchedule.is_done(new_noise),
+        ),
     )
 
   return apply_trigger
@@ -289,7 +293,8 @@ def build_crd_process(
   def next_fn(state, client_data):
     output = inner.next(state.learning, client_data)
     new_loss = tff.federated_map(
-        validation_loss, tff.federated_map(inner.get_model_weights, output.state)
+        validation_loss,
+        tff.federated_map(inner.get_model_weights, output.state),
     )
     learning, discounts, crd_metrics = tff.federated_map(
         apply_trigger,
@@ -299,12 +304,15 @@ def build_crd_process(
         collections.OrderedDict(round=output.metrics, crd=crd_metrics)
     )
     new_state = tff.federated_zip(
-        CRDState(learning=learning, validation_loss=new_loss, discounts=discounts)
+        CRDState(
+            learning=learning, validation_loss=new_loss, discounts=discounts
+        )
     )
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
   get_model_weights, set_model_weights = _model_weight_accessors(
-      init_fn.type_signature.result.member, weights_type)
+      init_fn.type_signature.result.member, weights_type
+  )
   return tff.learning.templates.LearningProcess(
       init_fn, next_fn, get_model_weights, set_model_weights
   )

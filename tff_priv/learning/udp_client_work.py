@@ -52,7 +52,9 @@ PerExampleLoss = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 CLIPPING = ('auto', 'ghost', 'per_example')
 
 
-def sparse_categorical_crossentropy(from_logits: bool = False) -> PerExampleLoss:
+def sparse_categorical_crossentropy(
+    from_logits: bool = False,
+) -> PerExampleLoss:
   """Per-example sparse categorical cross-entropy, for classifier models."""
 
   def loss(y_true, y_pred):
@@ -100,8 +102,10 @@ def _ghost_blockers(model) -> list[str]:
   """What keeps `model` off the ghost-norm path (empty: nothing)."""
   keras_model = _keras_model_of(model)
   if keras_model is None:
-    return [f'{type(model).__name__} (not a tff.learning.models.'
-            'from_keras_model model)']
+    return [
+        f'{type(model).__name__} (not a tff.learning.models.'
+        'from_keras_model model)'
+    ]
   return ghost_clipping.unsupported_layers(keras_model)
 
 
@@ -151,7 +155,9 @@ def _clipping_and_types(model_fn, clipping):
   """
   with tf.Graph().as_default():
     whimsy_model = model_fn()
-    blockers = [] if clipping == 'per_example' else _ghost_blockers(whimsy_model)
+    blockers = (
+        [] if clipping == 'per_example' else _ghost_blockers(whimsy_model)
+    )
   if clipping == 'ghost' and blockers:
     raise ValueError(
         "clipping='ghost' needs a from_keras_model model whose trainable "
@@ -160,7 +166,8 @@ def _clipping_and_types(model_fn, clipping):
   if clipping == 'auto' and blockers:
     logging.warning(
         'UDP client work: per-example gradients (tf.vectorized_map) instead '
-        'of ghost norms, forced by: %s', ', '.join(blockers),
+        'of ghost norms, forced by: %s',
+        ', '.join(blockers),
     )
   element_type = tff.types.tensorflow_to_type(whimsy_model.input_spec)
   return (
@@ -170,8 +177,9 @@ def _clipping_and_types(model_fn, clipping):
   )
 
 
-def _client_update_fn(use_ghost, per_example_loss, learning_rate, clip_norm,
-                      local_steps):
+def _client_update_fn(
+    use_ghost, per_example_loss, learning_rate, clip_norm, local_steps
+):
   """A client's round: (ClientResult, its loss sum, its example count).
 
   `local_steps` full-batch steps of clipped per-example gradients from the
@@ -182,9 +190,7 @@ def _client_update_fn(use_ghost, per_example_loss, learning_rate, clip_norm,
 
   def client_update(model, initial_weights, dataset):
     weights = tff.learning.models.ModelWeights.from_model(model)
-    tf.nest.map_structure(
-        lambda v, t: v.assign(t), weights, initial_weights
-    )
+    tf.nest.map_structure(lambda v, t: v.assign(t), weights, initial_weights)
     variables = model.trainable_variables
     lr = tf.constant(learning_rate, tf.float32)
 
@@ -194,7 +200,11 @@ def _client_update_fn(use_ghost, per_example_loss, learning_rate, clip_norm,
         x, y = _unpack(batch)
         if use_ghost:
           grads, losses = ghost_clipping.clipped_grad_sum(
-              _keras_model_of(model), x, y, per_example_loss, clip_norm,
+              _keras_model_of(model),
+              x,
+              y,
+              per_example_loss,
+              clip_norm,
               registry,
           )
         else:
@@ -313,8 +323,7 @@ def build_udp_client_work(
     raise TypeError('per_example_loss must be callable (y_true, y_pred)')
   if not isinstance(report_train_metrics, bool):
     raise TypeError(
-        'report_train_metrics must be a bool, got '
-        f'{report_train_metrics!r}'
+        'report_train_metrics must be a bool, got ' f'{report_train_metrics!r}'
     )
 
   validation.one_of('clipping', clipping, CLIPPING)

@@ -89,17 +89,21 @@ def loss(coefs, n: int) -> float:
 
 @functools.lru_cache(maxsize=None)
 def _traced_loss(n: int, bands: int):
-  @tf.function(input_signature=[tf.TensorSpec([bands], tf.float64)],
-               reduce_retracing=True)
+  @tf.function(
+      input_signature=[tf.TensorSpec([bands], tf.float64)],
+      reduce_retracing=True,
+  )
   def value_and_gradient(c):
     with tf.GradientTape() as tape:
       tape.watch(c)
       # Row i of the banded form is C's i-th subdiagonal (all c_i).
       banded = tf.tile(c[:, tf.newaxis], [1, n])
       b = tf.linalg.banded_triangular_solve(
-          banded, tf.ones([n, 1], tf.float64), lower=True)[:, 0]
+          banded, tf.ones([n, 1], tf.float64), lower=True
+      )[:, 0]
       value = tf.reduce_mean(tf.cumsum(b * b)) * tf.reduce_sum(c * c)
     return value, tape.gradient(value, c)
+
   return value_and_gradient
 
 
@@ -126,8 +130,9 @@ def optimize(n: int, bands: int, max_iterations: int = 250) -> np.ndarray:
   return c / np.linalg.norm(c)
 
 
-def candidate_bands(population: int, clients_per_round: int,
-                    total_rounds: int) -> list[int]:
+def candidate_bands(
+    population: int, clients_per_round: int, total_rounds: int
+) -> list[int]:
   """b in 1..N // K (q = K / floor(N / b) <= 1), as jax_privacy: divisors of N.
 
   jax_privacy's `optimize_coefs_for_amplifications` searches the divisors of
@@ -160,8 +165,9 @@ class BandChoice:
   score: Optional[float] = None
 
 
-def band_choice(total_rounds: int, population: int, clients_per_round: int,
-                bands: int) -> BandChoice:
+def band_choice(
+    total_rounds: int, population: int, clients_per_round: int, bands: int
+) -> BandChoice:
   """The strategy and sampling of `bands` bands (not calibrated)."""
   total_rounds = validation.int_at_least('total_rounds', total_rounds, 1)
   population = validation.int_at_least('population', population, 1)
@@ -171,11 +177,13 @@ def band_choice(total_rounds: int, population: int, clients_per_round: int,
     raise ValueError(
         f'bands={bands} exceeds population // clients_per_round = '
         f'{population // k}: a group of floor(N / b) = {population // bands} '
-        f'clients cannot give {k} clients a round')
+        f'clients cannot give {k} clients a round'
+    )
   if bands > total_rounds:
     # Groups past round T would never train, and the window would hold T
     # coefficients while q is b's.
     raise ValueError(f'bands={bands} exceeds total_rounds={total_rounds}')
   coefs = optimize(total_rounds, bands)
-  return BandChoice(bands, coefs, k / (population // bands),
-                    math.ceil(total_rounds / bands))
+  return BandChoice(
+      bands, coefs, k / (population // bands), math.ceil(total_rounds / bands)
+  )

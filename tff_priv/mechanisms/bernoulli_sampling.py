@@ -60,9 +60,7 @@ def bernoulli_batches(
         examples = _canonical_order(examples)
       n = tf.shape(tf.nest.flatten(examples)[0])[0]
       keep = tf.random.stateless_uniform([n], seed=batch_seed) < rho
-      return tf.nest.map_structure(
-          lambda t: tf.boolean_mask(t, keep), examples
-      )
+      return tf.nest.map_structure(lambda t: tf.boolean_mask(t, keep), examples)
 
     return tf.data.Dataset.zip((seeds, everything.repeat())).map(sample)
 

@@ -139,7 +139,9 @@ class BLT:
       gaps = np.abs(theta[:, None] - theta[None, :]) + np.eye(theta.size)
       if np.min(gaps) < 1e-9:
         raise ValueError('inverse needs buf_decay values at least 1e-9 apart')
-    evals = np.linalg.eigvals(np.diag(theta) - np.outer(omega, np.ones_like(omega)))
+    evals = np.linalg.eigvals(
+        np.diag(theta) - np.outer(omega, np.ones_like(omega))
+    )
     if np.max(np.abs(evals.imag)) > 1e-9:
       raise ValueError(f'the inverse of this BLT is not a real BLT: {evals}')
     evals = evals.real
@@ -153,11 +155,15 @@ class BLT:
     if self.num_buffers == 0:
       return np.zeros(0)
     theta, omega = self.buf_decay, self.output_scale
-    return np.linalg.eigvals(np.diag(theta) - np.outer(omega, np.ones_like(omega)))
+    return np.linalg.eigvals(
+        np.diag(theta) - np.outer(omega, np.ones_like(omega))
+    )
 
   def check_stable(self) -> 'BLT':
     """self, if theta in (0,1), C >= 0 non-increasing and C^{-1} stable."""
-    if self.num_buffers and not np.all((self.buf_decay > 0) & (self.buf_decay < 1)):
+    if self.num_buffers and not np.all(
+        (self.buf_decay > 0) & (self.buf_decay < 1)
+    ):
       raise ValueError(f'buf_decay must lie in (0, 1), got {self.buf_decay}')
     if self.num_buffers and np.max(np.abs(self.inverse_buf_decay())) >= 1:
       raise ValueError(
@@ -172,7 +178,9 @@ class BLT:
     buffers = np.zeros((self.num_buffers,) + z.shape[1:])
     out = np.empty_like(z)
     for t in range(z.shape[0]):
-      out[t], buffers = inverse_step(buffers, z[t], self.buf_decay, self.output_scale)
+      out[t], buffers = inverse_step(
+          buffers, z[t], self.buf_decay, self.output_scale
+      )
     return out
 
   def prefix_errors(self, n: int) -> np.ndarray:
@@ -246,7 +254,7 @@ def rational_approx_init(num_buffers: int) -> BLT:
   h = 1.6 * np.pi / np.sqrt(2 * (d1 + 1))
   ks = np.arange(-d1 + 1, num_buffers - d1 + 1) - 1
   decay = 1 / (1 + np.exp(2 * h * ks))
-  scale = -(decay ** 2) * np.exp(3 * h * ks) / np.sum(np.exp(h * ks) * decay)
+  scale = -(decay**2) * np.exp(3 * h * ks) / np.sum(np.exp(h * ks) * decay)
   blt = BLT(decay, scale).inverse()
   theta = blt.buf_decay * min(1.0, (1 - 1e-6) / np.max(blt.buf_decay))
   omega = blt.output_scale
@@ -311,7 +319,8 @@ def optimize(
 
   def fit(nbuf, previous):
     found = blt_optimize.optimize_buffers(
-        n, error, min_sep, k, starts(nbuf, previous), max_iterations)
+        n, error, min_sep, k, starts(nbuf, previous), max_iterations
+    )
     if found is None:
       return None
     theta, omega, theta_hat, _ = found
@@ -340,6 +349,8 @@ def optimize(
   return best.check_stable()
 
 
-def blt_from_lists(buf_decay: Sequence[float], output_scale: Sequence[float]) -> BLT:
+def blt_from_lists(
+    buf_decay: Sequence[float], output_scale: Sequence[float]
+) -> BLT:
   """A checked BLT from plain lists (flags, configs)."""
   return BLT(np.asarray(buf_decay), np.asarray(output_scale)).check_stable()

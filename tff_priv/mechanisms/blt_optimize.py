@@ -35,8 +35,6 @@ better, and stops when a buffer improves the loss by less than `rtol`
 (jax_privacy's 1.01). Warm starts make more buffers never worse.
 """
 
-from typing import Optional
-
 import numpy as np
 import tensorflow as tf
 
@@ -57,8 +55,9 @@ def _decays(logits):
 def _output_scales(theta, theta_hat):
   """omega_i = prod_j (theta_i - theta_hat_j) / prod_{j != i} (theta_i - theta_j)."""
   numerators = tf.reduce_prod(theta[:, None] - theta_hat[None, :], axis=1)
-  differences = tf.linalg.set_diag(theta[:, None] - theta[None, :],
-                                   tf.ones_like(theta))
+  differences = tf.linalg.set_diag(
+      theta[:, None] - theta[None, :], tf.ones_like(theta)
+  )
   return numerators / tf.reduce_prod(differences, axis=1)
 
 
@@ -66,8 +65,13 @@ def _coefs(log_theta, omega, n):
   """c_0 = 1, c_k = sum_i omega_i theta_i^(k - 1), k < n."""
   k = tf.range(n - 1, dtype=tf.float64)
   powers = tf.exp(k[None, :] * log_theta[:, None])
-  return tf.concat([tf.ones([1], tf.float64),
-                    tf.reduce_sum(omega[:, None] * powers, axis=0)], 0)
+  return tf.concat(
+      [
+          tf.ones([1], tf.float64),
+          tf.reduce_sum(omega[:, None] * powers, axis=0),
+      ],
+      0,
+  )
 
 
 def _sensitivity_squared(c, n, min_sep, k):
@@ -77,22 +81,33 @@ def _sensitivity_squared(c, n, min_sep, k):
   shifts = tf.range(k)[:, None] * min_sep
   index = tf.range(n)[None, :] - shifts
   column = tf.reduce_sum(
-      tf.where(index >= 0, tf.gather(c, tf.maximum(index, 0)),
-               tf.zeros([], tf.float64)), axis=0)
+      tf.where(
+          index >= 0,
+          tf.gather(c, tf.maximum(index, 0)),
+          tf.zeros([], tf.float64),
+      ),
+      axis=0,
+  )
   return tf.reduce_sum(column**2)
 
 
 def _barrier(x):
   """-log(x) where x > 0, +inf where not."""
   safe = tf.where(x > 0, x, tf.ones_like(x))
-  return tf.where(x > 0, -tf.math.log(safe),
-                  tf.fill(tf.shape(x), tf.constant(np.inf, tf.float64)))
+  return tf.where(
+      x > 0,
+      -tf.math.log(safe),
+      tf.fill(tf.shape(x), tf.constant(np.inf, tf.float64)),
+  )
 
 
 def _min_gap(theta):
   gaps = tf.abs(theta[:, None] - theta[None, :])
-  return tf.reduce_min(tf.linalg.set_diag(
-      gaps, tf.fill(tf.shape(theta), tf.constant(np.inf, tf.float64))))
+  return tf.reduce_min(
+      tf.linalg.set_diag(
+          gaps, tf.fill(tf.shape(theta), tf.constant(np.inf, tf.float64))
+      )
+  )
 
 
 # One traced loss per buffer count, shared by every n, error, k and b: a
@@ -105,11 +120,17 @@ def _traced_loss(num_buffers: int):
   if num_buffers in _TRACED:
     return _TRACED[num_buffers]
 
-  @tf.function(autograph=False, input_signature=[
-      tf.TensorSpec([2 * num_buffers], tf.float64),
-      tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.bool),
-      tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32),
-      tf.TensorSpec([], tf.float64)])
+  @tf.function(
+      autograph=False,
+      input_signature=[
+          tf.TensorSpec([2 * num_buffers], tf.float64),
+          tf.TensorSpec([], tf.int32),
+          tf.TensorSpec([], tf.bool),
+          tf.TensorSpec([], tf.int32),
+          tf.TensorSpec([], tf.int32),
+          tf.TensorSpec([], tf.float64),
+      ],
+  )
   def value_and_gradient(params, n, max_error, min_sep, k, approx_optimum):
     with tf.GradientTape() as tape:
       tape.watch(params)
@@ -117,7 +138,8 @@ def _traced_loss(num_buffers: int):
       value = loss / approx_optimum + _PENALTY * penalty
     gradient = tape.gradient(value, params)
     finite = tf.math.is_finite(value) & tf.reduce_all(
-        tf.math.is_finite(gradient))
+        tf.math.is_finite(gradient)
+    )
     value = tf.where(finite, value, tf.constant(np.inf, tf.float64))
     gradient = tf.where(finite, gradient, tf.zeros_like(gradient))
     return value, gradient
@@ -134,41 +156,59 @@ def _parts(params, n, max_error, min_sep, k, num_buffers):
   omega_hat = _output_scales(theta_hat, theta)
   c = _coefs(log_theta, omega, n)
   c_hat = _coefs(log_theta_hat, omega_hat, n)
-  per_query = tf.cumsum(tf.cumsum(c_hat)**2)
+  per_query = tf.cumsum(tf.cumsum(c_hat) ** 2)
   err = tf.where(max_error, per_query[-1], tf.reduce_mean(per_query))
   loss = err * _sensitivity_squared(c, n, min_sep, k)
   penalty = (
-      tf.reduce_sum(_barrier(omega)) + tf.reduce_sum(_barrier(-omega_hat))
+      tf.reduce_sum(_barrier(omega))
+      + tf.reduce_sum(_barrier(-omega_hat))
       + _barrier(1 - tf.reduce_sum(omega))
       + _barrier(1 - tf.reduce_sum(omega / theta))
   )
   if num_buffers > 1:
-    penalty += (_barrier(_min_gap(theta) - _MIN_GAP)
-                + _barrier(_min_gap(theta_hat) - _MIN_GAP))
+    penalty += _barrier(_min_gap(theta) - _MIN_GAP) + _barrier(
+        _min_gap(theta_hat) - _MIN_GAP
+    )
   return loss, penalty
 
 
 def make_loss(n: int, error: str, min_sep: int, k: int, num_buffers: int):
   """(params [2 nbuf] -> penalised normalised loss, params -> plain loss)."""
   traced = _traced_loss(num_buffers)
-  args = (tf.constant(n, tf.int32), tf.constant(error == 'max'),
-          tf.constant(min_sep, tf.int32), tf.constant(k, tf.int32),
-          tf.constant(k + (1 + np.log(n) / np.pi) ** 2, tf.float64))
+  args = (
+      tf.constant(n, tf.int32),
+      tf.constant(error == 'max'),
+      tf.constant(min_sep, tf.int32),
+      tf.constant(k, tf.int32),
+      tf.constant(k + (1 + np.log(n) / np.pi) ** 2, tf.float64),
+  )
 
   def value_and_gradient(params):
     return traced(params, *args)
 
   def plain(params):
-    return float(_parts(tf.constant(params, tf.float64), n, error == 'max',
-                        min_sep, k, num_buffers)[0])
+    return float(
+        _parts(
+            tf.constant(params, tf.float64),
+            n,
+            error == 'max',
+            min_sep,
+            k,
+            num_buffers,
+        )[0]
+    )
 
   return value_and_gradient, plain
 
 
 def to_params(theta: np.ndarray, theta_hat: np.ndarray) -> np.ndarray:
   clip = lambda x: np.clip(np.asarray(x, np.float64), 1e-15, 1 - 1e-15)
-  return np.concatenate([np.log(clip(theta)) - np.log1p(-clip(theta)),
-                         np.log(clip(theta_hat)) - np.log1p(-clip(theta_hat))])
+  return np.concatenate(
+      [
+          np.log(clip(theta)) - np.log1p(-clip(theta)),
+          np.log(clip(theta_hat)) - np.log1p(-clip(theta_hat)),
+      ]
+  )
 
 
 def from_params(params: np.ndarray, num_buffers: int):
@@ -176,12 +216,19 @@ def from_params(params: np.ndarray, num_buffers: int):
   params = tf.constant(params, tf.float64)
   theta = _decays(params[:num_buffers])[0]
   theta_hat = _decays(params[num_buffers:])[0]
-  return (theta.numpy(), _output_scales(theta, theta_hat).numpy(),
-          theta_hat.numpy())
+  return (
+      theta.numpy(),
+      _output_scales(theta, theta_hat).numpy(),
+      theta_hat.numpy(),
+  )
 
 
-def minimize(value_and_gradient, params: np.ndarray,
-             max_iterations: int, memory: int = 15) -> np.ndarray:
+def minimize(
+    value_and_gradient,
+    params: np.ndarray,
+    max_iterations: int,
+    memory: int = 15,
+) -> np.ndarray:
   """L-BFGS from `params`, with a backtracking (Armijo) line search.
 
   Written here (numpy around the traced loss) rather than scipy's L-BFGS-B,
@@ -189,6 +236,7 @@ def minimize(value_and_gradient, params: np.ndarray,
   `lbfgs_minimize`, whose graph takes longer to trace than the whole search
   takes to run at these sizes.
   """
+
   def evaluate(x):
     value, gradient = value_and_gradient(tf.constant(x, tf.float64))
     return float(value), gradient.numpy()
@@ -249,8 +297,9 @@ def widened(theta: np.ndarray, theta_hat: np.ndarray):
   return (np.append(theta, low), np.append(theta_hat, low * (1 - 1e-4)))
 
 
-def optimize_buffers(n: int, error: str, min_sep: int, k: int,
-                     starts, max_iterations: int):
+def optimize_buffers(
+    n: int, error: str, min_sep: int, k: int, starts, max_iterations: int
+):
   """The best (theta, omega, theta_hat, loss) over `starts` [(theta, theta_hat)]."""
   best = None
   for theta, theta_hat in starts:

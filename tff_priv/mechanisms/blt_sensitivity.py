@@ -99,15 +99,15 @@ def minsep_sensitivity_squared(
   k = true_max_participations(n, min_sep, max_participations)
   column_sum = np.zeros(n)
   for m in range(k):
-    column_sum[m * min_sep:] += coefs[: n - m * min_sep]
+    column_sum[m * min_sep :] += coefs[: n - m * min_sep]
   return float(column_sum @ column_sum)
 
 
 def minsep_sensitivity(coefs, min_sep=1, max_participations=1, n=None) -> float:
   """sqrt of `minsep_sensitivity_squared` (with the check)."""
-  return float(np.sqrt(
-      minsep_sensitivity_squared(coefs, min_sep, max_participations, n)
-  ))
+  return float(
+      np.sqrt(minsep_sensitivity_squared(coefs, min_sep, max_participations, n))
+  )
 
 
 def brute_force_sensitivity(

@@ -155,9 +155,10 @@ class BudgetSchedule:
       return 1.0 / sigma**2
     # The largest tabulated sigma <= sigma (a relative slack for the round
     # trip through a ledger's noise multiplier): its cost is >= sigma's.
-    index = np.searchsorted(
-        self.sigma_table, sigma * (1.0 + 1e-9), side='right'
-    ) - 1
+    index = (
+        np.searchsorted(self.sigma_table, sigma * (1.0 + 1e-9), side='right')
+        - 1
+    )
     if index < 0:
       raise ValueError(f'sigma {sigma} is below the tabulated noise levels')
     return float(self.cost_table[index])
@@ -176,7 +177,9 @@ class BudgetSchedule:
     left = tf.cast(state.planned_rounds - state.rounds_done, tf.float64)
     # A Python float goes to float64 directly: through float32, 0.9 * 70
     # would floor to 62 instead of 63.
-    beta = tf.cast(tf.convert_to_tensor(beta, dtype_hint=tf.float64), tf.float64)
+    beta = tf.cast(
+        tf.convert_to_tensor(beta, dtype_hint=tf.float64), tf.float64
+    )
     new_left = tf.cast(tf.floor(beta * left), tf.int32)
     return state._replace(planned_rounds=state.rounds_done + new_left)
 

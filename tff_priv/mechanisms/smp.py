@@ -162,7 +162,9 @@ def top_k_indices(scores: Any, k: int) -> tf.Tensor:
   return tf.sort(indices)
 
 
-def top_k_mask_from_public_update(theta_pub: Any, theta: Any, k: int) -> tf.Tensor:
+def top_k_mask_from_public_update(
+    theta_pub: Any, theta: Any, k: int
+) -> tf.Tensor:
   """Fed-SMP's top_k mask: the k largest |theta_pub - theta| coordinates.
 
   `theta` is the round's global model and `theta_pub` the model the server
@@ -237,7 +239,7 @@ def sparsify(update: Any, indices: Optional[Any], scale: float = 1.0) -> Any:
     bounds = tf.searchsorted(indices, tf.constant(offsets), side='left')
     kept = tf.concat(
         [
-            tf.gather(leaf, indices[bounds[i]:bounds[i + 1]] - offsets[i])
+            tf.gather(leaf, indices[bounds[i] : bounds[i + 1]] - offsets[i])
             for i, leaf in enumerate(leaves)
         ],
         axis=0,
@@ -279,9 +281,9 @@ def sparsify_clip_noise(
   kept = sparsify(update, indices, scale)
   if indices is not None:
     # A NaN the mask drops still makes the whole client non-finite.
-    finite = tf.reduce_all([
-        tf.reduce_all(tf.math.is_finite(t)) for t in tf.nest.flatten(update)
-    ])
+    finite = tf.reduce_all(
+        [tf.reduce_all(tf.math.is_finite(t)) for t in tf.nest.flatten(update)]
+    )
     kept = tf.where(finite, kept, tf.zeros_like(kept))
   return gaussian.add_gaussian_noise(
       clipping.clip_l2(kept, clip), noise_stddev, seed

@@ -348,10 +348,12 @@ class _Plan:
   def stage(self) -> Messages:
     """The messages grouped by chunk, in new arrays (send_time None)."""
     n = int(self._bounds[-1])
-    staged = Messages(*(
-        np.empty(n, np.result_type(*[getattr(m, f) for m in self._clients]))
-        for f in ('tensor_id', 'flat_index', 'value')
-    ))
+    staged = Messages(
+        *(
+            np.empty(n, np.result_type(*[getattr(m, f) for m in self._clients]))
+            for f in ('tensor_id', 'flat_index', 'value')
+        )
+    )
     for u, m in enumerate(self._clients):
       labels, self._labels[u] = self._labels[u], None
       sizes = self._piece_sizes[u]

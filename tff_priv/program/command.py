@@ -30,14 +30,17 @@ from absl import logging
 T = TypeVar('T')
 
 WORKERS = flags.DEFINE_list(
-    'workers', [],
+    'workers',
+    [],
     "TFF workers 'host:port,...' (each started with python -m tff_priv.worker "
     '--port=PORT) that run the clients of every round; empty: this machine.',
 )
 WORKER_TIMEOUT = flags.DEFINE_float(
-    'worker_timeout', 60.0,
+    'worker_timeout',
+    60.0,
     'Seconds a --workers worker may not answer (at start or mid-run) before '
-    'the run stops.', lower_bound=0.1,
+    'the run stops.',
+    lower_bound=0.1,
 )
 
 
@@ -74,8 +77,11 @@ def refuse_busy_directory(prog: str, argv: list[str]) -> None:
     except BlockingIOError:
       f.seek(0)
       holder = f.read().strip() or 'unknown'
-      print(f'{prog}: error: {root} is in use by another run (pid {holder}); '
-            'wait for it to end or use another root_output_dir', file=sys.stderr)
+      print(
+          f'{prog}: error: {root} is in use by another run (pid {holder}); '
+          'wait for it to end or use another root_output_dir',
+          file=sys.stderr,
+      )
       sys.exit(2)
     fcntl.flock(f, fcntl.LOCK_UN)
 
@@ -122,12 +128,17 @@ def kept_outputs(root_output_dir: str) -> str:
   """What a stopped run leaves to resume from, naming only what exists."""
   from tff_priv.program import layout  # pylint: disable=g-import-not-at-top
 
-  kept = [name for name in (layout.CHECKPOINTS, layout.PRIVACY)
-          if os.path.exists(layout.path(root_output_dir, name))]
+  kept = [
+      name
+      for name in (layout.CHECKPOINTS, layout.PRIVACY)
+      if os.path.exists(layout.path(root_output_dir, name))
+  ]
   if not kept:
     return f'nothing was written to {root_output_dir}'
-  return (f'{" and ".join(kept)} in {root_output_dir} '
-          f'{"are" if len(kept) > 1 else "is"} kept')
+  return (
+      f'{" and ".join(kept)} in {root_output_dir} '
+      f'{"are" if len(kept) > 1 else "is"} kept'
+  )
 
 
 def _quiet_python_logs() -> None:
@@ -170,10 +181,13 @@ def main(
     # line. Then the workers; the resume hint is the only line.
     stderr = cli.silence_output()
     runtime.stop_workers()
-    os.write(stderr, (
-        f'{prog}: stopped by {signal.Signals(signum).name}; '
-        f'{kept_outputs(root_output_dir)}: run the same command to resume\n'
-    ).encode())
+    os.write(
+        stderr,
+        (
+            f'{prog}: stopped by {signal.Signals(signum).name}; '
+            f'{kept_outputs(root_output_dir)}: run the same command to resume\n'
+        ).encode(),
+    )
     # The interrupted TF/TFF objects fail noisily in interpreter teardown:
     # leave without it (everything is on disk).
     cli.exit_now(128 + signum)
@@ -203,19 +217,24 @@ def main(
     # The merged context's threads may still wait on the other workers:
     # leave without teardown.
     stderr = cli.silence_output()
-    os.write(stderr, (
-        f'{prog}: error: {e}; {kept_outputs(root_output_dir)}: run the same '
-        'command to resume once the worker answers\n'
-    ).encode())
+    os.write(
+        stderr,
+        (
+            f'{prog}: error: {e}; {kept_outputs(root_output_dir)}: run the same '
+            'command to resume once the worker answers\n'
+        ).encode(),
+    )
     cli.exit_now(1)
   except BaseException as e:  # pylint: disable=broad-except
     if received:
       stop(received[0])
     reason = _write_failure(e)
     if reason is not None:
-      print(f'{prog}: error: {reason}; {kept_outputs(root_output_dir)}: '
-            'run the same command to resume once it can write',
-            file=sys.stderr)
+      print(
+          f'{prog}: error: {reason}; {kept_outputs(root_output_dir)}: '
+          'run the same command to resume once it can write',
+          file=sys.stderr,
+      )
       cli.exit_now(1)
     raise
 
@@ -227,5 +246,5 @@ def _write_failure(e: BaseException):
   text = str(e)
   if 'No space left on device' in text:
     # TF's own savers and writers (ResourceExhaustedError ...): many lines.
-    return 'cannot write the run\'s files: No space left on device'
+    return "cannot write the run's files: No space left on device"
   return None

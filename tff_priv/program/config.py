@@ -13,17 +13,21 @@ import json
 import os
 from typing import Any, Optional
 
-import tff_priv_tasks as tasks
 from tff_priv import validation
 from tff_priv.program import files
 from tff_priv.program import layout
 from tff_priv.program import registry
+import tff_priv_tasks as tasks
 
 OPTIMIZERS = registry.base.OPTIMIZERS
 # Task options a run may set (the synthetic-split ones exist only for the
 # tasks that have them; `tasks.get_task` rejects the others).
 TASK_OPTION_NAMES = (
-    'model', 'num_clients', 'partition', 'samples_per_client', 'max_clients',
+    'model',
+    'num_clients',
+    'partition',
+    'samples_per_client',
+    'max_clients',
     'test_fraction',
 )
 CLIENT_METRICS = ('none', 'dp')
@@ -205,9 +209,13 @@ class RunConfig:
     A given `sampling_seed` is written as `GIVEN_SEED`: the seed itself is
     secret (`run_dir.write_secrets`).
     """
-    out = dataclasses.asdict(dataclasses.replace(
-        self, params=None,
-        sampling_seed=None if self.sampling_seed is None else GIVEN_SEED))
+    out = dataclasses.asdict(
+        dataclasses.replace(
+            self,
+            params=None,
+            sampling_seed=None if self.sampling_seed is None else GIVEN_SEED,
+        )
+    )
     out['params'] = registry.to_dict(
         registry.config(self.mechanism, self.params)
     )
@@ -231,7 +239,8 @@ def _with_defaults(found: dict[str, Any]) -> dict[str, Any]:
       **{
           f.name: json.loads(json.dumps(files.finite_or_str(f.default)))
           for f in dataclasses.fields(RunConfig)
-          if f.name not in found and f.default is not dataclasses.MISSING
+          if f.name not in found
+          and f.default is not dataclasses.MISSING
           and f.name != 'params'
       },
       **found,
@@ -285,9 +294,7 @@ def prepare_output_dir(
       ) from e
     if found != wanted:
       keys = sorted(
-          k
-          for k in set(found) | set(wanted)
-          if found.get(k) != wanted.get(k)
+          k for k in set(found) | set(wanted) if found.get(k) != wanted.get(k)
       )
       differ = ', '.join(
           f'{k}: {found.get(k)!r} there, {wanted.get(k)!r} now' for k in keys

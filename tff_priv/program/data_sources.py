@@ -16,8 +16,10 @@ Sampler = Union[sampling.StreamSampler, sampling.BandSampler]
 def sampler_size(sampler: Sampler) -> tuple[int, float]:
   """(N, K) of a `StreamSampler` or `BandSampler` (K: BandSampler's mean)."""
   if isinstance(sampler, sampling.BandSampler):
-    return (sampler.population,
-            sampler.sampling_probability * sampler.group_size)
+    return (
+        sampler.population,
+        sampler.sampling_probability * sampler.group_size,
+    )
   return sampler.population, sampler.clients_per_round
 
 
@@ -40,9 +42,14 @@ class ClientArraysIterator(tff.program.FederatedDataSourceIterator):
   datasets hold a graph, does not).
   """
 
-  def __init__(self, clients: Sequence[Any], batch_size: int,
-               rng: Optional[np.random.Generator] = None,
-               sampler: Optional[Sampler] = None, rounds_drawn: int = 0):
+  def __init__(
+      self,
+      clients: Sequence[Any],
+      batch_size: int,
+      rng: Optional[np.random.Generator] = None,
+      sampler: Optional[Sampler] = None,
+      rounds_drawn: int = 0,
+  ):
     self._clients = list(clients)
     self._batch_size = batch_size
     self._rng = rng if rng is not None else np.random.default_rng()
@@ -85,14 +92,18 @@ class ClientArraysIterator(tff.program.FederatedDataSourceIterator):
         )
       chosen = self._sampler.sample(self._rounds_drawn + 1)
     self._rounds_drawn += 1
-    return [_client_dataset(self._clients[i], self._batch_size)
-            for i in chosen]
+    return [_client_dataset(self._clients[i], self._batch_size) for i in chosen]
 
   def to_bytes(self) -> bytes:
     # The sampler's seed is secret: it is in the checkpoint only.
     return pickle.dumps(
-        (self._clients, self._batch_size, self._rng.bit_generator.state,
-         self._sampler, self._rounds_drawn)
+        (
+            self._clients,
+            self._batch_size,
+            self._rng.bit_generator.state,
+            self._sampler,
+            self._rounds_drawn,
+        )
     )
 
   @classmethod
@@ -127,16 +138,22 @@ class ClientArraysSource(tff.program.FederatedDataSource):
       `BandSampler` of N = len(clients).
   """
 
-  def __init__(self, clients: Sequence[Any], batch_size: int,
-               sampler: Optional[Sampler] = None):
+  def __init__(
+      self,
+      clients: Sequence[Any],
+      batch_size: int,
+      sampler: Optional[Sampler] = None,
+  ):
     if not clients:
-      raise ValueError('clients is empty: pass one structure of arrays per '
-                       'client')
+      raise ValueError(
+          'clients is empty: pass one structure of arrays per ' 'client'
+      )
     self._clients = list(clients)
     self._batch_size = validation.int_at_least('batch_size', batch_size, 1)
     if sampler is not None:
-      if not isinstance(sampler, (sampling.StreamSampler,
-                                  sampling.BandSampler)):
+      if not isinstance(
+          sampler, (sampling.StreamSampler, sampling.BandSampler)
+      ):
         raise TypeError(
             'sampler must be a tff_priv.program.StreamSampler or '
             f'BandSampler, got {type(sampler).__name__}'
@@ -163,5 +180,6 @@ class ClientArraysSource(tff.program.FederatedDataSource):
     return self.iterator().federated_type
 
   def iterator(self) -> ClientArraysIterator:
-    return ClientArraysIterator(self._clients, self._batch_size,
-                                sampler=self._sampler)
+    return ClientArraysIterator(
+        self._clients, self._batch_size, sampler=self._sampler
+    )

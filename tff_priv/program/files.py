@@ -17,8 +17,9 @@ def finite_or_str(x: Any) -> Any:
   return x
 
 
-def write_json(path: str, value: Any, durable: bool = False,
-               owner_only: bool = False) -> None:
+def write_json(
+    path: str, value: Any, durable: bool = False, owner_only: bool = False
+) -> None:
   """Writes `value` to `path` atomically (a reader sees the old or the new file).
 
   Args:

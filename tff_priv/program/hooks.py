@@ -43,8 +43,9 @@ class RunHook:
   def after_round(self, model_weights: Callable[[], Any]) -> None:
     """`model_weights()`: the model the round released (a round that ran)."""
 
-  def evaluate(self, round_num: int, model_weights: Callable[[], Any],
-               last: bool) -> Optional[dict[str, float]]:
+  def evaluate(
+      self, round_num: int, model_weights: Callable[[], Any], last: bool
+  ) -> Optional[dict[str, float]]:
     """Metrics of round `round_num`'s model on public data, released with it.
 
     Called after the round is charged. `model_weights()` gives the model;
@@ -53,8 +54,13 @@ class RunHook:
     del round_num, model_weights, last
     return None
 
-  def summary(self, initial_model_path: str, final_weights, delta: float,
-              accounted_epsilon: float) -> Optional[dict[str, Any]]:
+  def summary(
+      self,
+      initial_model_path: str,
+      final_weights,
+      delta: float,
+      accounted_epsilon: float,
+  ) -> Optional[dict[str, Any]]:
     """privacy['empirical'] of the summary; None: nothing to report."""
     del initial_model_path, final_weights, delta, accounted_epsilon
     return None
@@ -105,8 +111,13 @@ class CanaryClients(RunHook):
     max_cosines: [2N] each canary's largest cosine so far (-1: none yet).
   """
 
-  def __init__(self, canaries, mechanism, template_fn: Callable[[], Any],
-               max_cosines: np.ndarray):
+  def __init__(
+      self,
+      canaries,
+      mechanism,
+      template_fn: Callable[[], Any],
+      max_cosines: np.ndarray,
+  ):
     self.canaries = canaries
     self._mechanism = mechanism
     self._template_fn = template_fn
@@ -136,14 +147,18 @@ class CanaryClients(RunHook):
         self.canaries.cosines(model_io.flat(model_weights()) - self._before),
     )
 
-  def summary(self, initial_model_path, final_weights, delta,
-              accounted_epsilon):
+  def summary(
+      self, initial_model_path, final_weights, delta, accounted_epsilon
+  ):
     final_delta = model_io.flat(final_weights) - model_io.read_flat(
         initial_model_path
     )
     return canaries_lib.estimate(
-        self.canaries.cosines(final_delta), self.max_cosines,
-        self.canaries.num_inserted, delta, accounted_epsilon,
+        self.canaries.cosines(final_delta),
+        self.max_cosines,
+        self.canaries.num_inserted,
+        delta,
+        accounted_epsilon,
     )
 
 
@@ -167,11 +182,11 @@ class CanaryExamples(RunHook):
     self._batch_size = batch_size
 
   def client_dataset(self, dataset, client_index):
-    return self._canary_examples.add_to(dataset, client_index,
-                                        self._batch_size)
+    return self._canary_examples.add_to(dataset, client_index, self._batch_size)
 
-  def summary(self, initial_model_path, final_weights, delta,
-              accounted_epsilon):
+  def summary(
+      self, initial_model_path, final_weights, delta, accounted_epsilon
+  ):
     return canary_examples_lib.audit(
         self._canary_examples.scores(
             canary_examples_lib.model_loss_fn(self._model_fn),

@@ -42,9 +42,9 @@ import math
 import os
 from typing import Optional, Sequence
 
-from matplotlib.backends import backend_agg
 from matplotlib import figure
 from matplotlib import ticker
+from matplotlib.backends import backend_agg
 
 from tff_priv.program import layout
 from tff_priv.program import runs
@@ -89,8 +89,8 @@ class Run:
   def points(self) -> list[tuple[int, float, float]]:
     """(round, analyst's eps, accuracy) where both are numbers, eps > 0."""
     return [
-        (r, e, a) for r, e, a in zip(self.rounds, self.epsilon,
-                                     self.test_accuracy)
+        (r, e, a)
+        for r, e, a in zip(self.rounds, self.epsilon, self.test_accuracy)
         if math.isfinite(e) and e > 0 and not math.isnan(a)
     ]
 
@@ -101,8 +101,8 @@ class Run:
     says it all.
     """
     points = [
-        (r, s, a) for r, s, a in zip(self.rounds, self.server_epsilon,
-                                     self.test_accuracy)
+        (r, s, a)
+        for r, s, a in zip(self.rounds, self.server_epsilon, self.test_accuracy)
         if math.isfinite(s) and s > 0 and not math.isnan(a)
     ]
     differs = any(
@@ -170,7 +170,8 @@ def load_run(directory: str) -> Run:
 
 def _model_starts(directory: str, summary: Optional[dict]) -> list[int]:
   """The `round_offset` of each restarted model (`layout`), from the
-  summary's sessions or, for a run in progress, the ledger file's."""
+  summary's sessions or, for a run in progress, the ledger file's.
+  """
   sessions = (summary or {}).get('sessions')
   if sessions is None:
     try:
@@ -178,16 +179,21 @@ def _model_starts(directory: str, summary: Optional[dict]) -> list[int]:
         sessions = json.load(f).get('sessions')
     except (OSError, ValueError, AttributeError):
       sessions = None
-  return sorted({
-      int(s['round_offset']) for s in sessions or []
-      if isinstance(s, dict) and s.get('restarted_model')
-      and s.get('round_offset')
-  })
+  return sorted(
+      {
+          int(s['round_offset'])
+          for s in sessions or []
+          if isinstance(s, dict)
+          and s.get('restarted_model')
+          and s.get('round_offset')
+      }
+  )
 
 
 def _broken(points, starts):
   """The x and y of (round, x, y) `points`, NaN between the rows of two
-  models (a restart in `starts`): a line that does not join them."""
+  models (a restart in `starts`): a line that does not join them.
+  """
   xs, ys = [], []
   for k, (r, x, y) in enumerate(points):
     if k and any(points[k - 1][0] <= s < r for s in starts):
@@ -211,8 +217,10 @@ def legend_labels(runs: Sequence[Run]) -> list[str]:
   for label, indices in shared.items():
     if len(indices) < 2:
       continue
-    paths = [os.path.normpath(os.path.abspath(runs[i].directory)).split(os.sep)
-             for i in indices]
+    paths = [
+        os.path.normpath(os.path.abspath(runs[i].directory)).split(os.sep)
+        for i in indices
+    ]
     for parts in range(1, max(len(p) for p in paths) + 1):
       tails = [os.sep.join(p[-parts:]) for p in paths]
       if len(set(tails)) == len(tails):
@@ -266,8 +274,10 @@ def plot_accuracy_vs_round(runs: Sequence[Run], path: str) -> figure.Figure:
   ax = fig.add_subplot()
   for i, (run, label) in enumerate(zip(runs, legend_labels(runs))):
     ax.plot(
-        *_broken(list(zip(run.rounds, run.rounds, run.test_accuracy)),
-                 run.model_starts),
+        *_broken(
+            list(zip(run.rounds, run.rounds, run.test_accuracy)),
+            run.model_starts,
+        ),
         marker='o',
         # One point draws no line: a marker (larger, to be seen), in the
         # legend too.
@@ -283,7 +293,9 @@ def plot_accuracy_vs_round(runs: Sequence[Run], path: str) -> figure.Figure:
   ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
   ax.set_xlabel('round')
   ax.set_ylabel('test accuracy')
-  ax.set_title(f'test accuracy vs round ({", ".join(sorted({r.task for r in runs}))})')
+  ax.set_title(
+      f'test accuracy vs round ({", ".join(sorted({r.task for r in runs}))})'
+  )
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize='small')
   _save(fig, path)
@@ -338,9 +350,11 @@ def _epsilon_panel(ax, unit, runs, labels, finite, join_runs) -> bool:
   server_view = False
   last_points = collections.defaultdict(list)
   off_scale = _off_scale(
-      [(i, [(e, a) for _, e, a in points])
-       for i, (run, points) in enumerate(zip(runs, finite))
-       if points and run.unit == unit]
+      [
+          (i, [(e, a) for _, e, a in points])
+          for i, (run, points) in enumerate(zip(runs, finite))
+          if points and run.unit == unit
+      ]
   )
   on_scale = []  # The eps drawn on the axis.
   for i, (run, label, points) in enumerate(zip(runs, labels, finite)):
@@ -361,23 +375,38 @@ def _epsilon_panel(ax, unit, runs, labels, finite, join_runs) -> bool:
       # x in axes coordinates (the right edge), y in data coordinates.
       edge = ax.get_yaxis_transform()
       ax.plot(
-          [1.0], [acc[-1]], '>', color=color, transform=edge,
+          [1.0],
+          [acc[-1]],
+          '>',
+          color=color,
+          transform=edge,
           clip_on=False,
           label=f'{label} (eps = {eps[-1]:.3g}, off scale)',
       )
       ax.annotate(
-          f'eps = {eps[-1]:.3g}', (1.0, acc[-1]), xycoords=edge,
-          xytext=(-8, 0), textcoords='offset points', ha='right',
-          va='center', fontsize='small', color=color,
+          f'eps = {eps[-1]:.3g}',
+          (1.0, acc[-1]),
+          xycoords=edge,
+          xytext=(-8, 0),
+          textcoords='offset points',
+          ha='right',
+          va='center',
+          fontsize='small',
+          color=color,
       )
       continue
     # The last point marked; the legend entry is drawn the same way (a
     # marker alone for a run with one point).
     xs, ys = _broken(points, run.model_starts)
     ax.plot(
-        xs, ys, color=color, linewidth=1,
+        xs,
+        ys,
+        color=color,
+        linewidth=1,
         linestyle='-' if len(eps) > 1 else 'None',
-        marker='o', markevery=[len(xs) - 1], label=label,
+        marker='o',
+        markevery=[len(xs) - 1],
+        label=label,
     )
     on_scale.extend(eps)
     server = run.server_points()
@@ -387,9 +416,13 @@ def _epsilon_panel(ax, unit, runs, labels, finite, join_runs) -> bool:
       _, server_eps, _ = zip(*server)
       xs, ys = _broken(server, run.model_starts)
       ax.plot(
-          xs, ys, color=color, linewidth=1,
+          xs,
+          ys,
+          color=color,
+          linewidth=1,
           linestyle='--' if len(server) > 1 else 'None',
-          marker='x', markevery=[len(xs) - 1],
+          marker='x',
+          markevery=[len(xs) - 1],
           label=f'{label} (server view)',
       )
       on_scale.extend(server_eps)
@@ -400,8 +433,11 @@ def _epsilon_panel(ax, unit, runs, labels, finite, join_runs) -> bool:
       if len(points) > 1:
         points.sort()
         ax.plot(
-            [p[0] for p in points], [p[1] for p in points], ':',
-            color='0.4', label=f'{mechanism}: runs joined',
+            [p[0] for p in points],
+            [p[1] for p in points],
+            ':',
+            color='0.4',
+            label=f'{mechanism}: runs joined',
         )
   ax.set_xscale('log')
   # Plain numbers (2, 10, 50), not powers of ten (2 x 10^0, 10^1), and

@@ -50,7 +50,7 @@ _UNSET = object()  # No round admitted since the last charge.
 
 _UNIT_WORDS = {
     'example': 'one example of a client',
-    'client': 'all of one client\'s data',
+    'client': "all of one client's data",
     'value': 'each reported value of a client',
 }
 
@@ -116,8 +116,14 @@ class RunPrivacy:
       relation = 'replace_one'
     else:
       relation = 'add_or_remove_one'
-    return cls(guarantee, sampling, delta,
-               ledger_lib.PrivacyLedger(relation), server, adaptive)
+    return cls(
+        guarantee,
+        sampling,
+        delta,
+        ledger_lib.PrivacyLedger(relation),
+        server,
+        adaptive,
+    )
 
   def admit(self, clients: Iterable[Any], event: Optional[dp_event.DpEvent]):
     """The sampled clients the budget filter lets take part in a round of `event`.
@@ -138,8 +144,12 @@ class RunPrivacy:
         event than the one the round released.
     """
     admitted, self.admitted_event = self.admitted_event, _UNSET
-    if (self.server is not None and self.server.budget_epsilon is not None
-        and admitted is not _UNSET and admitted != event):
+    if (
+        self.server is not None
+        and self.server.budget_epsilon is not None
+        and admitted is not _UNSET
+        and admitted != event
+    ):
       raise RuntimeError(
           f'the budget filter admitted this round for {admitted}, but the '
           f'round released {event}: a client could exceed the budget'
@@ -150,9 +160,10 @@ class RunPrivacy:
     sampled = guarantees_lib.sampled_event(
         event, self.guarantee.neighboring_relation, self.sampling
     )
-    if accountants.can_count(
-        'rdp', sampled, self.analyst.neighboring_relation
-    ) is not None:
+    if (
+        accountants.can_count('rdp', sampled, self.analyst.neighboring_relation)
+        is not None
+    ):
       # dp_accounting knows no amplification for this event under this
       # sampling (pure-eps releases under fixed-size sampling): charged
       # without it, an upper bound.
@@ -184,25 +195,32 @@ class RunPrivacy:
   def report(self) -> list[dict]:
     """The `guarantees` list of a summary: one entry per adversary."""
     if self.guarantee is None:
-      return [{
-          'adversary': 'analyst',
-          'unit': 'client',
-          'neighboring_relation': self.analyst.neighboring_relation,
-          'accountant': 'none',
-          'epsilon': 'inf',
-          'delta': self.delta,
-          'meaning': 'no privacy mechanism: the models are released as trained',
-      }]
+      return [
+          {
+              'adversary': 'analyst',
+              'unit': 'client',
+              'neighboring_relation': self.analyst.neighboring_relation,
+              'accountant': 'none',
+              'epsilon': 'inf',
+              'delta': self.delta,
+              'meaning': (
+                  'no privacy mechanism: the models are released as trained'
+              ),
+          }
+      ]
     unit = _UNIT_WORDS[self.guarantee.unit]
     if self.sampling.kind == 'none' and (
-        self.guarantee.neighboring_relation == 'replace_special'):
+        self.guarantee.neighboring_relation == 'replace_special'
+    ):
       amplified = (
           'no amplification by sampling (each client as often as the '
           "stream's participation schedule allows)"
       )
     elif self.sampling.kind == 'none':
-      amplified = ("the mechanism's events, which hold its sampling (BandMF: "
-                   'Poisson inside cyclic groups)')
+      amplified = (
+          "the mechanism's events, which hold its sampling (BandMF: "
+          'Poisson inside cyclic groups)'
+      )
     elif not self.unamplified_rounds:
       amplified = 'client sampling amplified'
     else:
@@ -221,7 +239,7 @@ class RunPrivacy:
     }
     if self.adaptive is not None:
       analyst['accountant'] = (
-          'events chosen adaptively (each round\'s noise depends on earlier '
+          "events chosen adaptively (each round's noise depends on earlier "
           f'releases): {self.adaptive[0].description} (Feldman and Zrnic '
           '2021), converted by dp_accounting at the best order fixed before '
           'the run; the composition of the events this run released '
@@ -231,61 +249,76 @@ class RunPrivacy:
       analyst['accountant'] += '; events fixed before the run'
     if self.server is not None:
       analyst['accountant'] += (
-          '; the smaller of that and the worst client\'s server-view epsilon'
+          "; the smaller of that and the worst client's server-view epsilon"
           ', which is given the participation this run realised (how many '
           'rounds each client took part in), not a figure fixed before the run'
-          + (' (the budget filter left clients out: no amplification)'
-             if self.server.num_excluded else '')
+          + (
+              ' (the budget filter left clients out: no amplification)'
+              if self.server.num_excluded
+              else ''
+          )
       )
     entries = [analyst]
     if self.server is None:
-      entries.append({
-          'adversary': 'server',
-          'unit': self.guarantee.unit,
-          'neighboring_relation': individual.RELATION,
-          'accountant': 'none',
-          'epsilon': 'inf',
-          'delta': self.delta,
-          'meaning': (
-              'the server sees the clients\' updates before the noise: no '
-              'guarantee against it'
-          ),
-      })
+      entries.append(
+          {
+              'adversary': 'server',
+              'unit': self.guarantee.unit,
+              'neighboring_relation': individual.RELATION,
+              'accountant': 'none',
+              'epsilon': 'inf',
+              'delta': self.delta,
+              'meaning': (
+                  "the server sees the clients' updates before the noise: no "
+                  'guarantee against it'
+              ),
+          }
+      )
     else:
       report = self.server.report()
-      entries.append({
-          'adversary': 'server',
-          'unit': self.guarantee.unit,
-          'neighboring_relation': individual.RELATION,
-          'accountant': (
-              'dp_accounting RdpAccountant per client over the rounds it took '
-              'part in, no amplification' if self.adaptive is None else
-              f'{self.adaptive[1].description}, no amplification (events '
-              'chosen adaptively: the realised per-client composition is not '
-              'a guarantee)'
-          ),
-          'epsilon': _finite(self.server_epsilon()),
-          'delta': self.delta,
-          'clients_charged': report['clients_charged'],
-          'max_participations': report['max_participations'],
-          'budget_epsilon': report['budget_epsilon'],
-          'clients_excluded_by_budget': report['clients_excluded_by_budget'],
-          'meaning': (
-              f'the server, which picks the clients and sees what reaches it, '
-              f'learns about {unit} at most what (epsilon, delta)-DP allows; '
-              'epsilon is the worst client\'s'
-          ),
-      })
+      entries.append(
+          {
+              'adversary': 'server',
+              'unit': self.guarantee.unit,
+              'neighboring_relation': individual.RELATION,
+              'accountant': (
+                  'dp_accounting RdpAccountant per client over the rounds it took '
+                  'part in, no amplification'
+                  if self.adaptive is None
+                  else f'{self.adaptive[1].description}, no amplification (events '
+                  'chosen adaptively: the realised per-client composition is not '
+                  'a guarantee)'
+              ),
+              'epsilon': _finite(self.server_epsilon()),
+              'delta': self.delta,
+              'clients_charged': report['clients_charged'],
+              'max_participations': report['max_participations'],
+              'budget_epsilon': report['budget_epsilon'],
+              'clients_excluded_by_budget': report[
+                  'clients_excluded_by_budget'
+              ],
+              'meaning': (
+                  f'the server, which picks the clients and sees what reaches it, '
+                  f'learns about {unit} at most what (epsilon, delta)-DP allows; '
+                  "epsilon is the worst client's"
+              ),
+          }
+      )
     return entries
 
   def to_json(self) -> str:
-    return json.dumps({
-        'format': _FORMAT,
-        'unamplified_rounds': self.unamplified_rounds,
-        'analyst': json.loads(self.analyst.to_json()),
-        'server': None if self.server is None else json.loads(
-            self.server.to_json()),
-    })
+    return json.dumps(
+        {
+            'format': _FORMAT,
+            'unamplified_rounds': self.unamplified_rounds,
+            'analyst': json.loads(self.analyst.to_json()),
+            'server': (
+                None
+                if self.server is None
+                else json.loads(self.server.to_json())
+            ),
+        }
+    )
 
   def restore(self, text: str) -> None:
     """Loads the ledgers a checkpoint saved (`to_json`)."""
@@ -293,10 +326,12 @@ class RunPrivacy:
     if not isinstance(data, dict) or data.get('format') != _FORMAT:
       raise ValueError(f'not a serialised run privacy record ({_FORMAT})')
     self.analyst = ledger_lib.PrivacyLedger.from_json(
-        json.dumps(data['analyst']))
+        json.dumps(data['analyst'])
+    )
     self.unamplified_rounds = data['unamplified_rounds']
     if (data['server'] is None) != (self.server is None):
       raise ValueError('the checkpoint was written by another mechanism')
     if self.server is not None:
       self.server = individual.IndividualLedger.from_json(
-          json.dumps(data['server']))
+          json.dumps(data['server'])
+      )

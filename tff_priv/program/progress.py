@@ -22,8 +22,9 @@ def _terminal_size() -> os.terminal_size:
     size = os.get_terminal_size(sys.stderr.fileno())
   except (OSError, ValueError):
     return _DEFAULT_SIZE
-  return os.terminal_size((size.columns or _DEFAULT_SIZE.columns,
-                           size.lines or _DEFAULT_SIZE.lines))
+  return os.terminal_size(
+      (size.columns or _DEFAULT_SIZE.columns, size.lines or _DEFAULT_SIZE.lines)
+  )
 
 
 def phase(enabled: bool, what: str) -> None:
@@ -35,11 +36,22 @@ def phase(enabled: bool, what: str) -> None:
 def shows_progress(argv) -> bool:
   """Whether a script's argv leaves `--progress` on and asks no `--help`."""
   for arg in argv[1:]:
-    if arg in ('--help', '-h', '-?', '--helpfull', '--helpshort',
-               '--noprogress'):
+    if arg in (
+        '--help',
+        '-h',
+        '-?',
+        '--helpfull',
+        '--helpshort',
+        '--noprogress',
+    ):
       return False
     if arg.startswith('--progress=') and arg.split('=', 1)[1].lower() in (
-        'false', 'f', '0', 'no', 'n'):
+        'false',
+        'f',
+        '0',
+        'no',
+        'n',
+    ):
       return False
   return True
 
@@ -95,16 +107,20 @@ class Progress:
   def first_round(self) -> None:
     """The phase line before a session's first round (TFF compiles it first)."""
     if self._round < self._total:
-      phase(self._enabled and not self._tty,
-            f'round {self._round + 1}/{self._total} (TFF compiles it first)')
+      phase(
+          self._enabled and not self._tty,
+          f'round {self._round + 1}/{self._total} (TFF compiles it first)',
+      )
       self._describe(f'round {self._round + 1}: compiling')
 
   def evaluating(self, round_num: int) -> None:
     """Round `round_num`'s model is being evaluated (on public test data)."""
     if self._closed:
       return
-    phase(self._enabled and not self._tty,
-          f'round {round_num}/{self._total}: evaluating')
+    phase(
+        self._enabled and not self._tty,
+        f'round {round_num}/{self._total}: evaluating',
+    )
     self._describe(f'round {round_num}: evaluating')
 
   def _describe(self, what: str) -> None:
@@ -118,8 +134,11 @@ class Progress:
     self._bar.set_description_str('', refresh=False)
     if self._enabled and not self._tty:
       values = ' '.join(f'{k}={v}' for k, v in shown.items())
-      print(f'round {self._round}/{self._total} {values}', file=sys.stderr,
-            flush=True)
+      print(
+          f'round {self._round}/{self._total} {values}',
+          file=sys.stderr,
+          flush=True,
+      )
     self._bar.set_postfix(shown, refresh=False)
     self._bar.update(1)
 

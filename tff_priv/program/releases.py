@@ -26,35 +26,53 @@ import tensorflow_federated as tff
 from tff_priv.program import layout
 
 # Training-row columns a private run may release, by full name...
-PUBLIC_TRAIN_COLUMNS = frozenset({
-    layout.SESSION, layout.RDP_EPSILON, layout.SERVER_EPSILON, 'delta',
-    'uplink_bytes',
-    'aggregator/uploaded_bits_per_client', 'finalizer/update_non_finite',
-    'mask/mask_size', 'aggregator/center', 'aggregator/radius',
-})
+PUBLIC_TRAIN_COLUMNS = frozenset(
+    {
+        layout.SESSION,
+        layout.RDP_EPSILON,
+        layout.SERVER_EPSILON,
+        'delta',
+        'uplink_bytes',
+        'aggregator/uploaded_bits_per_client',
+        'finalizer/update_non_finite',
+        'mask/mask_size',
+        'aggregator/center',
+        'aggregator/radius',
+    }
+)
 # ... and by prefix.
 PUBLIC_TRAIN_PREFIXES = (
-    'aggregator/noise/', 'aggregator/center/', 'aggregator/radius/',
-    'mask/public_train/', 'aggregator/dp_query_metrics/',
+    'aggregator/noise/',
+    'aggregator/center/',
+    'aggregator/radius/',
+    'mask/public_train/',
+    'aggregator/dp_query_metrics/',
     'client_work/train/dp_',
 )
 # Evaluation-row columns: the released model on the server's test data.
-PUBLIC_EVAL_COLUMNS = frozenset({
-    layout.SESSION, layout.TEST_ACCURACY, layout.TEST_LOSS, layout.RDP_EPSILON,
-})
+PUBLIC_EVAL_COLUMNS = frozenset(
+    {
+        layout.SESSION,
+        layout.TEST_ACCURACY,
+        layout.TEST_LOSS,
+        layout.RDP_EPSILON,
+    }
+)
 PUBLIC_EVAL_PREFIXES = ('eval/',)
 
 
 def is_public_train(column: str) -> bool:
   """Whether a private run may release training column `column`."""
-  return (column in PUBLIC_TRAIN_COLUMNS
-          or column.startswith(PUBLIC_TRAIN_PREFIXES))
+  return column in PUBLIC_TRAIN_COLUMNS or column.startswith(
+      PUBLIC_TRAIN_PREFIXES
+  )
 
 
 def is_public_eval(column: str) -> bool:
   """Whether a private run may release evaluation column `column`."""
-  return (column in PUBLIC_EVAL_COLUMNS
-          or column.startswith(PUBLIC_EVAL_PREFIXES))
+  return column in PUBLIC_EVAL_COLUMNS or column.startswith(
+      PUBLIC_EVAL_PREFIXES
+  )
 
 
 def last_round(root_output_dir: str) -> int:
@@ -103,27 +121,37 @@ class RunReleases:
     tensorboard = tff.program.TensorBoardReleaseManager(
         layout.path(root_output_dir, layout.TENSORBOARD)
     )
-    self._train = tff.program.GroupingReleaseManager([
-        train_csv,
-        _Prefixed('train', tensorboard),
-        tff.program.LoggingReleaseManager(),
-    ])
-    self._eval = tff.program.GroupingReleaseManager([
-        eval_csv, _Prefixed('eval', tensorboard, flatten='eval'),
-    ])
+    self._train = tff.program.GroupingReleaseManager(
+        [
+            train_csv,
+            _Prefixed('train', tensorboard),
+            tff.program.LoggingReleaseManager(),
+        ]
+    )
+    self._eval = tff.program.GroupingReleaseManager(
+        [
+            eval_csv,
+            _Prefixed('eval', tensorboard, flatten='eval'),
+        ]
+    )
     self._private = private
     if private:
       self._train = _filtered(self._train, is_public_train)
       self._eval = _filtered(self._eval, is_public_eval)
 
-  def pending(self, train_row: Mapping[str, Any],
-              eval_row: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+  def pending(
+      self, train_row: Mapping[str, Any], eval_row: Optional[Mapping[str, Any]]
+  ) -> dict[str, Any]:
     """The rows as their release writes them (a private run's public
-    columns only), JSON-safe: what `write_pending` keeps on disk."""
+    columns only), JSON-safe: what `write_pending` keeps on disk.
+    """
     return {
         'train': _kept(train_row, is_public_train if self._private else None),
-        'eval': None if eval_row is None else _kept(
-            eval_row, is_public_eval if self._private else None),
+        'eval': (
+            None
+            if eval_row is None
+            else _kept(eval_row, is_public_eval if self._private else None)
+        ),
     }
 
   async def train(self, row: Mapping[str, Any], round_num: int) -> None:
@@ -137,7 +165,8 @@ class RunReleases:
 
 def _kept(row, is_public, prefix=()):
   """`row`'s leaves that `is_public` keeps (all if None), as plain lists and
-  numbers, in the same nesting."""
+  numbers, in the same nesting.
+  """
   kept = {}
   for key, value in row.items():
     path = (*prefix, key)
@@ -164,6 +193,8 @@ class _Prefixed(tff.program.ReleaseManager):
 
   async def release(self, value, key=None) -> None:
     if self._flatten is not None and self._flatten in value:
-      value = {**{k: v for k, v in value.items() if k != self._flatten},
-               **value[self._flatten]}
+      value = {
+          **{k: v for k, v in value.items() if k != self._flatten},
+          **value[self._flatten],
+      }
     await self._release_manager.release({self._prefix: value}, key=key)

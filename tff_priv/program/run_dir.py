@@ -94,8 +94,9 @@ def write_privacy(root_output_dir: str, record: dict[str, Any]) -> None:
 
 def write_pending(root_output_dir: str, record: dict[str, Any]) -> None:
   """Writes a checkpointed round's rows before its release (durably)."""
-  files.write_json(layout.path(root_output_dir, layout.PENDING_RELEASE),
-                   record, durable=True)
+  files.write_json(
+      layout.path(root_output_dir, layout.PENDING_RELEASE), record, durable=True
+  )
 
 
 def take_pending(root_output_dir: str) -> Optional[dict[str, Any]]:
@@ -114,8 +115,12 @@ def take_pending(root_output_dir: str) -> Optional[dict[str, Any]]:
 
 def write_secrets(root_output_dir: str, secrets: dict[str, Any]) -> None:
   """Writes the run's seeds, readable by the owner alone, durably."""
-  files.write_json(layout.path(root_output_dir, layout.SECRETS), secrets,
-                   durable=True, owner_only=True)
+  files.write_json(
+      layout.path(root_output_dir, layout.SECRETS),
+      secrets,
+      durable=True,
+      owner_only=True,
+  )
 
 
 def read_secrets(root_output_dir: str) -> Optional[dict[str, Any]]:

@@ -14,10 +14,10 @@ from typing import Any
 
 from absl import flags
 
-import tff_priv_tasks as tasks
 from tff_priv.program import registry
 from tff_priv.program import training
 from tff_priv.program.registry import base
+import tff_priv_tasks as tasks
 
 # Fields that are not flags: filled from the flags of their parts.
 _COMPOSITE = ('task_options', 'params')
@@ -57,14 +57,21 @@ def define_flags() -> None:
   for field in dataclasses.fields(training.RunConfig):
     if field.name in _COMPOSITE:
       continue
-    _define(field.name, _kind(hints[field.name]), field.default,
-            helps.get(field.name, ''))
-  for option in training.TASK_OPTION_NAMES:
-    kind = str if option in ('model', 'partition') else (
-        float if option == 'test_fraction' else int
+    _define(
+        field.name,
+        _kind(hints[field.name]),
+        field.default,
+        helps.get(field.name, ''),
     )
-    _define(option, kind, None,
-            f'Task option {option} (task default if unset).')
+  for option in training.TASK_OPTION_NAMES:
+    kind = (
+        str
+        if option in ('model', 'partition')
+        else (float if option == 'test_fraction' else int)
+    )
+    _define(
+        option, kind, None, f'Task option {option} (task default if unset).'
+    )
   # One flag per parameter name; its help says what it means to each
   # mechanism that takes it.
   kinds, helps = {}, {}
@@ -96,9 +103,9 @@ def run_config() -> training.RunConfig:
   return training.RunConfig(
       task_options={k: values[k] for k in training.TASK_OPTION_NAMES},
       params={
-          k: values[k]
-          for k in registry.parameter_names(values['mechanism'])
-      } | {
+          k: values[k] for k in registry.parameter_names(values['mechanism'])
+      }
+      | {
           # Given for another mechanism: refused by registry.config.
           k: values[k]
           for name in registry.MECHANISMS

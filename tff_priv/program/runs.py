@@ -59,6 +59,7 @@ class RunResult:
     # Here, not at the top: a completed private run is read without
     # TensorFlow (the registry builds processes).
     from tff_priv.program import registry  # pylint: disable=g-import-not-at-top
+
     if self.mechanism not in registry.MECHANISMS:
       return 'client'
     return registry.unit(self.mechanism)

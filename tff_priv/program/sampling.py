@@ -93,25 +93,29 @@ class ClientSampling:
       )
     validation.int_at_least('bands', self.bands, 1)
     if self.bands > 1 and self.kind != 'banded':
-      raise ValueError(f"bands apply only to 'banded' sampling, not "
-                       f'{self.kind!r}')
+      raise ValueError(
+          f"bands apply only to 'banded' sampling, not " f'{self.kind!r}'
+      )
     if self.clients_per_round > self.num_clients // self.bands:
       raise ValueError(
           f'bands={self.bands} leaves groups of '
           f'{self.num_clients // self.bands} clients, fewer than '
           f'clients_per_round={self.clients_per_round}: at most '
-          f'{self.num_clients // self.clients_per_round} bands')
+          f'{self.num_clients // self.clients_per_round} bands'
+      )
 
   @property
   def rate(self) -> float:
     """q = K / N: the Poisson rate, or the fraction sampled per round
-    ('banded': q = K / floor(N / b), the rate inside a round's group)."""
+    ('banded': q = K / floor(N / b), the rate inside a round's group).
+    """
     return self.clients_per_round / (self.num_clients // self.bands)
 
   @property
   def rounds_per_epoch(self) -> int:
     """R = N // K: the rounds of an 'epoch' sampling's epoch, and the
-    separation b of a 'cyclic' sampling's participations."""
+    separation b of a 'cyclic' sampling's participations.
+    """
     return self.num_clients // self.clients_per_round
 
   def participations(self, total_rounds: int) -> int:
@@ -166,8 +170,9 @@ class ClientSampling:
         }[self.kind],
     }
 
-  def sample_indices(self, seed: int, round_num: int,
-                     attempt: int = 0) -> np.ndarray:
+  def sample_indices(
+      self, seed: int, round_num: int, attempt: int = 0
+  ) -> np.ndarray:
     """Sorted indices in [0, N) of the clients of round `round_num`.
 
     Args:
@@ -183,8 +188,9 @@ class ClientSampling:
     round_num = validation.int_at_least('round_num', round_num, 1)
     attempt = validation.int_at_least('attempt', attempt, 0)
     if self.kind == 'banded':
-      return banded_indices(seed, round_num, self.num_clients, self.bands,
-                            self.rate, attempt)
+      return banded_indices(
+          seed, round_num, self.num_clients, self.bands, self.rate, attempt
+      )
     if self.kind in STREAM_KINDS:
       epoch, position = divmod(round_num - 1, self.rounds_per_epoch)
       if self.kind == 'cyclic':  # One permutation for the whole run.
@@ -196,7 +202,7 @@ class ClientSampling:
             self.num_clients
         )
       k = self.clients_per_round
-      return np.sort(order[position * k:(position + 1) * k]).astype(np.int64)
+      return np.sort(order[position * k : (position + 1) * k]).astype(np.int64)
     rng = np.random.default_rng(_coins(seed, round_num, attempt))
     if self.kind == 'poisson':
       joined = rng.random(self.num_clients) < self.rate
@@ -207,7 +213,10 @@ class ClientSampling:
     return np.sort(picked).astype(np.int64)
 
   def sample(
-      self, client_ids: Sequence[str], seed: int, round_num: int,
+      self,
+      client_ids: Sequence[str],
+      seed: int,
+      round_num: int,
       attempt: int = 0,
   ) -> list[str]:
     """The ids of the clients of round `round_num` (see `sample_indices`)."""
@@ -215,8 +224,9 @@ class ClientSampling:
       raise ValueError(
           f'expected {self.num_clients} client ids, got {len(client_ids)}'
       )
-    return [client_ids[i]
-            for i in self.sample_indices(seed, round_num, attempt)]
+    return [
+        client_ids[i] for i in self.sample_indices(seed, round_num, attempt)
+    ]
 
 
 def _coins(seed: int, round_num: int, attempt: int) -> list[int]:
@@ -254,18 +264,26 @@ class StreamSampler:
       refused (None: no plan, every t >= 1).
   """
 
-  def __init__(self, population: int, clients_per_round: int,
-               participation: str = 'epoch', seed=None,
-               total_rounds: Optional[int] = None):
+  def __init__(
+      self,
+      population: int,
+      clients_per_round: int,
+      participation: str = 'epoch',
+      seed=None,
+      total_rounds: Optional[int] = None,
+  ):
     validation.one_of('participation', participation, STREAM_KINDS)
-    self._sampling = ClientSampling(participation, population,
-                                    clients_per_round)
+    self._sampling = ClientSampling(
+        participation, population, clients_per_round
+    )
     if seed is None:
       seed = secrets.randbits(62)
     self.seed = validation.int_at_least('seed', seed, 0)
-    self.total_rounds = (None if total_rounds is None else
-                         validation.int_at_least('total_rounds', total_rounds,
-                                                 1))
+    self.total_rounds = (
+        None
+        if total_rounds is None
+        else validation.int_at_least('total_rounds', total_rounds, 1)
+    )
 
   @property
   def participation(self) -> str:
@@ -313,8 +331,14 @@ class BandSampler:
       refused (None: no plan, every t >= 1).
   """
 
-  def __init__(self, population: int, clients_per_round: int, bands: int,
-               seed=None, total_rounds: Optional[int] = None):
+  def __init__(
+      self,
+      population: int,
+      clients_per_round: int,
+      bands: int,
+      seed=None,
+      total_rounds: Optional[int] = None,
+  ):
     self.population = validation.int_at_least('population', population, 1)
     k = validation.int_at_least('clients_per_round', clients_per_round, 1)
     self.bands = validation.int_at_least('bands', bands, 1)
@@ -322,14 +346,17 @@ class BandSampler:
     if k > self.group_size:
       raise ValueError(
           f'bands={bands} leaves groups of {self.group_size} clients, fewer '
-          f'than clients_per_round={k}: at most {population // k} bands')
+          f'than clients_per_round={k}: at most {population // k} bands'
+      )
     self.sampling_probability = k / self.group_size
     if seed is None:
       seed = secrets.randbits(62)
     self.seed = validation.int_at_least('seed', seed, 0)
-    self.total_rounds = (None if total_rounds is None else
-                         validation.int_at_least('total_rounds', total_rounds,
-                                                 1))
+    self.total_rounds = (
+        None
+        if total_rounds is None
+        else validation.int_at_least('total_rounds', total_rounds, 1)
+    )
 
   def sample(self, round_num: int, attempt: int = 0) -> list[int]:
     """The clients (indices, sorted) of round `round_num` >= 1.
@@ -340,17 +367,29 @@ class BandSampler:
     """
     round_num = _planned_round('BandSampler', round_num, self.total_rounds)
     attempt = validation.int_at_least('attempt', attempt, 0)
-    return banded_indices(self.seed, round_num, self.population, self.bands,
-                          self.sampling_probability, attempt).tolist()
+    return banded_indices(
+        self.seed,
+        round_num,
+        self.population,
+        self.bands,
+        self.sampling_probability,
+        attempt,
+    ).tolist()
 
 
-def _planned_round(name: str, round_num: int,
-                   total_rounds: Optional[int]) -> int:
+def _planned_round(
+    name: str, round_num: int, total_rounds: Optional[int]
+) -> int:
   """`round_num` if in 1..total_rounds (rounds count from 1), or one line."""
-  if (not isinstance(round_num, (int, np.integer)) or isinstance(round_num, bool)
-      or round_num < 1):
-    raise ValueError(f'{name}.sample takes round numbers from 1 (the first '
-                     f'round is 1), got {round_num!r}')
+  if (
+      not isinstance(round_num, (int, np.integer))
+      or isinstance(round_num, bool)
+      or round_num < 1
+  ):
+    raise ValueError(
+        f'{name}.sample takes round numbers from 1 (the first '
+        f'round is 1), got {round_num!r}'
+    )
   if total_rounds is not None and round_num > total_rounds:
     raise ValueError(
         f'{name} was planned for {total_rounds} rounds and refuses round '
@@ -361,13 +400,21 @@ def _planned_round(name: str, round_num: int,
   return int(round_num)
 
 
-def banded_indices(seed: int, round_num: int, population: int, bands: int,
-                   rate: float, attempt: int = 0) -> np.ndarray:
+def banded_indices(
+    seed: int,
+    round_num: int,
+    population: int,
+    bands: int,
+    rate: float,
+    attempt: int = 0,
+) -> np.ndarray:
   """Round `round_num`'s clients of 'banded' sampling, sorted (int64)."""
   group_size = population // bands
   order = np.random.default_rng([seed, 0x42414E44]).permutation(population)
   group = (round_num - 1) % bands
-  members = order[group * group_size:(group + 1) * group_size]
-  joined = np.random.default_rng(
-      _coins(seed, round_num, attempt)).random(group_size) < rate
+  members = order[group * group_size : (group + 1) * group_size]
+  joined = (
+      np.random.default_rng(_coins(seed, round_num, attempt)).random(group_size)
+      < rate
+  )
   return np.sort(members[joined]).astype(np.int64)

@@ -81,7 +81,8 @@ class ProgramState:
 
   def templates(self) -> tuple[collections.OrderedDict, ...]:
     """The structures a checkpoint may have: this version's, then an older
-    version's without canaries (which lacked the canary part)."""
+    version's without canaries (which lacked the canary part).
+    """
     full = self.structure()
     legacy = collections.OrderedDict(
         (k, v) for k, v in full.items() if k not in _CANARY_FIELDS
@@ -117,15 +118,15 @@ def remove_temporary_states(root_dir: str) -> None:
   if not os.path.isdir(root_dir):
     return
   for entry in os.listdir(root_dir):
-    if re.fullmatch(rf'{re.escape(layout.CHECKPOINT_PREFIX)}\d+_temp\d+',
-                    entry):
+    if re.fullmatch(
+        rf'{re.escape(layout.CHECKPOINT_PREFIX)}\d+_temp\d+', entry
+    ):
       shutil.rmtree(os.path.join(root_dir, entry), ignore_errors=True)
 
 
 def sessions_from(value) -> list[dict]:
   """Sessions as dicts ({'start_round': r, ...}); older runs kept ints."""
-  return [v if isinstance(v, dict) else {'start_round': int(v)}
-          for v in value]
+  return [v if isinstance(v, dict) else {'start_round': int(v)} for v in value]
 
 
 def save_error(error: BaseException, root_dir: str) -> BaseException:
@@ -138,8 +139,11 @@ def save_error(error: BaseException, root_dir: str) -> BaseException:
     return error
   text = str(error)
   full = 'No space left' in text
-  reason = ('No space left on device' if full
-            else (text.strip().splitlines() or [type(error).__name__])[-1][:200])
+  reason = (
+      'No space left on device'
+      if full
+      else (text.strip().splitlines() or [type(error).__name__])[-1][:200]
+  )
   return OSError(errno.ENOSPC if full else errno.EIO, reason, root_dir)
 
 
@@ -162,7 +166,9 @@ class IntactStateManager(tff.program.FileProgramStateManager):
 
   def __init__(self, root_dir: str, keep_total: int):
     super().__init__(
-        root_dir, prefix=layout.CHECKPOINT_PREFIX, keep_total=keep_total,
+        root_dir,
+        prefix=layout.CHECKPOINT_PREFIX,
+        keep_total=keep_total,
         keep_first=False,
     )
     self.set_aside = []  # The versions `load_intact` found unreadable.
@@ -196,8 +202,12 @@ class IntactStateManager(tff.program.FileProgramStateManager):
       except Exception as e:  # pylint: disable=broad-except
         reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         path = self._get_path_for_version(version)
-        os.replace(path, os.path.join(os.path.dirname(path),
-                                      f'corrupt_{os.path.basename(path)}'))
+        os.replace(
+            path,
+            os.path.join(
+                os.path.dirname(path), f'corrupt_{os.path.basename(path)}'
+            ),
+        )
         self.set_aside.append(version)
         print(
             f'tff_priv: checkpoint {version} is unreadable ({reason}); set '

@@ -4,6 +4,7 @@ import json
 
 from tff_priv.program import layout
 
+
 def build(
     config,
     mechanism,
@@ -61,11 +62,14 @@ def build(
           'analyst_ledger': {
               'meaning': (
                   'the composition of the events this run released; '
-                  + ('its events were chosen adaptively, so this is an '
-                     'ex-post diagnostic, not a guarantee (the guarantee is '
-                     'rdp_epsilon above)' if privacy.adaptive is not None
-                     else 'its events were fixed before the run, so this is '
-                     'the guarantee (before the server-view minimum)')
+                  + (
+                      'its events were chosen adaptively, so this is an '
+                      'ex-post diagnostic, not a guarantee (the guarantee is '
+                      'rdp_epsilon above)'
+                      if privacy.adaptive is not None
+                      else 'its events were fixed before the run, so this is '
+                      'the guarantee (before the server-view minimum)'
+                  )
               ),
               'rdp_epsilon': accounted['rdp_epsilon'],
               'pld_epsilon': accounted['pld_epsilon'],
@@ -78,14 +82,19 @@ def build(
               'releases': accounted['releases'],
           },
           'closed_form': closed_form,
-          'caveats': mechanism.caveats + (
-              ['sampling_seed was given: whoever knows it (the command '
-               'line, secrets.json) can recompute who was sampled in every '
-               'round, and the amplified analyst figure assumes that unknown']
-              if config.sampling_seed is not None and mechanism.guarantee
-              # Amplified at all:
-              and mechanism.sampling.ledger_sampling().kind != 'none'
-              else []
+          'caveats': (
+              mechanism.caveats
+              + (
+                  [
+                      'sampling_seed was given: whoever knows it (the command '
+                      'line, secrets.json) can recompute who was sampled in every '
+                      'round, and the amplified analyst figure assumes that unknown'
+                  ]
+                  if config.sampling_seed is not None and mechanism.guarantee
+                  # Amplified at all:
+                  and mechanism.sampling.ledger_sampling().kind != 'none'
+                  else []
+              )
           ),
           'ledger': json.loads(ledger.to_json()),
           **({'empirical': empirical} if empirical is not None else {}),

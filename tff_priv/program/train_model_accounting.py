@@ -60,20 +60,32 @@ from tff_priv.program import sampling
 from tff_priv.program import state as state_lib
 
 LEDGER_FILE = 'train_model_ledger.json'
-_DP_METRICS = (client_metrics_lib.DP_LOSS, client_metrics_lib.DP_ACCURACY,
-               client_metrics_lib.DP_CLIENTS)
+_DP_METRICS = (
+    client_metrics_lib.DP_LOSS,
+    client_metrics_lib.DP_ACCURACY,
+    client_metrics_lib.DP_CLIENTS,
+)
 
 
-_STREAM_FACTORIES = (blt.BLTFactory, dp_ftrl.TreeRestartFactory,
-                     bandmf.BandMFFactory)
+_STREAM_FACTORIES = (
+    blt.BLTFactory,
+    dp_ftrl.TreeRestartFactory,
+    bandmf.BandMFFactory,
+)
 # What each stream factory's event assumes of the draws, and who draws so.
 _SCHEDULES = {
-    'BLTFactory': ('StreamSampler', 'the (k, b) participation its event '
-                   'charges'),
-    'TreeRestartFactory': ('StreamSampler', 'each client at most once per '
-                           'tree, which its event charges'),
-    'BandMFFactory': ('BandSampler', 'the cyclic Poisson sampling its event '
-                      'holds'),
+    'BLTFactory': (
+        'StreamSampler',
+        'the (k, b) participation its event ' 'charges',
+    ),
+    'TreeRestartFactory': (
+        'StreamSampler',
+        'each client at most once per ' 'tree, which its event charges',
+    ),
+    'BandMFFactory': (
+        'BandSampler',
+        'the cyclic Poisson sampling its event ' 'holds',
+    ),
 }
 
 
@@ -107,8 +119,9 @@ def _stream_factory_of_type(type_spec) -> Optional[str]:
   return None
 
 
-def _most_in_stream(participation: str, period: int,
-                    rounds: int) -> tuple[int, int]:
+def _most_in_stream(
+    participation: str, period: int, rounds: int
+) -> tuple[int, int]:
   """(most rounds one client takes part in, least gap) in a stream.
 
   The streams are `rounds` long from round 1; `period` is the sampler's
@@ -119,43 +132,53 @@ def _most_in_stream(participation: str, period: int,
   if participation == 'cyclic':
     return -(-rounds // period), period
   starts = range(period // math.gcd(rounds, period))  # Offsets repeat.
-  most = max(((s + 1) * rounds - 1) // period - (s * rounds) // period + 1
-             for s in starts)
+  most = max(
+      ((s + 1) * rounds - 1) // period - (s * rounds) // period + 1
+      for s in starts
+  )
   return most, 1
 
 
-def _schedule_error(sampler, factory, population: int,
-                    k: int) -> Optional[str]:
+def _schedule_error(sampler, factory, population: int, k: int) -> Optional[str]:
   """Why `sampler`'s draws are not what `factory`'s event assumes, or None."""
   name = type(factory).__name__
   n, expected = data_sources.sampler_size(sampler)
   if n != population or abs(expected - k) > 1e-9 * k:
-    return (f'the sampler draws {expected:g} of {n} clients a round but this '
-            f'accounting charges {k} of {population}: give both the same N '
-            'and K')
+    return (
+        f'the sampler draws {expected:g} of {n} clients a round but this '
+        f'accounting charges {k} of {population}: give both the same N '
+        'and K'
+    )
   if isinstance(factory, bandmf.BandMFFactory):
     if not isinstance(sampler, sampling.BandSampler):
       return f'{name} needs its clients drawn by BandSampler, not StreamSampler'
     if sampler.bands != factory.bands:
-      return (f'BandSampler(bands={sampler.bands}) but {name} charges cycles '
-              f'of bands={factory.bands}: draw with BandSampler(N, K, '
-              'factory.bands)')
-    if sampler.sampling_probability > factory.sampling_probability * (
-        1 + 1e-9):
-      return (f'BandSampler samples q={sampler.sampling_probability:.6g} of '
-              f'each group but {name} charges q='
-              f'{factory.sampling_probability:.6g}: build both from the '
-              'same N, K and bands')
+      return (
+          f'BandSampler(bands={sampler.bands}) but {name} charges cycles '
+          f'of bands={factory.bands}: draw with BandSampler(N, K, '
+          'factory.bands)'
+      )
+    if sampler.sampling_probability > factory.sampling_probability * (1 + 1e-9):
+      return (
+          f'BandSampler samples q={sampler.sampling_probability:.6g} of '
+          f'each group but {name} charges q='
+          f'{factory.sampling_probability:.6g}: build both from the '
+          'same N, K and bands'
+      )
     return None
   if isinstance(sampler, sampling.BandSampler):
     return f'{name} needs its clients drawn by StreamSampler, not BandSampler'
   if isinstance(factory, blt.BLTFactory):
-    rounds, at_most, apart = (factory.rounds_per_stream,
-                              factory.max_participations, factory.min_sep)
+    rounds, at_most, apart = (
+        factory.rounds_per_stream,
+        factory.max_participations,
+        factory.min_sep,
+    )
   else:
     rounds, at_most, apart = factory.rounds_per_tree, 1, 1
-  most, gap = _most_in_stream(sampler.participation, sampler.min_separation,
-                              rounds)
+  most, gap = _most_in_stream(
+      sampler.participation, sampler.min_separation, rounds
+  )
   if most <= at_most and (most == 1 or gap >= apart):
     return None
   return (
@@ -173,14 +196,16 @@ def _stream_event(factory):
 
 def _same_event(a, b) -> bool:
   """Events equal up to the float32 the state carries them in."""
-  return _same_event_values(ledger_lib.encode_event(a),
-                            ledger_lib.encode_event(b))
+  return _same_event_values(
+      ledger_lib.encode_event(a), ledger_lib.encode_event(b)
+  )
 
 
 def _same_event_values(a, b) -> bool:
   if isinstance(a, dict) and isinstance(b, dict):
-    return a.keys() == b.keys() and all(_same_event_values(a[f], b[f])
-                                        for f in a)
+    return a.keys() == b.keys() and all(
+        _same_event_values(a[f], b[f]) for f in a
+    )
   if isinstance(a, list) and isinstance(b, list):
     return len(a) == len(b) and all(map(_same_event_values, a, b))
   if isinstance(a, float) or isinstance(b, float):
@@ -195,7 +220,8 @@ def _raised_here(error: BaseException) -> bool:
     tb = tb.tb_next
   package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   return tb is not None and os.path.abspath(
-      tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
+      tb.tb_frame.f_code.co_filename
+  ).startswith(package + os.sep)
 
 
 def _client_train_metrics(metrics) -> dict[str, Any]:
@@ -214,7 +240,7 @@ class _ModelWeightsOnly(tff.program.ReleaseManager):
   async def release(self, value, key=None) -> None:
     if not hasattr(value, 'global_model_weights'):
       raise TypeError(
-          'model_weights_only releases a learning state\'s model: got '
+          "model_weights_only releases a learning state's model: got "
           f'{type(value).__name__}, which has no global_model_weights'
       )
     await self._release_manager.release(value.global_model_weights, key=key)
@@ -246,9 +272,11 @@ class SerialFileProgramStateManager(tff.program.FileProgramStateManager):
 
     def write():
       try:
-        asyncio.run(tff.program.FileProgramStateManager.save(
-            self, program_state, version
-        ))
+        asyncio.run(
+            tff.program.FileProgramStateManager.save(
+                self, program_state, version
+            )
+        )
       except BaseException as e:  # pylint: disable=broad-except
         failure.append(e)
 
@@ -325,8 +353,10 @@ class _CheckedIterator(tff.program.FederatedDataSourceIterator):
     return type(self)(copy.deepcopy(self._iterator, memo), self._accounting)
 
   def __eq__(self, other) -> bool:
-    return (isinstance(other, _CheckedIterator)
-            and self._iterator == other._iterator)
+    return (
+        isinstance(other, _CheckedIterator)
+        and self._iterator == other._iterator
+    )
 
 
 class _CheckedSource(tff.program.FederatedDataSource):
@@ -348,9 +378,14 @@ class _CheckedSource(tff.program.FederatedDataSource):
 
   def iterator(self):
     inner = self._source.iterator()
-    checked = type('CheckedIterator', (_CheckedIterator,), {
-        '_inner': type(inner), '_owner': self._accounting,
-    })
+    checked = type(
+        'CheckedIterator',
+        (_CheckedIterator,),
+        {
+            '_inner': type(inner),
+            '_owner': self._accounting,
+        },
+    )
     return checked(inner, self._accounting)
 
 
@@ -418,8 +453,7 @@ class TrainModelAccounting:
       aggregator=None,
   ):
     self._population = validation.int_at_least('population', population, 1)
-    self._k = validation.int_at_least('clients_per_round', clients_per_round,
-                                      1)
+    self._k = validation.int_at_least('clients_per_round', clients_per_round, 1)
     if self._k > self._population:
       raise ValueError(
           f'clients_per_round={self._k} exceeds population={self._population}'
@@ -431,8 +465,7 @@ class TrainModelAccounting:
           'client_metrics must be the DpClientMetrics the process was built '
           f'with, got {type(client_metrics).__name__}'
       )
-    if aggregator is not None and not isinstance(aggregator,
-                                                 _STREAM_FACTORIES):
+    if aggregator is not None and not isinstance(aggregator, _STREAM_FACTORIES):
       raise TypeError(
           'aggregator is for BLTFactory, TreeRestartFactory or '
           f'BandMFFactory (drawn by a sampler), got {type(aggregator).__name__}'
@@ -551,12 +584,15 @@ class TrainModelAccounting:
       raise e.with_traceback(None) from None  # One line: the message.
     stop = cli.OneLineStop(
         name,
-        lambda: (f'the ledger ({self._rounds} charged rounds) and the program '
-                 f'state in {self._root_dir} are kept: run the same command '
-                 'to resume'),
+        lambda: (
+            f'the ledger ({self._rounds} charged rounds) and the program '
+            f'state in {self._root_dir} are kept: run the same command '
+            'to resume'
+        ),
         # A save the signal cut short.
         lambda: state_lib.remove_temporary_states(
-            os.path.join(self._root_dir, 'state')),
+            os.path.join(self._root_dir, 'state')
+        ),
     )
     try:
       with stop:
@@ -574,8 +610,9 @@ class TrainModelAccounting:
       if line:
         print(f'{name}: {line}', file=sys.stderr)
 
-  def planned_and_spent(self, total_rounds: int,
-                        delta: float = 1e-5) -> Optional[str]:
+  def planned_and_spent(
+      self, total_rounds: int, delta: float = 1e-5
+  ) -> Optional[str]:
     """One line when the ledger charged more than `total_rounds` rounds, else None.
 
     Planned: the eps of the first `total_rounds` rounds' charges (what an
@@ -587,13 +624,16 @@ class TrainModelAccounting:
     if self._last_round and self._aggregator is not None:
       # A stream's rounds: its streams (cycles) are charged.
       factory = self._aggregator
-      period = getattr(factory, 'rounds_per_stream', None) or getattr(
-          factory, 'rounds_per_tree', None) or factory.bands
+      period = (
+          getattr(factory, 'rounds_per_stream', None)
+          or getattr(factory, 'rounds_per_tree', None)
+          or factory.bands
+      )
       planned.record(_stream_event(factory), -(-total_rounds // period))
     else:
       releases = [e for e, n in self._ledger.entries for _ in range(n)]
       per_round = len(releases) // self._rounds
-      for event in releases[:per_round * total_rounds]:
+      for event in releases[: per_round * total_rounds]:
         planned.record(event)
     return (
         f'epsilon {self.epsilon(delta):.4g} spent at delta {delta:g} over '
@@ -605,7 +645,9 @@ class TrainModelAccounting:
   def _check_program(self, program) -> Optional[int]:
     """Checks a `train_model` coroutine's arguments; its total rounds."""
     # pylint: disable=g-import-not-at-top
-    from tensorflow_federated.python.learning.programs import training_program_logic
+    from tensorflow_federated.python.learning.programs import (
+        training_program_logic,
+    )
     # pylint: enable=g-import-not-at-top
     if not asyncio.iscoroutine(program):
       raise TypeError(
@@ -637,7 +679,7 @@ class TrainModelAccounting:
       raise
     if args['evaluation_manager'] is not None:
       print(
-          f'tff_priv: warning: train_model\'s evaluation_manager releases the '
+          "tff_priv: warning: train_model's evaluation_manager releases the "
           'exact metrics of its evaluation clients, uncharged: use '
           'evaluation_manager=None unless they are public data',
           file=sys.stderr,
@@ -651,7 +693,8 @@ class TrainModelAccounting:
     sampler = getattr(args['train_data_source'], 'sampler', None)
     try:
       stream = _stream_factory_of_type(
-          args['train_process'].initialize.type_signature.result)
+          args['train_process'].initialize.type_signature.result
+      )
     except AttributeError:
       stream = None
     error = None
@@ -659,10 +702,11 @@ class TrainModelAccounting:
       error = _needs_sampler(stream)
     elif sampler is not None:
       error = self._sampler_error(sampler, stream)
-      if error is None and not isinstance(args['program_state_manager'],
-                                          SerialFileProgramStateManager):
+      if error is None and not isinstance(
+          args['program_state_manager'], SerialFileProgramStateManager
+      ):
         error = (
-            f'{stream}\'s rounds must not be released twice in one stream: '
+            f"{stream}'s rounds must not be released twice in one stream: "
             'give train_model program_state_manager='
             'accounting.program_state_manager(), which saves each round '
             'before its release'
@@ -681,19 +725,20 @@ class TrainModelAccounting:
       )
     if type(self._aggregator).__name__ != stream:
       return (
-          f'the process\'s aggregator is a {stream}: pass it as '
+          f"the process's aggregator is a {stream}: pass it as "
           'TrainModelAccounting(..., aggregator=factory), whose stream the '
           'sampler is checked against'
       )
     if self._client_metrics is not None:
       return (
           f'client_metrics are charged under uniform sampling, not '
-          f'{type(sampler).__name__}\'s: build the process with '
+          f"{type(sampler).__name__}'s: build the process with "
           'client_metrics.no_client_metrics'
       )
     if sampler is not self._checked_sampler:
-      error = _schedule_error(sampler, self._aggregator, self._population,
-                              self._k)
+      error = _schedule_error(
+          sampler, self._aggregator, self._population, self._k
+      )
       if error is not None:
         return error
       self._checked_sampler = sampler
@@ -729,7 +774,7 @@ class TrainModelAccounting:
     exact = sorted(k for k in train if k not in _DP_METRICS)
     if exact:
       raise ValueError(
-          f'the process releases the clients\' exact metrics {exact}: build '
+          f"the process releases the clients' exact metrics {exact}: build "
           'it with metrics_aggregator=client_metrics.no_client_metrics (or '
           'a dp_client_metrics passed here as client_metrics)'
       )
@@ -743,7 +788,8 @@ class TrainModelAccounting:
     # or released.
     aggregator = output.state.aggregator
     self._public_aggregator_paths = wrapped_states.public_measurement_paths(
-        aggregator, output.metrics.get('aggregator'),
+        aggregator,
+        output.metrics.get('aggregator'),
         guarantees.factory_kind_of_state(aggregator),
     )
     drawn = self._scheduled_round(aggregator)
@@ -784,14 +830,17 @@ class TrainModelAccounting:
     """
     inner = wrapped_states.unwrap(aggregator)[0]
     stream = guarantees.stream_factory_of_state(inner)
-    iterator = (None if self._frame is None
-                else self._frame.f_locals.get('train_data_iterator'))
+    iterator = (
+        None
+        if self._frame is None
+        else self._frame.f_locals.get('train_data_iterator')
+    )
     sampler = getattr(iterator, 'sampler', None)
     if stream is None and sampler is None:
       return None
     if stream is not None and self._frame is None:
       raise ValueError(
-          f'{stream}\'s rounds are charged through accounting.run('
+          f"{stream}'s rounds are charged through accounting.run("
           'train_model(...)), which checks the schedule its data source '
           f'draws by ({_SCHEDULES[stream][0]})'
       )
@@ -827,9 +876,7 @@ class TrainModelAccounting:
 
   def program_state_manager(self) -> tff.program.FileProgramStateManager:
     """A `FileProgramStateManager` in `root_dir/state`, saving one at a time."""
-    return SerialFileProgramStateManager(
-        os.path.join(self._root_dir, 'state')
-    )
+    return SerialFileProgramStateManager(os.path.join(self._root_dir, 'state'))
 
   def model_weights_only(
       self, release_manager: tff.program.ReleaseManager
@@ -864,7 +911,11 @@ class TrainModelAccounting:
         wrapped_states.check_no_debug_measurements({path[-1]: None})
       if path[0] == 'aggregator':
         return tuple(path[1:]) in self._public_aggregator_paths
-      return (charged and path[0] == 'model_metrics' and len(path) == 2
-              and path[1] in _DP_METRICS)
+      return (
+          charged
+          and path[0] == 'model_metrics'
+          and len(path) == 2
+          and path[1] in _DP_METRICS
+      )
 
     return tff.program.FilteringReleaseManager(release_manager, public)

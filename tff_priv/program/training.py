@@ -88,7 +88,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tff_priv_tasks as tasks
 from tff_priv import runtime
 from tff_priv import validation
 from tff_priv.accounting import calibration
@@ -100,15 +99,16 @@ from tff_priv.program import config as config_lib
 from tff_priv.program import files
 from tff_priv.program import hooks as hooks_lib
 from tff_priv.program import layout
-from tff_priv.program import registry
 from tff_priv.program import model_io
 from tff_priv.program import privacy as privacy_lib
 from tff_priv.program import progress as progress_lib
+from tff_priv.program import registry
 from tff_priv.program import releases as releases_lib
 from tff_priv.program import run_dir
 from tff_priv.program import sampling as sampling_lib
 from tff_priv.program import state as state_lib
 from tff_priv.program import summary as summary_lib
+import tff_priv_tasks as tasks
 
 # The configuration (defined in `config`; here for `training.RunConfig`).
 RunConfig = config_lib.RunConfig
@@ -120,6 +120,7 @@ CLIENT_METRICS = config_lib.CLIENT_METRICS
 
 MAX_NOISE_INCREASE = calibration.MAX_NOISE_INCREASE
 _EVAL_BATCH = 256
+
 
 def _build_task(config: RunConfig, cache_dir: Optional[str]):
   spec = tff.simulation.baselines.ClientSpec(
@@ -217,9 +218,14 @@ def run(
     ValueError: a bad argument of this function.
   """
   return run_until(
-      config, root_output_dir, None, checkpoint_every=checkpoint_every,
-      keep_checkpoints=keep_checkpoints, progress=progress,
-      cache_dir=cache_dir, restart_model=restart_model,
+      config,
+      root_output_dir,
+      None,
+      checkpoint_every=checkpoint_every,
+      keep_checkpoints=keep_checkpoints,
+      progress=progress,
+      cache_dir=cache_dir,
+      restart_model=restart_model,
   )
 
 
@@ -241,8 +247,14 @@ def run_until(
     config = config.validate()
   except ValueError as e:
     raise ConfigError(str(e)) from e
-  options = {'checkpoint_every': 1, 'keep_checkpoints': 3, 'progress': True,
-             'cache_dir': None, 'restart_model': False, **options}
+  options = {
+      'checkpoint_every': 1,
+      'keep_checkpoints': 3,
+      'progress': True,
+      'cache_dir': None,
+      'restart_model': False,
+      **options,
+  }
   for name in ('checkpoint_every', 'keep_checkpoints'):
     options[name] = validation.int_at_least(name, options[name], 1)
   if last_round is not None:
@@ -269,8 +281,9 @@ class _Setup:
   context: Any = None  # The mechanism's `BuildContext` (to rebuild it).
 
 
-def _setup(config: RunConfig, cache_dir: Optional[str],
-           progress: bool = False) -> _Setup:
+def _setup(
+    config: RunConfig, cache_dir: Optional[str], progress: bool = False
+) -> _Setup:
   """The task, the client sampling and the mechanism, or a ConfigError."""
   tf.keras.utils.set_random_seed(config.seed)
   task = _build_task(config, cache_dir)
@@ -341,18 +354,18 @@ def _setup(config: RunConfig, cache_dir: Optional[str],
         ),
         validation_data=(
             (lambda: (test_x[:half], test_y[:half]))
-            if config.holdout_validation else None
+            if config.holdout_validation
+            else None
         ),
         canary_clients=canary_kind == 'clients',
-        mean_client_examples=functools.cache(lambda: float(np.mean([
-            client_examples(c) for c in client_ids
-        ]))),
+        mean_client_examples=functools.cache(
+            lambda: float(np.mean([client_examples(c) for c in client_ids]))
+        ),
         metrics_aggregator=dp_metrics,
     )
     progress_lib.building(progress, config.mechanism)
     mechanism = registry.build(config.mechanism, config.params, context)
-    if (config.client_lr_decay != 1.0
-        and mechanism.process.get_hparams is None):
+    if config.client_lr_decay != 1.0 and mechanism.process.get_hparams is None:
       raise ValueError(
           f'client_lr_decay does not apply to mechanism {config.mechanism!r}'
           ' (its process has no learning-rate hyperparameter)'
@@ -371,7 +384,11 @@ def _setup(config: RunConfig, cache_dir: Optional[str],
     )
   return _Setup(
       # The mechanism's sampling: 'banded' with the bands it chose.
-      task, client_ids, client_index, mechanism.sampling, mechanism,
+      task,
+      client_ids,
+      client_index,
+      mechanism.sampling,
+      mechanism,
       dp_metrics,
       canary_kind,
       tf.data.Dataset.from_tensor_slices((test_x, test_y)).batch(_EVAL_BATCH),
@@ -382,7 +399,8 @@ def _setup(config: RunConfig, cache_dir: Optional[str],
 def _same_stream(recorded, built) -> bool:
   """Equal keys and values, floats to 1e-9 relative: below what the float32
   noise they weight can show (the thread count may move the last bits of an
-  optimised coefficient between sessions)."""
+  optimised coefficient between sessions).
+  """
   if not isinstance(recorded, dict) or not isinstance(built, dict):
     return recorded == built
   if recorded.keys() != built.keys():
@@ -406,9 +424,14 @@ def _round_offset(sessions) -> int:
 class _Run:
   """One session of a run: its state between rounds, and one round."""
 
-  def __init__(self, config: RunConfig, setup: _Setup, root_output_dir: str,
-               keep_checkpoints: int,
-               restart_model: bool = False):
+  def __init__(
+      self,
+      config: RunConfig,
+      setup: _Setup,
+      root_output_dir: str,
+      keep_checkpoints: int,
+      restart_model: bool = False,
+  ):
     self.config, self.setup, self.root = config, setup, root_output_dir
     self.restart_model = restart_model
     self.released_again = True  # Until a resume knows better.
@@ -431,14 +454,20 @@ class _Run:
     )
     try:
       self.privacy = privacy_lib.RunPrivacy.create(
-          self.mechanism.guarantee, setup.sampling.ledger_sampling(),
-          self.delta, config.server_budget, self.mechanism.adaptive_bounds,
+          self.mechanism.guarantee,
+          setup.sampling.ledger_sampling(),
+          self.delta,
+          config.server_budget,
+          self.mechanism.adaptive_bounds,
       )
     except ValueError as e:
       raise ConfigError(str(e)) from e
     self.releases = releases_lib.RunReleases(root_output_dir, self.private)
-    self.hooks: list[hooks_lib.RunHook] = [hooks_lib.Evaluation(
-        setup.task.model_fn, setup.test_data, config.eval_every)]
+    self.hooks: list[hooks_lib.RunHook] = [
+        hooks_lib.Evaluation(
+            setup.task.model_fn, setup.test_data, config.eval_every
+        )
+    ]
     self.canary_hook = None
     # The state this session starts from (`start_or_resume`); the loop then
     # carries each round's, which every step takes and returns.
@@ -451,7 +480,8 @@ class _Run:
 
   def next_event(self, train_state):
     """The event a round charges: the factory's, composed with the 'dp'
-    client metrics' Gaussian (the same sampled clients and adjacency)."""
+    client metrics' Gaussian (the same sampled clients and adjacency).
+    """
     if self.mechanism.guarantee is None:
       return None
     model_event = guarantees.extract_dp_event(
@@ -463,9 +493,11 @@ class _Run:
         [model_event, self.setup.dp_metrics.dp_event]
     )
 
-  def evaluate(self, state: state_lib.ProgramState,
-               last: bool) -> Optional[dict[str, float]]:
+  def evaluate(
+      self, state: state_lib.ProgramState, last: bool
+  ) -> Optional[dict[str, float]]:
     """The hooks' metrics of `state`'s model on public data (None: none due)."""
+
     def read():  # Read by a hook that evaluates now.
       self.on_evaluation(state.round_num)
       return self.process.get_model_weights(state.train_state)
@@ -478,14 +510,17 @@ class _Run:
 
   def checkpoint(self, state: state_lib.ProgramState):
     """What the checkpoint of `state` holds: its ledger, the wall time of
-    every session so far, the canaries' cosines so far."""
+    every session so far, the canaries' cosines so far.
+    """
     return dataclasses.replace(
         state,
         ledger=self.privacy.to_json(),
         wall_seconds=state.wall_seconds + time.monotonic() - self.session_start,
-        canary_max_cosines=(self.canary_hook.max_cosines
-                            if self.canary_hook is not None
-                            else state.canary_max_cosines),
+        canary_max_cosines=(
+            self.canary_hook.max_cosines
+            if self.canary_hook is not None
+            else state.canary_max_cosines
+        ),
     ).structure()
 
   async def start_or_resume(self) -> int:
@@ -501,17 +536,23 @@ class _Run:
     written_privacy = None
     if written is not None:
       written_privacy = privacy_lib.RunPrivacy.create(
-          self.mechanism.guarantee, self.setup.sampling.ledger_sampling(),
-          self.delta, self.config.server_budget, self.mechanism.adaptive_bounds,
+          self.mechanism.guarantee,
+          self.setup.sampling.ledger_sampling(),
+          self.delta,
+          self.config.server_budget,
+          self.mechanism.adaptive_bounds,
       )
-      self._restore(written_privacy, json.dumps(written['privacy']),
-                    layout.PRIVACY)
+      self._restore(
+          written_privacy, json.dumps(written['privacy']), layout.PRIVACY
+      )
     charged = written_privacy.analyst.num_releases if written_privacy else 0
     self.state = state_lib.ProgramState(
         self.process.initialize(),
-        sessions=tuple(state_lib.sessions_from(
-            written.get('sessions', []) if written else []
-        )),
+        sessions=tuple(
+            state_lib.sessions_from(
+                written.get('sessions', []) if written else []
+            )
+        ),
     )
     checkpoints = layout.path(self.root, layout.CHECKPOINTS)
     loaded, version = await self.state_manager.load_intact(
@@ -526,8 +567,11 @@ class _Run:
       # A new model: the old one's checkpoints are kept aside, unused.
       moved = run_dir.set_aside(checkpoints, 'before_restart')
       if moved:
-        print(f'tff_priv: {checkpoints} set aside as {moved}; training a new '
-              'model', file=sys.stderr)
+        print(
+            f'tff_priv: {checkpoints} set aside as {moved}; training a new '
+            'model',
+            file=sys.stderr,
+        )
       self._rows_after(written)
       loaded, version = None, None
     if loaded is None:
@@ -545,7 +589,8 @@ class _Run:
 
   def _rows_after(self, written) -> None:
     """A restarted model's rows go after every row and charged round of the
-    directory (`layout`): sets `round_offset`."""
+    directory (`layout`): sets `round_offset`.
+    """
     last = 0
     if written is not None:
       self.earlier_offset = _round_offset(written.get('sessions', []))
@@ -555,8 +600,11 @@ class _Run:
   def _check_ledger_file(self, loaded, version, written_privacy) -> None:
     """Refuses a ledger file missing or older than checkpoint `version`'s."""
     in_checkpoint = privacy_lib.RunPrivacy.create(
-        self.mechanism.guarantee, self.setup.sampling.ledger_sampling(),
-        self.delta, self.config.server_budget, self.mechanism.adaptive_bounds,
+        self.mechanism.guarantee,
+        self.setup.sampling.ledger_sampling(),
+        self.delta,
+        self.config.server_budget,
+        self.mechanism.adaptive_bounds,
     )
     self._restore(in_checkpoint, loaded.ledger, f'checkpoint {version}')
     charged = in_checkpoint.analyst.num_releases
@@ -567,11 +615,13 @@ class _Run:
           'charged rounds: restore the file (the charges after the '
           'checkpoint are only there) or use another root_output_dir'
       )
-    if (written_privacy is not None
-        and written_privacy.analyst.num_releases < charged):
+    if (
+        written_privacy is not None
+        and written_privacy.analyst.num_releases < charged
+    ):
       raise ConfigError(
           f'{path} holds fewer charges ({written_privacy.analyst.num_releases}'
-          f') than checkpoint {version} ({charged}): it is not this run\'s '
+          f") than checkpoint {version} ({charged}): it is not this run's "
           'latest ledger; restore the latest one or use another '
           'root_output_dir'
       )
@@ -604,17 +654,29 @@ class _Run:
     # Before the checkpoint that holds them: the owner's copy of the seeds
     # (no other file the run writes holds them; a restarted model's earlier
     # seeds stay in its checkpoints, set aside).
-    run_dir.write_secrets(self.root, {
-        'sampling_seed': sampling_seed,
-        'canary_seed': canary_seed if self.config.audit_canaries else None,
-    })
+    run_dir.write_secrets(
+        self.root,
+        {
+            'sampling_seed': sampling_seed,
+            'canary_seed': canary_seed if self.config.audit_canaries else None,
+        },
+    )
     train_state = self.recalibrate(0, self.state.train_state)
     self.state = dataclasses.replace(
-        self.state, train_state=train_state, sampling_seed=sampling_seed,
+        self.state,
+        train_state=train_state,
+        sampling_seed=sampling_seed,
         sessions=self.state.sessions + (self.session(0),),
-        **({'canary_seed': canary_seed, 'canary_max_cosines': np.full(
-            2 * self.config.audit_canaries, -1.0)}
-           if self.config.audit_canaries else {}),
+        **(
+            {
+                'canary_seed': canary_seed,
+                'canary_max_cosines': np.full(
+                    2 * self.config.audit_canaries, -1.0
+                ),
+            }
+            if self.config.audit_canaries
+            else {}
+        ),
     )
     if self.restart_model:
       # The earlier model's files stay, kept aside (`layout`).
@@ -641,7 +703,8 @@ class _Run:
         logging.warning(
             'Rounds %d-%d were released after the last checkpoint: they stay '
             'charged, and run again (charged again)',
-            start_round + 1, written['round'],
+            start_round + 1,
+            written['round'],
         )
       self.privacy = written_privacy
     ledger_sessions = self.state.sessions
@@ -672,12 +735,16 @@ class _Run:
       # again); otherwise it goes on from its checkpoint.
       state = self.mechanism.on_resume(state)
     self.state = dataclasses.replace(
-        self.state, train_state=state,
+        self.state,
+        train_state=state,
         sessions=self.state.sessions + (self.session(start_round),),
     )
     logging.info(
         'Resuming %s from checkpoint %d (round %d, eps %.4g at delta %g)',
-        self.root, version, start_round, self.privacy.analyst_epsilon(),
+        self.root,
+        version,
+        start_round,
+        self.privacy.analyst_epsilon(),
         self.delta,
     )
     self.add_hooks()
@@ -699,22 +766,24 @@ class _Run:
     if self.mechanism.stream is None:
       return False
     changed = any(
-        not sessions or not _same_stream(sessions[-1].get('stream'),
-                                         self.mechanism.stream)
+        not sessions
+        or not _same_stream(sessions[-1].get('stream'), self.mechanism.stream)
         for sessions in (ledger_sessions, checkpointed)
     )
     if changed:
       logging.warning(
           'The %s stream built now differs from (or was not recorded by) '
           'the session it would continue (%s): it restarts, charged as a new '
-          'one', self.mechanism.name,
+          'one',
+          self.mechanism.name,
           layout.path(self.root, layout.PRIVACY),
       )
     return changed
 
   def _spent_epsilon(self) -> float:
     """The analyst's eps of the charges so far (for a run whose noise is
-    chosen adaptively, their composition, not the filter's bound)."""
+    chosen adaptively, their composition, not the filter's bound).
+    """
     if self.privacy.adaptive is not None:
       return self.privacy.analyst.epsilon(self.delta)
     return self.privacy.analyst_epsilon()
@@ -744,30 +813,38 @@ class _Run:
     `MAX_NOISE_INCREASE` times the planned noise multiplier.
     """
     spent = calibration.Spent.of_ledger(self.privacy.analyst)
-    if (not spent.releases
+    if (
+        not spent.releases
         or getattr(self.mechanism.config, 'epsilon', None) is None
         # No round left: nothing to calibrate (but a bound that counts the
         # rounds released, CRD's, is rebuilt below).
-        or (start_round >= self.config.total_rounds
-            and self.mechanism.adaptive_bounds is None)):
+        or (
+            start_round >= self.config.total_rounds
+            and self.mechanism.adaptive_bounds is None
+        )
+    ):
       return train_state
     target = self.mechanism.config.epsilon
     context = dataclasses.replace(
-        self.setup.context, start_round=start_round, spent=spent,
+        self.setup.context,
+        start_round=start_round,
+        spent=spent,
         restart_stream=self.restart_stream,
         # A stream this session continues was charged in an earlier one: at
         # the noise a session recorded, or (sessions of older versions) at
         # the planned one.
-        noise_floor=max([s.get('noise_multiplier') or 0.0
-                         for s in self.state.sessions]
-                        + [self.mechanism.resolved.get('noise_multiplier')
-                           or 0.0])
-        if start_round else 0.0,
+        noise_floor=max(
+            [s.get('noise_multiplier') or 0.0 for s in self.state.sessions]
+            + [self.mechanism.resolved.get('noise_multiplier') or 0.0]
+        )
+        if start_round
+        else 0.0,
     )
     left = self.config.total_rounds - start_round
     try:
-      rebuilt = registry.build(self.config.mechanism, self.config.params,
-                                 context)
+      rebuilt = registry.build(
+          self.config.mechanism, self.config.params, context
+      )
       planned = self.mechanism.resolved.get('noise_multiplier')
       noise = rebuilt.resolved.get('noise_multiplier')
       if planned and noise and noise > MAX_NOISE_INCREASE * planned:
@@ -795,8 +872,11 @@ class _Run:
         f'tff_priv: {spent.releases} rounds charged so far (epsilon '
         f'{self._spent_epsilon():.4g} of the target {target:g}): the {left} '
         'rounds left run at '
-        + (f'noise multiplier {noise:.4g} (planned {planned:.4g})'
-           if planned and noise else 'the budget left'),
+        + (
+            f'noise multiplier {noise:.4g} (planned {planned:.4g})'
+            if planned and noise
+            else 'the budget left'
+        ),
         file=sys.stderr,
     )
     return train_state
@@ -809,25 +889,37 @@ class _Run:
       shape, num_classes, dtype = canary_examples_lib.model_shape(
           setup.task.model_fn
       )
-      self.hooks.append(hooks_lib.CanaryExamples(
-          canary_examples_lib.CanaryExamples(
-              self.state.canary_seed, n, len(setup.client_ids), shape,
-              num_classes,
-              dtype,
-          ),
-          setup.task.model_fn, self.config.batch_size,
-      ))
+      self.hooks.append(
+          hooks_lib.CanaryExamples(
+              canary_examples_lib.CanaryExamples(
+                  self.state.canary_seed,
+                  n,
+                  len(setup.client_ids),
+                  shape,
+                  num_classes,
+                  dtype,
+              ),
+              setup.task.model_fn,
+              self.config.batch_size,
+          )
+      )
     elif setup.canary_kind == 'clients':
       # Inserted canaries join each round at the real clients' rate q = K / N
       # (Andrew et al.'s code samples them with the real clients); under
       # epoch sampling once per epoch, as a real client (DP-FTRL's trees and
       # BLT's streams hold for clients at most once per epoch).
-      epoch = (setup.sampling.rounds_per_epoch
-               if setup.sampling.kind == 'epoch' else None)
+      epoch = (
+          setup.sampling.rounds_per_epoch
+          if setup.sampling.kind == 'epoch'
+          else None
+      )
       self.canary_hook = hooks_lib.CanaryClients(
           canaries_lib.Canaries(
-              self.state.canary_seed, n, self.mechanism.num_parameters,
-              setup.sampling.rate, rounds_per_epoch=epoch,
+              self.state.canary_seed,
+              n,
+              self.mechanism.num_parameters,
+              setup.sampling.rate,
+              rounds_per_epoch=epoch,
           ),
           self.mechanism,
           lambda: setup.task.datasets.train_preprocess_fn(
@@ -866,11 +958,13 @@ class _Run:
     )
     # A round released before this session and run again draws anew: the
     # ledger charges it as an independent sampled release.
-    attempt = (max(1, len(state.sessions) - 1)
-               if round_num <= self.redraw_until else 0)
+    attempt = (
+        max(1, len(state.sessions) - 1) if round_num <= self.redraw_until else 0
+    )
     chosen = self.privacy.admit(
-        setup.sampling.sample(setup.client_ids, state.sampling_seed, round_num,
-                              attempt),
+        setup.sampling.sample(
+            setup.client_ids, state.sampling_seed, round_num, attempt
+        ),
         planned_event,
     )
     # A private round runs even when its Poisson draw is empty: it then
@@ -893,7 +987,8 @@ class _Run:
     # The model is read only for a hook that asks (the canary audit): each
     # read moves the whole learning state through TFF's executor.
     weights = functools.cache(
-        lambda: self.process.get_model_weights(train_state))
+        lambda: self.process.get_model_weights(train_state)
+    )
     for hook in self.hooks:
       data = hook.round_data(data, round_num)
       hook.before_round(weights)
@@ -903,13 +998,15 @@ class _Run:
     runtime.release_eager_kernels()
     state = dataclasses.replace(state, train_state=output.state)
     weights = functools.cache(
-        lambda: self.process.get_model_weights(output.state))
+        lambda: self.process.get_model_weights(output.state)
+    )
     for hook in self.hooks:
       hook.after_round(weights)
     return state, chosen, output.metrics, self.next_event(output.state)
 
-  def charge(self, state: state_lib.ProgramState, chosen, event,
-             saving: bool) -> None:
+  def charge(
+      self, state: state_lib.ProgramState, chosen, event, saving: bool
+  ) -> None:
     """Charges the round, then writes the ledgers durably (write-ahead).
 
     `saving`: the round's checkpoint is saved before anything of it is
@@ -917,15 +1014,24 @@ class _Run:
     the round was not released).
     """
     self.privacy.charge(event, chosen)
-    run_dir.write_privacy(self.root, {
-        'round': state.round_num,
-        'released_after_its_checkpoint': saving,
-        'sessions': list(state.sessions),
-        'privacy': json.loads(self.privacy.to_json()),
-    })
+    run_dir.write_privacy(
+        self.root,
+        {
+            'round': state.round_num,
+            'released_after_its_checkpoint': saving,
+            'sessions': list(state.sessions),
+            'privacy': json.loads(self.privacy.to_json()),
+        },
+    )
 
-  def release(self, state: state_lib.ProgramState, chosen, metrics,
-              round_start: float, done: bool):
+  def release(
+      self,
+      state: state_lib.ProgramState,
+      chosen,
+      metrics,
+      round_start: float,
+      done: bool,
+  ):
     """The round's rows, and its evaluation when one is due: the releases.
 
     Evaluates now (the program state saved next holds its best accuracy).
@@ -947,17 +1053,20 @@ class _Run:
     # Which session wrote it (public: how often the directory was started).
     session = len(state.sessions)
     csv_round = self.round_offset + round_num  # The directory's round.
-    row = collections.OrderedDict([(layout.SESSION, session),
-                                   (layout.RDP_EPSILON, eps)])
+    row = collections.OrderedDict(
+        [(layout.SESSION, session), (layout.RDP_EPSILON, eps)]
+    )
     if server_eps is not None:
       row[layout.SERVER_EPSILON] = server_eps
     row.update([('delta', self.delta), ('uplink_bytes', round_bytes)])
     if not self.private:
       # Who took part and how long it took depend on who was sampled.
-      row.update([
-          ('clients', len(chosen)),
-          ('round_seconds', time.monotonic() - round_start),
-      ])
+      row.update(
+          [
+              ('clients', len(chosen)),
+              ('round_seconds', time.monotonic() - round_start),
+          ]
+      )
     if metrics is not None:
       row.update(metrics)
     releases = [self.releases.train(row, csv_round)]
@@ -968,18 +1077,22 @@ class _Run:
       key = _accuracy_key(self.test)
       self.last_accuracy = self.test[key] if key else None
       self.last_eval_round = round_num
-      if (self.last_accuracy is not None
-          and self.last_accuracy > state.best_test_accuracy):
+      if (
+          self.last_accuracy is not None
+          and self.last_accuracy > state.best_test_accuracy
+      ):
         state = dataclasses.replace(
             state, best_test_accuracy=self.last_accuracy, best_round=round_num
         )
-      eval_row = collections.OrderedDict([
-          (layout.SESSION, session),
-          (layout.TEST_ACCURACY, self.last_accuracy),
-          (layout.TEST_LOSS, self.test.get('loss')),
-          (layout.RDP_EPSILON, eps),
-          ('eval', self.test),
-      ])
+      eval_row = collections.OrderedDict(
+          [
+              (layout.SESSION, session),
+              (layout.TEST_ACCURACY, self.last_accuracy),
+              (layout.TEST_LOSS, self.test.get('loss')),
+              (layout.RDP_EPSILON, eps),
+              ('eval', self.test),
+          ]
+      )
       releases.append(self.releases.eval(eval_row, csv_round))
     self.rows = self.releases.pending(row, eval_row)
     return state, releases
@@ -987,7 +1100,8 @@ class _Run:
   async def release_pending(self, start_round: int) -> None:
     """Releases the rows of the checkpoint resumed from, if they were
     written before its release and a stop came before that release
-    (released again, the same public values, if it came after)."""
+    (released again, the same public values, if it came after).
+    """
     pending = run_dir.take_pending(self.root)
     if pending is None:
       return
@@ -1008,14 +1122,16 @@ class _Run:
     accuracy_key = _accuracy_key(train)
     # Noised metrics are shown under their released names.
     prefix = 'dp_' if self.setup.dp_metrics is not None else ''
-    bar.update(**{
-        f'{prefix}loss': train.get(f'{prefix}loss'),
-        f'{prefix}acc': train.get(accuracy_key) if accuracy_key else None,
-        # The last evaluation, named by its round (not every round has one).
-        f'test_acc@{self.last_eval_round}': self.last_accuracy,
-        'eps': self.privacy.analyst_epsilon(),
-        'server_eps': self.privacy.server_epsilon(),
-    })
+    bar.update(
+        **{
+            f'{prefix}loss': train.get(f'{prefix}loss'),
+            f'{prefix}acc': train.get(accuracy_key) if accuracy_key else None,
+            # The last evaluation, named by its round (not every round has one).
+            f'test_acc@{self.last_eval_round}': self.last_accuracy,
+            'eps': self.privacy.analyst_epsilon(),
+            'server_eps': self.privacy.server_epsilon(),
+        }
+    )
 
   def finish(self, state: state_lib.ProgramState) -> dict[str, Any]:
     """Writes the final model and summary.json; the summary."""
@@ -1025,17 +1141,26 @@ class _Run:
     final_weights = self.process.get_model_weights(state.train_state)
     empirical = None
     for hook in self.hooks:
-      empirical = hook.summary(
-          layout.path(self.root, layout.INITIAL_MODEL), final_weights,
-          self.delta, self.privacy.analyst_epsilon(),
-      ) or empirical
+      empirical = (
+          hook.summary(
+              layout.path(self.root, layout.INITIAL_MODEL),
+              final_weights,
+              self.delta,
+              self.privacy.analyst_epsilon(),
+          )
+          or empirical
+      )
     result = summary_lib.build(
-        self.config, self.mechanism, self.privacy,
+        self.config,
+        self.mechanism,
+        self.privacy,
         final_metrics=self.test,
         final_accuracy=self.test[key] if key else None,
-        best_accuracy=(state.best_test_accuracy
-                       if state.best_test_accuracy != state_lib.NO_ACCURACY
-                       else None),
+        best_accuracy=(
+            state.best_test_accuracy
+            if state.best_test_accuracy != state_lib.NO_ACCURACY
+            else None
+        ),
         best_round=self.round_offset + state.best_round,
         round_offset=self.round_offset,
         uplink_bytes=state.uplink_bytes,
@@ -1044,16 +1169,27 @@ class _Run:
         rounds_run=state.round_num,
         empirical=empirical,
     )
-    model_io.write_model(layout.path(self.root, layout.FINAL_MODEL),
-                         final_weights)
+    model_io.write_model(
+        layout.path(self.root, layout.FINAL_MODEL), final_weights
+    )
     files.write_json(layout.path(self.root, layout.SUMMARY), result)
     return result
 
 
-async def _run(config, root_output_dir, last_round, *, checkpoint_every,
-               keep_checkpoints, progress, cache_dir, restart_model):
+async def _run(
+    config,
+    root_output_dir,
+    last_round,
+    *,
+    checkpoint_every,
+    keep_checkpoints,
+    progress,
+    cache_dir,
+    restart_model,
+):
   """Sample -> admit -> process.next -> charge (write-ahead) -> release ->
-  evaluate -> checkpoint, each round; the summary at the end."""
+  evaluate -> checkpoint, each round; the summary at the end.
+  """
   # Refuse another run's directory first; create it only once the task and
   # the mechanism are known to build (a refused run leaves nothing behind).
   prepare_output_dir(root_output_dir, config, write=False)
@@ -1063,11 +1199,11 @@ async def _run(config, root_output_dir, last_round, *, checkpoint_every,
   setup = _setup(config, cache_dir, progress)
   prepare_output_dir(root_output_dir, config)
   run_dir.lock(root_output_dir)
-  this = _Run(config, setup, root_output_dir, keep_checkpoints,
-              restart_model)
+  this = _Run(config, setup, root_output_dir, keep_checkpoints, restart_model)
   if setup.canary_kind == 'clients':
     warning = canaries_lib.small_count_warning(
-        config.audit_canaries, this.delta,
+        config.audit_canaries,
+        this.delta,
         getattr(setup.mechanism.config, 'epsilon', None),
     )
     if warning:
@@ -1098,8 +1234,7 @@ async def _run(config, root_output_dir, last_round, *, checkpoint_every,
         # released without it, so a resume never releases it twice; its
         # rows wait on disk, for a resume from that checkpoint to release.
         run_dir.write_pending(this.root, {'round': round_num, **this.rows})
-        await this.state_manager.save(this.checkpoint(state),
-                                      version=round_num)
+        await this.state_manager.save(this.checkpoint(state), version=round_num)
       await asyncio.gather(*releases)
       if saving:
         run_dir.take_pending(this.root)

@@ -64,7 +64,9 @@ def register(definition: base.Definition) -> None:
   """
   global MECHANISMS, REPORTS
   if not isinstance(definition, base.Definition):
-    raise TypeError(f'register() takes a registry.Definition, got {definition!r}')
+    raise TypeError(
+        f'register() takes a registry.Definition, got {definition!r}'
+    )
   if definition.name in REGISTRY:
     raise ValueError(f'mechanism {definition.name!r} is already registered')
   REGISTRY[definition.name] = definition
@@ -81,8 +83,17 @@ def unregister(name: str) -> None:
   REPORTS = tuple(n for n, d in REGISTRY.items() if d.report is not None)
 
 
-for _module in (none, dp_fedavg, dp_ftrl, blt, bandmf, ldp, udp, smp,
-                distortion):
+for _module in (
+    none,
+    dp_fedavg,
+    dp_ftrl,
+    blt,
+    bandmf,
+    ldp,
+    udp,
+    smp,
+    distortion,
+):
   register(_module.DEFINITION)
 
 
@@ -110,7 +121,9 @@ def _guarantee(name: str, params: Any):
   mechanism = definition(name)
   if not callable(mechanism.guarantee):
     return mechanism.guarantee
-  return mechanism.guarantee_of(None if params is None else config(name, params))
+  return mechanism.guarantee_of(
+      None if params is None else config(name, params)
+  )
 
 
 def unit(name: str, params: Any = None) -> Optional[str]:
@@ -164,7 +177,8 @@ def config(name: str, params: Union[None, Mapping[str, Any], Any] = None):
 def to_dict(mechanism_config: Any) -> dict[str, Any]:
   """The parameters of a config that are set (JSON-ready)."""
   return {
-      k: v for k, v in dataclasses.asdict(mechanism_config).items()
+      k: v
+      for k, v in dataclasses.asdict(mechanism_config).items()
       if v is not None
   }
 
@@ -202,14 +216,12 @@ def client_metrics_refusal(name: str) -> Optional[str]:
     )
   return (
       f"client_metrics='dp' does not apply to mechanism {name!r}: the server "
-      'would add the metrics\' noise itself, and this mechanism is private '
+      "would add the metrics' noise itself, and this mechanism is private "
       'against the server'
   )
 
 
-def build(
-    name: str, params: Any, context: base.BuildContext
-) -> base.Mechanism:
+def build(name: str, params: Any, context: base.BuildContext) -> base.Mechanism:
   """Builds mechanism `name` (see `config` for `params`) in `context`.
 
   Raises:
@@ -297,10 +309,13 @@ def report_parameters() -> dict[str, tuple[type, str]]:
           base.attribute_help(cls).get(field, ''), []
       ).append(name)
   return {
-      field: (kinds[field], '; '.join(
-          f'{", ".join(names)}: {meaning.rstrip(".")}'
-          for meaning, names in by_meaning.items()
-      ))
+      field: (
+          kinds[field],
+          '; '.join(
+              f'{", ".join(names)}: {meaning.rstrip(".")}'
+              for meaning, names in by_meaning.items()
+          ),
+      )
       for field, by_meaning in meanings.items()
   }
 

@@ -75,17 +75,23 @@ def canary_refusal(config: Config) -> Optional[str]:
 
 
 @functools.lru_cache(maxsize=16)
-def _plan(total_rounds, population, k, epsilon, noise_multiplier, delta,
-          bands):
+def _plan(total_rounds, population, k, epsilon, noise_multiplier, delta, bands):
   # Cached: a resumed run plans twice (the bands, then its noise left);
   # each candidate's calibration takes seconds.
   return bandmf_factory.plan_bands(
-      total_rounds, population, k, epsilon=epsilon,
-      noise_multiplier=noise_multiplier, delta=delta, bands=bands)
+      total_rounds,
+      population,
+      k,
+      epsilon=epsilon,
+      noise_multiplier=noise_multiplier,
+      delta=delta,
+      bands=bands,
+  )
 
 
-def privacy_report(params: dict[str, Any], rounds: int,
-                   sampling: sampling_lib.Sampling) -> dict:
+def privacy_report(
+    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
+) -> dict:
   """eps of a run's cycles by every accountant, or the noise for a target.
 
   The run (T = `rounds`, N = `population`, K = `sample_size`) plans its
@@ -109,22 +115,35 @@ def privacy_report(params: dict[str, Any], rounds: int,
     raise ValueError("mechanism 'bandmf' needs epsilon or noise_multiplier")
   config = Config(**given)
   target = config.epsilon if config.noise_multiplier is None else None
-  plan = _plan(rounds, sampling.population, sampling.sample_size,
-               target, config.noise_multiplier, config.delta, config.bands)
+  plan = _plan(
+      rounds,
+      sampling.population,
+      sampling.sample_size,
+      target,
+      config.noise_multiplier,
+      config.delta,
+      config.bands,
+  )
   report = reports.gaussian_mechanism_report(
-      NAME, delta=config.delta, rounds=plan.cycles,
-      **({'epsilon': target} if target is not None
-         else {'noise_multiplier': plan.noise_multiplier}),
+      NAME,
+      delta=config.delta,
+      rounds=plan.cycles,
+      **(
+          {'epsilon': target}
+          if target is not None
+          else {'noise_multiplier': plan.noise_multiplier}
+      ),
       sampling=sampling_lib.Sampling.poisson(plan.sampling_probability),
   )
   reports.counted_as(report, rounds, plan.cycles, 'cycles')
-  report['neighboring_relation'] = (
-      bandmf_factory.GUARANTEE.neighboring_relation)
+  report['neighboring_relation'] = bandmf_factory.GUARANTEE.neighboring_relation
   report['bandmf'] = {
       **_resolved(plan),
-      'note': ('rounds is T; the accountants count the cycles of b rounds, '
-               'each a Poisson-sampled Gaussian of multiplier '
-               'noise_multiplier'),
+      'note': (
+          'rounds is T; the accountants count the cycles of b rounds, '
+          'each a Poisson-sampled Gaussian of multiplier '
+          'noise_multiplier'
+      ),
   }
   return report
 
@@ -147,29 +166,50 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   target = config.epsilon if config.noise_multiplier is None else None
   # The bands are a function of the configuration alone: a resumed session
   # draws the same groups.
-  plan = _plan(context.total_rounds, population, k, target,
-               config.noise_multiplier, config.delta, config.bands)
+  plan = _plan(
+      context.total_rounds,
+      population,
+      k,
+      target,
+      config.noise_multiplier,
+      config.delta,
+      config.bands,
+  )
   if target is not None and context.spent is not None:
     noise = context.stream_noise(
         plan.bands,
         lambda cycles, spent: bandmf_factory.plan_bands(
-            context.total_rounds, population, k, epsilon=target,
-            delta=config.delta, bands=plan.bands, cycles_left=cycles,
-            spent=spent).noise_multiplier,
+            context.total_rounds,
+            population,
+            k,
+            epsilon=target,
+            delta=config.delta,
+            bands=plan.bands,
+            cycles_left=cycles,
+            spent=spent,
+        ).noise_multiplier,
     )
     plan = dataclasses.replace(plan, noise_multiplier=noise)
   factory = bandmf_factory.BandMFFactory.from_plan(plan, k, config.clip)
   mech = base.restarting_on_resume(
-      NAME, config, context, factory, bandmf_factory.with_restart_forced,
+      NAME,
+      config,
+      context,
+      factory,
+      bandmf_factory.with_restart_forced,
       resolved=_resolved(plan),
-      what='cycle', stream=('bands', 'sampling_probability', 'coefs'),
+      what='cycle',
+      stream=('bands', 'sampling_probability', 'coefs'),
   )
   mech.sampling = dataclasses.replace(context.sampling, bands=plan.bands)
   return mech
 
 
 DEFINITION = base.Definition(
-    name=NAME, config=Config, build=build, sampling='banded',
+    name=NAME,
+    config=Config,
+    build=build,
+    sampling='banded',
     # The server adds the correlated noise.
     guarantee=bandmf_factory.GUARANTEE,
     report=base.Report(privacy_report, REPORT_PARAMETERS),

@@ -189,7 +189,9 @@ class BuildContext:
     if self.client_momentum is not None:
       validation.non_negative('client_momentum', self.client_momentum)
       if self.client_optimizer != 'sgd':
-        raise ValueError("client_momentum applies only to client_optimizer='sgd'")
+        raise ValueError(
+            "client_momentum applies only to client_optimizer='sgd'"
+        )
 
   def client_optimizer_fn(self) -> tff.learning.optimizers.Optimizer:
     if self.client_optimizer == 'sgd' and self.client_momentum:
@@ -243,12 +245,16 @@ class BuildContext:
     (`restart_stream`), the one `start_round` falls in (0: the session
     continues the run's last stream, already charged).
     """
-    started = (self.start_round // rounds_per_stream if self.restart_stream
-               else -(-self.start_round // rounds_per_stream))
+    started = (
+        self.start_round // rounds_per_stream
+        if self.restart_stream
+        else -(-self.start_round // rounds_per_stream)
+    )
     return max(0, math.ceil(self.total_rounds / rounds_per_stream) - started)
 
-  def stream_noise(self, rounds_per_stream: int,
-                   calibrate: Callable[..., float]) -> float:
+  def stream_noise(
+      self, rounds_per_stream: int, calibrate: Callable[..., float]
+  ) -> float:
     """The noise multiplier of a stream mechanism's session.
 
     `calibrate(streams, spent)` gives the z that meets the target over
@@ -364,9 +370,7 @@ class Mechanism:
   on_resume: Optional[Callable[[Any], Any]] = None
   adopt_state: Optional[Callable[[Any, Any], Any]] = None
   stream: Optional[dict[str, Any]] = None
-  adaptive_bounds: Optional[
-      tuple[filters.RdpBound, filters.RdpBound]
-  ] = None
+  adaptive_bounds: Optional[tuple[filters.RdpBound, filters.RdpBound]] = None
 
   def __post_init__(self):
     if not self.upload_bytes_per_client:
@@ -393,6 +397,7 @@ def restarting_on_resume(
   streams of `blt` and `bandmf` share this. `stream`: the keys of
   `resolved` that fix the noise's coefficients (`Mechanism.stream`).
   """
+
   def on_resume(state):
     return state._replace(aggregator=restart_forced(state.aggregator))
 
@@ -400,9 +405,14 @@ def restarting_on_resume(
   # least that noise (`BuildContext.noise_floor`).
 
   mech = Mechanism(
-      name, config, context.sampling, context.fed_avg(factory),
-      count_parameters(context.model_fn), factory.guarantee,
-      resolved=resolved, on_resume=on_resume,
+      name,
+      config,
+      context.sampling,
+      context.fed_avg(factory),
+      count_parameters(context.model_fn),
+      factory.guarantee,
+      resolved=resolved,
+      on_resume=on_resume,
       stream={k: resolved[k] for k in stream} if stream else None,
       # At the clip: clipping leaves it whole, a worst-case client.
       canary_norm=factory.clip if context.canary_clients else None,

@@ -29,8 +29,13 @@ from tff_priv.program.registry import base
 
 NAME = 'blt'
 # The `Config` fields `privacy_report` reads.
-REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta', 'num_buffers',
-                     'participation')
+REPORT_PARAMETERS = (
+    'epsilon',
+    'noise_multiplier',
+    'delta',
+    'num_buffers',
+    'participation',
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,19 +67,21 @@ class Config:
     self.validate()
 
   def validate(self) -> None:
-    base.check_fields(self, {
-        'participation': lambda name, value: validation.one_of(
-            name, value, blt_factory.PARTICIPATIONS),
-    })
+    base.check_fields(
+        self,
+        {
+            'participation': lambda name, value: validation.one_of(
+                name, value, blt_factory.PARTICIPATIONS
+            ),
+        },
+    )
     if self.noise_multiplier is not None and self.noise_multiplier <= 0:
       raise ValueError(
           f"mechanism 'blt' needs noise_multiplier > 0, got "
           f'{self.noise_multiplier}'
       )
     if self.num_buffers is not None and not 1 <= self.num_buffers <= 10:
-      raise ValueError(
-          f'num_buffers must be in 1..10, got {self.num_buffers}'
-      )
+      raise ValueError(f'num_buffers must be in 1..10, got {self.num_buffers}')
 
 
 def canary_refusal(config: Config) -> Optional[str]:
@@ -83,7 +90,7 @@ def canary_refusal(config: Config) -> Optional[str]:
     return (
         "audit_canaries with blt's participation='cyclic' is not supported: "
         'canary clients join once per epoch at a random round, not every '
-        'N // K rounds as the stream\'s (k, b) guarantee needs'
+        "N // K rounds as the stream's (k, b) guarantee needs"
     )
   return None
 
@@ -93,18 +100,31 @@ def sampling(config: Config) -> str:
   return config.participation
 
 
-def _plan(config: Config, total_rounds: int, population: int, k: int,
-          streams_left: Optional[int] = None, spent=None):
+def _plan(
+    config: Config,
+    total_rounds: int,
+    population: int,
+    k: int,
+    streams_left: Optional[int] = None,
+    spent=None,
+):
   return blt_factory.plan_streams(
-      total_rounds, population, k, participation=config.participation,
+      total_rounds,
+      population,
+      k,
+      participation=config.participation,
       epsilon=config.epsilon if config.noise_multiplier is None else None,
-      noise_multiplier=config.noise_multiplier, delta=config.delta,
-      num_buffers=config.num_buffers, streams_left=streams_left, spent=spent,
+      noise_multiplier=config.noise_multiplier,
+      delta=config.delta,
+      num_buffers=config.num_buffers,
+      streams_left=streams_left,
+      spent=spent,
   )
 
 
-def privacy_report(params: dict[str, Any], rounds: int,
-                   sampling: sampling_lib.Sampling) -> dict:
+def privacy_report(
+    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
+) -> dict:
   """eps of a run's streams by every accountant, or the noise for a target.
 
   The run's streams (a stream per epoch of N // K rounds, or one stream of
@@ -131,9 +151,14 @@ def privacy_report(params: dict[str, Any], rounds: int,
   config = Config(**given)
   plan = _plan(config, rounds, sampling.population, sampling.sample_size)
   report = reports.gaussian_mechanism_report(
-      NAME, delta=config.delta, rounds=plan.streams,
-      **({'epsilon': config.epsilon} if config.noise_multiplier is None
-         else {'noise_stddev': plan.noise_multiplier}),
+      NAME,
+      delta=config.delta,
+      rounds=plan.streams,
+      **(
+          {'epsilon': config.epsilon}
+          if config.noise_multiplier is None
+          else {'noise_stddev': plan.noise_multiplier}
+      ),
       scale=plan.sensitivity,
   )
   # The accountants' releases are the streams, not the rounds.
@@ -141,9 +166,7 @@ def privacy_report(params: dict[str, Any], rounds: int,
   if 'neighboring_relation' in report:
     # The sensitivity is for a client's updates replaced by zero; an
     # unsampled Gaussian's eps is the same under either relation.
-    report['neighboring_relation'] = (
-        blt_factory.GUARANTEE.neighboring_relation
-    )
+    report['neighboring_relation'] = blt_factory.GUARANTEE.neighboring_relation
   report['blt'] = {
       **_resolved(plan),
       'streams': plan.streams,
@@ -173,28 +196,46 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   """The run's BLT streams in unweighted FedAvg."""
   population = context.sampling.num_clients
   k = context.sampling.clients_per_round
-  rounds_per_stream = (population // k if config.participation == 'epoch'
-                       else context.total_rounds)
+  rounds_per_stream = (
+      population // k
+      if config.participation == 'epoch'
+      else context.total_rounds
+  )
   plan = _plan(config, context.total_rounds, population, k)
   if config.noise_multiplier is None and context.spent is not None:
     noise = context.stream_noise(
         rounds_per_stream,
-        lambda streams, spent: _plan(config, context.total_rounds,
-                                     population, k, streams,
-                                     spent).noise_multiplier,
+        lambda streams, spent: _plan(
+            config, context.total_rounds, population, k, streams, spent
+        ).noise_multiplier,
     )
     plan = dataclasses.replace(plan, noise_multiplier=noise)
   factory = blt_factory.BLTFactory.from_plan(plan, k, config.clip)
   return base.restarting_on_resume(
-      NAME, config, context, factory, blt_factory.with_restart_forced,
-      resolved=_resolved(plan), what='stream',
-      stream=('participation', 'rounds_per_stream', 'max_participations',
-              'min_sep', 'sensitivity', 'buf_decay', 'output_scale'),
+      NAME,
+      config,
+      context,
+      factory,
+      blt_factory.with_restart_forced,
+      resolved=_resolved(plan),
+      what='stream',
+      stream=(
+          'participation',
+          'rounds_per_stream',
+          'max_participations',
+          'min_sep',
+          'sensitivity',
+          'buf_decay',
+          'output_scale',
+      ),
   )
 
 
 DEFINITION = base.Definition(
-    name=NAME, config=Config, build=build, sampling=sampling,
+    name=NAME,
+    config=Config,
+    build=build,
+    sampling=sampling,
     # The server adds the correlated noise.
     guarantee=blt_factory.GUARANTEE,
     report=base.Report(privacy_report, REPORT_PARAMETERS),

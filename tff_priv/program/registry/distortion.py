@@ -22,7 +22,11 @@ from tff_priv.program.registry import base
 NAME = 'distortion'
 # The `Config` fields `privacy_report` reads.
 REPORT_PARAMETERS = (
-    'epsilon', 'noise_multiplier', 'noise_stddev', 'delta', 'clip'
+    'epsilon',
+    'noise_multiplier',
+    'noise_stddev',
+    'delta',
+    'clip',
 )
 
 
@@ -65,11 +69,14 @@ class Config:
     self.validate()
 
   def validate(self) -> None:
-    base.check_fields(self, {
-        'target_tv': validation.open_unit,
-        'parameter_variance': validation.positive,
-        'rho': validation.half_open_unit,
-    })
+    base.check_fields(
+        self,
+        {
+            'target_tv': validation.open_unit,
+            'parameter_variance': validation.positive,
+            'rho': validation.half_open_unit,
+        },
+    )
     base.fill_noise_target(
         self, NAME, ('epsilon', 'noise_multiplier', 'noise_stddev', 'target_tv')
     )
@@ -89,8 +96,9 @@ class Config:
       )
 
 
-def privacy_report(params: dict[str, Any], rounds: int,
-                   sampling: sampling_lib.Sampling) -> dict:
+def privacy_report(
+    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
+) -> dict:
   """The distortion read as a Gaussian mechanism, by every accountant.
 
   Any two clipped uploads differ by at most Delta = 2C, so z = sigma_e / 2C;
@@ -121,7 +129,8 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
         config, local_noise=True
     ) * distortion.sensitivity(config.clip)
   level = (
-      {'noise_stddev': noise_stddev} if noise_stddev is not None
+      {'noise_stddev': noise_stddev}
+      if noise_stddev is not None
       else {'target_tv': config.target_tv}
   )
   factory = distortion.DistortionFactory(
@@ -133,9 +142,11 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
     def preprocess(dataset, round_num, client_index):
       seed = None
       if config.batch_seed is not None:
-        seed = int(np.random.default_rng(
-            [config.batch_seed, round_num, client_index]
-        ).integers(2**31))
+        seed = int(
+            np.random.default_rng(
+                [config.batch_seed, round_num, client_index]
+            ).integers(2**31)
+        )
       batches = bernoulli_sampling.bernoulli_batches(
           config.rho, num_batches=config.local_steps, seed=seed
       )
@@ -144,8 +155,13 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
 
   d = base.count_parameters(context.model_fn)
   mech = base.Mechanism(
-      NAME, config, context.sampling, context.fed_avg(factory), d,
-      factory.guarantee, preprocess=preprocess,
+      NAME,
+      config,
+      context.sampling,
+      context.fed_avg(factory),
+      d,
+      factory.guarantee,
+      preprocess=preprocess,
       resolved={'noise_stddev': noise_stddev},
       # At the clip: clipping leaves it whole, a worst-case client.
       canary_norm=config.clip if context.canary_clients else None,
@@ -156,7 +172,8 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   source = factory.noise_source(d)
   mech.resolved.update(
       noise_stddev=source.noise_stddev,
-      noise_multiplier=source.noise_stddev / distortion.sensitivity(config.clip),
+      noise_multiplier=source.noise_stddev
+      / distortion.sensitivity(config.clip),
       tv_lower=source.tv_lower,
       tv_upper=source.tv_upper,
   )
@@ -191,7 +208,10 @@ def _guarantee(config: Optional[Config]):
 
 
 DEFINITION = base.Definition(
-    name=NAME, config=Config, build=build, sampling='fixed',
+    name=NAME,
+    config=Config,
+    build=build,
+    sampling='fixed',
     guarantee=_guarantee,
     report=base.Report(privacy_report, REPORT_PARAMETERS),
 )

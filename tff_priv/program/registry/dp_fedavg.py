@@ -62,11 +62,19 @@ class Config:
     self.validate()
 
   def validate(self) -> None:
-    base.check_fields(self, {'adaptive_clip_quantile': validation.open_unit,
-                             'adaptive_clip_initial': validation.positive})
+    base.check_fields(
+        self,
+        {
+            'adaptive_clip_quantile': validation.open_unit,
+            'adaptive_clip_initial': validation.positive,
+        },
+    )
     base.fill_noise_target(self, NAME, ('epsilon', 'noise_multiplier'))
-    adaptive = [k for k in ('adaptive_clip_quantile', 'adaptive_clip_initial')
-                if getattr(self, k) is not None]
+    adaptive = [
+        k
+        for k in ('adaptive_clip_quantile', 'adaptive_clip_initial')
+        if getattr(self, k) is not None
+    ]
     if self.clip is not None and adaptive:
       raise ValueError(
           f'give clip (a fixed clip) or {adaptive[0]} (adaptive clipping) '
@@ -74,8 +82,9 @@ class Config:
       )
 
 
-def privacy_report(params: dict[str, Any], rounds: int,
-                   sampling: sampling_lib.Sampling) -> dict:
+def privacy_report(
+    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
+) -> dict:
   """The sampled Gaussian's eps by every accountant, or the noise for a target.
 
   Args:
@@ -119,9 +128,7 @@ def adopt_state(loaded, fresh):
             stddev=clip * numerator.noise_multiplier,
         ),
         quantile_estimator_state=numerator.quantile_estimator_state._replace(
-            current_estimate=(
-                old.quantile_estimator_state.current_estimate
-            ),
+            current_estimate=(old.quantile_estimator_state.current_estimate),
         ),
     )
     aggregator = aggregator._replace(
@@ -144,12 +151,14 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       # tff.learning.dp_aggregator's adaptive clip (its initial clip and
       # learning rate), without its zeroing, which tracks the clients'
       # norms unnoised.
-      factory = (
-          tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
-              z, k, target_unclipped_quantile=quantile,
-              clipped_count_stddev=count_stddev,
-              initial_l2_norm_clip=(config.adaptive_clip_initial
-                                    or DEFAULT_INITIAL_CLIP))
+      factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+          z,
+          k,
+          target_unclipped_quantile=quantile,
+          clipped_count_stddev=count_stddev,
+          initial_l2_norm_clip=(
+              config.adaptive_clip_initial or DEFAULT_INITIAL_CLIP
+          ),
       )
     except ValueError as e:
       raise ValueError(
@@ -158,15 +167,20 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
           f'{str(e).splitlines()[0]}); give a fixed clip or more clients per '
           'round'
       ) from None
-    clipping = (f'adaptive (TFF gaussian_adaptive, target quantile '
-                f'{quantile:g}, clipped count std {count_stddev:.4g})')
+    clipping = (
+        f'adaptive (TFF gaussian_adaptive, target quantile '
+        f'{quantile:g}, clipped count std {count_stddev:.4g})'
+    )
   else:
     factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
         z, k, config.clip
     )
     clipping = 'fixed'
   mech = base.Mechanism(
-      NAME, config, context.sampling, context.fed_avg(factory),
+      NAME,
+      config,
+      context.sampling,
+      context.fed_avg(factory),
       base.count_parameters(context.model_fn),
       guarantees.guarantee_of(factory),
       resolved={'noise_multiplier': z, 'clipping': clipping},
@@ -183,7 +197,10 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
 
 
 DEFINITION = base.Definition(
-    name=NAME, config=Config, build=build, sampling='poisson',
+    name=NAME,
+    config=Config,
+    build=build,
+    sampling='poisson',
     # TFF's server adds the noise: nothing against the server.
     guarantee=guarantees.TFF_DP_FACTORY_GUARANTEE,
     report=base.Report(privacy_report, REPORT_PARAMETERS),

@@ -63,8 +63,12 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
     noise_multiplier = context.stream_noise(
         rounds_per_epoch,
         lambda trees, spent: dp_ftrl.tree_noise(
-            config.epsilon, config.delta, context.total_rounds,
-            rounds_per_epoch, trees_left=trees, spent=spent,
+            config.epsilon,
+            config.delta,
+            context.total_rounds,
+            rounds_per_epoch,
+            trees_left=trees,
+            spent=spent,
         ),
     )
   factory = dp_ftrl.TreeRestartFactory(
@@ -74,7 +78,11 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       rounds_per_epoch,
   )
   return base.restarting_on_resume(
-      NAME, config, context, factory, dp_ftrl.with_restart_forced,
+      NAME,
+      config,
+      context,
+      factory,
+      dp_ftrl.with_restart_forced,
       resolved={
           'noise_multiplier': noise_multiplier,
           'rounds_per_tree': rounds_per_epoch,
@@ -84,6 +92,9 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
 
 
 DEFINITION = base.Definition(
-    name=NAME, config=Config, build=build, sampling='epoch',
+    name=NAME,
+    config=Config,
+    build=build,
+    sampling='epoch',
     guarantee=dp_ftrl.GUARANTEE,
 )

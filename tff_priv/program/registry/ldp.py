@@ -53,26 +53,39 @@ class Config:
     self.validate()
 
   def validate(self) -> None:
-    base.check_fields(self, {
-        'ldp_epsilon': validation.positive,
-        'ldp_center': base.finite,
-        'ldp_radius': validation.positive,
-    })
+    base.check_fields(
+        self,
+        {
+            'ldp_epsilon': validation.positive,
+            'ldp_center': base.finite,
+            'ldp_radius': validation.positive,
+        },
+    )
     validation.one_of('ldp_mode', self.ldp_mode, ldp_learning.MODES)
     validation.one_of(
         'ldp_range_mode', self.ldp_range_mode, ldp_aggregators.RANGE_MODES
     )
     weights = self.ldp_mode == 'weights'
     if self.ldp_center is None:
-      object.__setattr__(self, 'ldp_center', (
-          ldp_learning.DEFAULT_WEIGHTS_CENTER if weights
-          else ldp_learning.DEFAULT_DELTAS_CENTER
-      ))
+      object.__setattr__(
+          self,
+          'ldp_center',
+          (
+              ldp_learning.DEFAULT_WEIGHTS_CENTER
+              if weights
+              else ldp_learning.DEFAULT_DELTAS_CENTER
+          ),
+      )
     if self.ldp_radius is None:
-      object.__setattr__(self, 'ldp_radius', (
-          ldp_learning.DEFAULT_WEIGHTS_RADIUS if weights
-          else ldp_learning.DEFAULT_DELTAS_RADIUS
-      ))
+      object.__setattr__(
+          self,
+          'ldp_radius',
+          (
+              ldp_learning.DEFAULT_WEIGHTS_RADIUS
+              if weights
+              else ldp_learning.DEFAULT_DELTAS_RADIUS
+          ),
+      )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,8 +101,9 @@ class ReportInputs:
   num_clients: Optional[int] = None
 
 
-def privacy_report(params: dict[str, Any], rounds: int,
-                   sampling: sampling_lib.Sampling) -> dict:
+def privacy_report(
+    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
+) -> dict:
   """A client's local DP: the paper's per-value claim, composition, shuffle bound.
 
   `tff_priv.learning.ldp.ldp_report` for `rounds` rounds of d eps0-LDP values;
@@ -102,13 +116,16 @@ def privacy_report(params: dict[str, Any], rounds: int,
     sampling: ignored.
   """
   del sampling
-  return {'mechanism': NAME, **ldp_learning.ldp_report(
-      params.get('ldp_epsilon'),
-      num_values=params.get('num_values'),
-      rounds=rounds,
-      delta=params['delta'],
-      num_clients=params.get('num_clients'),
-  )}
+  return {
+      'mechanism': NAME,
+      **ldp_learning.ldp_report(
+          params.get('ldp_epsilon'),
+          num_values=params.get('num_values'),
+          rounds=rounds,
+          delta=params['delta'],
+          num_clients=params.get('num_clients'),
+      ),
+  }
 
 
 def canary_refusal(config: Config) -> Optional[str]:
@@ -160,14 +177,23 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   update_type = update_type.global_model_weights.trainable
   d = base.count_parameters(context.model_fn)
   mech = base.Mechanism(
-      NAME, config, context.sampling, process, d, factory.guarantee,
+      NAME,
+      config,
+      context.sampling,
+      process,
+      d,
+      factory.guarantee,
       resolved={
           'values_per_client_per_round': factory.num_scalars(update_type),
           'range_release_is_private': factory.range_release_is_private,
       },
       closed_form=privacy_report(
-          {'ldp_epsilon': config.ldp_epsilon, 'delta': config.delta,
-           'num_values': d, 'num_clients': k},
+          {
+              'ldp_epsilon': config.ldp_epsilon,
+              'delta': config.delta,
+              'num_values': d,
+              'num_clients': k,
+          },
           context.total_rounds,
           context.sampling.ledger_sampling(),
       ),
@@ -187,7 +213,8 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
 
 def _guarantee(config: Optional[Config]):
   """Each value is encoded on its client; with ldp_range_mode='quantile' the
-  range release is noised by the server ('central')."""
+  range release is noised by the server ('central').
+  """
   config = config or Config()
   return ldp_aggregators.LDPEncodeFactory.guarantee_of(
       config.ldp_epsilon, config.ldp_range_mode
@@ -195,7 +222,10 @@ def _guarantee(config: Optional[Config]):
 
 
 DEFINITION = base.Definition(
-    name=NAME, config=Config, build=build, sampling='fixed',
+    name=NAME,
+    config=Config,
+    build=build,
+    sampling='fixed',
     guarantee=_guarantee,
     report=base.Report(privacy_report, REPORT_PARAMETERS, ReportInputs),
     canary_refusal=canary_refusal,

@@ -54,10 +54,15 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
         server_optimizer_fn=context.server_optimizer_fn(),
     )
   mech = base.Mechanism(
-      NAME, config, context.sampling, process,
+      NAME,
+      config,
+      context.sampling,
+      process,
       base.count_parameters(context.model_fn),
-      caveats=['no privacy mechanism: every round is a non-private release '
-               '(eps = inf)'],
+      caveats=[
+          'no privacy mechanism: every round is a non-private release '
+          '(eps = inf)'
+      ],
   )
   if context.canary_clients:
     mech.canary_norm = CANARY_NORM

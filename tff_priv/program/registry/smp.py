@@ -62,9 +62,12 @@ class Config:
     self.validate()
 
   def validate(self) -> None:
-    base.check_fields(self, {
-        'compression': validation.half_open_unit,
-    })
+    base.check_fields(
+        self,
+        {
+            'compression': validation.half_open_unit,
+        },
+    )
     validation.one_of('mask', self.mask, MASKS)
     base.fill_noise_target(self, NAME, ('epsilon', 'noise_multiplier'))
     if self.mask == 'top_k':
@@ -89,7 +92,9 @@ def _theorem1_for_target(epsilon, delta, q, rounds) -> dict:
   }
 
 
-def _theorem1_for_noise(noise_multiplier, rdp_epsilon, delta, q, rounds) -> dict:
+def _theorem1_for_noise(
+    noise_multiplier, rdp_epsilon, delta, q, rounds
+) -> dict:
   del noise_multiplier  # The theorem is read at the accountant's eps.
   return {
       'formula': 'Fed-SMP Theorem 1 (sufficient condition)',
@@ -103,8 +108,9 @@ def _theorem1_for_noise(noise_multiplier, rdp_epsilon, delta, q, rounds) -> dict
   }
 
 
-def privacy_report(params: dict[str, Any], rounds: int,
-                   sampling: sampling_lib.Sampling) -> dict:
+def privacy_report(
+    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
+) -> dict:
   """The sampled Gaussian's eps by every accountant, Fed-SMP Theorem 1 beside.
 
   For a target eps: the noise the accountants need, and the theorem's noise
@@ -137,7 +143,9 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   """
   top_k = config.mask == 'top_k'
   if top_k and context.public_data is None:
-    raise ValueError("mechanism 'smp' with mask='top_k' needs public_data (D_pub)")
+    raise ValueError(
+        "mechanism 'smp' with mask='top_k' needs public_data (D_pub)"
+    )
   z = context.noise_multiplier(config)
   factory = smp_aggregators.SparsifiedSecureSumFactory(
       z,
@@ -164,12 +172,19 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
   d = base.count_parameters(context.model_fn)
   kept = int(smp_mechanisms.num_kept(d, config.compression))
   mech = base.Mechanism(
-      NAME, config, context.sampling, process, d, factory.guarantee,
+      NAME,
+      config,
+      context.sampling,
+      process,
+      d,
+      factory.guarantee,
       # What the factory measures with secure=True: every kept value is
       # quantized to 32 bits by tff.aggregators.SecureSumFactory.
       upload_bytes_per_client=base.BYTES_PER_FLOAT32 * kept,
       resolved={
-          'noise_multiplier': z, 'mask': config.mask, 'kept_coordinates': kept
+          'noise_multiplier': z,
+          'mask': config.mask,
+          'kept_coordinates': kept,
       },
       # C / p: the kept part of a random direction has norm about C / sqrt(p)
       # >= C whatever the mask, so the clip binds and the canary uploads
@@ -194,7 +209,10 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
 
 
 DEFINITION = base.Definition(
-    name=NAME, config=Config, build=build, sampling='poisson',
+    name=NAME,
+    config=Config,
+    build=build,
+    sampling='poisson',
     # The clients add shares of the noise before the secure sum.
     guarantee=smp_aggregators.SparsifiedSecureSumFactory.guarantee_of(
         secure=True

@@ -70,10 +70,13 @@ class Config:
     self.validate()
 
   def validate(self) -> None:
-    base.check_fields(self, {
-        'crd_beta': validation.open_unit,
-        'crd_zeta': validation.non_negative,
-    })
+    base.check_fields(
+        self,
+        {
+            'crd_beta': validation.open_unit,
+            'crd_zeta': validation.non_negative,
+        },
+    )
     base.fill_noise_target(
         self, NAME, ('epsilon', 'noise_multiplier', 'noise_stddev')
     )
@@ -91,7 +94,9 @@ class Config:
         raise ValueError('crd_zeta applies only with crd_beta (CRD)')
     else:
       if self.epsilon is None:
-        raise ValueError('CRD (crd_beta) spreads a target epsilon: give epsilon')
+        raise ValueError(
+            'CRD (crd_beta) spreads a target epsilon: give epsilon'
+        )
       if self.crd_zeta is None:
         object.__setattr__(self, 'crd_zeta', DEFAULT_CRD_ZETA)
 
@@ -126,21 +131,24 @@ def _theorem1_for_target(epsilon, delta, q, rounds) -> dict:
   }
 
 
-def _theorem1_for_noise(noise_multiplier, rdp_epsilon, delta, q, rounds) -> dict:
+def _theorem1_for_noise(
+    noise_multiplier, rdp_epsilon, delta, q, rounds
+) -> dict:
   del rdp_epsilon  # The claim is the paper's own, beside the accountant's.
   # The eps eq. (10) claims for this noise: sigma is proportional to 1/eps,
   # so eps = sigma(eps=1) / z with Delta = 1.
   return {
       'formula': 'UDP Theorem 1, eq. (10) solved for eps',
-      'paper_claimed_epsilon': closed_forms.udp_theorem1_sigma(
-          1.0, delta, q, rounds, 1.0
-      )
-      / noise_multiplier,
+      'paper_claimed_epsilon': (
+          closed_forms.udp_theorem1_sigma(1.0, delta, q, rounds, 1.0)
+          / noise_multiplier
+      ),
   }
 
 
-def privacy_report(params: dict[str, Any], rounds: int,
-                   sampling: sampling_lib.Sampling) -> dict:
+def privacy_report(
+    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
+) -> dict:
   """Each client's Gaussian by every accountant, UDP Theorem 1 (eq. 10) beside.
 
   z = sigma / Delta. For a target eps: the noise the accountants need (and
@@ -203,7 +211,7 @@ def _check_context(context: base.BuildContext) -> None:
     raise ValueError(
         "mechanism 'udp' needs a softmax classifier with one label per "
         'example (its per-example loss is the sparse categorical '
-        f'cross-entropy); this task\'s labels have shape {label_spec.shape}'
+        f"cross-entropy); this task's labels have shape {label_spec.shape}"
     )
 
 
@@ -244,9 +252,14 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
       noise_stddev=sigma,
   )
   mech = base.Mechanism(
-      NAME, config, context.sampling, process,
+      NAME,
+      config,
+      context.sampling,
+      process,
       base.count_parameters(context.model_fn),
-      udp_aggregators.GaussianUDPFactory(sigma, sensitivity=sensitivity).guarantee,
+      udp_aggregators.GaussianUDPFactory(
+          sigma, sensitivity=sensitivity
+      ).guarantee,
       resolved={
           'noise_stddev': sigma,
           'sensitivity': sensitivity,
@@ -254,8 +267,11 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
           'min_client_examples': min_examples,
       },
       closed_form=privacy_report(
-          {'noise_stddev': sigma, 'sensitivity': sensitivity,
-           'delta': config.delta},
+          {
+              'noise_stddev': sigma,
+              'sensitivity': sensitivity,
+              'delta': config.delta,
+          },
           context.total_rounds,
           context.sampling.ledger_sampling(),
       ),
@@ -298,10 +314,16 @@ def _build_crd(config, context, sensitivity, min_examples):
       zeta=config.crd_zeta,
   )
   # At most: what the ledger charged, and the rounds left of the plan.
-  max_rounds = (None if context.spent is None else
-                context.spent.releases + context.rounds_left)
+  max_rounds = (
+      None
+      if context.spent is None
+      else context.spent.releases + context.rounds_left
+  )
   return base.Mechanism(
-      NAME, config, context.sampling, process,
+      NAME,
+      config,
+      context.sampling,
+      process,
       base.count_parameters(context.model_fn),
       udp_aggregators.GaussianUDPFactory(
           schedule=schedule, sensitivity=sensitivity
@@ -339,6 +361,7 @@ def _crd_adopt(schedule, sensitivity, spent):
   whole cost, so the filter (every released round within the budget) still
   holds; the rounds left share what is left.
   """
+
   def adopt(loaded, fresh):
     del fresh  # The schedule is the same: only its spent budget moves.
     if spent is None or not spent.releases:
@@ -353,9 +376,7 @@ def _crd_adopt(schedule, sensitivity, spent):
       return loaded
     noise = noise._replace(spent=np.float64(charged))
     try:
-      sigma, _ = schedule.round_noise(
-          tf.nest.map_structure(tf.constant, noise)
-      )
+      sigma, _ = schedule.round_noise(tf.nest.map_structure(tf.constant, noise))
     except tf.errors.InvalidArgumentError as e:
       raise ValueError(e.message.splitlines()[0]) from None
     planned = schedule.round_noise(schedule.initial_state())[0]
@@ -373,7 +394,10 @@ def _crd_adopt(schedule, sensitivity, spent):
 
 
 DEFINITION = base.Definition(
-    name=NAME, config=Config, build=build, sampling='fixed',
+    name=NAME,
+    config=Config,
+    build=build,
+    sampling='fixed',
     # Each client noises its own upload; one example of its data is the unit.
     guarantee=udp_aggregators.UDP_GUARANTEE,
     report=base.Report(privacy_report, REPORT_PARAMETERS, ReportInputs),
