@@ -1,26 +1,26 @@
-"""Each tff_priv factory in your own tff.learning loop: charged with one call, no exact client metric.
+"""Each tff_priv factory in your own tff.learning loop, charged with one call.
 
-  .venv/bin/python examples/own_loop.py                 # every factory, 5 rounds each
-  .venv/bin/python examples/own_loop.py smp udp         # some of them
+  .venv/bin/python examples/own_loop.py           # every factory, 5 rounds each
+  .venv/bin/python examples/own_loop.py smp udp   # some of them
 
-For each factory: a `tff.learning` process with the factory as its model
-aggregator and `no_client_metrics` (tff.learning's default metrics aggregator
-releases the clients' exact loss, accuracy and example count), a loop that
-samples clients from a secret seed, and `PrivacyLedger.record_round` charging
-each round from the event the factory keeps in its state, under the
-sampling that matches its guarantee (Poisson for add-or-remove-one events,
-K of N for replace-one ones; LDP's pure-eps events have no known
-amplification and are charged unsampled). BLT's stream (DP-FTRL) holds only
-for its participation schedule and claims no amplification: the loop draws
-its clients with `StreamSampler` (here 'cyclic': a secret permutation's
-groups of K take turns), the factory is calibrated to eps = 4 for that
-schedule (`BLTFactory.calibrated`), and each round is charged with
-`record_round(state)` and no sampling argument. Amplified BandMF
-(`BandMFFactory.calibrated`, eps = 4) draws with `BandSampler`: a secret
-partition into the factory's b groups, round t Poisson-sampling group
-(t - 1) mod b; its state's event holds that sampling, so it too is charged
-with `record_round(state)`. Each line gives the eps spent and the accuracy
-of the final model on held-out examples.
+No exact client metric is released. For each factory: a `tff.learning`
+process with the factory as its model aggregator and `no_client_metrics`
+(tff.learning's default metrics aggregator releases the clients' exact loss,
+accuracy and example count), a loop that samples clients from a secret seed,
+and `PrivacyLedger.record_round` charging each round from the event the
+factory keeps in its state, under the sampling that matches its guarantee
+(Poisson for add-or-remove-one events, K of N for replace-one ones; LDP's
+pure-eps events have no known amplification and are charged unsampled).
+BLT's stream (DP-FTRL) holds only for its participation schedule and claims
+no amplification: the loop draws its clients with `StreamSampler` (here
+'cyclic': a secret permutation's groups of K take turns), the factory is
+calibrated to eps = 4 for that schedule (`BLTFactory.calibrated`), and each
+round is charged with `record_round(state)` and no sampling argument.
+Amplified BandMF (`BandMFFactory.calibrated`, eps = 4) draws with
+`BandSampler`: a secret partition into the factory's b groups, round t
+Poisson-sampling group (t - 1) mod b; its state's event holds that sampling,
+so it too is charged with `record_round(state)`. Each line gives the eps
+spent and the accuracy of the final model on held-out examples.
 """
 
 import functools
@@ -200,7 +200,7 @@ def accuracy(process, state, test) -> float:
 
 
 def run(name: str, clients, sampler, test) -> tuple[float, float]:
-  """`ROUNDS` rounds of `name`: (eps at DELTA of what was released, accuracy)."""
+  """`ROUNDS` rounds of `name`: (eps at DELTA of the releases, accuracy)."""
   build, sampling = MECHANISMS[name]
   process = build()
   ledger = PrivacyLedger()

@@ -1,16 +1,18 @@
-"""A tff_priv factory in TFF's `train_model`, with write-ahead accounting: interrupt it and run it again.
+"""A tff_priv factory in TFF's `train_model`, with write-ahead accounting.
 
-  .venv/bin/python examples/train_model.py [ROOT_DIR]   # default: output/example_train_model
+  .venv/bin/python examples/train_model.py [ROOT_DIR]
 
-Fed-SMP at eps = 8 (delta = 1e-5) over 20 rounds of 10 of 100 clients.
-`TrainModelAccounting` is `train_model`'s `should_discard_round`: it charges
-each round and writes the ledger to ROOT_DIR before anything of the round is
-released, and reads it back when the same command runs again (after an
-interruption too), so the ledger never counts fewer rounds than were
-released (and at most one more per interruption). Ctrl-C stops it in one
-line. The process releases no client metric; the model output is the
-model alone (the learning state also holds the aggregator's state), and the
-training metrics pass the release filter of a private run.
+Interrupt it and run it again (ROOT_DIR's default:
+output/example_train_model). Fed-SMP at eps = 8 (delta = 1e-5) over 20
+rounds of 10 of 100 clients. `TrainModelAccounting` is `train_model`'s
+`should_discard_round`: it charges each round and writes the ledger to
+ROOT_DIR before anything of the round is released, and reads it back when
+the same command runs again (after an interruption too), so the ledger never
+counts fewer rounds than were released (and at most one more per
+interruption). Ctrl-C stops it in one line. The process releases no client
+metric; the model output is the model alone (the learning state also holds
+the aggregator's state), and the training metrics pass the release filter of
+a private run.
 """
 
 import sys

@@ -1,1 +1,1 @@
-"""The command-line programs, installed as `tff_priv_scripts` (console entry points in pyproject.toml)."""
+"""Command-line programs, installed as `tff_priv_scripts` (pyproject.toml)."""

@@ -5,7 +5,7 @@ One page per public package (`tff_priv.accounting`, `.aggregators`,
 flat names its `__all__` exports, with their docstrings and signatures, and a
 search box. Generated, not checked in (docs/api/ is ignored by git):
 
-    .venv/bin/python scripts/api_reference.py            # -> docs/api/index.html
+    .venv/bin/python scripts/api_reference.py      # -> docs/api/index.html
     .venv/bin/python scripts/api_reference.py --output_dir=/tmp/api
 
 pdoc (https://pdoc.dev) imports the modules it documents: the whole stack

@@ -1,6 +1,7 @@
-"""Prints the empirical privacy audit of every tff_priv factory.
+r"""Prints the empirical privacy audit of every tff_priv factory.
 
-  .venv/bin/python scripts/audit.py --trials=1000 [--format=json] [--plot=audit.png] [--one_run]
+  .venv/bin/python scripts/audit.py --trials=1000 [--format=json] \
+      [--plot=audit.png] [--one_run]
   .venv/bin/python scripts/audit.py --power_plot=docs/images/audit_power.png \
       --calibration_plot=docs/images/audit_calibration.png
 

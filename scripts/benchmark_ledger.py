@@ -1,4 +1,4 @@
-r"""Times the per-client ledger and its budget filter at a production population.
+r"""Times the per-client ledger and budget filter at a production population.
 
     .venv/bin/python scripts/benchmark_ledger.py --num_clients=342477 \
         --per_round=1000 --rounds=1000

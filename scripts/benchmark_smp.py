@@ -4,7 +4,8 @@ Processes, all on the same value type (default: the McMahan CNN's 8 weight
 tensors, d = 1,663,370) and K clients (`tff_priv.benchmarks.smp`, whose
 `run` says what each one is):
 
-* `gaussian_fixed`: `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed`
+* `gaussian_fixed`:
+  `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed`
   (DP-FedAvg: clip, plain sum, server noise), the baseline;
 * `smp_plain_p<p>`: `SparsifiedSecureSumFactory(secure=False)` for each p in
   --compressions;

@@ -4,7 +4,8 @@ Both processes aggregate the same K client updates of the same value type
 (default: UDP's MLP 784-256-10, d = 203,530, K = 50 clients as the paper's U;
 `tff_priv.benchmarks.udp`):
 
-* `gaussian_fixed`: `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed`
+* `gaussian_fixed`:
+  `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed`
   (clip, sum, one server-side noise draw), the baseline;
 * `udp_weighted` / `udp_unweighted`: `GaussianUDPFactory(noise_stddev=...)`
   (one noise draw per client, then the weighted / unweighted mean).

@@ -1,7 +1,7 @@
 r"""Writes every package's Bazel BUILD file from the Python imports of the tree.
 
-    python scripts/build_files.py           # rewrites the BUILD files that differ
-    python scripts/build_files.py --check   # exit 1, naming them, if any is stale
+  python scripts/build_files.py          # rewrites the BUILD files that differ
+  python scripts/build_files.py --check  # exit 1, naming them, if any is stale
 
 One target per module (`py_test` for `*_test.py`, `py_binary` for a runnable
 file outside tff_priv/, else `py_library`), its deps the repository modules it
@@ -335,7 +335,7 @@ def _build_file(package, paths, root, sources, owner, public, own):
 
 
 def stale(root=ROOT):
-  """The BUILD files (relative paths) whose text is not what `generate` writes."""
+  """The BUILD files (relative paths) whose text differs from `generate`'s."""
   found = []
   for path, text in generate(root).items():
     full = os.path.join(root, path)

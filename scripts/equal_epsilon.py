@@ -1,13 +1,13 @@
-r"""DP-FedAvg (fixed and adaptive clip), DP-FTRL and BLT (per epoch, cyclic) at equal epsilon.
+r"""DP-FedAvg (fixed and adaptive clip), DP-FTRL and BLT at equal epsilon.
 
-Flags -> `tff_priv.experiments.equal_epsilon.Setting` per preset -> labelled
-`RunConfig`s -> `tff_priv.program.grid.run` (each run in
+BLT per epoch and cyclic. Flags -> `tff_priv.experiments.equal_epsilon.Setting`
+per preset -> labelled `RunConfig`s -> `tff_priv.program.grid.run` (each run in
 <output_dir>/<preset>/<label>/, charged by its own ledger) -> one Markdown
-table per preset (<output_dir>/<preset>.md, and stdout). Presets:
-mnist5k_mlp and mnist5k_cnn (100 clients, K = 20, 50 rounds: 10 epochs),
-mnist5k_mlp_n1000 (1,000 clients of 4 examples, K = 20, 200 rounds: 4 epochs),
-shakespeare (shakespeare_offline, K = 20, 40 rounds; its table gives the
-test loss). Run from the repository root:
+table per preset (<output_dir>/<preset>.md, and stdout). Presets: mnist5k_mlp
+and mnist5k_cnn (100 clients, K = 20, 50 rounds: 10 epochs), mnist5k_mlp_n1000
+(1,000 clients of 4 examples, K = 20, 200 rounds: 4 epochs), shakespeare
+(shakespeare_offline, K = 20, 40 rounds; its table gives the test loss). Run
+from the repository root:
 
   .venv/bin/python scripts/equal_epsilon.py --presets=mnist5k_mlp \
       --output_dir=results/equal_epsilon

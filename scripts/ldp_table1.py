@@ -12,7 +12,8 @@ Paper setting (the defaults): 100 IID clients, 10 rounds, client SGD lr 0.03,
 McMahan CNN. The data differ: the offline mnist5k task has 5,000 MNIST digits
 (4,000 train = 40 per client, 1,000 test) instead of 60,000/10,000.
 
-  .venv/bin/python scripts/ldp_table1.py --model=mlp --output_dir=results/ldp_table1/mlp
+  .venv/bin/python scripts/ldp_table1.py --model=mlp \
+      --output_dir=results/ldp_table1/mlp
 """
 
 import os

@@ -9,11 +9,12 @@ config.json and summary.json; see `tff_priv.program.plotting`):
 writes <output_dir>/accuracy_vs_round.png and accuracy_vs_epsilon.png and
 prints their paths. The eps axis is logarithmic; a run whose eps is more than
 100 times every other run's (LDP-FL's eps of millions) is a marker on its right
-edge, its eps written beside it. Where a run's server-view eps (`server_epsilon`:
-smp's, udp's) differs from the analyst's, it is a dashed line of the run's
-colour. Runs of one configuration (seeds, repeats) get legend entries that end
-with their directories ('smp eps=8 (seed2)'). Exit status 2 with one line on
-stderr for bad flags or a directory that is not a run directory.
+edge, its eps written beside it. Where a run's server-view eps
+(`server_epsilon`: smp's, udp's) differs from the analyst's, it is a dashed
+line of the run's colour. Runs of one configuration (seeds, repeats) get legend
+entries that end with their directories ('smp eps=8 (seed2)'). Exit status 2
+with one line on stderr for bad flags or a directory that is not a run
+directory.
 """
 
 import os

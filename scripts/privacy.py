@@ -1,4 +1,4 @@
-r"""Privacy calculator: what a tff_priv run spends, or the noise for a target eps.
+r"""Privacy calculator: what a run spends, or the noise for a target eps.
 
 Every accountant that can count the mechanism (dp_accounting RDP and PLD) is
 shown, with the paper's closed form beside it where the paper has one

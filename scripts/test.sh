@@ -7,7 +7,8 @@
 #
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -k runtime -x`. Tests run on two
 # processes (pytest-xdist, a test class on one process: its setUpClass runs once; `-n 0` runs
-# everything in this one); the 15 slowest are listed at the end.
+# everything in this one); the 15 slowest are listed at the end. Every lane first checks the
+# style (pyink, ruff); a finding fails the lane after the tests have run.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +22,26 @@ case "${1:-}" in
   --slow) shift; lane=(-m "(slow or statistical) and not exhaustive") ;;
   --all) shift; lane=() ;;
 esac
+
+# The style check on every lane, first: pyink (Google style: 2-space indents, 80 columns) and ruff,
+# both configured in pyproject.toml. A finding fails the lane; the tests still run.
+style=0
+if [ ! -x .venv/bin/ruff ]; then
+  echo "test: .venv has no ruff (it predates the style check); run setup again: bash scripts/setup.sh" >&2
+  exit 2
+fi
+if [ -x .venv/bin/pyink ]; then
+  .venv/bin/pyink --check --quiet . ||
+    { style=1; echo "test: pyink would reformat the files above; run: .venv/bin/pyink ." >&2; }
+else
+  echo "test: the format check is skipped: pyink needs Python >= 3.10" >&2
+fi
+.venv/bin/ruff check --quiet . ||
+  { style=1; echo "test: ruff's findings are above (.venv/bin/ruff check --fix . fixes some)" >&2; }
+
 # TF's C++ logs (oneDNN notices, grappler) drown the test output.
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-exec .venv/bin/python -m pytest -n "${TEST_PROCESSES:-2}" --dist loadscope --durations=15 "${lane[@]}" "$@"
+.venv/bin/python -m pytest -n "${TEST_PROCESSES:-2}" --dist loadscope --durations=15 "${lane[@]}" "$@"
+tests=$?
+if [ "$tests" -eq 0 ] && [ "$style" -ne 0 ]; then exit 1; fi
+exit "$tests"

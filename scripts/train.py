@@ -1,4 +1,4 @@
-r"""Trains a task with one of tff_priv's privacy mechanisms, on TFF's program layer.
+r"""Trains a task with a tff_priv privacy mechanism, on TFF's program layer.
 
 Flags -> `tff_priv.program.training.RunConfig` -> `training.run`: the task,
 the mechanism's learning process, the privacy ledger in the checkpointed

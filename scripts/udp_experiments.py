@@ -1,9 +1,9 @@
-r"""UDP experiments (Wei et al. Sec. VI, scaled to this machine): fixed-T UDP, grid-optimal T, CRD.
+r"""UDP experiments (Wei et al. Sec. VI, scaled to this machine).
 
-Flags -> `tff_priv.experiments.udp.Setting` -> a grid of training-program
-runs (`tff_priv.program.grid`: one run directory per run under
---output_dir, each with its ledger; a rerun skips finished runs and resumes
-an interrupted one) -> summary.md and udp_loss_vs_rounds.png there.
+Fixed-T UDP, grid-optimal T, CRD. Flags -> `tff_priv.experiments.udp.Setting`
+-> a grid of training-program runs (`tff_priv.program.grid`: one run directory
+per run under --output_dir, each with its ledger; a rerun skips finished runs
+and resumes an interrupted one) -> summary.md and udp_loss_vs_rounds.png there.
 
 For each target eps, clients per round K and calibration: fixed-T UDP for
 every T in --grid (the grid-optimal T is the best; its compute is the sum of

@@ -5,11 +5,12 @@ Flags -> `tff_priv.experiments.distortion.Settings` -> its labelled
 program in <output_dir>/<label>/, resumable; a finished run is not run
 again) -> W* from the runs' initial model (<output_dir>/reference.npz) -> the
 split of the utility loss L = E||W~ - W*||^2 - ||W - W*||^2 into its sampling
-and distortion parts (<output_dir>/summary.md, utility_loss.png). See the
-module's docstring and docs/distortion.md for the definitions. The clients are
-the task's own iid split (`--num_clients` x `--samples_per_client` examples of
-mnist5k or digits) and the model the task's 'softmax' (softmax regression,
-L2 penalty 0.01). Bad flags end with one line and exit status 2.
+and distortion parts (<output_dir>/summary.md, utility_loss.png). See
+`utility_loss`'s docstring there and docs/distortion.md for the definitions.
+The clients are the task's own iid split (`--num_clients` x
+`--samples_per_client` examples of mnist5k or digits) and the model the task's
+'softmax' (softmax regression, L2 penalty 0.01). Bad flags end with one line
+and exit status 2.
 
   .venv/bin/python scripts/utility_loss.py --output_dir=results/utility_loss
 """

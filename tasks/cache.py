@@ -3,18 +3,9 @@
 TFF's `tff.simulation.datasets.*.load_data` and `keras.datasets.*.load_data`
 download on a cache miss, with no timeout: on a machine without network a
 miss hangs or fails deep inside urllib. The tasks never let that happen by
-accident:
-
-* `require_files` checks the cached files first and raises
-  `DatasetUnavailableError` at once (no network attempt) when one is missing;
-  the message names every expected path, where to put it and where it comes
-  from.
-* A download happens only when the caller asks for it (`download=True`), and
-  then through `bounded_download`: the host is probed first with a deadline
-  (DNS included, which socket timeouts do not cover) and every socket
-  operation of the download gets the same timeout, so a dead network fails in
-  about `timeout` seconds with the same error instead of a traceback from deep
-  inside the download.
+accident: `require_files` checks the cached files first and raises
+`DatasetUnavailableError` at once, and a download happens only when the
+caller asks for it (`download=True`), through `bounded_download`.
 """
 
 from collections.abc import Callable, Sequence
@@ -94,7 +85,11 @@ def how_to(source: str, python_call: str, download_note: str) -> str:
 
 
 def require_files(dataset: str, paths: Sequence[str], how_to: str) -> None:
-  """Raises `DatasetUnavailableError` unless every path exists (no network)."""
+  """Raises `DatasetUnavailableError` unless every path exists (no network).
+
+  At once, with no network attempt, when a file is missing; the message names
+  every expected path, where to put it and where it comes from.
+  """
   missing = [p for p in paths if not os.path.exists(p)]
   if missing:
     raise DatasetUnavailableError(dataset, missing, how_to)
@@ -139,6 +134,11 @@ def bounded_download(
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> _T:
   """Runs `fetch()` (a library download) with a deadline on the network.
+
+  The host is probed first with a deadline (DNS included, which socket
+  timeouts do not cover) and every socket operation of the download gets the
+  same timeout, so a dead network fails in about `timeout` seconds with the
+  same error instead of a traceback from deep inside the download.
 
   Args:
     dataset: name for the error message.

@@ -1,16 +1,9 @@
 """In-memory ClientData for the tasks' own client splits.
 
 `InMemoryClientData` is TFF's `tff.simulation.datasets.TestClientData` (a
-dict client id -> feature arrays; a client's dataset is
-`tf.data.Dataset.from_tensor_slices` of its own arrays only, which is what a
-training round serialises) with one method replaced:
-`create_tf_dataset_from_all_clients`. TestClientData inherits it from
-ClientData, which flat-maps its `serializable_dataset_fn`: a tf.function that
-embeds every client's data in the graph and selects the client through one
-`tf.cond` per client. With Shakespeare's 1,154 offline clients that takes
-about 80 s to build; here the same dataset (every client's examples in client
-order, clients shuffled by `seed` exactly as ClientData does) is built from
-the concatenated arrays, in well under a second.
+dict client id -> feature arrays) with a fast
+`create_tf_dataset_from_all_clients`; `from_partition` builds one from feature
+arrays and a partition (`tasks.partition`).
 """
 
 import collections
@@ -23,7 +16,20 @@ import tensorflow_federated as tff
 
 
 class InMemoryClientData(tff.simulation.datasets.TestClientData):
-  """TestClientData with a fast `create_tf_dataset_from_all_clients`."""
+  """TestClientData with a fast `create_tf_dataset_from_all_clients`.
+
+  TFF's `tff.simulation.datasets.TestClientData` (a dict client id -> feature
+  arrays; a client's dataset is `tf.data.Dataset.from_tensor_slices` of its
+  own arrays only, which is what a training round serialises) with one method
+  replaced: `create_tf_dataset_from_all_clients`. TestClientData inherits it
+  from ClientData, which flat-maps its `serializable_dataset_fn`: a
+  tf.function that embeds every client's data in the graph and selects the
+  client through one `tf.cond` per client. With Shakespeare's 1,154 offline
+  clients that takes about 80 s to build; here the same dataset (every
+  client's examples in client order, clients shuffled by `seed` exactly as
+  ClientData does) is built from the concatenated arrays, in well under a
+  second.
+  """
 
   def create_tf_dataset_from_all_clients(
       self, seed: Optional[Union[int, Sequence[int]]] = None

@@ -1,23 +1,11 @@
 """Image classification tasks as `tff.simulation.baselines.BaselineTask`.
 
 Two element layouts, each with TFF's own baseline preprocessing, so a task
-built here batches exactly like TFF's baseline for the same data:
-
-* grey images, elements OrderedDict(label=int32 [], pixels=float32 [H, W])
-  (TFF's EMNIST layout): EMNIST, MNIST, Fashion-MNIST, mnist5k, digits.
-  Preprocessing: TFF's EMNIST character-recognition pipeline (shuffle,
-  repeat num_epochs, take max_elements, batch, map to (pixels[..., None],
-  label)). Models: 'cnn' (McMahan CNN) or 'mlp' (UDP's 784-256-10 MLP).
-* colour images, elements OrderedDict([coarse_label,] image=uint8 [32, 32, 3],
-  label=int64 []) (TFF's CIFAR-100 layout): CIFAR-10, CIFAR-100.
-  Preprocessing: TFF's CIFAR-100 pipeline without cropping (float32,
-  `tf.image.per_image_standardization`). Models: 'vgg' (LDP-FL's small VGG)
-  or 'udp_cnn' (UDP's one-layer CNN).
-
-Synthetic splits (`split_arrays`) cut in-memory arrays over clients with
-`tasks.partition` (deterministic for a seed); their test data is the whole
-held-out split as one centralised `tf.data.Dataset`. Natural splits (TFF's
-EMNIST / CIFAR-100) keep TFF's train and test ClientData.
+built here batches exactly like TFF's baseline for the same data: grey images
+in TFF's EMNIST layout (`grey_task`: EMNIST, MNIST, Fashion-MNIST, mnist5k,
+digits) and colour images in TFF's CIFAR-100 layout (`colour_task`: CIFAR-10,
+CIFAR-100). Synthetic splits (`split_arrays`) cut in-memory arrays over
+clients; natural splits (TFF's EMNIST / CIFAR-100) keep TFF's ClientData.
 """
 
 import collections
@@ -116,6 +104,12 @@ def grey_task(
 ) -> tff.simulation.baselines.BaselineTask:
   """A task on label/pixels elements (TFF's EMNIST preprocessing).
 
+  Grey images, elements OrderedDict(label=int32 [], pixels=float32 [H, W])
+  (TFF's EMNIST layout): EMNIST, MNIST, Fashion-MNIST, mnist5k, digits.
+  Preprocessing: TFF's EMNIST character-recognition pipeline (shuffle, repeat
+  num_epochs, take max_elements, batch, map to (pixels[..., None], label)).
+  Models: 'cnn' (McMahan CNN) or 'mlp' (UDP's 784-256-10 MLP).
+
   Args:
     train_data: ClientData of OrderedDict(label, pixels [H, W]).
     test_data: ClientData or tf.data.Dataset of the same elements.
@@ -151,6 +145,12 @@ def colour_task(
     model: str = 'vgg',
 ) -> tff.simulation.baselines.BaselineTask:
   """A task on image/label elements (TFF's CIFAR-100 preprocessing, no crop).
+
+  Colour images, elements OrderedDict([coarse_label,] image=uint8 [32, 32, 3],
+  label=int64 []) (TFF's CIFAR-100 layout): CIFAR-10, CIFAR-100.
+  Preprocessing: TFF's CIFAR-100 pipeline without cropping (float32,
+  `tf.image.per_image_standardization`). Models: 'vgg' (LDP-FL's small VGG)
+  or 'udp_cnn' (UDP's one-layer CNN).
 
   Args:
     train_data: ClientData of OrderedDict(..., image uint8 [32, 32, 3], label).
@@ -201,7 +201,13 @@ def split_arrays(
     classes_per_client: int = 2,
     alpha: float = 0.5,
 ) -> client_data.InMemoryClientData:
-  """Cuts feature arrays over clients with `tasks.partition` by `label`."""
+  """Cuts feature arrays over clients with `tasks.partition` by `label`.
+
+  Deterministic for a seed. The test data of such a split is the whole
+  held-out split as one centralised `tf.data.Dataset` (`centralized`);
+  natural splits (TFF's EMNIST / CIFAR-100) keep TFF's train and test
+  ClientData.
+  """
   parts = partition.partition(
       features['label'],
       num_clients,

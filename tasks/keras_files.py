@@ -2,26 +2,9 @@
 
 The files are the ones `keras.datasets.<name>.load_data()` downloads, in the
 folder it keeps them in ($KERAS_HOME/datasets, default ~/.keras/datasets, or
-`cache_dir`):
-
-* mnist: `mnist.npz` (arrays x_train, y_train, x_test, y_test);
-* fashion_mnist: `fashion-mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz`
-  (IDX files: 16-byte header before images, 8-byte header before labels);
-* cifar10: `cifar-10-batches-py/{data_batch_1..5,test_batch}` (the extracted
-  python pickle batches: b'data' (n, 3072) uint8 channel-major, b'labels').
-
-Why these files are parsed here rather than by `keras.datasets.*.load_data`:
-Keras re-checks a SHA-256 of the whole archive on every call and downloads
-again (with no timeout) when the file is missing or differs, and CIFAR-10
-needs the tarball even when the extracted folder is there. The parsing below
-is the same as Keras' (keras/src/datasets/{mnist,fashion_mnist,cifar10}.py),
-without the network. `download=True` calls Keras' own `load_data()` (bounded
-by `cache.bounded_download`) to fill Keras' default cache, then reads it.
-
-Returned arrays: images float32 in [0, 1] (n, 28, 28) with int32 labels for
-the MNIST family (the `pixels`/`label` layout of TFF's EMNIST), uint8
-(n, 32, 32, 3) with int64 labels for CIFAR-10 (the `image`/`label` layout of
-TFF's CIFAR-100).
+`cache_dir`), parsed here as Keras parses them but without the network: a
+missing file raises `DatasetUnavailableError` at once, and `load`'s
+`download=True` calls Keras' own `load_data()` under `cache.bounded_download`.
 """
 
 import gzip
@@ -143,6 +126,24 @@ def load(
 ) -> Arrays:
   """Reads a Keras data set from its cache.
 
+  The files:
+
+  * mnist: `mnist.npz` (arrays x_train, y_train, x_test, y_test);
+  * fashion_mnist:
+    `fashion-mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz` (IDX
+    files: 16-byte header before images, 8-byte header before labels);
+  * cifar10: `cifar-10-batches-py/{data_batch_1..5,test_batch}` (the
+    extracted python pickle batches: b'data' (n, 3072) uint8 channel-major,
+    b'labels').
+
+  Why these files are parsed here rather than by `keras.datasets.*.load_data`:
+  Keras re-checks a SHA-256 of the whole archive on every call and downloads
+  again (with no timeout) when the file is missing or differs, and CIFAR-10
+  needs the tarball even when the extracted folder is there. The parsing below
+  is the same as Keras' (keras/src/datasets/{mnist,fashion_mnist,cifar10}.py),
+  without the network. `download=True` calls Keras' own `load_data()` (bounded
+  by `cache.bounded_download`) to fill Keras' default cache, then reads it.
+
   Args:
     name: 'mnist', 'fashion_mnist' or 'cifar10'.
     cache_dir: the folder holding the files (default: Keras' datasets folder).
@@ -151,8 +152,10 @@ def load(
     timeout: seconds, for `download=True`.
 
   Returns:
-    ((x_train, y_train), (x_test, y_test)), as described in the module
-    docstring.
+    ((x_train, y_train), (x_test, y_test)): images float32 in [0, 1]
+    (n, 28, 28) with int32 labels for the MNIST family (the `pixels`/`label`
+    layout of TFF's EMNIST), uint8 (n, 32, 32, 3) with int64 labels for
+    CIFAR-10 (the `image`/`label` layout of TFF's CIFAR-100).
 
   Raises:
     DatasetUnavailableError: files missing (and not downloadable).

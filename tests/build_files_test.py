@@ -1,10 +1,4 @@
-"""The BUILD files are what scripts/build_files.py writes, and what Bazel would accept.
-
-Bazel cannot fetch its rules offline here, so instead of `bazel build` this
-reads every BUILD file (Starlark parses as Python) and checks what Bazel would
-catch: each Python file (but setup.py) in exactly one target, every label
-resolving, every own import covered by a direct dep, every dep visible.
-"""
+"""BUILD files are what scripts/build_files.py writes and Bazel would accept."""
 
 import ast
 import importlib.util
@@ -124,7 +118,7 @@ def _generator():
 
 
 def _visible(target, default, package):
-  """Whether a target of visibility `target` (or `default`) is visible to `package`."""
+  """Whether `package` sees a target of visibility `target` (or `default`)."""
   for rule in target or default:
     if rule == '//visibility:public':
       return True
@@ -139,6 +133,13 @@ def _visible(target, default, package):
 
 
 class BuildFilesTest(unittest.TestCase):
+  """Checks what `bazel build` would catch, without Bazel.
+
+  Bazel cannot fetch its rules offline here, so instead of `bazel build` this
+  reads every BUILD file (Starlark parses as Python) and checks what Bazel would
+  catch: each Python file (but setup.py) in exactly one target, every label
+  resolving, every own import covered by a direct dep, every dep visible.
+  """
 
   @classmethod
   def setUpClass(cls):
@@ -280,8 +281,9 @@ class BuildFilesTest(unittest.TestCase):
 
 
 class PackageListTest(unittest.TestCase):
-  """pyproject.toml lists its packages: a package it leaves out is missing
-  from the wheel (the editable install of the clone would not show it).
+  """pyproject.toml lists its packages: one left out is missing from the wheel.
+
+  The editable install of the clone would not show it.
   """
 
   def test_every_package_of_the_tree_is_listed(self):
@@ -289,7 +291,7 @@ class PackageListTest(unittest.TestCase):
       self.skipTest('tomllib needs Python 3.11')
     with open(os.path.join(_ROOT, 'pyproject.toml'), 'rb') as f:
       setup = tomllib.load(f)['tool']['setuptools']
-    dirs = {name: path for name, path in setup['package-dir'].items()}
+    dirs = dict(setup['package-dir'])
     dirs['tff_priv'] = 'tff_priv'
     found = set()
     for top, path in dirs.items():

@@ -11,7 +11,7 @@ from tff_priv import runtime  # pylint: disable=g-import-not-at-top
 
 @pytest.fixture(scope='session', autouse=True)
 def tff_runtime():
-  """TFF's simulation context for the whole session; its worker is stopped at the end."""
+  """TFF's simulation context for the session; its worker stopped at the end."""
   runtime.set_context('simulation')
   yield
   runtime.stop_workers()
@@ -43,7 +43,7 @@ _HEAVY_SCOPES = {
 
 
 def _scope(nodeid: str) -> str:
-  """The scope `--dist loadscope` keeps on one process: the class, else the module."""
+  """The scope `--dist loadscope` keeps on one process: class, else module."""
   parts = nodeid.split('::')
   return '::'.join(parts[:2]) if len(parts) > 2 else parts[0]
 

@@ -1,4 +1,4 @@
-"""The scripts in examples/ run as a user runs them and print what they promise."""
+"""The examples/ scripts run as a user runs them and print what they promise."""
 
 import os
 import signal
@@ -159,8 +159,8 @@ class ExamplesTest(absltest.TestCase):
     self.assertEqual(
         err.strip().splitlines(),
         [
-            'own_loop.py: stopped by SIGINT; nothing is kept (its ledgers are in '
-            'memory)'
+            'own_loop.py: stopped by SIGINT; nothing is kept (its ledgers are'
+            ' in memory)'
         ],
     )
     err = _stopped(
@@ -169,8 +169,8 @@ class ExamplesTest(absltest.TestCase):
     self.assertEqual(
         err.strip().splitlines(),
         [
-            'remote_workers.py: stopped by SIGTERM; the workers it started stop '
-            'with it'
+            'remote_workers.py: stopped by SIGTERM; the workers it started'
+            ' stop with it'
         ],
     )
 

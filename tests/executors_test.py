@@ -1,4 +1,4 @@
-"""Tests for tff_priv.executors: few executors kept, the dropped ones closed, fresh workers."""
+"""Tests of tff_priv.executors: few kept, dropped ones closed, fresh workers."""
 
 import asyncio
 import contextlib

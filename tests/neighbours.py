@@ -1,10 +1,4 @@
-"""The neighbouring-input check of what a private process releases.
-
-A value a process returns (a measurement, a metric) that is identical on two
-runs of the same input and different on a neighbouring input (one client's
-value, or one example, replaced) is an exact, un-noised statistic of the
-clients' data. Tests of every tff_priv factory run it on their measurements.
-"""
+"""The neighbouring-input check of what a private process releases."""
 
 import collections
 
@@ -56,6 +50,11 @@ def exact_statistic_leaves(run, inputs, neighbour, *, public=()):
   noise) yet different between the neighbours: it reveals the replaced
   client's value exactly. Leaves listed in `public` (documented public or
   documented non-private releases) are not flagged.
+
+  A value a process returns (a measurement, a metric) that is identical on two
+  runs of the same input and different on a neighbouring input (one client's
+  value, or one example, replaced) is an exact, un-noised statistic of the
+  clients' data. Tests of every tff_priv factory run it on their measurements.
 
   Args:
     run: input -> a structure of measurements (tf.nest or tff.structure).

@@ -1,4 +1,4 @@
-"""The wheel: built from the clone, installed outside it, it runs the quickstart and the commands."""
+"""The wheel from the clone runs the quickstart and the commands outside it."""
 
 import glob
 import json
@@ -32,6 +32,7 @@ def _run(args, cwd, timeout=900):
 
 
 class WheelTest(absltest.TestCase):
+  """The wheel, built from the clone and installed outside it."""
 
   @classmethod
   def setUpClass(cls):

@@ -1,8 +1,4 @@
-"""Test helpers that find and watch processes through /proc (Linux).
-
-Processes are identified by (pid, start time), so a PID reused by the kernel
-after a process ended is never mistaken for it.
-"""
+"""Test helpers that find and watch processes through /proc (Linux)."""
 
 import os
 import time
@@ -21,7 +17,7 @@ def stat(pid):
 
 
 def children(pid):
-  """The set of (pid, start time) of every live process whose parent is `pid`."""
+  """The set of (pid, start time) of every live process with parent `pid`."""
   found = set()
   for entry in os.listdir('/proc'):
     if entry.isdigit():
@@ -32,7 +28,11 @@ def children(pid):
 
 
 def alive(pid, start_time):
-  """Whether the process (pid, start time) is still running."""
+  """Whether the process (pid, start time) is still running.
+
+  Processes are identified by (pid, start time), so a PID reused by the kernel
+  after a process ended is never mistaken for it.
+  """
   entry_stat = stat(pid)
   return entry_stat is not None and entry_stat[1] == start_time
 
@@ -48,10 +48,10 @@ def wait_gone(procs, seconds):
 
 
 def with_cmdline(fragment):
-  """The (pid, start time) of every live process whose command line holds `fragment`.
+  r"""The (pid, start time) of each live process with `fragment` in its cmdline.
 
   `fragment` is bytes, the arguments separated by NUL bytes as in
-  /proc/PID/cmdline: e.g. b'worker_binary\\0--port=8000\\0'.
+  /proc/PID/cmdline: e.g. b'worker_binary\0--port=8000\0'.
   """
   found = []
   for entry in os.listdir('/proc'):

@@ -23,7 +23,7 @@ def _docs():
 
 
 def _resolve(dotted: str):
-  """The object `dotted` names: the longest importable module, then attributes."""
+  """The object `dotted` names: the longest importable module, then getattr."""
   parts = dotted.split('.')
   for i in range(len(parts), 0, -1):
     try:
@@ -64,7 +64,7 @@ class PublicApiTest(absltest.TestCase):
       for name in names:
         self.assertIsNotNone(getattr(module, name), f'{package}.{name}')
       with self.assertRaisesRegex(AttributeError, 'no attribute'):
-        module.no_such_name
+        _ = module.no_such_name
 
   def test_every_name_the_readme_and_docs_import_exists(self):
     # `from tff_priv.x import a, b as c` lines in code blocks, and every

@@ -41,6 +41,7 @@ def _run_snippet(code):
         text=True,
         timeout=600,
         env=readme_snippets.user_env(),  # As a user runs it.
+        check=False,
     )
 
 
@@ -93,6 +94,7 @@ def _run_snippets_in_one_interpreter(snippets):
       text=True,
       timeout=1800,
       env={**readme_snippets.user_env(), 'PYTHONPATH': _ROOT},
+      check=False,
   )
   if result.returncode != 0:
     raise AssertionError(f'a snippet failed: {result.stderr[-3000:]}')
@@ -211,6 +213,7 @@ class ReadmeTest(unittest.TestCase):
           text=True,
           timeout=900,
           env={**readme_snippets.user_env(), 'PYTHONPATH': _ROOT},
+          check=False,
       )
       self.assertEqual(result.returncode, 0, result.stderr[-3000:])
       # Its progress lines only: no log line of TF, TFF, gRPC or absl.

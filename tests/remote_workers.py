@@ -1,4 +1,4 @@
-"""Test helpers: loopback TFF workers (`tff_priv.worker.Launched`) watched by PID."""
+"""Test helpers: loopback TFF workers (`worker.Launched`) watched by PID."""
 
 import os
 import signal
@@ -8,7 +8,7 @@ from tff_priv import worker
 
 
 class Worker(worker.Launched):
-  """A launched worker whose two processes are identified by (pid, start time)."""
+  """A launched worker, its two processes identified by (pid, start time)."""
 
   def __init__(self, port=None):
     super().__init__(port)

@@ -1,12 +1,4 @@
-"""tff_priv.runtime's 'remote' context over loopback tff_priv.worker processes.
-
-Two workers: TFF's mergeable context splits the clients of a computation
-across them. Checked against the local 'simulation' context on the same
-inputs: a federated_mean, a secure sum, a `tff.learning` process without
-noise (the same model to float tolerance, its state in its own classes),
-Fed-SMP (whose client count and sum cannot be split: it runs on the first
-worker), and TFF's `train_model` program over `program=True`.
-"""
+"""runtime's 'remote' context over loopback tff_priv.worker processes."""
 
 import os
 import signal
@@ -59,6 +51,15 @@ def _two_rounds(process, data, state=None):
 
 
 class RemoteContextTest(tf.test.TestCase):
+  """Two loopback workers, checked against the local simulation context.
+
+  Two workers: TFF's mergeable context splits the clients of a computation
+  across them. Checked against the local 'simulation' context on the same
+  inputs: a federated_mean, a secure sum, a `tff.learning` process without noise
+  (the same model to float tolerance, its state in its own classes), Fed-SMP
+  (whose client count and sum cannot be split: it runs on the first worker), and
+  TFF's `train_model` program over `program=True`.
+  """
 
   @classmethod
   def setUpClass(cls):
@@ -242,6 +243,7 @@ class WorkerFaultsTest(tf.test.TestCase):
           text=True,
           timeout=60,
           env=dict(os.environ, PYTHONPATH=_ROOT),
+          check=False,
       )
       self.assertEqual(proc.returncode, 2, proc.stderr)
       self.assertLen(proc.stderr.strip().splitlines(), 1, proc.stderr)

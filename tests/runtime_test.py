@@ -1,10 +1,4 @@
-"""The TFF worker started through tff_priv.runtime never outlives its process.
-
-Each test runs tests/testdata/runtime_child.py in a subprocess whose stdout is a
-pipe, finds the child's children by PID while it runs (from /proc, not by
-process name), ends it in one way or another, and checks that those PIDs are
-gone and that the pipe reached EOF (a worker holding it would hang the read).
-"""
+"""The TFF worker started by tff_priv.runtime never outlives its process."""
 
 import gc
 import logging
@@ -49,7 +43,7 @@ def _start(mode, *extra, stderr=subprocess.DEVNULL):
       stdout=subprocess.PIPE,
       stderr=stderr,
       text=True,
-      preexec_fn=_default_signals,
+      preexec_fn=_default_signals,  # noqa: PLW1509 (only resets signals)
   )
   line = proc.stdout.readline()
   if not line.startswith('READY'):
@@ -103,6 +97,13 @@ def _federated_sum():
 
 
 class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
+  """The ways a child ends, and what they leave: no worker, a closed pipe.
+
+  Each test runs tests/testdata/runtime_child.py in a subprocess whose stdout is
+  a pipe, finds the child's children by PID while it runs (from /proc, not by
+  process name), ends it in one way or another, and checks that those PIDs are
+  gone and that the pipe reached EOF (a worker holding it would hang the read).
+  """
 
   def _run_and_end(self, mode, how, stderr=subprocess.DEVNULL, *extra):
     proc, line = _start(mode, *extra, stderr=stderr)
@@ -191,7 +192,8 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
       self.assertNotEqual(
           _wait_gone(workers, seconds=3.0),
           [],
-          'plain TFF stopped its worker; the runtime workaround may be obsolete',
+          'plain TFF stopped its worker; the runtime workaround may be'
+          ' obsolete',
       )
     finally:
       for pid, _ in workers:
@@ -341,6 +343,7 @@ class QuietTest(tf.test.TestCase):
               **readme_snippets.user_env(),
               'PYTHONPATH': readme_snippets.ROOT,
           },
+          check=False,
       )
     self.assertEqual(result.returncode, 1, result.stderr[-3000:])
     self.assertEqual(result.stdout.strip(), 'True')

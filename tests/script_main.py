@@ -1,16 +1,4 @@
-"""Calls one script's main() on several argument lists in one interpreter.
-
-  python -m tests.script_main <script under scripts/> <JSON list of argument lists>
-
-The script tests' usage cases (bad flags, a refused directory, a second
-invocation) start this once rather than one interpreter per case: the script
-is loaded as a module once, and for each case its flags are reset, parsed
-(the script's own `_CLI.parse_flags`, else absl's) and `main` called, with
-stdout and stderr captured. Prints one JSON list: per case its `returncode`
-(a SystemExit's code, 0 when main returns), `stdout` and `stderr`. A case
-that leaves through `os._exit` (the scripts' failure exit) ends the driver:
-such a case belongs in a subprocess test of its own (`script_runs.run`).
-"""
+"""Calls one script's main() on several argument lists in one interpreter."""
 
 import contextlib
 import importlib.util
@@ -27,7 +15,20 @@ def _code(e: SystemExit) -> int:
 
 
 def run_cases(name: str, cases: list) -> list:
-  """[{returncode, stdout, stderr}] of scripts/<name>'s main() on each case."""
+  """[{returncode, stdout, stderr}] of scripts/<name>'s main() on each case.
+
+      python -m tests.script_main <script under scripts/>
+          <JSON list of argument lists>
+
+  The script tests' usage cases (bad flags, a refused directory, a second
+  invocation) start this once rather than one interpreter per case: the script
+  is loaded as a module once, and for each case its flags are reset, parsed (the
+  script's own `_CLI.parse_flags`, else absl's) and `main` called, with stdout
+  and stderr captured. Prints one JSON list: per case its `returncode` (a
+  SystemExit's code, 0 when main returns), `stdout` and `stderr`. A case that
+  leaves through `os._exit` (the scripts' failure exit) ends the driver: such a
+  case belongs in a subprocess test of its own (`script_runs.run`).
+  """
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   path = os.path.join(root, 'scripts', name)
   sys.argv = [path, *(cases[0] if cases else [])]  # Read at import by some.

@@ -1,11 +1,4 @@
-"""Runs the repository's scripts in subprocesses, for the script tests.
-
-Every script test starts its script through `start` or `run`: the
-interpreter running the tests, the script by its name under scripts/, this
-checkout's library first on the path (not whichever tff_priv is installed),
-TF's C++ logs off, the repository root as the working directory. `Watched`
-also records the TFF workers a run starts, to check that none outlives it.
-"""
+"""Runs the repository's scripts in subprocesses, for the script tests."""
 
 import dataclasses
 import json
@@ -30,7 +23,14 @@ def env():
 
 
 def start(name: str, *args: str) -> subprocess.Popen:
-  """scripts/<name> started with `args`, its stdout and stderr piped (text)."""
+  """scripts/<name> started with `args`, its stdout and stderr piped (text).
+
+  Every script test starts its script through `start` or `run`: the interpreter
+  running the tests, the script by its name under scripts/, this checkout's
+  library first on the path (not whichever tff_priv is installed), TF's C++ logs
+  off, the repository root as the working directory. `Watched` also records the
+  TFF workers a run starts, to check that none outlives it.
+  """
   return subprocess.Popen(
       [sys.executable, script_path(name), *args],
       stdout=subprocess.PIPE,

@@ -1,14 +1,4 @@
-"""Runs several Python snippets in one interpreter, each as a script of its own.
-
-  python -m tests.snippet_main < snippets.json  # A JSON list of code strings.
-
-For the README's leak checks, whose variants of one snippet (the same input
-twice, a neighbouring input once) need not each pay an interpreter and
-TensorFlow's import: each snippet is executed in fresh globals
-(`__name__ == '__main__'`) in a fresh temporary working directory, its
-stdout captured. Prints one JSON list of the snippets' stdouts; a snippet
-that raises ends the driver with its traceback (exit 1).
-"""
+"""Runs Python snippets in one interpreter, each as a script of its own."""
 
 import contextlib
 import io
@@ -19,7 +9,17 @@ import tempfile
 
 
 def run_snippets(codes: list) -> list:
-  """The stdout of each snippet, run in turn."""
+  """The stdout of each snippet, run in turn.
+
+    python -m tests.snippet_main < snippets.json  # A JSON list of code strings.
+
+  For the README's leak checks, whose variants of one snippet (the same input
+  twice, a neighbouring input once) need not each pay an interpreter and
+  TensorFlow's import: each snippet is executed in fresh globals
+  (`__name__ == '__main__'`) in a fresh temporary working directory, its
+  stdout captured. Prints one JSON list of the snippets' stdouts; a snippet
+  that raises ends the driver with its traceback (exit 1).
+  """
   outputs = []
   start = os.getcwd()
   for i, code in enumerate(codes):

@@ -15,7 +15,7 @@ Exports = Mapping[str, Union[str, tuple[str, str]]]
 def lazy(package: str, exports: Exports) -> tuple[Callable, Callable]:
   """(`__getattr__`, `__dir__`) for `package`'s module namespace."""
 
-  def __getattr__(name):  # pylint: disable=invalid-name
+  def __getattr__(name):  # noqa: N807 (PEP 562)  # pylint: disable=invalid-name
     target = exports.get(name)
     if target is None:
       raise AttributeError(f'module {package!r} has no attribute {name!r}')
@@ -24,7 +24,7 @@ def lazy(package: str, exports: Exports) -> tuple[Callable, Callable]:
     setattr(importlib.import_module(package), name, value)
     return value
 
-  def __dir__():  # pylint: disable=invalid-name
+  def __dir__():  # noqa: N807 (PEP 562)  # pylint: disable=invalid-name
     return sorted(set(vars(importlib.import_module(package))) | set(exports))
 
   return __getattr__, __dir__

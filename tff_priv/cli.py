@@ -22,11 +22,11 @@ from absl import logging as absl_logging
 
 
 def quiet_environment(argv: list[str]) -> bool:
-  """Silences TF's and gRPC's C++ logs unless `--verbose` is in argv; returns verbose.
+  """Silences TF's and gRPC's C++ logs unless `--verbose` is in argv.
 
-  Must run before TensorFlow is imported (the C++ logger reads the
-  environment once). `--verbose` also keeps `runtime.set_context` verbose
-  (`TFF_PRIV_VERBOSE=1`).
+  Returns whether it is (verbose). Must run before TensorFlow is imported
+  (the C++ logger reads the environment once). `--verbose` also keeps
+  `runtime.set_context` verbose (`TFF_PRIV_VERBOSE=1`).
   """
   verbose = '--verbose' in argv
   if verbose:
@@ -40,11 +40,12 @@ def quiet_environment(argv: list[str]) -> bool:
 
 
 def quiet(argv: list[str]) -> bool:
-  """`quiet_environment`, and absl's and TF's Python logs at ERROR, unless `--verbose`.
+  """`quiet_environment`, and absl's and TF's Python logs at ERROR.
 
-  For a script's first lines, before TensorFlow is imported (TFF's INFO
-  lines, such as Keras model conversions, go through absl). Returns verbose;
-  the script defines the `--verbose` flag (`define_verbose`).
+  Unless `--verbose` is in argv. For a script's first lines, before TensorFlow
+  is imported (TFF's INFO lines, such as Keras model conversions, go through
+  absl). Returns verbose; the script defines the `--verbose` flag
+  (`define_verbose`).
   """
   verbose = quiet_environment(argv)
   if not verbose:
@@ -61,13 +62,13 @@ def define_verbose():
 
 
 def silence_output() -> int:
-  """Sends what any thread writes to stdout / stderr to /dev/null; the real stderr.
+  """Sends what any thread writes to stdout / stderr to /dev/null.
 
-  For a stop: TFF's and gRPC's threads report the workers the stop ends
-  (finalizers disposing values on a worker already gone print "Exception
-  ignored in ..." tracebacks; gRPC logs from C++). Everything the process
-  writes from here on is dropped, but for what the caller writes to the
-  returned file descriptor (a duplicate of stderr).
+  Returns a descriptor of the real stderr. For a stop: TFF's and gRPC's threads
+  report the workers the stop ends (finalizers disposing values on a worker
+  already gone print "Exception ignored in ..." tracebacks; gRPC logs from C++).
+  Everything the process writes from here on is dropped, but for what the caller
+  writes to the returned file descriptor (a duplicate of stderr).
   """
   sys.stdout.flush()
   sys.stderr.flush()
@@ -148,7 +149,16 @@ _HELP_FLAGS = ('--help', '-h', '-?', '--helpfull', '--helpshort')
 
 
 class Cli:
-  """The error and flag-parsing behaviour of one script."""
+  """The error and flag-parsing behaviour of one script.
+
+  Args:
+    prog: the name in error lines.
+    doc: the script's docstring, shown by `--help` also when the script
+      runs as a console command (whose `__main__` is pip's stub).
+    key_modules: the script's module name and the modules whose flags it
+      uses (e.g. `run_flags`): their flags are listed by `--help`, not only
+      by `--helpfull`.
+  """
 
   def __init__(
       self,
@@ -157,14 +167,6 @@ class Cli:
       doc: Optional[str] = None,
       key_modules: Sequence[Any] = (),
   ):
-    """Args:
-    prog: the name in error lines.
-    doc: the script's docstring, shown by `--help` also when the script
-      runs as a console command (whose `__main__` is pip's stub).
-    key_modules: the script's module name and the modules whose flags it
-      uses (e.g. `run_flags`): their flags are listed by `--help`, not only
-      by `--helpfull`.
-    """
     self.prog = prog
     self._doc = doc
     self._key_modules = tuple(key_modules)
@@ -197,10 +199,11 @@ class Cli:
       self.fail(str(e))
 
   def run(self, main: Callable[[list[str]], None]) -> None:
-    """`absl.app.run(main)` with this script's flag parsing; see the module docstring.
+    """`absl.app.run(main)` with this script's flag parsing.
 
-    `--help` (and `-h`, `-?`, `--helpfull`, `--helpshort`) exits 0 after the
-    help, not absl's 1.
+    Bad usage and failing exits as the module docstring says. `--help`
+    (and `-h`, `-?`, `--helpfull`, `--helpshort`) exits 0 after the help,
+    not absl's 1.
     """
     asked_help = any(a in _HELP_FLAGS for a in sys.argv[1:])
     self._main_module_help()

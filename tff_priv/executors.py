@@ -1,24 +1,11 @@
-"""TFF's executors per client count, kept few, closed when dropped, and a fresh worker now and then.
+"""TFF's executors per client count: kept few, closed when dropped.
 
 TFF builds one executor stack on the worker for each number of clients a
-computation is called with, and its `ResourceManagingExecutorFactory` keeps 10
-of them in an LRU cache that drops the evicted ones without closing them: their
-state stays on the worker for the life of the process. A run whose rounds draw
-different numbers of clients (every Poisson-sampled mechanism) then grows the
-worker's memory with every new count (about 250 MB a round at K = 100 on
-emnist_shaped's MLP: docs/benchmarks.md). `close_evicted` makes a factory keep
-`KEPT` executors and close (`RemoteExecutor.close`: the worker disposes the
-executor) the ones it evicts.
-
-A closed executor still leaves part of its memory on TFF's worker (30-50 MB a
-new count there). Given a `restart` function, `close_evicted` also starts a
-fresh worker once `RESTART_AFTER` executors have been closed: at the next new
-count it closes every executor it keeps and asks `restart` for a new executor
-stack function (a new worker) in place of the old one. Between two
-computations no state lives on the worker (a synchronous context returns
-Python values), so nothing is lost; a computation running at that moment on
-another executor of the same factory would be, which is why only contexts
-that run one computation at a time are given a `restart` (`tff_priv.runtime`).
+computation is called with, and its `ResourceManagingExecutorFactory` drops
+the ones it evicts without closing them, so a run whose rounds draw different
+numbers of clients grows the worker's memory with every new count.
+`close_evicted` makes a factory keep `KEPT` executors and close the ones it
+evicts, and, given a `restart`, start a fresh worker now and then.
 """
 
 from absl import logging
@@ -54,6 +41,26 @@ def close_evicted(
     restart_after: int | None = None,
 ) -> None:
   """Makes TFF's `factory` keep `kept` executors and close the ones it drops.
+
+  TFF's `ResourceManagingExecutorFactory` keeps 10 executors in an LRU cache
+  that drops the evicted ones without closing them: their state stays on the
+  worker for the life of the process. A run whose rounds draw different
+  numbers of clients (every Poisson-sampled mechanism) then grows the worker's
+  memory with every new count (about 250 MB a round at K = 100 on
+  emnist_shaped's MLP: docs/benchmarks.md). Here the factory keeps `kept`
+  executors and closes (`RemoteExecutor.close`: the worker disposes the
+  executor) the ones it evicts.
+
+  A closed executor still leaves part of its memory on TFF's worker (30-50 MB
+  a new count there). Given a `restart` function, `close_evicted` also starts
+  a fresh worker once `restart_after` executors have been closed: at the next
+  new count it closes every executor it keeps and asks `restart` for a new
+  executor stack function (a new worker) in place of the old one. Between two
+  computations no state lives on the worker (a synchronous context returns
+  Python values), so nothing is lost; a computation running at that moment on
+  another executor of the same factory would be, which is why only contexts
+  that run one computation at a time are given a `restart`
+  (`tff_priv.runtime`).
 
   `factory` is a `tff.framework.ResourceManagingExecutorFactory` (TFF 0.87
   keeps its executors in the private LRU cache `_executors`, which this

@@ -1,4 +1,4 @@
-"""TFF's remote workers as one execution context: the engine of `runtime.set_context('remote')`.
+"""TFF's remote workers as one execution context (`set_context('remote')`).
 
 TFF 0.87 has every piece (its wheel ships the C++ `worker_binary`, which
 `python -m tff_priv.worker` starts on each host): one
@@ -6,29 +6,8 @@ TFF 0.87 has every piece (its wheel ships the C++ `worker_binary`, which
 context, and TFF's mergeable-computation context over them, which compiles a
 computation into its "mergeable form" (the part up to the aggregation, a
 merge, the part after), runs the first part with a slice of the clients on
-each worker and merges the aggregates. What this module adds, and why TFF's
-pieces alone do not do:
-
-* The workers run at the same time: each worker's context has an event loop
-  thread of its own (TFF's `RemoteExecutor` calls gRPC synchronously inside
-  its coroutines, which on one shared loop runs the workers in turn).
-* Secure-sum intrinsics are replaced by their plain bodies before the split,
-  as the 'simulation' context does locally (TFF's test compiler): the
-  mergeable compiler cannot split `federated_secure_sum*` and the worker
-  binary does not run them. The values are the ones secure aggregation would
-  produce; the cryptography is not run.
-* A computation TFF cannot split (one aggregate depending on another) runs
-  whole on the first worker; with one worker, every computation does.
-* Results come back in the computation's own Python containers: TFF's
-  mergeable context converts them with its compiled form's type, which has
-  lost them, so a `tff.learning` process's state would come back as nested
-  `OrderedDict`s (no `.trainable`).
-* A worker that stops answering ends the computation with `WorkerLostError`
-  (a `ConnectionError`, one line naming the address) after `timeout` seconds:
-  TFF's context retries unavailable workers forever.
-* `program=True`: an asynchronous face of the merged context for
-  `tff.program.NativeFederatedContext` (TFF has only a synchronous mergeable
-  context).
+each worker and merges the aggregates. `create_context` builds that context,
+the engine of `runtime.set_context('remote')`. Details: docs/remote.md.
 """
 
 import asyncio
@@ -234,7 +213,7 @@ class _OwnLoop(tff.framework.AsyncContext):
 
 
 class _AsyncFace(tff.framework.AsyncContext):
-  """An asynchronous context (what `tff.program` awaits) over a synchronous one."""
+  """An asynchronous context (what `tff.program` awaits) over a sync one."""
 
   def __init__(self, context):
     self._context = context
@@ -270,6 +249,29 @@ def create_context(
     program: bool = False,
 ):
   """TFF's mergeable context over one asynchronous context per worker.
+
+  What this adds to TFF's pieces, and why they alone do not do:
+
+  * The workers run at the same time: each worker's context has an event loop
+    thread of its own (TFF's `RemoteExecutor` calls gRPC synchronously inside
+    its coroutines, which on one shared loop runs the workers in turn).
+  * Secure-sum intrinsics are replaced by their plain bodies before the split,
+    as the 'simulation' context does locally (TFF's test compiler): the
+    mergeable compiler cannot split `federated_secure_sum*` and the worker
+    binary does not run them. The values are the ones secure aggregation would
+    produce; the cryptography is not run.
+  * A computation TFF cannot split (one aggregate depending on another) runs
+    whole on the first worker; with one worker, every computation does.
+  * Results come back in the computation's own Python containers: TFF's
+    mergeable context converts them with its compiled form's type, which has
+    lost them, so a `tff.learning` process's state would come back as nested
+    `OrderedDict`s (no `.trainable`).
+  * A worker that stops answering ends the computation with `WorkerLostError`
+    (a `ConnectionError`, one line naming the address) after `timeout` seconds:
+    TFF's context retries unavailable workers forever.
+  * `program=True`: an asynchronous face of the merged context for
+    `tff.program.NativeFederatedContext` (TFF has only a synchronous mergeable
+    context).
 
   Args:
     workers: the workers' 'host:port' addresses.

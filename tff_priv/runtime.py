@@ -1,77 +1,14 @@
 """The TFF execution context used by tff_priv, and the worker process it owns.
 
 TFF 0.87 runs computations in a C++ `worker_binary` that the execution context
-starts as a child process on first use. TFF stops it only from a `__del__` that
+starts as a child process on first use and stops only from a `__del__` that
 does not run at interpreter exit, so by default the worker outlives the Python
-process: a pipe that reads the script's output never closes and orphans pile
-up. This module is the one place that fixes that.
-
-`set_context()` installs a TFF execution context and guarantees that every
-worker binary started in this process is stopped when the process ends:
-
-* normal exit and uncaught exceptions: an `atexit` hook;
-* SIGTERM (and SIGINT / SIGHUP when no handler of the program's own is set):
-  a handler that stops the workers, then lets the signal take its usual
-  effect (the previous handler runs, or the process dies of the signal);
-* SIGKILL or any other death that runs no Python code: on Linux every worker
-  is started with `PR_SET_PDEATHSIG` so the kernel kills it when its parent
-  dies (a worker forked while its parent was exiting, which the kernel would
-  not signal, exits by itself; `stop_workers` also stops a worker whose start
-  raced it, found among this process's children).
-
-`track_workers()` gives the exit and parent-death guarantees alone, in
-whatever context is current (`tff_priv.program.training.run` calls it, so a
-run in TFF's default context leaves no worker behind either).
-
-How: TFF's `local_cpp_executor_factory` starts the worker with
-`subprocess.Popen` through the `subprocess` name of its own module. We give that
-module (and only that module) a proxy of `subprocess` whose `Popen` records
-the process and sets the parent-death signal. TFF has no hook for this; the
-proxy is checked against the pinned TFF (0.87) by tests/runtime_test.py.
-
-Contexts:
-
-* ``'simulation'`` (default): TFF's test C++ context. Secure-aggregation
-  intrinsics (`federated_secure_sum`, `federated_secure_sum_bitwidth`, ...) are
-  simulated by their plain bodies, as TFF does for its own tests, so factories
-  built on `tff.aggregators.SecureSumFactory` run in simulation. The values are
-  the ones secure aggregation would produce; the cryptography is not run.
-* ``'native'``: TFF's default local C++ context (no secure intrinsics:
-  `check_secure_intrinsics` refuses factories that need them, in one line).
-
-* ``'remote'``: TFF workers already running at `workers` ('host:port', one
-  each, e.g. started with ``python -m tff_priv.worker --port=P``), merged by
-  TFF's mergeable-computation context, which splits each computation's
-  clients across the workers and merges their aggregates (`tff_priv.remote`).
-  Secure sums are simulated as in 'simulation'. tff_priv starts no process
-  for it: the workers are the caller's.
-
-`set_context(..., program=True)` installs the same context wrapped in a
-`tff.program.NativeFederatedContext`, what `tff.program` and
-`tff.learning.programs.train_model` need.
-
-`set_context(..., start_worker=True)` starts the local worker at once on a
-thread of its own (the training scripts do), so that its start (about a
-second) overlaps the caller's tracing instead of delaying the first
-computation.
-
-Every context `set_context` makes keeps `executors.KEPT` executors (one per
-client count) and closes those it drops (`tff_priv.executors`): TFF's own cache
-leaves them on the worker, whose memory then grows with every new count. A
-local synchronous context (`program=False`) also starts a fresh worker after
-`executors.RESTART_AFTER` closed executors, before its next new client count:
-a closed executor still leaves part of its memory on the worker. Such a
-context runs one computation at a time (called from one thread); the
-asynchronous one may run several, which a restart would cut short, and keeps
-its worker.
-
-Quiet: `set_context()` silences TF's, TFF's, gRPC's and absl's logs (warnings
-and below; tff_priv's own warnings and every exception stay) unless
-`verbose=True` or the environment has `TFF_PRIV_VERBOSE=1` (`quiet_logs`).
-
-`release_eager_kernels()` is for a training loop that builds client datasets
-in this process every round (the program calls it after each round): see its
-docstring.
+process; this module is the one place that fixes that. `set_context()`
+installs a TFF execution context ('simulation', 'native' or 'remote') and
+guarantees that every worker binary started in this process is stopped when
+the process ends (at exit, on a signal, and on Linux by the parent-death
+signal); `track_workers()` gives the exit and parent-death guarantees alone,
+in whatever context is current.
 """
 
 import asyncio
@@ -234,8 +171,9 @@ def quiet_logs() -> None:
 
 
 def _set_logs(verbose: bool) -> None:
-  """`quiet_logs()`, unless verbose: then undoes it where it can (TF's C++
-  log level is read once).
+  """`quiet_logs()`, unless verbose: then undoes it where it can.
+
+  TF's C++ log level is read once.
   """
   global _quiet
   if not (verbose or _verbose_env()):
@@ -515,7 +453,15 @@ def track_workers() -> None:
 
 
 def _install_worker_tracking() -> None:
-  """Routes TFF's worker start through `_TrackedPopen` (idempotent)."""
+  """Routes TFF's worker start through `_TrackedPopen` (idempotent).
+
+  How: TFF's `local_cpp_executor_factory` starts the worker with
+  `subprocess.Popen` through the `subprocess` name of its own module. We give
+  that module (and only that module) a proxy of `subprocess` whose `Popen`
+  records the process and sets the parent-death signal. TFF has no hook for
+  this; the proxy is checked against the pinned TFF (0.87) by
+  tests/runtime_test.py.
+  """
   global _installed
   if _installed:
     return
@@ -577,26 +523,65 @@ def set_context(
 ):
   """Sets TFF's default execution context, with worker cleanup guaranteed.
 
+  Left to TFF, a pipe that reads the script's output never closes and orphans
+  pile up. Here every worker binary started in this process is stopped when
+  the process ends:
+
+  * normal exit and uncaught exceptions: an `atexit` hook;
+  * SIGTERM (and SIGINT / SIGHUP when no handler of the program's own is set):
+    a handler that stops the workers, then lets the signal take its usual
+    effect (the previous handler runs, or the process dies of the signal);
+  * SIGKILL or any other death that runs no Python code: on Linux every worker
+    is started with `PR_SET_PDEATHSIG` so the kernel kills it when its parent
+    dies (a worker forked while its parent was exiting, which the kernel would
+    not signal, exits by itself; `stop_workers` also stops a worker whose start
+    raced it, found among this process's children).
+
+  Every context made here keeps `executors.KEPT` executors (one per client
+  count) and closes those it drops (`tff_priv.executors`): TFF's own cache
+  leaves them on the worker, whose memory then grows with every new count. A
+  local synchronous context (`program=False`) also starts a fresh worker after
+  `executors.RESTART_AFTER` closed executors, before its next new client count:
+  a closed executor still leaves part of its memory on the worker. Such a
+  context runs one computation at a time (called from one thread); the
+  asynchronous one may run several, which a restart would cut short, and keeps
+  its worker.
+
   Args:
-    kind: 'simulation' (TFF's test C++ context: secure-aggregation intrinsics
-      simulated by their plain bodies), 'native' (TFF's local C++ context) or
-      'remote' (TFF workers at `workers`, see `tff_priv.remote`).
+    kind: one of
+      * ``'simulation'`` (default): TFF's test C++ context. Secure-aggregation
+        intrinsics (`federated_secure_sum`, `federated_secure_sum_bitwidth`,
+        ...) are simulated by their plain bodies, as TFF does for its own
+        tests, so factories built on `tff.aggregators.SecureSumFactory` run in
+        simulation. The values are the ones secure aggregation would produce;
+        the cryptography is not run.
+      * ``'native'``: TFF's default local C++ context (no secure intrinsics:
+        `check_secure_intrinsics` refuses factories that need them, in one
+        line).
+      * ``'remote'``: TFF workers already running at `workers` ('host:port',
+        one each, e.g. started with ``python -m tff_priv.worker --port=P``),
+        merged by TFF's mergeable-computation context, which splits each
+        computation's clients across the workers and merges their aggregates
+        (`tff_priv.remote`). Secure sums are simulated as in 'simulation'.
+        tff_priv starts no process for it: the workers are the caller's.
     default_num_clients: the client cardinality used when a computation's
       arguments do not determine it.
     program: False installs TFF's synchronous context (computations return
       values; call it from one thread: it restarts its worker between
-      computations, see the module docstring); True installs a
+      computations, see above); True installs a
       `tff.program.NativeFederatedContext` over the asynchronous one, for
       `tff.program` and `tff.learning.programs.train_model`.
-
     workers: kind 'remote': the workers' 'host:port' addresses.
     timeout: kind 'remote': seconds to wait for each worker at start, and for
       a worker that stops answering mid-computation before it fails.
-    start_worker: kinds 'simulation' and 'native': start TFF's worker now, in
-      the background, rather than at the first computation (it takes about a
-      second to answer, which then overlaps the caller's tracing).
-    verbose: keep TF's, TFF's and absl's logs (so does `TFF_PRIV_VERBOSE=1`
-      in the environment); else `quiet_logs()`, before TF loads if it can.
+    start_worker: kinds 'simulation' and 'native': start TFF's worker now, on
+      a thread of its own (the training scripts do), rather than at the first
+      computation (it takes about a second to answer, which then overlaps the
+      caller's tracing instead of delaying the first computation).
+    verbose: keep TF's, TFF's, gRPC's and absl's logs (so does
+      `TFF_PRIV_VERBOSE=1` in the environment); else `quiet_logs()`, before TF
+      loads if it can (warnings and below are silenced; tff_priv's own
+      warnings and every exception stay).
 
   Returns:
     The installed context.
@@ -608,7 +593,6 @@ def set_context(
     tff_priv.remote.WorkerLostError (a ConnectionError): kind 'remote' and a
       worker does not answer (one line naming its address).
   """
-  global _current_kind
   if kind not in _CONTEXTS:
     raise ValueError(f'kind must be one of {_CONTEXTS}, got {kind!r}')
   if default_num_clients < 0:
@@ -616,6 +600,16 @@ def set_context(
         f'default_num_clients must be >= 0, got {default_num_clients}'
     )
   _set_logs(verbose)  # Before TensorFlow loads, when it has not yet.
+  return _install_context(
+      kind, default_num_clients, program, workers, timeout, start_worker
+  )
+
+
+def _install_context(
+    kind, default_num_clients, program, workers, timeout, start_worker
+):
+  """`set_context` once its first arguments are checked and the logs set."""
+  global _current_kind
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   if (kind == 'remote') != (workers is not None):
@@ -643,36 +637,46 @@ def set_context(
         program=program,
     )
   else:
-    # TFF's test context simulates the secure intrinsics; the native one has
-    # none. train_model and tff.program need the async one, wrapped.
-    backend = tff.backends.test if kind == 'simulation' else tff.backends.native
-    mode = 'async' if program else 'sync'
-    flavour = 'test' if kind == 'simulation' else 'local'
-    create = getattr(backend, f'create_{mode}_{flavour}_cpp_execution_context')
-    context = create(default_num_clients=default_num_clients)
-    # The async context (program=True) may run computations side by side
-    # (train_model's evaluations), which a worker restart would cut short.
-    executors.close_evicted(
-        context.executor_factory,
-        restart=None
-        if program
-        else _worker_restart(context.executor_factory, default_num_clients),
+    context = _local_context(
+        tff, kind, default_num_clients, program, start_worker
     )
-    if start_worker:
-      _start_worker_early(context.executor_factory, default_num_clients)
-    _refusals_in_one_line(context)
-    if program:
-      context = tff.program.NativeFederatedContext(context)
   _quiet_compiler(context)
   tff.framework.set_default_context(context)
   _current_kind = kind
   return context
 
 
+def _local_context(tff, kind, default_num_clients, program, start_worker):
+  """The 'simulation' or 'native' context of `set_context`."""
+  # TFF's test context simulates the secure intrinsics; the native one has
+  # none. train_model and tff.program need the async one, wrapped.
+  backend = tff.backends.test if kind == 'simulation' else tff.backends.native
+  mode = 'async' if program else 'sync'
+  flavour = 'test' if kind == 'simulation' else 'local'
+  create = getattr(backend, f'create_{mode}_{flavour}_cpp_execution_context')
+  context = create(default_num_clients=default_num_clients)
+  # The async context (program=True) may run computations side by side
+  # (train_model's evaluations), which a worker restart would cut short.
+  executors.close_evicted(
+      context.executor_factory,
+      restart=None
+      if program
+      else _worker_restart(context.executor_factory, default_num_clients),
+  )
+  if start_worker:
+    _start_worker_early(context.executor_factory, default_num_clients)
+  _refusals_in_one_line(context)
+  if program:
+    context = tff.program.NativeFederatedContext(context)
+  return context
+
+
 def _refusals_in_one_line(context) -> None:
-  """Makes `context` raise a calibrated factory's refusal of a round past its
-  plan as `plan.PlanExceededError` in one line (TFF raises it as a gRPC or
-  TF error of many lines, the message inside).
+  """Makes `context` raise a refused round as one line.
+
+  A calibrated factory's refusal of a round past its plan comes out as
+  `plan.PlanExceededError` in one line (TFF raises it as a gRPC or TF error of
+  many lines, the message inside).
   """
   from tff_priv.aggregators import plan  # pylint: disable=g-import-not-at-top
 

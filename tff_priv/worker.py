@@ -1,20 +1,13 @@
 """One TFF worker for `tff_priv.runtime.set_context('remote', workers=...)`.
 
-  python -m tff_priv.worker --port=8000
-
-Starts TFF's C++ `worker_binary` (the wheel's own) on `--port`, prints one
-line when it accepts connections, and stops it when this launcher is asked
-to stop (SIGTERM, SIGINT) or dies in any other way (the worker is started
-with the parent-death signal, as `tff_priv.runtime` starts the local one).
-A stop sends the worker SIGTERM, then SIGKILL after 2 s.
-
-The worker listens on every interface (TFF's binary binds [::]:PORT and has
-no option to bind one address): see docs/remote.md for keeping it private.
-
-Exit status: 0 after a stop; when the worker ends by itself, its status,
-128 + its signal, or 1 (TFF's worker exits 0 even when it cannot bind its
-port); 1 when the port is already in use on this machine; 2 after bad usage
-(one line on stderr).
+`python -m tff_priv.worker --port=8000` starts TFF's C++ `worker_binary` (the
+wheel's own) on `--port`, prints one line when it accepts connections, and
+stops it (SIGTERM, then SIGKILL after 2 s) when this launcher is asked to stop
+(SIGTERM, SIGINT) or dies in any other way (the worker is started with the
+parent-death signal, as `tff_priv.runtime` starts the local one). Exit status:
+0 after a stop; when the worker ends by itself, its status, 128 + its signal,
+or 1; 1 when the port is already in use on this machine; 2 after bad usage
+(one line on stderr). The worker listens on every interface: docs/remote.md.
 """
 
 import importlib.util
@@ -38,7 +31,10 @@ _STOP_GRACE_SECONDS = 2.0
 
 
 def _define_flags() -> None:
-  """The launcher's flags: defined when run, not when imported (tests, benchmarks)."""
+  """The launcher's flags: defined when run, not when imported.
+
+  Tests and benchmarks import this module.
+  """
   flags.DEFINE_integer(
       'port', None, 'Port to serve on.', lower_bound=1, upper_bound=65535
   )
@@ -72,7 +68,7 @@ def worker_binary_path() -> str:
 
 
 def _port_in_use(port: int) -> bool:
-  """Whether a socket already listens on `port` (TIME_WAIT ones do not count)."""
+  """Whether a socket already listens on `port` (not counting TIME_WAIT)."""
   for family, host in ((socket.AF_INET6, '::'), (socket.AF_INET, '')):
     try:
       probe = socket.socket(family, socket.SOCK_STREAM)
@@ -120,7 +116,10 @@ class _StopRequest:
 
 
 def _stop_worker(proc: subprocess.Popen) -> None:
-  """SIGTERM (TFF's worker does not handle it: it ends at once), then SIGKILL."""
+  """SIGTERM, then SIGKILL.
+
+  TFF's worker does not handle SIGTERM: it ends at once.
+  """
   if proc.poll() is not None:
     return
   # Not SIGINT: a worker started from a background job of a non-interactive
@@ -158,7 +157,7 @@ def serve(
           f'--port={port}',
           f'--max_concurrent_computation_calls={max_concurrent_computation_calls}',
       ],
-      preexec_fn=runtime.dies_with_this_process(),
+      preexec_fn=runtime.dies_with_this_process(),  # noqa: PLW1509 (parent-death signal)
       stdout=subprocess.DEVNULL,
       stderr=subprocess.DEVNULL,
   )
@@ -254,7 +253,7 @@ class Launched:
         env=dict(os.environ, PYTHONPATH=root),
         cwd=root,
         # Dies with this process, as the worker dies with it.
-        preexec_fn=runtime.dies_with_this_process(),
+        preexec_fn=runtime.dies_with_this_process(),  # noqa: PLW1509 (parent-death signal)
     )
     line = self.proc.stdout.readline()
     if 'ready on port' not in line:
@@ -273,6 +272,7 @@ class Launched:
 
 
 def main(argv):
+  """Serves the worker `--port` names (absl's `main`); the exit status."""
   usage = cli.Cli(_PROG)
   if len(argv) > 1:
     usage.fail(f'unexpected arguments {argv[1:]}')

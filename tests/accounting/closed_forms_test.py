@@ -1,4 +1,4 @@
-"""Tests for tff_priv.accounting.closed_forms: hand-computed numbers, accountant read-backs."""
+"""Tests for tff_priv.accounting.closed_forms: hand-computed numbers."""
 
 import math
 
@@ -14,7 +14,8 @@ class UdpTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_theorem1_eq10_hand_computed(self):
     # Delta = 0.1, q = 0.6, T = 100, delta = 1e-3, eps = 8:
-    # 2 * 0.6 * 100 * ln(1000) = 828.9306; sqrt = 28.79116; * 0.1 / 8 = 0.359889.
+    # 2 * 0.6 * 100 * ln(1000) = 828.9306; sqrt = 28.79116;
+    # * 0.1 / 8 = 0.359889.
     sigma = closed_forms.udp_theorem1_sigma(8.0, 1e-3, 0.6, 100, 0.1)
     self.assertAlmostEqual(sigma, 0.359889, places=6)
 

@@ -1,4 +1,4 @@
-"""Tests for tff_priv.accounting.events: the tree's sensitivity as dp_accounting counts it."""
+"""Tests for accounting.events: the tree's sensitivity in dp_accounting."""
 
 import dp_accounting
 import numpy as np

@@ -1,4 +1,4 @@
-"""Tests for tff_priv.accounting.individual (per-client server-view accounting)."""
+"""Tests for tff_priv.accounting.individual (per-client server-view ledgers)."""
 
 from absl.testing import parameterized
 from dp_accounting import dp_event

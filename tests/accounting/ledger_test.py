@@ -1,4 +1,4 @@
-"""Tests for tff_priv.accounting.ledger, checked against dp_accounting directly."""
+"""Tests for tff_priv.accounting.ledger, against dp_accounting directly."""
 
 import math
 

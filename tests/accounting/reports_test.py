@@ -1,4 +1,4 @@
-"""Tests for tff_priv.accounting.reports: Gaussian releases by every accountant."""
+"""Tests for accounting.reports: Gaussian releases by every accountant."""
 
 import json
 

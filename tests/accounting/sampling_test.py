@@ -1,4 +1,4 @@
-"""Tests for tff_priv.accounting.sampling: one value for a round's client sampling."""
+"""Tests for accounting.sampling: one value for a round's client sampling."""
 
 import dataclasses
 

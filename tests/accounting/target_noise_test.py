@@ -1,4 +1,4 @@
-"""Tests for tff_priv.accounting.target_noise: the one calibration entry point."""
+"""Tests for accounting.target_noise: the one calibration entry point."""
 
 from absl.testing import absltest
 import pytest

@@ -1,4 +1,4 @@
-"""Tests for tff_priv.accounting.udp: UDP's CRD budget and ledger, without TensorFlow."""
+"""Tests for accounting.udp: UDP's CRD budget and ledger, without TensorFlow."""
 
 from absl.testing import absltest
 import numpy as np

@@ -1,10 +1,4 @@
-"""The ledger on TFF's wrapped DP aggregators and on stream states (own loops).
-
-TFF's usual DP path, `tff.learning.dp_aggregator`, with and without its
-default adaptive zeroing; TFF's zeroing and clipping wrappers with a public
-norm; `add_debug_measurements`; BLT and tree streams recorded with sampling
-arguments. Each is charged exactly or refused in one line naming the fix.
-"""
+"""The ledger on TFF's wrapped DP aggregators and stream states (own loops)."""
 
 import dp_accounting
 import numpy as np
@@ -31,6 +25,13 @@ def _next(factory):
 
 
 class WrappedDpFactoryTest(tf.test.TestCase):
+  """TFF's wrapped DP aggregators, charged exactly or refused in one line.
+
+  TFF's usual DP path, `tff.learning.dp_aggregator`, with and without its
+  default adaptive zeroing; TFF's zeroing and clipping wrappers with a public
+  norm; `add_debug_measurements`. Each is charged exactly or refused in one line
+  naming the fix.
+  """
 
   @classmethod
   def setUpClass(cls):
@@ -176,6 +177,10 @@ class WrappedDpFactoryTest(tf.test.TestCase):
 
 
 class StreamStateTest(tf.test.TestCase):
+  """BLT and tree streams recorded with sampling arguments.
+
+  Each is charged exactly or refused in one line naming the fix.
+  """
 
   @classmethod
   def setUpClass(cls):

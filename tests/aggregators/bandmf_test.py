@@ -1,4 +1,4 @@
-"""Tests for tff_priv.aggregators.bandmf and BandSampler: noise, events, schedule."""
+"""Tests for aggregators.bandmf and BandSampler: noise, events, schedule."""
 
 import dp_accounting
 import numpy as np

@@ -1,4 +1,4 @@
-"""Tests for tff_priv.aggregators.blt: noise, events, NaN clients, neighbours."""
+"""Tests for aggregators.blt: noise, events, NaN clients, neighbours."""
 
 import dp_accounting
 import numpy as np

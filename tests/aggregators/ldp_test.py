@@ -1,15 +1,4 @@
-"""Tests for LDPEncodeFactory and ReportMeanFactory (tff_priv.aggregators).
-
-The factory's clients draw their randomness from OS entropy inside their own
-computation (that is what makes two clients independent), so its outputs
-cannot be seeded: statistical checks use a tolerance of 5 standard errors (a
-false-alarm probability below 1e-6 per check), with standard errors from the
-exact two-point distribution (Lemma 4). Client data use fixed seeds.
-
-`neighbours.exact_statistic_leaves` is the neighbouring-input check of what a process
-measures: a measurement that is deterministic for a given input yet changes
-when one client's value is replaced is an exact client statistic.
-"""
+"""Tests for LDPEncodeFactory and ReportMeanFactory (tff_priv.aggregators)."""
 
 import collections
 import math
@@ -71,7 +60,14 @@ def _one_round_event(factory, value_type, clients):
 
 
 def _zscores(result, values, center, radius, eps):
-  """(result - mean of clipped values) / sd of the mean (Lemma 4)."""
+  """(result - mean of clipped values) / sd of the mean (Lemma 4).
+
+  The factory's clients draw their randomness from OS entropy inside their own
+  computation (that is what makes two clients independent), so its outputs
+  cannot be seeded: statistical checks use a tolerance of 5 standard errors (a
+  false-alarm probability below 1e-6 per check), with standard errors from the
+  exact two-point distribution (Lemma 4). Client data use fixed seeds.
+  """
   stacked = np.stack(values).astype(np.float64)
   clipped = np.clip(stacked, center - radius, center + radius)
   var = ldp_mechanisms.mean_variance(stacked, center, radius, eps).numpy()
@@ -477,7 +473,12 @@ class DpEventTest(tf.test.TestCase):
 
 
 class ExactStatisticTest(tf.test.TestCase, parameterized.TestCase):
-  """No measurement is an exact statistic of the clients' values."""
+  """No measurement is an exact statistic of the clients' values.
+
+  `neighbours.exact_statistic_leaves` is the neighbouring-input check of what a
+  process measures: a measurement that is deterministic for a given input yet
+  changes when one client's value is replaced is an exact client statistic.
+  """
 
   def test_helper_flags_an_exact_statistic(self):
     rng = np.random.default_rng(5)

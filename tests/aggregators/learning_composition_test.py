@@ -1,4 +1,4 @@
-"""tff_priv's factories compose with tff.learning's FedAvg builders (README quickstart)."""
+"""tff_priv's factories compose with tff.learning's FedAvg builders."""
 
 import numpy as np
 import tensorflow as tf
@@ -31,6 +31,7 @@ def _client_data(task, n):
 
 
 class LearningCompositionTest(tf.test.TestCase):
+  """As in the README quickstart."""
 
   def _train(self, build, aggregator, rounds=2, record=None):
     task = _task()

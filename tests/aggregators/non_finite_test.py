@@ -1,13 +1,7 @@
-"""Every tff_priv factory, and the dp client metrics, with a NaN or inf client.
-
-tff_priv's one policy (`tff_priv.mechanisms.clipping`): a client whose value
-is not finite contributes zeros. An aggregate that turned NaN exactly when one
-client sent NaN would identify that client (eps = infinity for that
-neighbour); here each one stays finite and equals its all-zeros-client run
-in the noise-free case.
-"""
+"""Every tff_priv factory and the dp client metrics with a NaN or inf client."""
 
 import collections
+import functools
 
 from absl.testing import parameterized
 import numpy as np
@@ -81,6 +75,14 @@ def _result(factory, weighted, values):
 
 
 class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
+  """Each factory, and the metrics, stay finite with a NaN or inf client.
+
+  tff_priv's one policy (`tff_priv.mechanisms.clipping`): a client whose value
+  is not finite contributes zeros. An aggregate that turned NaN exactly when one
+  client sent NaN would identify that client (eps = infinity for that
+  neighbour); here each one stays finite and equals its all-zeros-client run in
+  the noise-free case.
+  """
 
   @parameterized.product(
       name=(
@@ -132,7 +134,8 @@ class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
     bad = np.full(_D, 0.3, np.float32)
     bad[dropped] = np.nan
     for secure in (False, True):
-      factory = lambda: smp_aggregators.SparsifiedSecureSumFactory(  # pylint: disable=g-long-lambda
+      factory = functools.partial(
+          smp_aggregators.SparsifiedSecureSumFactory,
           noise_multiplier=0.0,
           clip=1.0,
           compression=0.5,
@@ -177,7 +180,7 @@ class NonFiniteTest(tf.test.TestCase, parameterized.TestCase):
         collections.OrderedDict((k, None) for k in metric_type)
     )
     computation = tff.federated_computation(
-        lambda m: polymorphic(m),  # pylint: disable=unnecessary-lambda
+        lambda m: polymorphic(m),  # noqa: PLW0108 (TFF reads its parameter)
         tff.FederatedType(metric_type, tff.CLIENTS),
     )
 

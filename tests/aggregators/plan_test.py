@@ -1,12 +1,4 @@
-"""A calibrated factory's plan is a contract: round T+1 is refused in one line.
-
-Every `.calibrated(epsilon, total_rounds=T, ...)` factory runs T rounds in a
-user's own loop and refuses the T+1-th inside its process (before the round
-has a result), as `PlanExceededError` with one line naming the plan and how
-to extend it; the ledger refuses a state past its plan; the samplers refuse
-rounds outside 1..T. Extending the plan (`spent=ledger`) meets the target
-over every round.
-"""
+"""A calibrated factory's plan is a contract: round T+1 refused in one line."""
 
 from absl.testing import parameterized
 import numpy as np
@@ -73,7 +65,15 @@ def _client_values():
 
 
 class PlanTest(tf.test.TestCase, parameterized.TestCase):
-  """In tests/conftest.py's `runtime.set_context()`, which gives the one line."""
+  """In tests/conftest.py's `runtime.set_context()`, giving the one line.
+
+  Every `.calibrated(epsilon, total_rounds=T, ...)` factory runs T rounds in a
+  user's own loop and refuses the T+1-th inside its process (before the round
+  has a result), as `PlanExceededError` with one line naming the plan and how to
+  extend it; the ledger refuses a state past its plan; the samplers refuse
+  rounds outside 1..T. Extending the plan (`spent=ledger`) meets the target over
+  every round.
+  """
 
   @parameterized.parameters(*_FACTORIES)
   def test_round_past_the_plan_is_refused_in_one_line(self, name):

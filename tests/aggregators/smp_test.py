@@ -1,8 +1,4 @@
-"""Tests for tff_priv.aggregators.smp (Fed-SMP aggregation).
-
-Runs in tff_priv.runtime's 'simulation' context (tests/conftest.py), where
-TFF's secure-sum intrinsics run as their plain bodies.
-"""
+"""Tests for tff_priv.aggregators.smp (Fed-SMP aggregation)."""
 
 import collections
 import math
@@ -669,6 +665,11 @@ class DpFedAvgEquivalenceTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class SecureMovementTest(tf.test.TestCase, parameterized.TestCase):
+  """With `secure=True` the values move only through secure sums.
+
+  Runs in tff_priv.runtime's 'simulation' context (tests/conftest.py), where
+  TFF's secure-sum intrinsics run as their plain bodies.
+  """
 
   @parameterized.parameters(0.5, 1.0)
   def test_secure_moves_values_only_with_secure_sum(self, p):

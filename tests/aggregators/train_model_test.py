@@ -1,10 +1,4 @@
-"""tff_priv factories in TFF's own training program, `tff.learning.programs.train_model`.
-
-A user composes a tff_priv factory into a `tff.learning` process, runs it with
-TFF's program logic in the `tff.program.NativeFederatedContext` that
-`tff_priv.runtime.set_context(program=True)` installs, and charges the ledger
-from the aggregator state of each round with one call.
-"""
+"""tff_priv factories in TFF's own training program, `train_model`."""
 
 from dp_accounting import dp_event
 import numpy as np
@@ -20,6 +14,13 @@ from tff_priv.aggregators import smp
 
 
 class TrainModelTest(tf.test.TestCase):
+  """In `tff.learning.programs.train_model`, the ledger charged each round.
+
+  A user composes a tff_priv factory into a `tff.learning` process, runs it with
+  TFF's program logic in the `tff.program.NativeFederatedContext` that
+  `tff_priv.runtime.set_context(program=True)` installs, and charges the ledger
+  from the aggregator state of each round with one call.
+  """
 
   def tearDown(self):
     runtime.set_context('simulation')  # The suite's context (conftest.py).

@@ -15,7 +15,8 @@ from tff_priv.accounting import guarantees
 from tff_priv.aggregators import udp
 from tff_priv.mechanisms import noise_schedule
 
-_D = 20_000  # Coordinates: the relative SE of a std estimate is 1/sqrt(2 D) = 0.5%.
+# Coordinates: the relative SE of a std estimate is 1/sqrt(2 D) = 0.5%.
+_D = 20_000
 _VALUE = tff.TensorType(np.float32, [_D])
 _WEIGHT = tff.TensorType(np.float32)
 _DELTA = 0.05  # The sensitivity the factory is given.

@@ -1,9 +1,4 @@
-"""audit_aggregator catches a wrong claim and a leaking measurement.
-
-Statistical tests with fixed seeds for the canary and the split; the
-factories' noise is TF's nondeterministic noise, so each test states how often
-it can fail by chance (at most 1e-7).
-"""
+"""audit_aggregator catches a wrong claim and a leaking measurement."""
 
 import collections
 import os
@@ -50,6 +45,12 @@ def _leaking(z):
 
 
 class AggregatorAuditTest(absltest.TestCase):
+  """Statistical tests: each states how often it can fail by chance.
+
+  Statistical tests with fixed seeds for the canary and the split; the
+  factories' noise is TF's nondeterministic noise, so each test states how often
+  it can fail by chance (at most 1e-7).
+  """
 
   def test_gaussian_fixed_against_a_false_claim_fails_loudly(self):
     # z = 0.1 against a claimed z = 5 (eps 0.73): the canary moves the sum by
@@ -170,7 +171,7 @@ class AggregatorAuditTest(absltest.TestCase):
         sensitivity=1.0,
         inner_agg_factory=tff.aggregators.UnweightedMeanFactory(),
     )
-    canary = np.full(20, 0.5 / np.sqrt(20))
+    udp_canary = np.full(20, 0.5 / np.sqrt(20))
     for name, factory, kind, clients, std, shift, canary, other in (
         (
             'gaussian_fixed',
@@ -182,7 +183,7 @@ class AggregatorAuditTest(absltest.TestCase):
             np.eye(20)[3],
             np.zeros(20),
         ),
-        ('udp', udp, 'single_client', 1, 0.5, 1.0, canary, -canary),
+        ('udp', udp, 'single_client', 1, 0.5, 1.0, udp_canary, -udp_canary),
     ):
       with self.subTest(name):
         process = factory.create(_VALUE)

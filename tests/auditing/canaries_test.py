@@ -1,4 +1,4 @@
-"""Tests of the canaries of the one-shot estimate (tff_priv.auditing.canaries)."""
+"""Tests of the one-shot estimate's canaries (tff_priv.auditing.canaries)."""
 
 from absl.testing import absltest
 import numpy as np

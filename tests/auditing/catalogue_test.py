@@ -1,12 +1,4 @@
-"""Every tff_priv factory (and TFF's DP-FedAvg) passes the audit at its own claim.
-
-z = 3 (one round: eps ~ 1.3 at delta 1e-5) and LDP-FL at eps0 = 1 on one
-value keep every claim below the largest bound the evaluation trials can show
-at alpha = 1e-7 (1.7), so each audit could fail: a factory with half its
-claimed noise (eps ~ 2.9) could show up to that. The factories' noise comes
-from the operating system (it is not seeded), so each honest row fails with
-probability <= alpha = 1e-7: at most 8e-7 for the eight rows of a run.
-"""
+"""Each tff_priv factory (and TFF's DP-FedAvg) passes the audit at its claim."""
 
 from absl.testing import absltest
 import pytest
@@ -19,6 +11,15 @@ _ALPHA = 1e-7
 
 
 class CatalogueTest(absltest.TestCase):
+  """Each audit could fail; an honest row fails with probability <= 1e-7.
+
+  z = 3 (one round: eps ~ 1.3 at delta 1e-5) and LDP-FL at eps0 = 1 on one value
+  keep every claim below the largest bound the evaluation trials can show at
+  alpha = 1e-7 (1.7), so each audit could fail: a factory with half its claimed
+  noise (eps ~ 2.9) could show up to that. The factories' noise comes from the
+  operating system (it is not seeded), so each honest row fails with probability
+  <= alpha = 1e-7: at most 8e-7 for the eight rows of a run.
+  """
 
   def test_every_factory_passes_at_its_own_claim(self):
     settings = catalogue.quickstart_settings(

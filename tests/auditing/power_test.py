@@ -1,14 +1,4 @@
-"""Power and false alarms of the vectorised factory audit (numpy replays).
-
-`power.replay` draws the exact distribution of a vectorised trial of a
-Gaussian factory (tests/auditing/aggregator_audit_test.py checks the factory
-against it) and runs the audit's own decision. Every replay is seeded, so the
-counts below are deterministic; each test's size and threshold come from the
-exact binomial (tests/binomial_sizes.py) for its stated rates, so that they
-would hold for any seeds. The honest audits run at 2,000 trials: the audit's
-bound is valid at any trial count. The calibration table at 10^5 trials runs
-with `--all` only (exhaustive).
-"""
+"""Power and false alarms of the vectorised factory audit (numpy replays)."""
 
 from absl.testing import absltest
 import pytest
@@ -30,6 +20,17 @@ _SEEDS = binomial_sizes.repeats_for(0.5, 0.99, 0.05, _FALSE_ALARM)
 
 
 class PowerTest(absltest.TestCase):
+  """Seeded replays of the audits of Gaussian factories.
+
+  `power.replay` draws the exact distribution of a vectorised trial of a
+  Gaussian factory (tests/auditing/aggregator_audit_test.py checks the factory
+  against it) and runs the audit's own decision. Every replay is seeded, so the
+  counts below are deterministic; each test's size and threshold come from the
+  exact binomial (tests/binomial_sizes.py) for its stated rates, so that they
+  would hold for any seeds. The honest audits run at 2,000 trials: the audit's
+  bound is valid at any trial count. The calibration table at 10^5 trials runs
+  with `--all` only (exhaustive).
+  """
 
   def test_targets(self):
     # Claims 0.5 and 4 (the ends of [0.5, 4]), 10^5 trials, alpha = 1e-3:

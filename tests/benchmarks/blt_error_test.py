@@ -1,4 +1,4 @@
-"""Tests for tff_priv.benchmarks.blt_error: exact errors, checked against the libraries."""
+"""Tests for benchmarks.blt_error: its exact errors against the libraries'."""
 
 import json
 

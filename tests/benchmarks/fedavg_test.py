@@ -1,4 +1,4 @@
-"""Tests for tff_priv.benchmarks.fedavg (the run itself: tests/scripts/measure_fedavg_script_test.py)."""
+"""Tests for tff_priv.benchmarks.fedavg."""
 
 import math
 
@@ -8,6 +8,10 @@ from tff_priv.benchmarks import fedavg
 
 
 class FedAvgTest(tf.test.TestCase):
+  """The benchmark's parts.
+
+  The run itself: tests/scripts/measure_fedavg_script_test.py.
+  """
 
   def test_result_line(self):
     result = fedavg.Result({'accuracy': 0.5}, [3.0, 1.0, 2.0], 0.25)

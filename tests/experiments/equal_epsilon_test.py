@@ -1,4 +1,4 @@
-"""Tests of tff_priv.experiments.equal_epsilon: the grid's runs and its table."""
+"""Tests of experiments.equal_epsilon: the grid's runs and its table."""
 
 import tensorflow as tf
 

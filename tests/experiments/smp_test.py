@@ -1,4 +1,4 @@
-"""Tests of tff_priv.experiments.smp: the runs of a setting, the tables, the plot."""
+"""Tests of experiments.smp: the runs of a setting, the tables, the plot."""
 
 import dataclasses
 import math

@@ -42,7 +42,7 @@ class UdpCrdTest(tf.test.TestCase):
         list(configs),
         ['eps8_K3_tight_T2', 'eps8_K3_tight_T4', 'eps8_K3_tight_crd'],
     )
-    for label, config in configs.items():
+    for config in configs.values():
       valid = config.validate()
       self.assertEqual(valid.mechanism, 'udp')
       self.assertEqual(valid.params.epsilon, 8.0)

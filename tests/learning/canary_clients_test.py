@@ -1,4 +1,4 @@
-"""Tests of canary clients in a TFF learning process (tff_priv.learning.canary_clients)."""
+"""Tests of tff_priv.learning.canary_clients in a TFF learning process."""
 
 import numpy as np
 import pytest

@@ -38,7 +38,7 @@ def _computation(aggregator, metric_type=_TYPE):
       collections.OrderedDict((k, None) for k in metric_type)
   )
   return tff.federated_computation(
-      lambda metrics: polymorphic(metrics),  # pylint: disable=unnecessary-lambda
+      lambda metrics: polymorphic(metrics),  # noqa: PLW0108 (TFF reads its parameter)
       tff.FederatedType(metric_type, tff.CLIENTS),
   )
 

@@ -1,10 +1,4 @@
-"""Tests for tff_priv.learning.smp (Fed-SMP learning process).
-
-A softmax regression on 4 features and 3 classes (d = 15 trainable values:
-kernel [4, 3] then bias [3]) keeps every process small. Numpy references
-compute softmax-regression gradients and (momentum) SGD independently of TF.
-Runs in tff_priv.runtime's 'simulation' context (tests/conftest.py).
-"""
+"""Tests for tff_priv.learning.smp (Fed-SMP learning process)."""
 
 import collections
 
@@ -32,6 +26,13 @@ _TRUE_W = np.random.default_rng(100).normal(size=[_FEATURES, _CLASSES])
 
 
 def _model_fn():
+  """The softmax regression every process of these tests trains.
+
+  A softmax regression on 4 features and 3 classes (d = 15 trainable values:
+  kernel [4, 3] then bias [3]) keeps every process small. Numpy references
+  compute softmax-regression gradients and (momentum) SGD independently of TF.
+  Runs in tff_priv.runtime's 'simulation' context (tests/conftest.py).
+  """
   keras_model = tf.keras.Sequential(
       [tf.keras.layers.Dense(_CLASSES, input_shape=(_FEATURES,))]
   )

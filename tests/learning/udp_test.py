@@ -1,4 +1,4 @@
-"""Tests for tff_priv.learning.udp: the CRD schedule, the UDP and CRD processes."""
+"""Tests for learning.udp: the CRD schedule, the UDP and CRD processes."""
 
 import math
 
@@ -100,7 +100,7 @@ class CrdScheduleTest(tf.test.TestCase, parameterized.TestCase):
 
 @pytest.mark.slow
 class CrdBoundsTest(tf.test.TestCase, parameterized.TestCase):
-  """What CRD reports: the filter's guarantee, never the realised composition."""
+  """What CRD reports: the filter's guarantee, not the realised composition."""
 
   @parameterized.parameters(1.0, 4.0, 8.0)
   def test_two_rounds_every_client_report_the_target_whether_or_not_it_stalls(

@@ -1,4 +1,4 @@
-"""Tests for tff_priv.mechanisms.bandmf: the banded strategy and its optimiser."""
+"""Tests for mechanisms.bandmf: the banded strategy and its optimiser."""
 
 import numpy as np
 import tensorflow as tf

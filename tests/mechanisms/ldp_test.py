@@ -1,9 +1,4 @@
-"""Tests for tff_priv.mechanisms.ldp (the LDP-FL two-point encoder).
-
-Statistical tests use fixed seeds and a tolerance of 5 standard errors of the
-estimate (two-sided, a false-alarm probability below 1e-6 for a fresh seed);
-the standard errors come from the exact distribution of the two-point output.
-"""
+"""Tests for tff_priv.mechanisms.ldp (the LDP-FL two-point encoder)."""
 
 import math
 
@@ -18,6 +13,12 @@ _EPSILONS = (0.1, 1.0, 5.0, 10.0, 20.0)
 
 
 def _seed(*s):
+  """A stateless seed: the statistical tests use fixed ones.
+
+  Statistical tests use fixed seeds and a tolerance of 5 standard errors of the
+  estimate (two-sided, a false-alarm probability below 1e-6 for a fresh seed);
+  the standard errors come from the exact distribution of the two-point output.
+  """
   return tf.constant(s, tf.int64)
 
 
@@ -137,8 +138,8 @@ class ImplementationPrivacyTest(tf.test.TestCase, parameterized.TestCase):
     lo, hi = float(lo), float(hi)
     p = ldp.realized_prob_high(w, c, r, eps).numpy()
     mean = lo + (hi - lo) * p  # exact expectation of the implementation
-    # Bias bound of the module docstring, 2 r q (1 + 2^-8) / N, plus the
-    # float32 rounding of the two outputs.
+    # The bias bound of `ldp.threshold_bounds` (its docstring),
+    # 2 r q (1 + 2^-8) / N, plus the float32 rounding of the two outputs.
     rq = r * float(ldp.two_point_q(eps))
     bound = 2 * rq * (1 + 2.0**-8) / ldp.COIN_RESOLUTION
     bound += (abs(c) + rq) * 2.0**-23

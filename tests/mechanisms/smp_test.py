@@ -1,4 +1,4 @@
-"""Tests for tff_priv.mechanisms.smp (Fed-SMP's client step, masks, formulas)."""
+"""Tests for mechanisms.smp (Fed-SMP's client step, masks, formulas)."""
 
 import collections
 import itertools

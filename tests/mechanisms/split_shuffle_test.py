@@ -1,10 +1,4 @@
-"""Tests for tff_priv.mechanisms.split_shuffle (LDP-FL's split and shuffle).
-
-Fixed seeds throughout. Statistical checks state their tolerance: 5 standard
-errors, or a goodness-of-fit p-value (chi-square, Kolmogorov-Smirnov) above
-1e-4, i.e. a correct sampler fails a given check for a given seed with
-probability 1e-4.
-"""
+"""Tests for tff_priv.mechanisms.split_shuffle (LDP-FL's split and shuffle)."""
 
 import collections
 import itertools
@@ -83,6 +77,13 @@ class SplitTest(tf.test.TestCase):
 
 
 class MergeTest(tf.test.TestCase, parameterized.TestCase):
+  """The merge of the clients' messages into one shuffled stream.
+
+  Fixed seeds throughout. Statistical checks state their tolerance: 5 standard
+  errors, or a goodness-of-fit p-value (chi-square, Kolmogorov-Smirnov) above
+  1e-4, i.e. a correct sampler fails a given check for a given seed with
+  probability 1e-4.
+  """
 
   @parameterized.parameters(1, 7, 300, 10**6)
   def test_every_message_arrives_exactly_once(self, chunk_size):

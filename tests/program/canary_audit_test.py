@@ -1,12 +1,4 @@
-"""The training program's one-shot canary estimate (`RunConfig.audit_canaries`).
-
-Tiny runs on 'digits' (10 clients, d = 19,210). Measured (numbers in
-docs/auditing.md): the noise-free run's estimates are in the thousands; DP-FedAvg
-at accounted eps 4 (RDP; PLD 3.3) with 1,000 + 1,000 canaries, K = 1 of 10,
-5 rounds (sampling_seed 1: every round runs), gave 1.88 for the final model
-(a numpy replay of the same setting: 1.84 +- 0.53 over 8 draws) and 2.23 for
-all iterates.
-"""
+"""The program's one-shot canary estimate (`RunConfig.audit_canaries`)."""
 
 import csv
 import dataclasses
@@ -52,6 +44,15 @@ def _assert_same_columns(test, audited_root, plain_root):
 
 
 class CanaryAuditTest(tf.test.TestCase):
+  """Client-level canaries: visible without noise, below the claim with it.
+
+  Tiny runs on 'digits' (10 clients, d = 19,210). Measured (numbers in
+  docs/auditing.md): the noise-free run's estimates are in the thousands;
+  DP-FedAvg at accounted eps 4 (RDP; PLD 3.3) with 1,000 + 1,000 canaries, K = 1
+  of 10, 5 rounds (sampling_seed 1: every round runs), gave 1.88 for the final
+  model (a numpy replay of the same setting: 1.84 +- 0.53 over 8 draws) and 2.23
+  for all iterates.
+  """
 
   def _run(self, config):
     root = os.path.join(tempfile.mkdtemp(), 'run')
@@ -103,7 +104,7 @@ class CanaryAuditTest(tf.test.TestCase):
     self.assertAlmostEqual(accounted, 4.0, delta=0.01)
     self.assertEqual(empirical['accounted_epsilon'], accounted)
     self.assertEqual(empirical['delta'], 1e-5)
-    # An estimate: ~1.9 +- 0.5 here (module docstring), below the eps
+    # An estimate: ~1.9 +- 0.5 here (the class docstring), below the eps
     # accounted for the same analyst.
     self.assertLess(empirical['final_model_epsilon'], accounted)
     self.assertNotIn('empirical', plain['privacy'])
@@ -163,19 +164,19 @@ class CanaryExamplesRunTest(tf.test.TestCase):
   Tiny runs on 'digits' with 10 real examples per client and 20 canary slots
   each (200 canaries), one full-batch step of rate 5 per round, 30 rounds.
 
-  The private run claims eps 1 (noise multiplier 22.2 over 30 rounds), a
-  claim this audit can refute: the noise-free run (deterministic: the
-  canaries follow sampling_seed, the real examples the run's seed) gets 98 of
-  100 guesses right, bound 2.45. If the claim holds, the private run's bound
-  exceeds 1 with probability at most alpha = 0.05 (their theorem); measured:
-  0 in 10 of 10 runs, every one with bound 0. A stricter alpha cannot be
-  used here: at delta 1e-5 and 200 canaries the bound's additive delta term
-  keeps every p-value above ~1e-3, so at alpha 1e-7 even the noise-free run
-  shows nothing (checked: bound 0). Hence `statistical` as well as `slow`. Its power is low: a hundredth of the noise (z = 0.22,
-  accounted eps 427) gave 1.64-1.73 and fails this test, but a thirtieth
-  (z = 0.74, eps 61) gave 0.18-0.43 and a tenth (z = 2.2, eps 14) 0, which
-  pass it. At eps 4 the test could not fail at all: 200 canaries show at
-  most 3.80 (every guess right).
+  The private run claims eps 1 (noise multiplier 22.2 over 30 rounds), a claim
+  this audit can refute: the noise-free run (deterministic: the canaries
+  follow sampling_seed, the real examples the run's seed) gets 98 of 100
+  guesses right, bound 2.45. If the claim holds, the private run's bound
+  exceeds 1 with probability at most alpha = 0.05 (their theorem); measured: 0
+  in 10 of 10 runs, every one with bound 0. A stricter alpha cannot be used
+  here: at delta 1e-5 and 200 canaries the bound's additive delta term keeps
+  every p-value above ~1e-3, so at alpha 1e-7 even the noise-free run shows
+  nothing (checked: bound 0). Hence `statistical` as well as `slow`. Its power
+  is low: a hundredth of the noise (z = 0.22, accounted eps 427) gave
+  1.64-1.73 and fails this test, but a thirtieth (z = 0.74, eps 61) gave
+  0.18-0.43 and a tenth (z = 2.2, eps 14) 0, which pass it. At eps 4 the test
+  could not fail at all: 200 canaries show at most 3.80 (every guess right).
   """
 
   def _run(self, **changes):

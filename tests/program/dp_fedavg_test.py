@@ -1,4 +1,4 @@
-"""tff_priv.program.registry.dp_fedavg: adaptive clipping, and a resumed state."""
+"""Tests for registry.dp_fedavg: adaptive clipping, and a resumed state."""
 
 import numpy as np
 import tensorflow as tf

@@ -1,10 +1,4 @@
-"""A mechanism of the user's own, defined in this file alone, run by the program.
-
-The whole contract of a mechanism is one `registry.Definition`: this test
-defines a toy one (TFF's fixed Gaussian DP aggregator under Poisson sampling,
-with its own `Guarantee`), registers it and runs it through `training.run`;
-nothing else in the repository names it.
-"""
+"""A user's own mechanism, defined in this file alone, run by the program."""
 
 import dataclasses
 import os
@@ -77,6 +71,13 @@ _TOY = registry.Definition(
 
 
 class _Registered(tf.test.TestCase):
+  """Registers the toy mechanism for each test, unregisters it after.
+
+  The whole contract of a mechanism is one `registry.Definition`: this test
+  defines a toy one (TFF's fixed Gaussian DP aggregator under Poisson sampling,
+  with its own `Guarantee`), registers it and runs it through `training.run`;
+  nothing else in the repository names it.
+  """
 
   def setUp(self):
     super().setUp()

@@ -1,4 +1,4 @@
-"""Tests for tff_priv.program.privacy (a run's accounting for both adversaries)."""
+"""Tests for program.privacy (a run's accounting for both adversaries)."""
 
 import math
 

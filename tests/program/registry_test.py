@@ -1,9 +1,4 @@
-"""Tests of tff_priv.program.registry: the registry, parameters, builds, charges.
-
-Rounds of every mechanism run end to end in tests/scripts/train_script_test.py
-(which checks each ledger against the run's own CSV); here: the parameter
-rules, and builds on a tiny model (one round of smp's top_k process).
-"""
+"""Tests of program.registry: the registry, parameters, builds, charges."""
 
 import dataclasses
 import json
@@ -63,6 +58,7 @@ def _build(name, params, kind=None, **kwargs):
 
 
 class ResolveTest(tf.test.TestCase, parameterized.TestCase):
+  """The parameter rules."""
 
   def test_defaults(self):
     d = base.DEFAULT_DELTA
@@ -324,6 +320,11 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class BuildTest(tf.test.TestCase):
+  """Builds on a tiny model (one round of smp's top_k process).
+
+  Rounds of every mechanism run end to end in tests/scripts/train_script_test.py
+  (which checks each ledger against the run's own CSV).
+  """
 
   def test_count_parameters(self):
     self.assertEqual(registry.count_parameters(_model_fn), 4 * 3 + 3)
@@ -588,7 +589,7 @@ def _public_data(seed):
 
 
 class PrivacyReportTest(tf.test.TestCase):
-  """Each mechanism's report: the accountants, the paper's closed form beside."""
+  """Each mechanism's report: the accountants, the paper's closed form too."""
 
   def test_reports(self):
     self.assertEqual(

@@ -1,12 +1,4 @@
-"""A run's ledger through interruptions and faults (tff_priv.program.training).
-
-In process on 'digits' (dp_fedavg, 10 clients, 3 a round): the ledger file is
-append-only across every start of a run directory, a resumed run's rounds
-left are noised for the budget left (the finished run meets its target), and
-a damaged ledger, unreadable checkpoints or a spent budget stop the run in
-one line. The subprocess versions (kill -9, a full disk, signals) are in
-tests/scripts/train_faults_test.py.
-"""
+"""A run's ledger through interruptions and faults (program.training)."""
 
 import collections
 import contextlib
@@ -167,6 +159,15 @@ class CrdResumeTest(tf.test.TestCase):
 
 @pytest.mark.slow
 class ResumeTest(_RootTestCase):
+  """Resumes that are charged, meet the target, or stop in one line.
+
+  In process on 'digits' (dp_fedavg, 10 clients, 3 a round): the ledger file is
+  append-only across every start of a run directory, a resumed run's rounds left
+  are noised for the budget left (the finished run meets its target), and a
+  damaged ledger, unreadable checkpoints or a spent budget stop the run in one
+  line. The subprocess versions (kill -9, a full disk, signals) are in
+  tests/scripts/train_faults_test.py.
+  """
 
   def test_rounds_run_again_are_charged_and_the_rest_meet_the_target(self):
     root, config = self._root(), _config()

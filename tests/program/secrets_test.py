@@ -1,13 +1,4 @@
-"""What a run directory may publish: no file outside the secret ones holds a seed.
-
-Every mechanism runs 2 rounds on 'digits' with its seeds drawn from the
-operating system (as a user's run does). The seeds (`secrets.json`, mode
-0600, and the checkpoints, mode 0700) must appear in no other file, neither
-as decimal text nor as the 8 bytes of an int64 (TensorBoard's event files
-and the models are binary), and neither must any client draw: the
-write-ahead ledger held the sampling seed before, from which every round's
-clients were rebuilt exactly.
-"""
+"""What a run directory may publish: no file but the secret ones has a seed."""
 
 import dataclasses
 import json
@@ -70,6 +61,16 @@ def _publishable_files(root):
 
 
 class _SecretsChecks(tf.test.TestCase):
+  """Runs a mechanism and checks what its run directory publishes.
+
+  Every mechanism runs 2 rounds on 'digits' with its seeds drawn from the
+  operating system (as a user's run does). The seeds (`secrets.json`, mode 0600,
+  and the checkpoints, mode 0700) must appear in no other file, neither as
+  decimal text nor as the 8 bytes of an int64 (TensorBoard's event files and the
+  models are binary), and neither must any client draw: the write-ahead ledger
+  held the sampling seed before, from which every round's clients were rebuilt
+  exactly.
+  """
 
   def _run(self, mechanism, **changes):
     root = os.path.join(tempfile.mkdtemp(), 'run')

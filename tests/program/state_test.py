@@ -1,4 +1,4 @@
-"""The program state managers on a failing disk: one line, nothing left behind."""
+"""Program state managers on a failing disk: one line, nothing left behind."""
 
 import asyncio
 import dataclasses
@@ -18,7 +18,7 @@ from tff_priv.program import train_model_accounting as tma
 
 
 def _full_disk_write(real):
-  """TFF's `write_saved_model` that fills the disk after writing its temp folder."""
+  """TFF's `write_saved_model`: fills the disk once its temp dir is written."""
 
   async def write(value, path, overwrite=False):
     del value, overwrite

@@ -38,8 +38,9 @@ def _model_fn():
 
 
 def _process(metrics_aggregator=None):
-  """FedAvg with Fed-SMP, no client metrics (built once: each `initialize`
-  draws its own secret seeds) or `metrics_aggregator`'s.
+  """FedAvg with Fed-SMP, and no client metrics or `metrics_aggregator`'s.
+
+  Built once without metrics: each `initialize` draws its own secret seeds.
   """
   if metrics_aggregator is None and _BUILT:
     return _BUILT[0]
@@ -79,7 +80,7 @@ def _by_hand(rounds, extra=None):
   return ledger
 
 
-class _Crash(Exception):
+class _CrashError(Exception):
   pass
 
 
@@ -157,10 +158,10 @@ class TrainModelAccountingTest(tf.test.TestCase):
     def crash_after_third(output):
       accounting.should_discard_round(output)
       if accounting.rounds == 3:
-        raise _Crash()
+        raise _CrashError()
       return False
 
-    with self.assertRaises(_Crash):
+    with self.assertRaises(_CrashError):
       array_clients.train_model(
           process,
           population=_N,
@@ -484,13 +485,13 @@ class StreamsInTrainModelTest(tf.test.TestCase):
     def crash_after_second(output):
       accounting.should_discard_round(output)
       if accounting.rounds == 2:
-        raise _Crash()
+        raise _CrashError()
       return False
 
     source = data_sources.ClientArraysSource(
         _arrays(), 3, sampler=_LoggedSampler(_N, _K)
     )
-    with self.assertRaises(_Crash):
+    with self.assertRaises(_CrashError):
       accounting.run(
           _stream_program(
               factory,

@@ -1,15 +1,4 @@
-"""A `train_model` run with `TrainModelAccounting`, killed where told (test helper).
-
-  python -m tests.program.train_model_run --root DIR --rounds R
-      [--kill_at charged:N | saved:N | released:N] [--signal SIGINT]
-
-Runs (or resumes) R rounds of Fed-SMP in `train_model` over 6 array clients,
-2 a round, with its state and ledger under DIR, through
-`TrainModelAccounting.run`. Appends each round that ran to DIR/ran.log
-(before its charge) and each release of training metrics to
-DIR/released.log (fsync'd), and sends itself SIGKILL (or `--signal`) right
-after round N's charge, state save or metrics release.
-"""
+"""A `train_model` run with `TrainModelAccounting`, killed where told."""
 
 import argparse
 import os
@@ -64,6 +53,18 @@ class _KilledStateManager(tma.SerialFileProgramStateManager):
 
 
 def main():
+  """Runs the command below (a test helper).
+
+    python -m tests.program.train_model_run --root DIR --rounds R
+        [--kill_at charged:N | saved:N | released:N] [--signal SIGINT]
+
+  Runs (or resumes) R rounds of Fed-SMP in `train_model` over 6 array clients, 2
+  a round, with its state and ledger under DIR, through
+  `TrainModelAccounting.run`. Appends each round that ran to DIR/ran.log (before
+  its charge) and each release of training metrics to DIR/released.log
+  (fsync'd), and sends itself SIGKILL (or `--signal`) right after round N's
+  charge, state save or metrics release.
+  """
   parser = argparse.ArgumentParser()
   parser.add_argument('--root', required=True)
   parser.add_argument('--rounds', type=int, required=True)

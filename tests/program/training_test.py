@@ -1,9 +1,4 @@
-"""Tests of tff_priv.program.training: configuration, output directory, resume.
-
-One in-process run on 'digits' is stopped after a round that has no
-checkpoint and resumed; the kill -9 variant runs in a subprocess in
-tests/scripts/train_script_test.py.
-"""
+"""Tests of program.training: configuration, output directory, resume."""
 
 import collections
 import csv
@@ -314,6 +309,12 @@ class OutputDirectoryTest(_TempDirTestCase):
 
 
 class RunTest(_TempDirTestCase):
+  """In-process runs on 'digits': refusals, empty rounds, stops, resumes.
+
+  One in-process run on 'digits' is stopped after a round that has no checkpoint
+  and resumed; the kill -9 variant runs in a subprocess in
+  tests/scripts/train_script_test.py.
+  """
 
   def test_more_clients_per_round_than_clients_is_refused(self):
     root = os.path.join(self._make_tempdir(), 'run')
@@ -448,6 +449,46 @@ class RunTest(_TempDirTestCase):
   def test_stop_and_resume_continues_rounds_and_ledger(self):
     root = os.path.join(self._make_tempdir(), 'run')
     config = _config()
+    summary, train_rows, eval_rows = self._stop_and_resume(config, root)
+
+    # Write-ahead: round 3 was charged before session 1 released it, and is
+    # charged again when session 2 runs it again (new noise, a new release):
+    # the ledgers hold rounds 1, 2, 3, 3, 4 of d eps0-LDP values each (no
+    # amplification is known for pure-eps releases under fixed-size
+    # sampling), nothing reset. Against the server each client is charged the
+    # rounds it took part in; the analyst's figure is the smaller of the two
+    # (both bound the same local release).
+    self.assertTrue(os.path.exists(layout.path(root, layout.PRIVACY)))
+    ledger = ledger_lib.PrivacyLedger.from_json(
+        json.dumps(summary['privacy']['ledger'])
+    )
+    # (round, attempt): session 2 runs round 3 again with fresh coins.
+    charged = [(1, 0), (2, 0), (3, 0), (3, 1), (4, 0)]
+    self.assertEqual(ledger.num_releases, len(charged))
+    draws = sampling_lib.ClientSampling('fixed', 10, 2)
+    sampling_seed = self._secret_sampling_seed(root, summary)
+    taken = self._check_epsilons(
+        train_rows, summary, charged, draws, sampling_seed
+    )
+    self._check_public_summary(summary, train_rows, eval_rows, taken)
+
+    # Started again after the end: nothing runs, the summary is rewritten.
+    again = training.run(config, root, checkpoint_every=2, progress=False)
+    self.assertEqual(
+        again['privacy']['rdp_epsilon'], summary['privacy']['rdp_epsilon']
+    )
+    self.assertEqual(again['sessions'][-1], {'start_round': 4})
+
+  def _stop_and_resume(self, config, root):
+    """Session 1 stops after round 3; session 2 resumes and finishes.
+
+    Args:
+      config: the run's `RunConfig`.
+      root: the run directory.
+
+    Returns:
+      Session 2's summary, and the train and eval CSV rows.
+    """
     # Session 1: checkpoints at rounds 0 and 2; round 3 runs and is released
     # but not checkpointed before the stop.
     self.assertIsNone(
@@ -476,23 +517,10 @@ class RunTest(_TempDirTestCase):
     )
     eval_rows = _rows(layout.path(root, layout.EVAL_CSV))
     self.assertEqual([r[layout.ROUND] for r in eval_rows], ['2', '4'])
+    return summary, train_rows, eval_rows
 
-    # Write-ahead: round 3 was charged before session 1 released it, and is
-    # charged again when session 2 runs it again (new noise, a new release):
-    # the ledgers hold rounds 1, 2, 3, 3, 4 of d eps0-LDP values each (no
-    # amplification is known for pure-eps releases under fixed-size
-    # sampling), nothing reset. Against the server each client is charged the
-    # rounds it took part in; the analyst's figure is the smaller of the two
-    # (both bound the same local release).
-    self.assertTrue(os.path.exists(layout.path(root, layout.PRIVACY)))
-    ledger = ledger_lib.PrivacyLedger.from_json(
-        json.dumps(summary['privacy']['ledger'])
-    )
-    eps0 = ldp.DEFAULT_LDP_EPSILON
-    # (round, attempt): session 2 runs round 3 again with fresh coins.
-    charged = [(1, 0), (2, 0), (3, 0), (3, 1), (4, 0)]
-    self.assertEqual(ledger.num_releases, len(charged))
-    draws = sampling_lib.ClientSampling('fixed', 10, 2)
+  def _secret_sampling_seed(self, root, summary):
+    """The run's sampling seed, checked to be in its secrets file only."""
     # The sampling seed is secret: kept in the owner's secrets file and the
     # checkpoints, not in anything released (tests/program/secrets_test.py).
     with open(layout.path(root, layout.SECRETS)) as f:
@@ -500,30 +528,34 @@ class RunTest(_TempDirTestCase):
     with open(layout.path(root, layout.CONFIG)) as f:
       self.assertIsNone(json.load(f)['sampling_seed'])
     self.assertNotIn(str(sampling_seed), json.dumps(summary))
+    return sampling_seed
 
-    def composed(rounds):
-      if not rounds:
-        return 0.0
-      expected = ledger_lib.PrivacyLedger()
-      expected.record_pure_epsilon(eps0, count=rounds * _DIGITS_PARAMETERS)
-      return expected.epsilon(base.DEFAULT_DELTA)
+  def _check_epsilons(self, train_rows, summary, charged, draws, seed):
+    """Each row's and the summary's eps; returns the clients' participations.
 
-    def after(releases):
-      taken = collections.Counter()
-      for r, attempt in releases:
-        taken.update(draws.sample_indices(sampling_seed, r, attempt).tolist())
-      worst = composed(max(taken.values()))
-      return min(composed(len(releases)), worst), worst, taken
+    Args:
+      train_rows: the train CSV rows of rounds 1 to 4.
+      summary: the finished run's summary.
+      charged: the (round, attempt) of every charged release, in order.
+      draws: the run's `ClientSampling`.
+      seed: the run's sampling seed.
 
+    Returns:
+      How many of the charged releases each client took part in.
+    """
     # Rows 1-2 from session 1, rows 3-4 from session 2.
     for row, releases in zip(
         train_rows, (charged[:1], charged[:2], charged[:4], charged)
     ):
-      analyst, worst, _ = after(releases)
+      analyst, worst, _ = _ldp_epsilons(draws, seed, releases)
       self.assertAllClose(float(row[layout.SERVER_EPSILON]), worst, rtol=1e-12)
       self.assertAllClose(float(row[layout.RDP_EPSILON]), analyst, rtol=1e-12)
-    analyst, _, taken = after(charged)
+    analyst, _, taken = _ldp_epsilons(draws, seed, charged)
     self.assertAllClose(summary['privacy']['rdp_epsilon'], analyst, rtol=1e-12)
+    return taken
+
+  def _check_public_summary(self, summary, train_rows, eval_rows, taken):
+    """Public columns only; the summary's guarantee, sampling and numbers."""
     # Only public columns: no client count, no timing, no client metrics.
     for row in train_rows:
       self.assertNotIn('clients', row)
@@ -552,12 +584,25 @@ class RunTest(_TempDirTestCase):
         summary['privacy']['closed_form']['num_values'], _DIGITS_PARAMETERS
     )
 
-    # Started again after the end: nothing runs, the summary is rewritten.
-    again = training.run(config, root, checkpoint_every=2, progress=False)
-    self.assertEqual(
-        again['privacy']['rdp_epsilon'], summary['privacy']['rdp_epsilon']
-    )
-    self.assertEqual(again['sessions'][-1], {'start_round': 4})
+
+def _composed_ldp(rounds):
+  """eps at the default delta of `rounds` rounds of d eps0-LDP values."""
+  if not rounds:
+    return 0.0
+  expected = ledger_lib.PrivacyLedger()
+  expected.record_pure_epsilon(
+      ldp.DEFAULT_LDP_EPSILON, count=rounds * _DIGITS_PARAMETERS
+  )
+  return expected.epsilon(base.DEFAULT_DELTA)
+
+
+def _ldp_epsilons(draws, sampling_seed, releases):
+  """(analyst's eps, server's worst eps, participations) after `releases`."""
+  taken = collections.Counter()
+  for r, attempt in releases:
+    taken.update(draws.sample_indices(sampling_seed, r, attempt).tolist())
+  worst = _composed_ldp(max(taken.values()))
+  return min(_composed_ldp(len(releases)), worst), worst, taken
 
 
 class UdpSensitivityTest(_TempDirTestCase):
@@ -659,6 +704,29 @@ class LoopOptionsTest(_TempDirTestCase):
         full['final_test_metrics']['num_examples']
         - full['final_test_metrics']['num_examples'] // 2,
     )
+
+
+class HoldoutValidationTest(tf.test.TestCase):
+
+  @pytest.mark.slow
+  def test_the_server_keeps_the_first_half_after_the_build(self):
+    # The mechanism's context is kept to rebuild it (a resume recalibrates
+    # CRD from it): its validation data stays the server's first half, the
+    # other half is the test set.
+    config = _config(
+        mechanism='udp',
+        holdout_validation=True,
+        params=dict(epsilon=8.0, crd_beta=0.5),
+    )
+    config.validate()
+    setup = training._setup(config, cache_dir=None)
+    x, y = training._test_arrays(setup.task, config)
+    half = len(y) // 2
+    val_x, val_y = setup.context.validation_data()
+    self.assertAllEqual(val_x, x[:half])
+    self.assertAllEqual(val_y, y[:half])
+    tested = np.concatenate([b[1] for b in setup.test_data.as_numpy_iterator()])
+    self.assertAllEqual(tested, y[half:])
 
 
 class DpFtrlRunTest(_TempDirTestCase):

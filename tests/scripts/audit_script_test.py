@@ -1,4 +1,4 @@
-"""scripts/audit.py end to end at a tiny trial count: a subprocess, then main() in one interpreter."""
+"""scripts/audit.py end to end at a tiny trial count."""
 
 import json
 import os
@@ -13,7 +13,11 @@ pytestmark = pytest.mark.slow
 
 
 class AuditScriptTest(unittest.TestCase):
-  """One run as a user runs it (every factory's row and the training run's), then main() in process."""
+  """A subprocess, then main() in one interpreter.
+
+  One run as a user runs it (every factory's row and the training run's), then
+  main() in process.
+  """
 
   def test_json_has_a_row_per_mechanism_and_the_training_run(self):
     with tempfile.TemporaryDirectory() as tmp:

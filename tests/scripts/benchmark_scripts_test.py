@@ -1,4 +1,4 @@
-"""scripts/benchmark_*.py end to end at their smallest settings, in subprocesses."""
+"""scripts/benchmark_*.py end to end at their smallest settings."""
 
 import json
 import shutil
@@ -13,6 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 class BenchmarkScriptsTest(tf.test.TestCase):
+  """Each script runs in a subprocess."""
 
   def test_ldp(self):
     result = script_runs.run(

@@ -1,4 +1,4 @@
-"""scripts/plot.py end to end, in a subprocess, on run directories written here."""
+"""scripts/plot.py end to end in a subprocess, on run directories made here."""
 
 import csv
 import json

@@ -1,4 +1,4 @@
-"""scripts/privacy.py: one run as a user runs it, the other cases through main() in one interpreter."""
+"""scripts/privacy.py: one run as a user runs it, other cases through main()."""
 
 import json
 import subprocess
@@ -42,7 +42,7 @@ _BAD = (
 
 
 class PrivacyScriptTest(tf.test.TestCase):
-  """One run as a user runs it; the other cases through main() in one interpreter."""
+  """One run as a user runs it; the other cases by main() in one interpreter."""
 
   @classmethod
   def setUpClass(cls):

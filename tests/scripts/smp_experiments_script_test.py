@@ -1,27 +1,4 @@
-"""scripts/smp_experiments.py end to end on the 'digits' task: a subprocess, then main() again.
-
-A tiny setting (digits' 8x8 images, its MLP with d = 19,210, 40 clients of
-10 examples, 4 of them top_k's public set, K = 8 expected per round, 2
-rounds, target eps 4; Shakespeare's char-LSTM takes longer to build than
-this whole test, and its runs are the same configurations of another task):
-
-* the first invocation (p = 0.1, top_k only) runs Fed-SMP at p = 1, the
-  noise-free ceiling, TFF's DP-FedAvg and top_k at p = 0.1, one run
-  directory each, and writes summary.md and accuracy_vs_p.png; every table
-  row is checked against its run's summary.json and against what the setting
-  implies: k = p d, uplink = T x K x 4 k bytes (the configured K, 32 bits per
-  kept value), MB to the target 0 = round 1's uplink, eps spent within the
-  calibration's tolerance below the target (every round is charged the
-  calibrated sigma), inf without noise;
-* a second invocation adding rand_k runs only that run (the others are not
-  touched); a third with another --rounds is refused with exit status 2 before
-  anything runs; bad flags are refused the same way. The first invocation
-  runs as a user runs it (a subprocess); the others call the script's main()
-  in one interpreter (`script_runs.run_main`).
-
-The subprocesses import the repository's own code (PYTHONPATH), not an
-installed copy.
-"""
+"""Tests of scripts/smp_experiments.py: a subprocess, then main() again."""
 
 import json
 import math
@@ -86,6 +63,30 @@ def _every_run_rows(summary_md):
 
 
 class SmpExperimentsScriptTest(tf.test.TestCase):
+  """scripts/smp_experiments.py end to end on the 'digits' task.
+
+  A tiny setting (digits' 8x8 images, its MLP with d = 19,210, 40 clients of 10
+  examples, 4 of them top_k's public set, K = 8 expected per round, 2 rounds,
+  target eps 4; Shakespeare's char-LSTM takes longer to build than this whole
+  test, and its runs are the same configurations of another task):
+
+  * the first invocation (p = 0.1, top_k only) runs Fed-SMP at p = 1, the
+    noise-free ceiling, TFF's DP-FedAvg and top_k at p = 0.1, one run directory
+    each, and writes summary.md and accuracy_vs_p.png; every table row is
+    checked against its run's summary.json and against what the setting implies:
+    k = p d, uplink = T x K x 4 k bytes (the configured K, 32 bits per kept
+    value), MB to the target 0 = round 1's uplink, eps spent within the
+    calibration's tolerance below the target (every round is charged the
+    calibrated sigma), inf without noise;
+  * a second invocation adding rand_k runs only that run (the others are not
+    touched); a third with another --rounds is refused with exit status 2 before
+    anything runs; bad flags are refused the same way. The first invocation runs
+    as a user runs it (a subprocess); the others call the script's main() in one
+    interpreter (`script_runs.run_main`).
+
+  The subprocesses import the repository's own code (PYTHONPATH), not an
+  installed copy.
+  """
 
   def _check_row(self, cells, summary, p):
     k = _D if p == 1.0 else round(p * _D)

@@ -1,9 +1,4 @@
-"""scripts/train.py under faults, in subprocesses: each ends in one line.
-
-A second run in a directory in use, a corrupted latest checkpoint, an
-unwritable directory, a broken config.json, SIGINT and SIGTERM mid-run. The
-runs are tiny (the 'digits' task, ldp, 3 clients a round).
-"""
+"""scripts/train.py under faults, in subprocesses: each ends in one line."""
 
 import json
 import os
@@ -83,6 +78,12 @@ _last_line = script_runs.last_line
 
 
 class TrainFaultsTest(unittest.TestCase):
+  """Each fault ends the run in one line.
+
+  A second run in a directory in use, a corrupted latest checkpoint, an
+  unwritable directory, a broken config.json, SIGINT and SIGTERM mid-run. The
+  runs are tiny (the 'digits' task, ldp, 3 clients a round).
+  """
 
   def setUp(self):
     super().setUp()

@@ -1,14 +1,4 @@
-"""scripts/train.py killed and resumed, on a full disk, and with no worker: the target holds.
-
-A central-noise mechanism calibrated by --epsilon (dp_fedavg) is killed
-(SIGKILL) after a round drawn at random (a fixed seed), then run again with
-the same command: the rounds after its last checkpoint run again and are
-charged again, and the rounds left are noised for the budget left, so the
-finished run's epsilon is at most its target. A client-noise mechanism's
-kill -9 is in train_script_test.py (smp); every other mechanism's resume at
-its target runs in process (tests/program/resume_test.py, training_test.py). A run on a small tmpfs ends in one line when the disk is
-full, leaves no temporary folder, and resumes once there is room.
-"""
+"""scripts/train.py killed and resumed, on a full disk, and with no worker."""
 
 import json
 import os
@@ -76,12 +66,20 @@ def _kill_after(root, mechanism, kill_round):
 
 
 class _KillResume:
+  """kill -9 after a random round, then the same command: <= the target.
 
-  def assertBetween(self, value, low, high):  # pylint: disable=invalid-name
+  A central-noise mechanism calibrated by --epsilon (dp_fedavg) is killed
+  (SIGKILL) after a round drawn at random (a fixed seed), then run again with
+  the same command: the rounds after its last checkpoint run again and are
+  charged again, and the rounds left are noised for the budget left, so the
+  finished run's epsilon is at most its target. A client-noise mechanism's
+  kill -9 is in train_script_test.py (smp); every other mechanism's resume at
+  its target runs in process (tests/program/resume_test.py, training_test.py).
+  """
+
+  def assertBetween(self, value, low, high):  # noqa: N802 # pylint: disable=invalid-name
     self.assertGreaterEqual(value, low)
     self.assertLessEqual(value, high)
-
-  """kill -9 after a random round, then the same command: <= the target."""
 
   MECHANISMS = ()
 
@@ -145,6 +143,11 @@ def _mount_tmpfs(path, size):
 
 
 class FullDiskTest(unittest.TestCase):
+  """A full disk: one line, no temporary folder left, a resume after.
+
+  A run on a small tmpfs ends in one line when the disk is full, leaves no
+  temporary folder, and resumes once there is room.
+  """
 
   def test_a_full_disk_ends_in_one_line_and_the_run_resumes(self):
     mount = tempfile.mkdtemp()

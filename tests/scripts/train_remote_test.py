@@ -1,13 +1,4 @@
-"""scripts/train.py --workers: two mechanisms over two loopback TFF workers, and a lost worker.
-
-The workers are `python -m tff_priv.worker` processes on free ports; the runs
-are tiny (the 'digits' task, 3 clients a round): dp_fedavg (central noise)
-and smp (client noise, its secure sum), then ldp's run that loses a worker.
-Every mechanism's computations over remote workers are the same TFF
-computations as in process (tests/runtime_remote_test.py runs training and
-Fed-SMP's secure sum over the workers). After the tests no worker process is
-left (checked by PID and start time).
-"""
+"""scripts/train.py --workers: two mechanisms over two loopback TFF workers."""
 
 import json
 import os
@@ -55,6 +46,16 @@ def _releases(root):
 
 
 class TrainRemoteTest(unittest.TestCase):
+  """Two mechanisms over two loopback workers, and a lost worker.
+
+  The workers are `python -m tff_priv.worker` processes on free ports; the runs
+  are tiny (the 'digits' task, 3 clients a round): dp_fedavg (central noise) and
+  smp (client noise, its secure sum), then ldp's run that loses a worker. Every
+  mechanism's computations over remote workers are the same TFF computations as
+  in process (tests/runtime_remote_test.py runs training and Fed-SMP's secure
+  sum over the workers). After the tests no worker process is left (checked by
+  PID and start time).
+  """
 
   @classmethod
   def setUpClass(cls):

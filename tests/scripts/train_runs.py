@@ -1,9 +1,4 @@
-"""The small scripts/train.py runs the script tests share: 'digits', 3 clients a round.
-
-`MECHANISM_FLAGS` holds one 2-round run per mechanism (smp with both masks);
-the smp run's seed makes its Poisson draws give clients in rounds 1, 3, 4, 5
-and none in round 2.
-"""
+"""The small scripts/train.py runs the script tests share."""
 
 from tff_priv.program import sampling
 
@@ -35,6 +30,9 @@ def _smp_seed():
 SMP_SEED = _smp_seed()
 PUBLIC_CLIENTS = 2
 SMP_ROUNDS = 5
+# The runs are on 'digits', 3 clients a round. `MECHANISM_FLAGS` holds one
+# 2-round run per mechanism (smp with both masks); the smp run's seed makes its
+# Poisson draws give clients in rounds 1, 3, 4, 5 and none in round 2.
 MECHANISM_FLAGS = {
     'none': (),
     'dp_fedavg': ('--noise_multiplier=0.5', '--clip=1.0'),
@@ -46,8 +44,8 @@ MECHANISM_FLAGS = {
     ),
     'udp': ('--epsilon=8', '--clip=1.0'),
     'ldp': ('--ldp_epsilon=2', '--ldp_radius=0.05'),
-    # Also train_script_test's kill configuration and uninterrupted reference. The
-    # later --eval_every and --total_rounds win over COMMON's and the 2.
+    # Also train_script_test's kill configuration and uninterrupted reference.
+    # The later --eval_every and --total_rounds win over COMMON's and the 2.
     'smp': (
         '--noise_multiplier=0.8',
         '--compression=0.2',

@@ -1,21 +1,4 @@
-"""scripts/train.py end to end: in this process, and in subprocesses (slow lane).
-
-* Every mechanism runs 2 rounds on 'digits' (smp with both masks), from the
-  script's own flags, in this process (`InProcessRunsTest`): one CSV row per
-  round, only public or charged columns, a strict-JSON summary, and a ledger
-  equal to what the rounds in the CSV must have charged (the charge rule of
-  each mechanism, rebuilt here from the CSV's own columns).
-* `TrainScriptTest`: the same checks on subprocess runs of one central-noise
-  (dp_fedavg) and one client-noise mechanism (smp), where no TFF worker may
-  survive a run; the exit 0 line naming the summary; a bad flag's exit 2
-  with one line; kill -9 mid-run, then the same command again: the round
-  counter continues from the checkpoint and the final ledger equals that of
-  the uninterrupted smp run (whose charge depends on how many clients the
-  seeded Poisson draw of each round gave).
-* Bad flags and a run directory of another configuration: exit status 2 and
-  one error line, nothing created or overwritten, through the script's own
-  flag parser and main() in this process (SystemExit(2)).
-"""
+"""scripts/train.py end to end: in this process, and in subprocesses (slow)."""
 
 import contextlib
 import csv
@@ -163,7 +146,7 @@ def _run_in_process(*args):
 
 
 def _with_tests(*checks):
-  """Adds `test_<name>` for each `check_<name>` of the class: its runs' tests."""
+  """Adds `test_<name>` per `check_<name>` of the class: its runs' tests."""
 
   def add(cls):
     for name in checks:
@@ -461,7 +444,14 @@ class _MechanismRunsChecks(_TempDirMixin):
     'ldp',
 )
 class InProcessRunsTest(_MechanismRunsChecks, tf.test.TestCase):
-  """Every mechanism's run, from the script's flags, in this process."""
+  """Every mechanism's run, from the script's flags, in this process.
+
+  Every mechanism runs 2 rounds on 'digits' (smp with both masks), from the
+  script's own flags, in this process: one CSV row per round, only public or
+  charged columns, a strict-JSON summary, and a ledger equal to what the rounds
+  in the CSV must have charged (the charge rule of each mechanism, rebuilt here
+  from the CSV's own columns).
+  """
 
   @classmethod
   def setUpClass(cls):
@@ -483,7 +473,15 @@ _SUBPROCESS_RUNS = ('dp_fedavg', 'smp')
 @pytest.mark.slow
 @_with_tests('dp_fedavg', 'smp_charges_the_configured_noise_every_round')
 class TrainScriptTest(_MechanismRunsChecks, tf.test.TestCase):
-  """Runs as subprocesses (no worker survives), a kill -9 and a resume, a bad flag."""
+  """Subprocess runs: no worker survives; a kill -9, a resume; a bad flag.
+
+  The same checks on subprocess runs of one central-noise (dp_fedavg) and one
+  client-noise mechanism (smp), where no TFF worker may survive a run; the exit
+  0 line naming the summary; a bad flag's exit 2 with one line; kill -9 mid-run,
+  then the same command again: the round counter continues from the checkpoint
+  and the final ledger equals that of the uninterrupted smp run (whose charge
+  depends on how many clients the seeded Poisson draw of each round gave).
+  """
 
   @classmethod
   def setUpClass(cls):
@@ -609,7 +607,12 @@ class TrainTerminalTest(tf.test.TestCase):
 
 
 class TrainFlagsTest(_TempDirMixin, tf.test.TestCase):
-  """Bad flags and a refused directory, through the script's main() in process."""
+  """Bad flags and a refused directory, through main() in process.
+
+  Bad flags and a run directory of another configuration: exit status 2 and one
+  error line, nothing created or overwritten, through the script's own flag
+  parser and main() in this process (SystemExit(2)).
+  """
 
   def test_bad_flags_exit_2_with_one_line(self):
     script = _load_script()

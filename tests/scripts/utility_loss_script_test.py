@@ -151,7 +151,8 @@ class UtilityLossScriptTest(tf.test.TestCase):
     self.assertEqual(
         errors,
         [
-            'utility_loss.py: error: rhos must be in (0, 1], got 0.0 (see --help)'
+            'utility_loss.py: error: rhos must be in (0, 1], got 0.0 (see'
+            ' --help)'
         ],
     )
     self.assertNotIn('Traceback', result.stderr.split(errors[0])[0])

@@ -1,7 +1,4 @@
-"""Tests for tasks.cache: the missing-data error and bounded downloads.
-
-Network traffic in these tests goes to the loopback interface only.
-"""
+"""Tests for tasks.cache: the missing-data error and bounded downloads."""
 
 import os
 import socket
@@ -76,6 +73,7 @@ class CacheDirTest(tf.test.TestCase):
 
 
 class BoundedDownloadTest(tf.test.TestCase):
+  """Network traffic in these tests goes to the loopback interface only."""
 
   def test_reachable_on_loopback(self):
     with socket.socket() as server:

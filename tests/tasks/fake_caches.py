@@ -1,16 +1,4 @@
-"""Tiny data set files in the exact formats of the Keras and TFF caches.
-
-Tests write them into a temporary cache folder so that the real loading code
-(TFF's `load_data`, the Keras-cache readers) runs without network access.
-
-* Keras: `mnist.npz`, `fashion-mnist/*-ubyte.gz` (IDX), the pickled
-  `cifar-10-batches-py/*` batches.
-* TFF: `<name>.sqlite`, written by TFF's own
-  `tff.simulation.datasets.save_to_sql_client_data` (tables `examples` and
-  `client_metadata`, serialized `tf.train.Example`s), one split per call,
-  merged into one file so that a client can be in the train and test splits
-  as in TFF's files.
-"""
+"""Tiny data set files in the exact formats of the Keras and TFF caches."""
 
 import collections
 import gzip
@@ -28,6 +16,11 @@ from tff_priv_tasks import keras_files
 from tff_priv_tasks import tff_datasets
 
 _RNG = np.random.default_rng(0)
+
+# Tests write them into a temporary cache folder so that the real loading code
+# (TFF's `load_data`, the Keras-cache readers) runs without network access.
+# Keras: `mnist.npz`, `fashion-mnist/*-ubyte.gz` (IDX), the pickled
+# `cifar-10-batches-py/*` batches. TFF: `<name>.sqlite` (`write_tff_sqlite`).
 
 
 def write_mnist(root, n_train=30, n_test=10):
@@ -100,6 +93,12 @@ def write_tff_sqlite(path, splits):
 
   Uses TFF's own serializer once per split, then merges the rows of every
   split into the SQLite file at `path`.
+
+  TFF: `<name>.sqlite`, written by TFF's own
+  `tff.simulation.datasets.save_to_sql_client_data` (tables `examples` and
+  `client_metadata`, serialized `tf.train.Example`s), one split per call,
+  merged into one file so that a client can be in the train and test splits
+  as in TFF's files.
   """
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with sqlite3.connect(path) as out:

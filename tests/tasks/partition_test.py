@@ -13,14 +13,14 @@ _LABELS = np.random.default_rng(7).permutation(np.repeat(np.arange(10), _SIZES))
 
 class PartitionTestCase(tf.test.TestCase, parameterized.TestCase):
 
-  def assertDisjoint(self, parts):
+  def assertDisjoint(self, parts):  # noqa: N802 (unittest's style)
     flat = np.concatenate(parts)
     self.assertLen(np.unique(flat), flat.size, 'an example is in two clients')
 
-  def assertEveryExampleOnce(self, parts, n):
+  def assertEveryExampleOnce(self, parts, n):  # noqa: N802 (unittest's style)
     self.assertAllEqual(np.sort(np.concatenate(parts)), np.arange(n))
 
-  def assertSameParts(self, a, b):
+  def assertSameParts(self, a, b):  # noqa: N802 (unittest's style)
     self.assertLen(a, len(b))
     for x, y in zip(a, b):
       self.assertAllEqual(x, y)

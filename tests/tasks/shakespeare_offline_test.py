@@ -45,7 +45,7 @@ Stray text with no speaker.
 
 **Banquo**  
 Good sir, why do you start?
-"""
+"""  # noqa: W291 (Markdown line breaks)
 
 
 def _stream(snippet):

@@ -1,13 +1,4 @@
-"""A child program for tests/runtime_test.py.
-
-Evaluates a federated mean through tff_priv.runtime, prints READY with its
-result, waits for one line on stdin, then ends as argv[1] says:
-'exit' (normal exit), 'raise' (uncaught exception), 'wait' (blocks until a
-signal arrives). With argv[2] == 'plain' it skips tff_priv.runtime and uses the
-context TFF sets on import (the control case); with argv[2] == 'tracked' it
-keeps that context and only calls `runtime.track_workers()`; with argv[2] ==
-'early' it sets the context with `start_worker=True`.
-"""
+"""A child program for tests/runtime_test.py."""
 
 import os
 import sys
@@ -17,6 +8,13 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 
+# Evaluates a federated mean through tff_priv.runtime, prints READY with its
+# result, waits for one line on stdin, then ends as argv[1] says: 'exit' (normal
+# exit), 'raise' (uncaught exception), 'wait' (blocks until a signal arrives).
+# With argv[2] == 'plain' it skips tff_priv.runtime and uses the context TFF
+# sets on import (the control case); with argv[2] == 'tracked' it keeps that
+# context and only calls `runtime.track_workers()`; with argv[2] == 'early' it
+# sets the context with `start_worker=True`.
 mode = sys.argv[1]
 variant = sys.argv[2] if len(sys.argv) > 2 else 'set_context'
 if variant != 'plain':
@@ -26,7 +24,7 @@ if variant != 'plain':
     runtime.track_workers()
   else:
     runtime.set_context(start_worker=variant == 'early')
-import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+import tensorflow_federated as tff  # noqa: E402 # pylint: disable=g-import-not-at-top
 
 
 @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))

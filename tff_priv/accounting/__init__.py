@@ -1,4 +1,4 @@
-"""Privacy accounting: DpEvents, one ledger over dp_accounting, calibration, the papers' closed forms.
+"""Privacy accounting: DpEvents, a ledger, calibration, papers' closed forms.
 
 Public names (imported on first use): `PrivacyLedger`, `IndividualLedger`,
 `Guarantee`, `extract_dp_event`, `guarantee_of`, `calibrate_noise_multiplier`,

@@ -1,15 +1,8 @@
 """The accountants behind the ledger: dp_accounting's RDP and PLD accountants.
 
 They are dp_accounting's own (`RdpAccountant`, `PLDAccountant`), extended by
-one event type that dp_accounting 0.4.3 lacks, `PureEpsilonDpEvent`:
-
-* RDP: adds `events.pure_epsilon_rdp(orders, eps)` per release (the RDP of
-  randomized response, which dominates every eps-DP mechanism).
-* PLD: composes the PLD of a generic (eps, 0)-DP mechanism
-  (`privacy_loss_distribution.from_privacy_parameters`), which is the PLD of
-  randomized response and hence tight for the worst case.
-
-The neighbouring relation follows the sampling: Poisson sampling is accounted
+one event type that dp_accounting 0.4.3 lacks, `PureEpsilonDpEvent`. The
+neighbouring relation follows the sampling: Poisson sampling is accounted
 under add-or-remove-one, fixed-size sampling without replacement under
 replace-one. A pure eps-DP event holds under either.
 """
@@ -78,7 +71,12 @@ def _noise_free(event: dp_event.DpEvent) -> bool:
 
 
 class RdpAccountant(rdp_privacy_accountant.RdpAccountant):
-  """dp_accounting's RDP accountant, plus `PureEpsilonDpEvent`."""
+  """dp_accounting's RDP accountant, plus `PureEpsilonDpEvent`.
+
+  For a `PureEpsilonDpEvent` it adds `events.pure_epsilon_rdp(orders, eps)`
+  per release (the RDP of randomized response, which dominates every eps-DP
+  mechanism).
+  """
 
   def _maybe_compose(
       self, event: dp_event.DpEvent, count: int, do_compose: bool
@@ -95,7 +93,12 @@ class RdpAccountant(rdp_privacy_accountant.RdpAccountant):
 
 
 class PLDAccountant(pld_privacy_accountant.PLDAccountant):
-  """dp_accounting's PLD accountant, plus `PureEpsilonDpEvent`."""
+  """dp_accounting's PLD accountant, plus `PureEpsilonDpEvent`.
+
+  For a `PureEpsilonDpEvent` it composes the PLD of a generic (eps, 0)-DP
+  mechanism (`privacy_loss_distribution.from_privacy_parameters`), which is
+  the PLD of randomized response and hence tight for the worst case.
+  """
 
   def _maybe_compose(
       self, event: dp_event.DpEvent, count: int, do_compose: bool
@@ -146,7 +149,7 @@ def pure_epsilon_span(event: dp_event.DpEvent, count: int = 1) -> float:
 
 
 def smallest_noise_multiplier(event: dp_event.DpEvent) -> float:
-  """The smallest positive Gaussian noise multiplier in `event` (inf if none)."""
+  """The smallest positive Gaussian noise multiplier in `event`, or inf."""
   if isinstance(event, dp_event.GaussianDpEvent):
     z = event.noise_multiplier
     return z if z > 0 else float('inf')

@@ -1,17 +1,9 @@
 """The smallest Gaussian noise that meets a target (eps, delta).
 
 For the Gaussian mechanisms of UDP, Fed-SMP and DP-FedAvg: T rounds of a
-(sampled) Gaussian sum with noise multiplier z (noise std / L2 sensitivity).
-`calibrate_noise_multiplier` returns the smallest z (within `tol`) for which
-the accountant's eps at `target_delta` is <= `target_epsilon`, using
-dp_accounting's `calibrate_dp_mechanism` (Brent's method; it guarantees the
-returned z does not exceed the target). The events are the ledger's own
-(`events.sampled_gaussian_event`), so what is calibrated is exactly what the
-ledger later charges.
-
-A mechanism's absolute noise std is z times its sensitivity: for UDP, sigma =
-z * 2 eta C / |D_i|; for Fed-SMP and DP-FedAvg, the std of the summed noise is
-z * C.
+(sampled) Gaussian sum with noise multiplier z (noise std / L2 sensitivity),
+calibrated by `calibrate_noise_multiplier` over the ledger's own events, so
+that what is calibrated is exactly what the ledger later charges.
 """
 
 import dataclasses
@@ -142,6 +134,17 @@ def calibrate_noise_multiplier(
 ) -> float:
   """The smallest noise multiplier z whose eps at target_delta is <= target.
 
+  Returns the smallest z (within `tol`) for which the accountant's eps at
+  `target_delta` is <= `target_epsilon`, using dp_accounting's
+  `calibrate_dp_mechanism` (Brent's method; it guarantees the returned z does
+  not exceed the target). The events are the ledger's own
+  (`events.sampled_gaussian_event`), so what is calibrated is exactly what the
+  ledger later charges.
+
+  A mechanism's absolute noise std is z times its sensitivity: for UDP, sigma
+  = z * 2 eta C / |D_i|; for Fed-SMP and DP-FedAvg, the std of the summed
+  noise is z * C.
+
   Args:
     target_epsilon: > 0.
     target_delta: in (0, 1).
@@ -221,29 +224,15 @@ def _calibrate(
 ):
   """calibrate_noise_multiplier, computed."""
   if min_with_unsampled:
-    # Either bound meets the target; with releases spent, one of them may
-    # have no budget left while the other has.
-    found, spent_error = [], None
-    for kwargs in (
-        dict(sampling=sampling, spent=spent),
-        dict(spent=None if spent is None else spent.as_unsampled()),
-    ):
-      try:
-        found.append(
-            calibrate_noise_multiplier(
-                target_epsilon,
-                target_delta,
-                rounds,
-                accountant=accountant,
-                tol=tol,
-                **kwargs,
-            )
-        )
-      except BudgetSpentError as e:
-        spent_error = e
-    if not found:
-      raise spent_error
-    return min(found)
+    return _calibrate_smaller_of_two(
+        target_epsilon,
+        target_delta,
+        rounds,
+        sampling=sampling,
+        accountant=accountant,
+        tol=tol,
+        spent=spent,
+    )
   target_epsilon = validation.positive('target_epsilon', target_epsilon)
   target_delta = validation.open_unit('target_delta', target_delta)
   tol = validation.positive('tol', tol)
@@ -262,17 +251,14 @@ def _calibrate(
   ):
     raise ValueError(f'the {accountant} accountant cannot count this sampling')
   if prior is not None:
-    # The charged releases alone (the rounds left noised away entirely).
-    floor = (
-        accountants.make_accountant(accountant, relation)
-        .compose(prior)
-        .get_epsilon(target_delta)
+    _check_budget_left(
+        prior,
+        spent.releases,
+        accountant,
+        relation,
+        target_epsilon,
+        target_delta,
     )
-    if floor >= target_epsilon:
-      raise BudgetSpentError(
-          f'the {spent.releases} releases charged already spend eps '
-          f'{floor:.4g} of the target {target_epsilon:g}'
-      )
 
   def calibrate(name, bracket):
     return dp_accounting.calibrate_dp_mechanism(
@@ -288,6 +274,60 @@ def _calibrate(
   z_rdp = calibrate('rdp', dp_accounting.LowerEndpointAndGuess(1e-3, 1.0))
   if accountant == 'rdp':
     return z_rdp
+  lower, upper = _pld_bracket(
+      z_rdp, make_event, relation, target_epsilon, target_delta
+  )
+  return calibrate('pld', dp_accounting.ExplicitBracketInterval(lower, upper))
+
+
+def _calibrate_smaller_of_two(
+    target_epsilon, target_delta, rounds, *, sampling, accountant, tol, spent
+):
+  """The smaller z of the sampled and the unsampled calibrations."""
+  # Either bound meets the target; with releases spent, one of them may
+  # have no budget left while the other has.
+  found, spent_error = [], None
+  for kwargs in (
+      dict(sampling=sampling, spent=spent),
+      dict(spent=None if spent is None else spent.as_unsampled()),
+  ):
+    try:
+      found.append(
+          calibrate_noise_multiplier(
+              target_epsilon,
+              target_delta,
+              rounds,
+              accountant=accountant,
+              tol=tol,
+              **kwargs,
+          )
+      )
+    except BudgetSpentError as e:
+      spent_error = e
+  if not found:
+    raise spent_error
+  return min(found)
+
+
+def _check_budget_left(
+    prior, releases, accountant, relation, target_epsilon, target_delta
+):
+  """Raises BudgetSpentError if the charged releases alone meet the target."""
+  # The charged releases alone (the rounds left noised away entirely).
+  floor = (
+      accountants.make_accountant(accountant, relation)
+      .compose(prior)
+      .get_epsilon(target_delta)
+  )
+  if floor >= target_epsilon:
+    raise BudgetSpentError(
+        f'the {releases} releases charged already spend eps '
+        f'{floor:.4g} of the target {target_epsilon:g}'
+    )
+
+
+def _pld_bracket(z_rdp, make_event, relation, target_epsilon, target_delta):
+  """(lower, upper): a bracket of the PLD accountant's z, near the RDP z."""
 
   # The PLD of a very small z needs a huge grid (tens of GB), so the PLD search
   # is bracketed near the RDP answer instead: PLD is the tighter accountant,
@@ -308,4 +348,4 @@ def _calibrate(
           "accountant='rdp'"
       )
     upper, lower = lower, lower / 2
-  return calibrate('pld', dp_accounting.ExplicitBracketInterval(lower, upper))
+  return lower, upper

@@ -1,40 +1,11 @@
-"""The papers' closed-form privacy claims, and what the accountant says they give.
+"""The papers' closed-form privacy claims and the accountant's reading of them.
 
 Nothing here is a guarantee by itself. Each function states a paper's formula
-with its equation number; tff_priv reports it next to the accountant's answer
-(`ledger.py`) and never instead of it. `udp_theorem1_truth` and
-`fedsmp_theorem1_truth` put the UDP and Fed-SMP formulas back into the
-accountant to show what they really give (`ClaimCheck`).
-
-UDP (Wei et al., "User-Level Privacy-Preserving Federated Learning: Analysis
-and Performance Optimization"):
-
-* Theorem 1, eq. (10): sigma = Delta * sqrt(2 q T ln(1/delta)) / eps, with
-  Delta the L2 sensitivity of a client's upload (2 eta C / |D_i| for one
-  clipped full-batch step, eq. (13)), q = K/U, T rounds. Derived from the
-  moments accountant with the approximation lambda Delta^2 / (2 sigma^2) << 1,
-  eq. (15); optimistic (see `udp_theorem1_truth`).
-* Theorem 4 / Algorithm 2 (CRD): the total budget
-  B = eps^2 / (2 q Delta^2 ln(1/delta)) = T / sigma^2 of eq. (10); round t
-  (t = 0, 1, ...) with T rounds planned uses
-  sigma_t = sqrt((T - t) / (B - sum_{tau < t} 1 / sigma_tau^2)),
-  spreading what is left evenly over the rounds left. With T unchanged sigma_t
-  stays at eq. (10)'s sigma; when T shrinks sigma_t shrinks, and
-  sum_t 1 / sigma_t^2 never exceeds B.
-
-Fed-SMP (Hu, Guo, Gong, "Federated Learning with Sparsified Model
-Perturbation"), Theorem 1: sigma^2 >= 7 q^2 T (eps + 2 log(1/delta)) / eps^2
-(noise multiplier sigma, sampling rate q = K/N, T rounds), about twice the
-sigma an RDP accountant needs.
-
-LDP-FL (Sun, Qian, Chen): each value is eps-LDP (Theorem 1). The paper claims
-no growth in d or T; no theorem supports that. Reported here:
-(a) eps per value (the paper's claim);
-(b) plain composition d T eps over a client's d values and T rounds;
-(c) the shuffle-model amplification of Feldman, McMillan, Talwar (2021,
-    "Hiding Among the Clones", Theorem 3.1), per value, composed over the d T
-    values with dp_accounting's PLD accountant. Valid only when
-    eps0 <= log(n / (16 log(2 / delta))).
+(UDP, Fed-SMP, LDP-FL) with its equation number; tff_priv reports it next to
+the accountant's answer (`ledger.py`) and never instead of it.
+`udp_theorem1_truth` and `fedsmp_theorem1_truth` put the UDP and Fed-SMP
+formulas back into the accountant to show what they really give
+(`ClaimCheck`).
 """
 
 import dataclasses
@@ -61,6 +32,14 @@ def udp_theorem1_sigma(
 ) -> float:
   """UDP Theorem 1, eq. (10): sigma = Delta sqrt(2 q T ln(1/delta)) / eps.
 
+  UDP (Wei et al., "User-Level Privacy-Preserving Federated Learning: Analysis
+  and Performance Optimization"), Theorem 1, eq. (10):
+  sigma = Delta * sqrt(2 q T ln(1/delta)) / eps, with Delta the L2 sensitivity
+  of a client's upload (2 eta C / |D_i| for one clipped full-batch step,
+  eq. (13)), q = K/U, T rounds. Derived from the moments accountant with the
+  approximation lambda Delta^2 / (2 sigma^2) << 1, eq. (15); optimistic (see
+  `udp_theorem1_truth`).
+
   Args:
     epsilon: the client's target eps_i > 0.
     delta: the client's target delta_i in (0, 1).
@@ -85,7 +64,7 @@ def crd_total_budget(
     sampling_probability: float,
     sensitivity: float,
 ) -> float:
-  """UDP Theorem 4: B = eps^2 / (2 q Delta^2 ln(1/delta)), in units of 1/sigma^2.
+  """UDP Theorem 4: B = eps^2 / (2 q Delta^2 ln(1/delta)), in 1/sigma^2 units.
 
   B = T / sigma^2 for eq. (10)'s sigma: the budget that T rounds at that sigma
   spend exactly.
@@ -101,6 +80,14 @@ def crd_round_sigma(
     total_budget: float, spent_budget: float, rounds_left: int
 ) -> float:
   """UDP Theorem 4 / Algorithm 2: sigma_t = sqrt((T - t) / (B - spent)).
+
+  Theorem 4 / Algorithm 2 (CRD): the total budget
+  B = eps^2 / (2 q Delta^2 ln(1/delta)) = T / sigma^2 of eq. (10); round t
+  (t = 0, 1, ...) with T rounds planned uses
+  sigma_t = sqrt((T - t) / (B - sum_{tau < t} 1 / sigma_tau^2)),
+  spreading what is left evenly over the rounds left. With T unchanged sigma_t
+  stays at eq. (10)'s sigma; when T shrinks sigma_t shrinks, and
+  sum_t 1 / sigma_t^2 never exceeds B.
 
   Args:
     total_budget: B from `crd_total_budget`.
@@ -132,6 +119,10 @@ def fedsmp_theorem1_noise_multiplier(
   """Fed-SMP Theorem 1: sigma = sqrt(7 q^2 T (eps + 2 log(1/delta)) / eps^2).
 
   The smallest noise multiplier the theorem's sufficient condition allows.
+  Fed-SMP (Hu, Guo, Gong, "Federated Learning with Sparsified Model
+  Perturbation"), Theorem 1: sigma^2 >= 7 q^2 T (eps + 2 log(1/delta)) / eps^2
+  (noise multiplier sigma, sampling rate q = K/N, T rounds), about twice the
+  sigma an RDP accountant needs.
   """
   epsilon = validation.positive('epsilon', epsilon)
   delta = validation.open_unit('delta', delta)
@@ -146,14 +137,25 @@ def fedsmp_theorem1_noise_multiplier(
 
 
 def ldp_per_value_epsilon(epsilon: float) -> float:
-  """LDP-FL Theorem 1: each perturbed value is eps-LDP (the paper's claim)."""
+  """LDP-FL Theorem 1: each perturbed value is eps-LDP (the paper's claim).
+
+  LDP-FL (Sun, Qian, Chen): each value is eps-LDP (Theorem 1). The paper claims
+  no growth in d or T; no theorem supports that. Reported here:
+  (a) eps per value (the paper's claim, this function);
+  (b) plain composition d T eps over a client's d values and T rounds
+      (`ldp_plain_composition_epsilon`);
+  (c) the shuffle-model amplification of Feldman, McMillan, Talwar (2021,
+      "Hiding Among the Clones", Theorem 3.1), per value, composed over the d T
+      values with dp_accounting's PLD accountant (`ldp_shuffle_composed`).
+      Valid only when eps0 <= log(n / (16 log(2 / delta))).
+  """
   return validation.positive('epsilon', epsilon)
 
 
 def ldp_plain_composition_epsilon(
     epsilon: float, num_values: int, rounds: int
 ) -> float:
-  """Basic composition over a client's d values and T rounds: d T eps (pure DP)."""
+  """Basic composition over a client's d values, T rounds: d T eps (pure DP)."""
   epsilon = validation.positive('epsilon', epsilon)
   num_values = validation.int_at_least('num_values', num_values, 1)
   rounds = validation.int_at_least('rounds', rounds, 1)
@@ -273,7 +275,9 @@ def ldp_shuffle_composed(
         applicable=True,
         epsilon=total,
         delta=delta,
-        reason='composed by the advanced composition theorem (PLD grid too large)',
+        reason=(
+            'composed by the advanced composition theorem (PLD grid too large)'
+        ),
     )
   pld = privacy_loss_distribution.from_privacy_parameters(
       pld_common.DifferentialPrivacyParameters(

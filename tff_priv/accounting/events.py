@@ -2,27 +2,8 @@
 
 tff_priv keeps dp_accounting's split between what happened (a `DpEvent`) and
 how it is counted (an accountant, see `accountants.py`). Mechanisms describe a
-release with the builders here; the ledger (`ledger.py`) collects them.
-
-Events used by tff_priv:
-
-* Gaussian mechanism on a sum with L2 sensitivity S and noise std s:
-  `GaussianDpEvent(noise_multiplier = s / S)`.
-* Client sampling, per round:
-  - Poisson sampling with rate q (each client joins independently):
-    `PoissonSampledDpEvent(q, ...)`, counted under add-or-remove-one adjacency;
-  - fixed-size sampling of K of N clients without replacement:
-    `SampledWithoutReplacementDpEvent(N, K, ...)`, counted under replace-one
-    adjacency (Wang, Balle, Kasiviswanathan 2019).
-  - no sampling (every client, every round): the bare Gaussian event.
-* One tree of DP-FTRL's tree aggregation over `steps` rounds, each client in
-  at most one: `SingleEpochTreeAggregationDpEvent(z, steps)`, counted by
-  dp_accounting's RDP accountant under REPLACE_SPECIAL as a Gaussian of
-  multiplier z / sqrt(S), S = `tree_sensitivity_squared(steps)`.
-* A pure eps-DP release, such as one eps-LDP report of one value (LDP-FL's
-  two-point encoder): `PureEpsilonDpEvent(epsilon)`, defined here because
-  dp_accounting 0.4.3 has no event for it. Its Renyi divergence is bounded by
-  that of binary randomized response (see `pure_epsilon_rdp`).
+release with the builders here (a Gaussian sum, its client sampling, a tree
+of DP-FTRL, a pure eps-DP report); the ledger (`ledger.py`) collects them.
 """
 
 import math
@@ -42,7 +23,11 @@ class PureEpsilonDpEvent(dp_event.DpEvent):
   """A release that is epsilon-DP (delta = 0) for any two neighbouring inputs.
 
   For local DP, the "input" is one user's value and any two values are
-  neighbours, so one eps-LDP report is this event.
+  neighbours, so one eps-LDP report is this event. A pure eps-DP release, such
+  as one eps-LDP report of one value (LDP-FL's two-point encoder):
+  `PureEpsilonDpEvent(epsilon)`, defined here because dp_accounting 0.4.3 has
+  no event for it. Its Renyi divergence is bounded by that of binary
+  randomized response (see `pure_epsilon_rdp`).
   """
 
   epsilon: float
@@ -109,6 +94,15 @@ def sampled_event(
 ) -> dp_event.DpEvent:
   """`event` (one round, one unit) under the round's client sampling.
 
+  Client sampling, per round:
+
+  - Poisson sampling with rate q (each client joins independently):
+    `PoissonSampledDpEvent(q, ...)`, counted under add-or-remove-one adjacency;
+  - fixed-size sampling of K of N clients without replacement:
+    `SampledWithoutReplacementDpEvent(N, K, ...)`, counted under replace-one
+    adjacency (Wang, Balle, Kasiviswanathan 2019).
+  - no sampling (every client, every round): the bare event.
+
   Args:
     event: the event of one round for a unit that takes part.
     sampling: the round's `sampling.Sampling`: Poisson sampling with rate q,
@@ -131,7 +125,7 @@ def sampled_event(
 
 
 def unsampled(event: dp_event.DpEvent) -> dp_event.DpEvent:
-  """`event` with every client-sampling wrapper removed (a unit in every round)."""
+  """`event` without its client-sampling wrappers (a unit in every round)."""
   if isinstance(
       event,
       (
@@ -173,6 +167,10 @@ def sampled_gaussian_event(
 ) -> dp_event.DpEvent:
   """The event of one round of a Gaussian sum over sampled clients.
 
+  Gaussian mechanism on a sum with L2 sensitivity S and noise std s:
+  `GaussianDpEvent(noise_multiplier = s / S)`, under the sampling of
+  `sampled_event` (no sampling: the bare Gaussian event).
+
   Args:
     noise_multiplier: noise std divided by the L2 sensitivity of the sum, >= 0
       (0 is a non-private release: the accountants then report infinite eps).
@@ -198,7 +196,12 @@ def pure_epsilon_event(epsilon: float) -> PureEpsilonDpEvent:
 
 
 def tree_sensitivity_squared(steps: int) -> float:
-  """S of one tree of `steps` leaves, as dp_accounting's RDP accountant counts it.
+  """S of a tree of `steps` leaves, as dp_accounting's RDP accountant counts it.
+
+  One tree of DP-FTRL's tree aggregation over `steps` rounds, each client in
+  at most one: `SingleEpochTreeAggregationDpEvent(z, steps)`, counted by
+  dp_accounting's RDP accountant under REPLACE_SPECIAL as a Gaussian of
+  multiplier z / sqrt(S), S = `tree_sensitivity_squared(steps)`.
 
   `SingleEpochTreeAggregationDpEvent(z, steps)` has the Renyi divergence of
   a Gaussian of multiplier z / sqrt(S): S is read off the accountant (its RDP

@@ -2,19 +2,8 @@
 
 When a round's noise depends on earlier releases (UDP's CRD schedule lowers
 sigma after the validation loss stalls), composing the events that happened
-and converting at the best order after the fact is a privacy odometer reading,
-not an (eps, delta) guarantee (Rogers, Roth, Ullman, Vadhan, "Privacy
-odometers and filters", NeurIPS 2016). What is valid is a filter: if on every
-path the RDP costs of the rounds at an order alpha fixed before the run sum to
-at most B, the run is (alpha, B)-RDP (Feldman and Zrnic, "Individual privacy
-accounting via a Renyi filter", NeurIPS 2021, Theorem 3.1), hence
-(eps(alpha, B, delta), delta)-DP by the usual conversion.
-
-An `RdpBound` is such a statement, at one or more orders each of which holds
-on every path (a bound at every order is one for which the costs are bounded
-path by path at each of them, e.g. Gaussians with a bounded sum of 1 / z^2).
-Its eps is dp_accounting's RDP-to-(eps, delta) conversion, the one the
-`PrivacyLedger` uses.
+is a privacy odometer reading, not an (eps, delta) guarantee; a Renyi filter,
+at orders fixed before the run, is one (`RdpBound`).
 """
 
 import dataclasses
@@ -28,6 +17,22 @@ from tff_priv import validation
 @dataclasses.dataclass(frozen=True)
 class RdpBound:
   """(alpha, rdp)-RDP at each of `orders`, on every path of the run.
+
+  When a round's noise depends on earlier releases (UDP's CRD schedule lowers
+  sigma after the validation loss stalls), composing the events that happened
+  and converting at the best order after the fact is a privacy odometer reading,
+  not an (eps, delta) guarantee (Rogers, Roth, Ullman, Vadhan, "Privacy
+  odometers and filters", NeurIPS 2016). What is valid is a filter: if on every
+  path the RDP costs of the rounds at an order alpha fixed before the run sum to
+  at most B, the run is (alpha, B)-RDP (Feldman and Zrnic, "Individual privacy
+  accounting via a Renyi filter", NeurIPS 2021, Theorem 3.1), hence
+  (eps(alpha, B, delta), delta)-DP by the usual conversion.
+
+  An `RdpBound` is such a statement, at one or more orders each of which holds
+  on every path (a bound at every order is one for which the costs are bounded
+  path by path at each of them, e.g. Gaussians with a bounded sum of 1 / z^2).
+  Its eps is dp_accounting's RDP-to-(eps, delta) conversion, the one the
+  `PrivacyLedger` uses.
 
   Attributes:
     orders: RDP orders > 1, fixed before the run.

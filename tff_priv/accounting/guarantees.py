@@ -1,28 +1,10 @@
-"""What a factory's round guarantees, to whom: the DpEvent in its state and its reading.
+"""What a factory's round guarantees, to whom: the DpEvent in its state, read.
 
-Every tff_priv aggregation factory keeps, as TFF's `DifferentiallyPrivateFactory`
-does (`DPAggregatorState`), the `dp_accounting.DpEvent` of the release its
-last `next` made in its state: two fields, `dp_event` (the event's
-`to_named_tuple()` form, tensors inside the TFF state) and `is_init_state`
-(True in the state `initialize` returns, whose event is a placeholder).
-`extract_dp_event` reads it back for tff_priv's factories and TFF's own. The
-event covers one round for one unit; client sampling is not in it: the caller
-wraps it in the sampling of the round (`PrivacyLedger.record_round`).
-
-A factory also says whom that event protects (`Guarantee`): the unit
-('example' of a client's data, 'client', or one reported 'value'), where the
-noise is added, and the neighbouring relation of the event. Two adversaries
-follow from it:
-
-* the analyst, who sees only the released models: the round's event under the
-  round's client sampling, composed over rounds (amplification by sampling);
-* the server, which picks the clients and sees what reaches it: each upload
-  for noise added on the client ('local'), the securely summed noisy
-  aggregate for noise that clients add before a secure sum ('secure_sum'),
-  the clients' raw updates when it adds the noise itself ('central'). It
-  knows who took part, so no amplification: a client is charged, under
-  replace-one adjacency, for the rounds it took part in
-  (`server_view_event`; `tff_priv.accounting.individual`).
+Every tff_priv aggregation factory keeps in its state the `dp_accounting`
+`DpEvent` of the release its last `next` made, as TFF's
+`DifferentiallyPrivateFactory` does; `extract_dp_event` reads it back, and the
+factory's `Guarantee` says whom that event protects: the analyst who sees the
+released models, and the server.
 """
 
 import dataclasses
@@ -49,6 +31,21 @@ class ExtractingDpEventFromInitialStateError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Guarantee:
   """Whom a factory's round event protects, and how.
+
+  A factory says whom its round event protects: the unit ('example' of a
+  client's data, 'client', or one reported 'value'), where the noise is added,
+  and the neighbouring relation of the event. Two adversaries follow from it:
+
+  * the analyst, who sees only the released models: the round's event under
+    the round's client sampling, composed over rounds (amplification by
+    sampling);
+  * the server, which picks the clients and sees what reaches it: each upload
+    for noise added on the client ('local'), the securely summed noisy
+    aggregate for noise that clients add before a secure sum ('secure_sum'),
+    the clients' raw updates when it adds the noise itself ('central'). It
+    knows who took part, so no amplification: a client is charged, under
+    replace-one adjacency, for the rounds it took part in
+    (`server_view_event`; `tff_priv.accounting.individual`).
 
   Attributes:
     unit: 'example' (one example of one client's data), 'client' (all of one
@@ -248,6 +245,16 @@ def extract_dp_event(
     aggregator_state: Any, *, allow_initial_state: bool = False
 ) -> dp_event.DpEvent:
   """The DpEvent of the release that produced `aggregator_state`.
+
+  Every tff_priv aggregation factory keeps, as TFF's
+  `DifferentiallyPrivateFactory` does (`DPAggregatorState`), the
+  `dp_accounting.DpEvent` of the release its last `next` made in its state:
+  two fields, `dp_event` (the event's `to_named_tuple()` form, tensors inside
+  the TFF state) and `is_init_state` (True in the state `initialize` returns,
+  whose event is a placeholder). `extract_dp_event` reads it back for
+  tff_priv's factories and TFF's own. The event covers one round for one unit;
+  client sampling is not in it: the caller wraps it in the sampling of the
+  round (`PrivacyLedger.record_round`).
 
   Args:
     aggregator_state: the state returned by `next` of a process created by a

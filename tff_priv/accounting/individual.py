@@ -6,22 +6,6 @@ composition of the events of the rounds it took part in (each read by
 `Guarantee.server_view_event`, under replace-one adjacency), and a client
 never sampled has spent nothing. `IndividualLedger` keeps that history per
 client and answers each client's eps at the run's delta, and the worst one.
-
-Budget filter: with `budget_epsilon` set, `admits(client, event)` is False
-for a client whose eps would exceed the budget after one more round of
-`event`; the training program then leaves that client out of the round, so
-no client's composed eps ever exceeds the budget. This per-client stopping
-rule is valid as plain composition when the events a client is charged do
-not depend on the data or on earlier releases (fixed noise: every mechanism
-of the training program); when they do (a CRD schedule driven by the
-released model's validation loss), the guarantee needs an individual Renyi
-filter at a fixed order (Feldman and Zrnic, "Individual Privacy Accounting
-via a Renyi Filter", NeurIPS 2021), which this ledger does not implement.
-
-Clients with the same history share one accountant computation (`_eps_of`),
-and the ledger counts the clients of each history, so a round costs a few
-accountant calls and work in the clients it charges, not in the population
-(the worst eps is a maximum over the distinct histories).
 """
 
 import collections
@@ -43,6 +27,22 @@ RELATION = 'replace_one'
 
 class IndividualLedger:
   """Per-client composition of server-view events, with an optional filter.
+
+  Budget filter: with `budget_epsilon` set, `admits(client, event)` is False
+  for a client whose eps would exceed the budget after one more round of
+  `event`; the training program then leaves that client out of the round, so
+  no client's composed eps ever exceeds the budget. This per-client stopping
+  rule is valid as plain composition when the events a client is charged do
+  not depend on the data or on earlier releases (fixed noise: every mechanism
+  of the training program); when they do (a CRD schedule driven by the
+  released model's validation loss), the guarantee needs an individual Renyi
+  filter at a fixed order (Feldman and Zrnic, "Individual Privacy Accounting
+  via a Renyi Filter", NeurIPS 2021), which this ledger does not implement.
+
+  Clients with the same history share one accountant computation (`_eps_of`),
+  and the ledger counts the clients of each history, so a round costs a few
+  accountant calls and work in the clients it charges, not in the population
+  (the worst eps is a maximum over the distinct histories).
 
   Example:
     ledger = IndividualLedger(delta=1e-5, budget_epsilon=8.0)

@@ -1,4 +1,4 @@
-"""The privacy ledger: every release of a training run, counted by one accountant.
+"""The privacy ledger: every release of a run, counted by one accountant.
 
 A `PrivacyLedger` records each release as a dp_accounting `DpEvent` (with a
 repeat count: consecutive identical releases are merged) and answers eps for a
@@ -6,14 +6,6 @@ delta, or delta for an eps, with dp_accounting's RDP accountant (default) or
 PLD accountant. Nothing else in tff_priv computes a spent epsilon: mechanisms
 emit events (`events.py`), the ledger counts them, and a paper's closed form
 (`closed_forms.py`) is only ever printed beside the ledger's answer.
-
-Rounds with different noise (a CRD schedule) are recorded one by one; the composition is then heterogeneous, which
-both accountants handle exactly as dp_accounting's `ComposedDpEvent`.
-
-The ledger serialises to JSON (`to_json` / `from_json`) with floats written
-exactly (Python's shortest round-trip repr), so a checkpoint can carry it as a
-string tensor and a resumed run continues its spent budget: eps after a round
-trip is bit-identical.
 """
 
 import json
@@ -35,6 +27,15 @@ _FORMAT = 'tff_priv.PrivacyLedger/1'
 
 class PrivacyLedger:
   """Records DP releases and reports what they spent.
+
+  Rounds with different noise (a CRD schedule) are recorded one by one; the
+  composition is then heterogeneous, which both accountants handle exactly as
+  dp_accounting's `ComposedDpEvent`.
+
+  The ledger serialises to JSON (`to_json` / `from_json`) with floats written
+  exactly (Python's shortest round-trip repr), so a checkpoint can carry it as
+  a string tensor and a resumed run continues its spent budget: eps after a
+  round trip is bit-identical.
 
   Example:
     ledger = PrivacyLedger()
@@ -203,12 +204,13 @@ class PrivacyLedger:
     return event
 
   def record_pure_epsilon(self, epsilon: float, count: int = 1) -> None:
-    """Records `count` eps-DP releases (e.g. eps-LDP reports of one value each)."""
+    """Records `count` eps-DP releases (e.g. one-value eps-LDP reports)."""
     self.record(events.pure_epsilon_event(epsilon), count)
 
   def extend(self, other: 'PrivacyLedger') -> None:
-    """Records every release of `other` after this ledger's (an empty
-    ledger without a relation takes `other`'s).
+    """Records every release of `other` after this ledger's.
+
+    An empty ledger without a relation takes `other`'s.
     """
     if self._relation is None and not self._entries:
       self._relation = other._relation  # pylint: disable=protected-access
@@ -260,7 +262,7 @@ class PrivacyLedger:
     return parts[0] if len(parts) == 1 else dp_event.ComposedDpEvent(parts)
 
   def supports(self, accountant: str = 'rdp') -> bool:
-    """Whether `accountant` ('rdp' or 'pld') can count every recorded release."""
+    """Whether `accountant` ('rdp' or 'pld') can count all recorded releases."""
     return self._cannot_count(accountant) is None
 
   def _cannot_count(self, accountant: str):
@@ -368,9 +370,10 @@ class PrivacyLedger:
 
 
 def _checked_state(aggregator_state):
-  """The aggregator state of a round's output (or the state itself), after
-  the refusals that do not depend on the sampling: debug measurements in
-  the output, a whole learning state, a plan exceeded.
+  """The aggregator state of a round's output (or the state itself), checked.
+
+  Checked by the refusals that do not depend on the sampling: debug
+  measurements in the output, a whole learning state, a plan exceeded.
   """
   measurements = None
   if hasattr(aggregator_state, 'state') and hasattr(

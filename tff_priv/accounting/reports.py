@@ -1,4 +1,4 @@
-"""Privacy reports of Gaussian releases by every accountant, JSON-ready and mechanism-agnostic."""
+"""Mechanism-agnostic JSON reports of Gaussian releases by every accountant."""
 
 from typing import Callable, Optional
 
@@ -15,7 +15,7 @@ def gaussian_report(
     *,
     sampling: Optional[sampling_lib.Sampling] = None,
 ) -> dict:
-  """eps at `delta` of `rounds` rounds of the sampled Gaussian, all accountants."""
+  """eps at `delta` of `rounds` sampled Gaussian rounds, by every accountant."""
   rounds = validation.int_at_least('rounds', rounds, 1)
   sampling = sampling_lib.Sampling.of(sampling)
   ledger = ledger_lib.PrivacyLedger()
@@ -70,7 +70,7 @@ def gaussian_mechanism_report(
     ] = None,
     sampling: Optional[sampling_lib.Sampling] = None,
 ) -> dict:
-  """A Gaussian mechanism's privacy over `rounds` rounds, or its noise for a target eps.
+  """A Gaussian mechanism's privacy over `rounds` rounds, or its target's noise.
 
   With `epsilon`: the noise multiplier each accountant needs
   ('calibration', with the noise std where `scale` is given). Otherwise the

@@ -1,4 +1,4 @@
-"""The noise a mechanism runs at for a target (eps, delta): the one calibration entry point."""
+"""The one calibration entry point: a mechanism's noise for a target eps."""
 
 from typing import Optional
 

@@ -1,4 +1,4 @@
-"""UDP's accounting (Wei et al.): the CRD budget, what every CRD path keeps, a run's ledger."""
+"""UDP's (Wei et al.) CRD budget, what every CRD path keeps, a run's ledger."""
 
 import dataclasses
 import math
@@ -19,7 +19,7 @@ from tff_priv.accounting import target_noise
 
 @dataclasses.dataclass(frozen=True)
 class CrdBudget:
-  """The numbers of a CRD schedule (`noise_schedule.BudgetSchedule`'s arguments).
+  """The numbers of a CRD schedule: `noise_schedule.BudgetSchedule`'s arguments.
 
   Attributes:
     total_budget: B > 0, in the units of the cost.

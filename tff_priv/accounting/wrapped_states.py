@@ -1,30 +1,11 @@
-"""Aggregator states inside TFF's wrappers, and the measurements a round may release.
+"""Aggregator states inside TFF's wrappers, and what a round may release.
 
-TFF wraps a model aggregator in others: `tff.aggregators.zeroing_factory`
-and `clipping_factory` (state `{'zeroing_norm' | 'clipping_norm', 'inner_agg',
-'zeroed_count_agg' | 'clipped_count_agg'}`; `tff.learning.dp_aggregator`
-wraps its DP factory in adaptive zeroing by default) and
-`tff.learning.add_debug_measurements` (same state, more measurements). The
-DP factory inside still releases what its event describes: zeroing or
-clipping with a public norm before the DP factory's own clip changes no
-client's contribution by more than that clip. What the wrappers add is not
-private:
-
-* a norm tracked adaptively without noise
-  (`PrivateQuantileEstimationProcess.no_noise`, dp_aggregator's zeroing) is
-  an exact quantile of the clients' update norms, in the state and in the
-  `zeroing_norm` measurement: the next rounds' release depends on it through
-  which clients are zeroed, so no DpEvent describes the run. Refused
-  (`UnnoisedWrapperError`). A norm tracked with Gaussian noise is charged:
-  its count query is one more Gaussian release a round.
-* `zeroed_count` / `clipped_count` are exact counts of clients: dropped from
-  what a private round releases.
-* `add_debug_measurements`' `average_client_norm` and `std_dev_client_norm`
-  are exact statistics of the clients' updates: refused.
-
-`unwrap` finds the DP state and the extra events; `public_measurement_paths`
-says which measurement leaves of a recognised aggregator a round may
-release.
+TFF wraps a model aggregator in others (`zeroing_factory`, `clipping_factory`,
+`add_debug_measurements`); the DP factory inside still releases what its event
+describes, but what the wrappers add is not private. `unwrap` finds the DP
+state and the extra events (a norm tracked with noise is charged, one without
+refused); `public_measurement_paths` says which measurement leaves of a
+recognised aggregator a round may release.
 """
 
 from typing import Any, Mapping, Optional
@@ -88,6 +69,22 @@ def _norm_event(norm_key: str, norm_state) -> Optional[dp_event.DpEvent]:
 
 def unwrap(state: Any) -> tuple[Any, list[dp_event.DpEvent]]:
   """(the state inside TFF's zeroing / clipping wrappers, their extra events).
+
+  TFF wraps a model aggregator in others: `tff.aggregators.zeroing_factory`
+  and `clipping_factory` (state `{'zeroing_norm' | 'clipping_norm',
+  'inner_agg', 'zeroed_count_agg' | 'clipped_count_agg'}`;
+  `tff.learning.dp_aggregator` wraps its DP factory in adaptive zeroing by
+  default) and `tff.learning.add_debug_measurements` (same state, more
+  measurements). The DP factory inside still releases what its event
+  describes: zeroing or clipping with a public norm before the DP factory's
+  own clip changes no client's contribution by more than that clip. What the
+  wrappers add is not private: a norm tracked adaptively without noise
+  (`PrivateQuantileEstimationProcess.no_noise`, dp_aggregator's zeroing) is
+  an exact quantile of the clients' update norms, in the state and in the
+  `zeroing_norm` measurement: the next rounds' release depends on it through
+  which clients are zeroed, so no DpEvent describes the run. Refused
+  (`UnnoisedWrapperError`). A norm tracked with Gaussian noise is charged:
+  its count query is one more Gaussian release a round.
 
   A noised norm's event (a Gaussian count, add-or-remove-one, the server
   adding the noise) is accepted around TFF's `DifferentiallyPrivateFactory`
@@ -154,6 +151,13 @@ def public_measurement_paths(
     state: Any, measurements: Any, inner_public: str
 ) -> set[tuple]:
   """The paths of the measurement leaves a private round may release.
+
+  Besides the norms (`unwrap`), what TFF's wrappers add is not private:
+
+  * `zeroed_count` / `clipped_count` are exact counts of clients: dropped from
+    what a private round releases.
+  * `add_debug_measurements`' `average_client_norm` and `std_dev_client_norm`
+    are exact statistics of the clients' updates: refused.
 
   Args:
     state: the aggregator's state after `next`.

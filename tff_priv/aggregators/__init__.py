@@ -1,16 +1,14 @@
-"""TFF aggregation factories that wire tff_priv's mechanisms into AggregationProcesses.
+"""TFF aggregation factories that wire tff_priv's mechanisms into processes.
 
-  LDPEncodeFactory            LDP-FL two-point encoding (ldp.py)
-  GaussianUDPFactory          UDP client noise, fixed or CRD-scheduled (udp.py)
-  SparsifiedSecureSumFactory  Fed-SMP sparsify-clip-noise secure sum (smp.py)
-  DistortionFactory           TV-calibrated parameter distortion (distortion.py)
-  TreeRestartFactory          TFF's DP-FTRL tree aggregation, restarted, with its DpEvent (dp_ftrl.py)
-  BLTFactory                  DP-FTRL with BLT matrix-factorization noise (blt.py)
-  BandMFFactory               amplified banded matrix-factorization noise (bandmf.py)
-  dp_fedavg.calibrated        TFF's DP-FedAvg factory calibrated over a plan (dp_fedavg.py)
-
-Each `.calibrated(epsilon, total_rounds=T, ...)` factory refuses round T+1
-(`PlanExceededError`, plan.py).
+`LDPEncodeFactory` (LDP-FL two-point encoding), `GaussianUDPFactory` (UDP
+client noise, fixed or CRD-scheduled), `SparsifiedSecureSumFactory` (Fed-SMP
+sparsify-clip-noise secure sum), `DistortionFactory` (TV-calibrated parameter
+distortion), `TreeRestartFactory` (TFF's DP-FTRL tree aggregation, restarted,
+with its DpEvent), `BLTFactory` (DP-FTRL with BLT matrix-factorization noise),
+`BandMFFactory` (amplified banded matrix-factorization noise) and
+`dp_fedavg.calibrated` (TFF's DP-FedAvg factory calibrated over a plan). Each
+`.calibrated(epsilon, total_rounds=T, ...)` factory refuses round T+1
+(`PlanExceededError`).
 """
 
 from tff_priv.aggregators import dp_fedavg

@@ -3,39 +3,10 @@
 Choquette-Choo et al., "(Amplified) Banded Matrix Factorization: A unified
 approach to private training" (arXiv 2306.08153); the math (strategy,
 optimiser, choice of bands, privacy argument) is in
-`tff_priv.mechanisms.bandmf`.
-
-Each round the server clips each client's update to C (`clipping.clip_l2`: a
-non-finite update contributes zeros), sums, adds sigma (C^{-1} z)_t with
-sigma = noise_multiplier x clip, z_t ~ N(0, I) fresh, C the b-banded Toeplitz
-strategy (unit column norm), and divides by the public `clients_per_round`
-K. (C^{-1} z)_t comes from the last b - 1 outputs, kept in the state's
-`window`.
-
-Event and schedule. The clients must be drawn as the theorem assumes:
-`tff_priv.program.BandSampler` (a secret partition into b groups, round t
-Poisson-samples group (t - 1) mod b with q = K / floor(N / b)). Then each
-cycle of b rounds is, for every client, one
-`PoissonSampledDpEvent(q, GaussianDpEvent(noise_multiplier))` under
-add-or-remove-one: the state's `dp_event` is `SelfComposedDpEvent(that, 1)`
-at a cycle's first round and `SelfComposedDpEvent(that, 0)` at the others,
-so a cycle is charged whole before anything of it is released. The
-amplification is in the event: `PrivacyLedger.record_round(state)` takes no
-sampling arguments for this state.
-
-Restarts: `with_restart_forced` (a loop that runs rounds again from a
-restored state) zeroes the window and charges a new cycle at the next round
-(it runs to the next multiple of b, each client at most once in it); a
-round run again draws fresh z (the seeds below).
-
-Noise seeds: as BLTFactory's (`correlated_noise`): round r's z from
-`round_seed(key, NonDeterministicInts, r)`, `key` 63 bits from Python's
-`secrets` per `create()`: never derivable from anything released, never
-repeated. With a fixed `noise_seed` (tests only) the nonce is the state's,
-moved at each forced restart.
-
-Adversary: the server adds the noise and sees the clipped updates
-('central'); the guarantee is for an analyst who sees the released models.
+`tff_priv.mechanisms.bandmf`. `BandMFFactory` is client-level DP under
+add-or-remove-one, one Poisson-sampled Gaussian per cycle of b rounds, for
+clients drawn by `tff_priv.program.BandSampler`; the server adds the noise
+and sees the clipped updates ('central').
 """
 
 import collections
@@ -198,6 +169,38 @@ class BandMFFactory(
     plan_lib.Planned, tff.aggregators.UnweightedAggregationFactory
 ):
   """Clipped mean plus banded-Toeplitz-correlated Gaussian noise.
+
+  Each round the server clips each client's update to C (`clipping.clip_l2`: a
+  non-finite update contributes zeros), sums, adds sigma (C^{-1} z)_t with
+  sigma = noise_multiplier x clip, z_t ~ N(0, I) fresh, C the b-banded Toeplitz
+  strategy (unit column norm), and divides by the public `clients_per_round`
+  K. (C^{-1} z)_t comes from the last b - 1 outputs, kept in the state's
+  `window`.
+
+  Event and schedule. The clients must be drawn as the theorem assumes:
+  `tff_priv.program.BandSampler` (a secret partition into b groups, round t
+  Poisson-samples group (t - 1) mod b with q = K / floor(N / b)). Then each
+  cycle of b rounds is, for every client, one
+  `PoissonSampledDpEvent(q, GaussianDpEvent(noise_multiplier))` under
+  add-or-remove-one: the state's `dp_event` is `SelfComposedDpEvent(that, 1)`
+  at a cycle's first round and `SelfComposedDpEvent(that, 0)` at the others,
+  so a cycle is charged whole before anything of it is released. The
+  amplification is in the event: `PrivacyLedger.record_round(state)` takes no
+  sampling arguments for this state.
+
+  Restarts: `with_restart_forced` (a loop that runs rounds again from a
+  restored state) zeroes the window and charges a new cycle at the next round
+  (it runs to the next multiple of b, each client at most once in it); a
+  round run again draws fresh z (the seeds below).
+
+  Noise seeds: as BLTFactory's (`correlated_noise`): round r's z from
+  `round_seed(key, NonDeterministicInts, r)`, `key` 63 bits from Python's
+  `secrets` per `create()`: never derivable from anything released, never
+  repeated. With a fixed `noise_seed` (tests only) the nonce is the state's,
+  moved at each forced restart.
+
+  Adversary: the server adds the noise and sees the clipped updates
+  ('central'); the guarantee is for an analyst who sees the released models.
 
   Args:
     noise_multiplier: z > 0: sigma = z x clip (C has unit column norm).

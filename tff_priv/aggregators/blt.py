@@ -3,37 +3,10 @@
 McMahan et al., "Hassle-free DP-FTRL for production" (arXiv 2408.08868);
 Dvijotham et al. (arXiv 2404.16706); the math is in
 `tff_priv.mechanisms.blt` and `tff_priv.mechanisms.blt_sensitivity`.
-
-Each round the server clips each client's update to C (`clipping.clip_l2`: a
-non-finite update contributes zeros), sums, adds sigma (C^{-1} z)_t with
-sigma = noise_multiplier x clip and z_t ~ N(0, I) fresh, and divides by the
-public `clients_per_round` K (as `TreeRestartFactory`'s NormalizedQuery). The
-noise comes from the streaming inverse (`blt.inverse_step`): num_buffers
-buffers of the value's shape, in the state. The model's prefix sums then carry
-the noise sigma A C^{-1} z: a post-processing of C x + sigma z.
-
-Stream and event, in the shape of `TreeRestartFactory`: a stream covers
-`rounds_per_stream` = n rounds and restarts (buffers zeroed) every n rounds
-and at the first round after `force_restart` (the program's resume: rounds run
-again get noise charged to a new stream). A stream of n rounds in which each
-client takes part at most k times, at least b rounds apart, is one
-`GaussianDpEvent(noise_multiplier / sensitivity)` (sensitivity = that of C for
-n rounds and (k, b), `blt_sensitivity`) under the zero-out relation
-(dp_accounting's REPLACE_SPECIAL: a client's update replaced by zero in the
-rounds it takes part in, which is what the column-sum bound of
-Choquette-Choo et al. bounds). The state's `dp_event` is
-`SelfComposedDpEvent(that, 1)` at a stream's first round and
-`SelfComposedDpEvent(that, 0)` otherwise: a stream is charged whole before
-anything of it is released. No amplification by sampling is claimed: the
-event is for the pattern (k, b), which the caller's sampling must guarantee.
-
-Noise seeds: round r's z is drawn from `fold_in(fold_in(fold_in(key,
-n[0]), n[1]), r)`, `key` 63 bits from Python's `secrets` per `create()`, `n`
-TF's nondeterministic integers drawn anew at every call of `next`
-(`correlated_noise`, shared with `BandMFFactory`): a round run again never
-releases a z it released before. Neither is released.
-
-Adversary: the server adds the noise and sees the clipped updates ('central').
+`BLTFactory` charges each stream of n rounds, in which each client takes part
+at most k times at least b rounds apart, as one Gaussian under the zero-out
+relation, client-level; the server adds the noise and sees the clipped
+updates ('central').
 """
 
 import collections
@@ -189,6 +162,37 @@ class BLTFactory(
     plan_lib.Planned, tff.aggregators.UnweightedAggregationFactory
 ):
   """Clipped mean plus BLT-correlated Gaussian noise (DP-FTRL).
+
+  Each round the server clips each client's update to C (`clipping.clip_l2`: a
+  non-finite update contributes zeros), sums, adds sigma (C^{-1} z)_t with
+  sigma = noise_multiplier x clip and z_t ~ N(0, I) fresh, and divides by the
+  public `clients_per_round` K (as `TreeRestartFactory`'s NormalizedQuery). The
+  noise comes from the streaming inverse (`blt.inverse_step`): num_buffers
+  buffers of the value's shape, in the state. The model's prefix sums then carry
+  the noise sigma A C^{-1} z: a post-processing of C x + sigma z.
+
+  Stream and event, in the shape of `TreeRestartFactory`: a stream covers
+  `rounds_per_stream` = n rounds and restarts (buffers zeroed) every n rounds
+  and at the first round after `force_restart` (the program's resume: rounds run
+  again get noise charged to a new stream). A stream of n rounds in which each
+  client takes part at most k times, at least b rounds apart, is one
+  `GaussianDpEvent(noise_multiplier / sensitivity)` (sensitivity = that of C for
+  n rounds and (k, b), `blt_sensitivity`) under the zero-out relation
+  (dp_accounting's REPLACE_SPECIAL: a client's update replaced by zero in the
+  rounds it takes part in, which is what the column-sum bound of
+  Choquette-Choo et al. bounds). The state's `dp_event` is
+  `SelfComposedDpEvent(that, 1)` at a stream's first round and
+  `SelfComposedDpEvent(that, 0)` otherwise: a stream is charged whole before
+  anything of it is released. No amplification by sampling is claimed: the
+  event is for the pattern (k, b), which the caller's sampling must guarantee.
+
+  Noise seeds: round r's z is drawn from `fold_in(fold_in(fold_in(key,
+  n[0]), n[1]), r)`, `key` 63 bits from Python's `secrets` per `create()`, `n`
+  TF's nondeterministic integers drawn anew at every call of `next`
+  (`correlated_noise`, shared with `BandMFFactory`): a round run again never
+  releases a z it released before. Neither is released.
+
+  Adversary: the server adds the noise and sees the clipped updates ('central').
 
   Args:
     noise_multiplier: z > 0: z_t's std is z C (the stream's Gaussian has

@@ -1,24 +1,10 @@
-"""The server-side correlated-noise process shared by BLTFactory and BandMFFactory.
+"""The server-side correlated-noise process of BLTFactory and BandMFFactory.
 
 Both clip each client's update to C (`clipping.clip_l2`: a non-finite update
 contributes zeros), sum, add sigma x_t (x_t the round's correlated noise, a
 linear function of fresh z_1..z_t ~ N(0, I)), and divide by the public
 `clients_per_round` K. What differs is x_t's generator (BLT's buffers,
-BandMF's window) and the event charged; this module holds the rest:
-
-* `stream_process`: the `AggregationProcess` around a factory's
-  `initial_state` and `add_noise` TensorFlow functions.
-* `initial_nonce`, `round_noise`: round r's z from `round_seed(key, n, r)`,
-  `key` 63 bits from Python's `secrets` per `create()` (`new_key`), `n` TF's
-  nondeterministic integers drawn anew at every call of `next`, so that a
-  round run again (after a forced restart, or from a state restored in the
-  same process) never releases a z it released before (the difference of two
-  such releases would be noise-free). Neither is released. With a fixed
-  `noise_seed` (tests only) `n` is the state's nonce, moved at each forced
-  restart.
-* `noised_mean`: (sum + sigma x) / K, and the round's public measurements.
-* `with_restart_forced`: a state set to restart at the next round (zeroed
-  generator, charged anew), for a loop that runs rounds again.
+BandMF's window) and the event charged; this module holds the rest.
 """
 
 import collections
@@ -51,14 +37,23 @@ def round_seed(key, nonce, round_index):
 
 
 def initial_nonce(fixed: bool):
-  """The state's nonce at `initialize()` (TF)."""
+  """The state's nonce at `initialize()` (TF); see `round_noise`."""
   if fixed:
     return tf.zeros([2], tf.int64)
   return tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
 
 
 def round_noise(key, fixed: bool, nonce, restart, round_index, like):
-  """(the state's next nonce, z ~ N(0, I) of `like`'s structure) (TF)."""
+  """(the state's next nonce, z ~ N(0, I) of `like`'s structure) (TF).
+
+  Round r's z from `round_seed(key, n, r)`, `key` 63 bits from Python's
+  `secrets` per `create()` (`new_key`), `n` TF's nondeterministic integers
+  drawn anew at every call of `next`, so that a round run again (after a
+  forced restart, or from a state restored in the same process) never
+  releases a z it released before (the difference of two such releases would
+  be noise-free). Neither is released. With a fixed `noise_seed` (tests only)
+  `n` is the state's nonce (`initial_nonce`), moved at each forced restart.
+  """
   if fixed:
     # Tests: deterministic, but a forced restart moves to new draws.
     nonce = tf.where(restart, nonce + tf.constant([0, 1], tf.int64), nonce)
@@ -78,7 +73,10 @@ def round_noise(key, fixed: bool, nonce, restart, round_index, like):
 
 
 def noised_mean(total, flat_noise, stddev: float, divisor: float, round_index):
-  """((total + stddev x noise) / divisor, the round's measurements) (TF)."""
+  """((total + stddev x noise) / divisor, the round's measurements) (TF).
+
+  That is (sum + sigma x) / K, and the round's public measurements.
+  """
   result = [
       (t + tf.cast(stddev, t.dtype) * x) / tf.cast(divisor, t.dtype)
       for t, x in zip(tf.nest.flatten(total), flat_noise)
@@ -94,7 +92,10 @@ def noised_mean(total, flat_noise, stddev: float, divisor: float, round_index):
 def stream_process(
     value_type, clip: float, initial_state: Callable, add_noise: Callable
 ) -> tff.templates.AggregationProcess:
-  """The process: clip on each client, sum, `add_noise(state, sum)` on the server.
+  """The process: clip on each client, sum, `add_noise(state, sum)` at SERVER.
+
+  The `AggregationProcess` around a factory's `initial_state` and
+  `add_noise` TensorFlow functions.
 
   Args:
     value_type: the clients' value type.
@@ -132,15 +133,17 @@ def stream_process(
 
 
 def with_plan(state, planned_rounds: Optional[int]):
-  """`state` (an OrderedDict) with `planned_rounds` when there is a plan (TF)."""
+  """`state` (an OrderedDict) with `planned_rounds` if there is a plan (TF)."""
   if planned_rounds is not None:
     state['planned_rounds'] = tf.constant(planned_rounds, tf.int64)
   return state
 
 
 def refusing_past(planned_rounds: Optional[int], name: str):
-  """Decorates `add_noise(state, total)`: with a plan, it fails on the round
-  past it (`plan.check` on the state's `rounds_done`) before any noise.
+  """Decorates `add_noise(state, total)` to refuse the round past the plan.
+
+  With a plan, it fails on the round past it (`plan.check` on the state's
+  `rounds_done`) before any noise.
   """
 
   def decorate(add_noise):
@@ -160,7 +163,11 @@ def refusing_past(planned_rounds: Optional[int], name: str):
 
 
 def with_restart_forced(aggregator_state):
-  """`aggregator_state` set to restart its noise at the next round."""
+  """`aggregator_state` set to restart its noise at the next round.
+
+  Its generator is zeroed and charged anew at that round: for a loop that
+  runs rounds again.
+  """
   state = collections.OrderedDict(aggregator_state)
   state['force_restart'] = True
   return state

@@ -31,7 +31,10 @@ from tff_priv.mechanisms import total_variation
 
 
 def sensitivity(clip: float) -> float:
-  """An upload's L2 sensitivity under replace-one: two clipped uploads differ by <= 2C."""
+  """An upload's L2 sensitivity under replace-one: 2C.
+
+  Two clipped uploads differ by <= 2C.
+  """
   return 2.0 * clip
 
 

@@ -1,48 +1,11 @@
 """DP-FTRL: TFF's tree-aggregation DP factory, restarted, with its DpEvent.
 
 Kairouz, McMahan, Song, Thakkar, Thakurta, Xu, "Practical and Private (Deep)
-Learning without Sampling or Shuffling" (ICML 2021). TFF's
-`DifferentiallyPrivateFactory.tree_aggregation` clips each client's update
-to C, sums, and adds the noise of a binary tree over the rounds (each node
-N(0, (z C)^2)), released as the residual of the cumulative noise, so that the
-model after round t holds the sum of the true updates plus one tree prefix
-sum of noise. TFF's factory never restarts its tree and its state reports
-`UnsupportedDpEvent`: it does not say what it guarantees.
-
-`TreeRestartFactory` wraps it and owns the guarantee:
-
-* The tree restarts (the inner state is replaced by a fresh `initialize()`)
-  every `rounds_per_tree` rounds, and at the first round after
-  `force_restart` (the training program sets it when it resumes from a
-  checkpoint, so that rounds run again are never released with the noise they
-  were released with before: the difference of two such releases would be
-  noise-free).
-* Each tree's noise seed is secret. TFF leaves the tree's seed to
-  tensorflow_privacy, which without `noise_seed` reads it from the clock
-  (`tf.timestamp()` in microseconds and nanoseconds): about 2^37 candidates
-  near a release's known time, each checkable against a released model
-  delta, after which every release of that tree is noise-free. Here the seed
-  of the tree starting at round r is `fold_in(fold_in(key, nonce), r)`
-  (TF's stateless Philox hash): `key` is 63 bits from the operating system
-  (Python's `secrets`) drawn when the process is built (`create`), so a run
-  resumed in a new process draws new ones; `nonce` is drawn by `initialize()`
-  and again at every forced restart (TF's nondeterministic integers) and
-  kept in the state, so two runs of one process differ, and a restart from a
-  state restored in the same process does not repeat its tree's noise.
-  Neither is released; the nonce is in the checkpoints.
-* If every client takes part at most once per tree (the training program's
-  'epoch' sampling: a fresh permutation of the clients per epoch, K per
-  round, `rounds_per_tree` = N // K rounds per epoch), one tree is
-  `SingleEpochTreeAggregationDpEvent(z, rounds_per_tree)` (Kairouz et al.,
-  appendix D; dp_accounting's RDP accountant) under the "replace with a
-  special element" relation (dp_accounting's REPLACE_SPECIAL: a client's
-  update replaced by zero). The state's `dp_event` of a round is
-  `SelfComposedDpEvent(that, 1)` at a restart and `SelfComposedDpEvent(that,
-  0)` (nothing) otherwise, so a tree is charged whole at its first round,
-  before anything of it is released; a crash can only over-count.
-
-Adversary: the server adds the noise and sees the clipped updates, so the
-guarantee is against an analyst who sees the released models only.
+Learning without Sampling or Shuffling" (ICML 2021). TFF's tree aggregation
+never restarts its tree and reports `UnsupportedDpEvent`; `TreeRestartFactory`
+restarts it, seeds every tree secretly and charges each tree whole:
+client-level DP under the zero-out relation when every client takes part at
+most once per tree, against an analyst who sees the released models only.
 """
 
 import collections
@@ -112,6 +75,48 @@ class TreeRestartFactory(
     plan_lib.Planned, tff.aggregators.UnweightedAggregationFactory
 ):
   """TFF's tree-aggregation DP factory restarted every `rounds_per_tree` rounds.
+
+  TFF's `DifferentiallyPrivateFactory.tree_aggregation` clips each client's
+  update to C, sums, and adds the noise of a binary tree over the rounds (each
+  node N(0, (z C)^2)), released as the residual of the cumulative noise, so that
+  the model after round t holds the sum of the true updates plus one tree prefix
+  sum of noise. TFF's factory never restarts its tree and its state reports
+  `UnsupportedDpEvent`: it does not say what it guarantees.
+
+  `TreeRestartFactory` wraps it and owns the guarantee:
+
+  * The tree restarts (the inner state is replaced by a fresh `initialize()`)
+    every `rounds_per_tree` rounds, and at the first round after
+    `force_restart` (the training program sets it when it resumes from a
+    checkpoint, so that rounds run again are never released with the noise they
+    were released with before: the difference of two such releases would be
+    noise-free).
+  * Each tree's noise seed is secret. TFF leaves the tree's seed to
+    tensorflow_privacy, which without `noise_seed` reads it from the clock
+    (`tf.timestamp()` in microseconds and nanoseconds): about 2^37 candidates
+    near a release's known time, each checkable against a released model
+    delta, after which every release of that tree is noise-free. Here the seed
+    of the tree starting at round r is `fold_in(fold_in(key, nonce), r)`
+    (TF's stateless Philox hash): `key` is 63 bits from the operating system
+    (Python's `secrets`) drawn when the process is built (`create`), so a run
+    resumed in a new process draws new ones; `nonce` is drawn by `initialize()`
+    and again at every forced restart (TF's nondeterministic integers) and
+    kept in the state, so two runs of one process differ, and a restart from a
+    state restored in the same process does not repeat its tree's noise.
+    Neither is released; the nonce is in the checkpoints.
+  * If every client takes part at most once per tree (the training program's
+    'epoch' sampling: a fresh permutation of the clients per epoch, K per
+    round, `rounds_per_tree` = N // K rounds per epoch), one tree is
+    `SingleEpochTreeAggregationDpEvent(z, rounds_per_tree)` (Kairouz et al.,
+    appendix D; dp_accounting's RDP accountant) under the "replace with a
+    special element" relation (dp_accounting's REPLACE_SPECIAL: a client's
+    update replaced by zero). The state's `dp_event` of a round is
+    `SelfComposedDpEvent(that, 1)` at a restart and `SelfComposedDpEvent(that,
+    0)` (nothing) otherwise, so a tree is charged whole at its first round,
+    before anything of it is released; a crash can only over-count.
+
+  Adversary: the server adds the noise and sees the clipped updates, so the
+  guarantee is against an analyst who sees the released models only.
 
   Args:
     noise_multiplier: z > 0: each tree node's noise std is z C.
@@ -217,77 +222,11 @@ class TreeRestartFactory(
     new_nonce, restart_nonce = _nonce_computations(fixed)
     reseed = _reseed_computation(sum_query, key, tree_type)
 
-    def charged(count):
-      return dp_accounting.SelfComposedDpEvent(event, count).to_named_tuple()
-
-    @tff.tensorflow.computation
-    def placeholder_dp_event():
-      return charged(tf.constant(1, tf.int32))
-
-    planned = self._planned
-
-    @tff.federated_computation()
-    def init_fn():
-      plan_field = (
-          {}
-          if planned is None
-          else {
-              'planned_rounds': tff.federated_value(
-                  np.int64(planned), tff.SERVER
-              )
-          }
-      )
-      return tff.federated_zip(
-          collections.OrderedDict(
-              tree=inner.initialize(),
-              nonce=tff.federated_eval(new_nonce, tff.SERVER),
-              rounds_done=tff.federated_value(np.int64(0), tff.SERVER),
-              force_restart=tff.federated_value(False, tff.SERVER),
-              dp_event=tff.federated_eval(placeholder_dp_event, tff.SERVER),
-              is_init_state=tff.federated_value(True, tff.SERVER),
-              **plan_field,
-          )
-      )
-
+    init_fn = _init_computation(inner, new_nonce, event, self._planned)
     state_type = init_fn.type_signature.result
-
-    @tff.tensorflow.computation(np.int64, np.bool_)
-    def restarts(rounds_done, force_restart):
-      return tf.logical_or(force_restart, tf.equal(rounds_done % rounds, 0))
-
-    @tff.tensorflow.computation(np.bool_, tree_type, tree_type)
-    def pick(restart, fresh, carried):
-      # tf.cond, not tf.where: the tree's level buffers grow with its leaves
-      # ([levels, ...]), and tf.where would broadcast a fresh one-leaf tree
-      # to the old tree's levels (copies of its one node: twice its noise).
-      return tf.cond(restart, lambda: fresh, lambda: carried)
-
-    @tff.tensorflow.computation(np.bool_, np.int64, tree_type, _NONCE_TYPE)
-    def new_state(restart, rounds_done, tree, nonce):
-      if planned is not None:
-        with tf.control_dependencies(
-            [plan_lib.check(rounds_done, planned, 'TreeRestartFactory')]
-        ):
-          rounds_done = tf.identity(rounds_done)
-      return collections.OrderedDict(
-          tree=tree,
-          nonce=nonce,
-          rounds_done=rounds_done + 1,
-          force_restart=tf.constant(False),
-          dp_event=charged(tf.cast(restart, tf.int32)),
-          is_init_state=tf.constant(False),
-          **(
-              {}
-              if planned is None
-              else {'planned_rounds': tf.constant(planned, tf.int64)}
-          ),
-      )
-
-    @tff.tensorflow.computation(value_type)
-    def finite(value):
-      # tff_priv's policy: a non-finite update contributes zeros (TFF's
-      # clipping would pass the NaN into the sum).
-      return clipping.clip_l2(value, None)
+    restarts, pick, new_state, finite = _round_computations(
+        rounds, tree_type, event, self._planned, value_type
+    )
 
     @tff.federated_computation(
         state_type, tff.FederatedType(value_type, tff.CLIENTS)
@@ -319,6 +258,86 @@ class TreeRestartFactory(
 _NONCE_TYPE = tff.TensorType(np.int64, [2])
 
 
+def _charged(event, count):
+  """`SelfComposedDpEvent(event, count)` as the state carries it (TF)."""
+  return dp_accounting.SelfComposedDpEvent(event, count).to_named_tuple()
+
+
+def _init_computation(inner, new_nonce, event, planned):
+  """The process's `initialize`: a fresh tree, its nonce, the placeholder."""
+
+  @tff.tensorflow.computation
+  def placeholder_dp_event():
+    return _charged(event, tf.constant(1, tf.int32))
+
+  @tff.federated_computation()
+  def init_fn():
+    plan_field = (
+        {}
+        if planned is None
+        else {
+            'planned_rounds': tff.federated_value(np.int64(planned), tff.SERVER)
+        }
+    )
+    return tff.federated_zip(
+        collections.OrderedDict(
+            tree=inner.initialize(),
+            nonce=tff.federated_eval(new_nonce, tff.SERVER),
+            rounds_done=tff.federated_value(np.int64(0), tff.SERVER),
+            force_restart=tff.federated_value(False, tff.SERVER),
+            dp_event=tff.federated_eval(placeholder_dp_event, tff.SERVER),
+            is_init_state=tff.federated_value(True, tff.SERVER),
+            **plan_field,
+        )
+    )
+
+  return init_fn
+
+
+def _round_computations(rounds, tree_type, event, planned, value_type):
+  """(restarts, pick, new_state, finite): the TF steps of `next`."""
+
+  @tff.tensorflow.computation(np.int64, np.bool_)
+  def restarts(rounds_done, force_restart):
+    return tf.logical_or(force_restart, tf.equal(rounds_done % rounds, 0))
+
+  @tff.tensorflow.computation(np.bool_, tree_type, tree_type)
+  def pick(restart, fresh, carried):
+    # tf.cond, not tf.where: the tree's level buffers grow with its leaves
+    # ([levels, ...]), and tf.where would broadcast a fresh one-leaf tree
+    # to the old tree's levels (copies of its one node: twice its noise).
+    return tf.cond(restart, lambda: fresh, lambda: carried)
+
+  @tff.tensorflow.computation(np.bool_, np.int64, tree_type, _NONCE_TYPE)
+  def new_state(restart, rounds_done, tree, nonce):
+    if planned is not None:
+      with tf.control_dependencies(
+          [plan_lib.check(rounds_done, planned, 'TreeRestartFactory')]
+      ):
+        rounds_done = tf.identity(rounds_done)
+    return collections.OrderedDict(
+        tree=tree,
+        nonce=nonce,
+        rounds_done=rounds_done + 1,
+        force_restart=tf.constant(False),
+        dp_event=_charged(event, tf.cast(restart, tf.int32)),
+        is_init_state=tf.constant(False),
+        **(
+            {}
+            if planned is None
+            else {'planned_rounds': tf.constant(planned, tf.int64)}
+        ),
+    )
+
+  @tff.tensorflow.computation(value_type)
+  def finite(value):
+    # tff_priv's policy: a non-finite update contributes zeros (TFF's
+    # clipping would pass the NaN into the sum).
+    return clipping.clip_l2(value, None)
+
+  return restarts, pick, new_state, finite
+
+
 def _nonce_computations(fixed: bool):
   """(new_nonce, restart_nonce): a tree's nonce, and the next round's.
 
@@ -347,8 +366,9 @@ def _nonce_computations(fixed: bool):
 
 
 def _reseed_computation(sum_query, key: int, tree_type):
-  """`(tree, rounds_done, nonce) -> tree`: a fresh tree drawn from a seed of
-  (key, nonce, rounds_done).
+  """`(tree, rounds_done, nonce) -> tree`: a fresh tree from a fresh seed.
+
+  The seed is that of (key, nonce, rounds_done).
   """
 
   @tff.tensorflow.computation(tree_type, np.int64, _NONCE_TYPE)

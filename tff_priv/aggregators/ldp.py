@@ -572,9 +572,6 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
     client_encode = _client_encode(value_type, vector, epsilon, range_mode)
     minmax_range = _minmax_range(vector, min_radius)
 
-    def select(l):
-      return tff.tensorflow.computation(lambda v: v[l], vector)
-
     @tff.federated_computation()
     def init_fn():
       center, radius = tff.federated_eval(initial_range, tff.SERVER)
@@ -608,40 +605,20 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
           ),
       )
       if range_mode == 'fixed':
-        report = encoded
+        report, sent = encoded, None
       else:
         report, sent = encoded
       mean_output = report_mean.next(state.report_mean, report)
 
-      new_center, new_radius = center, radius
-      range_estimator = state.range_estimator
-      if range_mode == 'minmax':
-        new_center, new_radius = tff.federated_map(
-            minmax_range,
-            (
-                center,
-                radius,
-                tff.federated_min(sent[0]),
-                tff.federated_max(sent[1]),
-            ),
-        )
-      elif range_mode == 'quantile':
-        new_states = tuple(
-            e.next(range_estimator[l], tff.federated_map(select(l), sent))
-            for l, e in enumerate(estimators)
-        )
-        range_estimator = tff.federated_zip(new_states)
-        estimates = tff.federated_zip(
-            tuple(e.report(s) for e, s in zip(estimators, new_states))
-        )
-        estimates_type = estimates.type_signature.member
-        stack = tff.tensorflow.computation(
-            lambda r: tf.maximum(
-                tf.stack(_flatten(r, estimates_type)), min_radius
-            ),
-            estimates_type,
-        )
-        new_radius = tff.federated_map(stack, estimates)
+      new_center, new_radius, range_estimator = _next_range(
+          range_mode,
+          minmax_range,
+          estimators,
+          vector,
+          min_radius,
+          (center, radius, state.range_estimator),
+          sent,
+      )
 
       new_state = LDPState(
           center=new_center,
@@ -659,3 +636,45 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
       )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def _next_range(
+    range_mode, minmax_range, estimators, vector, min_radius, current, sent
+):
+  """(center, radius, range_estimator)@SERVER of the next round, in `next`.
+
+  `current`: this round's (center, radius, range_estimator)@SERVER; `sent`:
+  what the clients' range mode sent (None for 'fixed').
+  """
+  center, radius, range_estimator = current
+  new_center, new_radius = center, radius
+
+  def select(l):
+    return tff.tensorflow.computation(lambda v: v[l], vector)
+
+  if range_mode == 'minmax':
+    new_center, new_radius = tff.federated_map(
+        minmax_range,
+        (
+            center,
+            radius,
+            tff.federated_min(sent[0]),
+            tff.federated_max(sent[1]),
+        ),
+    )
+  elif range_mode == 'quantile':
+    new_states = tuple(
+        e.next(range_estimator[l], tff.federated_map(select(l), sent))
+        for l, e in enumerate(estimators)
+    )
+    range_estimator = tff.federated_zip(new_states)
+    estimates = tff.federated_zip(
+        tuple(e.report(s) for e, s in zip(estimators, new_states))
+    )
+    estimates_type = estimates.type_signature.member
+    stack = tff.tensorflow.computation(
+        lambda r: tf.maximum(tf.stack(_flatten(r, estimates_type)), min_radius),
+        estimates_type,
+    )
+    new_radius = tff.federated_map(stack, estimates)
+  return new_center, new_radius, range_estimator

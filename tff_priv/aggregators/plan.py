@@ -1,20 +1,10 @@
-"""A calibrated factory's plan of rounds: its state carries it, `next` refuses a round past it.
+"""A calibrated factory's plan of rounds: `next` refuses a round past it.
 
 A factory made by `.calibrated(epsilon, total_rounds=T, ...)` meets its
 target only over T rounds: a T+1-th round would release more than was
 calibrated. Its state holds `planned_rounds` (T) beside `rounds_done`, and
 its `next` fails (a TensorFlow assertion, before the round's result exists)
-once `rounds_done` reaches T; `tff_priv.runtime`'s contexts turn that
-failure into one line (`PlanExceededError`), and `PrivacyLedger.record_round`
-refuses a state past its plan (`guarantees.past_plan`). To go on, extend the plan explicitly:
-`.calibrated(epsilon, total_rounds=<rounds to add>, spent=ledger, ...)`
-calibrates the rounds added so that they and the ledger's charges meet the
-target together; continue with a process (and a sampler) built from it.
-
-`planned_factory` puts the plan into any inner factory's state (TFF's
-`DifferentiallyPrivateFactory`'s record sum, Fed-SMP's sum, UDP's mean); the
-factories without an inner one (BLT, BandMF, the tree) keep `planned_rounds`
-in their own state beside their `rounds_done`.
+once `rounds_done` reaches T (`PlanExceededError`; `planned_factory`).
 """
 
 import re
@@ -32,7 +22,16 @@ _MESSAGE = re.compile(re.escape(_PREFIX) + r'([^\]\n]*)')
 
 
 class PlanExceededError(RuntimeError):
-  """A round past the planned rounds of a calibrated factory (one line)."""
+  """A round past the planned rounds of a calibrated factory (one line).
+
+  A calibrated factory's `next` fails once `rounds_done` reaches T (`check`);
+  `tff_priv.runtime`'s contexts turn that failure into one line (this error),
+  and `PrivacyLedger.record_round` refuses a state past its plan
+  (`guarantees.past_plan`). To go on, extend the plan explicitly:
+  `.calibrated(epsilon, total_rounds=<rounds to add>, spent=ledger, ...)`
+  calibrates the rounds added so that they and the ledger's charges meet the
+  target together; continue with a process (and a sampler) built from it.
+  """
 
 
 def planned(planned_rounds: Optional[int]) -> Optional[int]:
@@ -91,7 +90,11 @@ def planned_factory(inner_factory, planned_rounds: int, name: str):
   """`inner_factory` whose state carries a plan of rounds, refused past it.
 
   Weighted or unweighted as `inner_factory` (a TFF factory of either kind);
-  its measurements are the inner ones.
+  its measurements are the inner ones. It puts the plan into any inner
+  factory's state (TFF's `DifferentiallyPrivateFactory`'s record sum,
+  Fed-SMP's sum, UDP's mean); the factories without an inner one (BLT,
+  BandMF, the tree) keep `planned_rounds` in their own state beside their
+  `rounds_done`.
 
   Args:
     inner_factory: the factory to run.

@@ -1,4 +1,4 @@
-"""Fed-SMP's sparsified, clipped, noised secure sum as a TFF aggregation factory.
+"""Fed-SMP's sparsified, clipped, noised secure sum: a TFF aggregation factory.
 
 `SparsifiedSecureSumFactory` is an unweighted factory for client updates (a
 structure of float tensors, one flat vector of d values): each round one
@@ -128,7 +128,7 @@ def _with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
 class SparsifiedSecureSumFactory(
     plan_lib.Planned, tff.aggregators.UnweightedAggregationFactory
 ):
-  """Fed-SMP aggregation: shared rand_k/top_k mask, clip, client noise, secure sum.
+  """Fed-SMP: shared rand_k/top_k mask, clip, client noise, secure sum.
 
   Unweighted: every client's clipped update counts alike and the sum is divided
   by the fixed K (`expected_clients_per_round`), never by the realised count.
@@ -138,9 +138,10 @@ class SparsifiedSecureSumFactory(
   * Mask (server): `mask='rand_k'` draws k distinct coordinates uniformly from
     a public seed in the state (`RandKState.mask_seed` folded with
     `round_num`, `tff_priv.mechanisms.smp.rand_k_indices`), derived once at
-    the server and broadcast; `mask='top_k'` uses the indices put in the state before the
-    round (`tff_priv.learning.smp.build_fedsmp_process` trains on public
-    data inside TFF and does it; a round whose mask was not refreshed fails).
+    the server and broadcast; `mask='top_k'` uses the indices put in the
+    state before the round (`tff_priv.learning.smp.build_fedsmp_process`
+    trains on public data inside TFF and does it; a round whose mask was not
+    refreshed fails).
     The mask depends on public inputs only.
   * Count: the server learns n, the number of clients of the round, by a
     secure sum of ones (a plain sum when `secure=False`), and broadcasts it.
@@ -440,69 +441,98 @@ class SparsifiedSecureSumFactory(
         tf_dtype,
     )
 
-    @tff.tensorflow.computation
-    def server_measurements():
-      return collections.OrderedDict(
-          uploaded_bits_per_client=tf.constant(uploaded_bits, tf.int64),
-      )
-
-    def make_state(mask_state, sum_state, event, is_init):
-      cls = RandKState if self._mask == 'rand_k' else TopKState
-      return tff.federated_zip(
-          cls(
-              mask_state[0],
-              mask_state[1],
-              sum_state,
-              event,
-              tff.federated_value(is_init, tff.SERVER),
-          )
-      )
-
-    @tff.federated_computation
-    def init_fn():
-      mask_state = tff.federated_eval(mask.initial_state, tff.SERVER)
-      return make_state(
-          mask_state,
-          inner.initialize(),
-          tff.federated_eval(round_event, tff.SERVER),
-          True,
-      )
-
-    @tff.federated_computation(
-        init_fn.type_signature.result,
-        tff.FederatedType(value_type, tff.CLIENTS),
+    return _process(
+        value_type,
+        self._mask,
+        mask,
+        inner,
+        client_upload,
+        round_event,
+        server_result,
+        uploaded_bits,
+        full=full,
+        secure=secure,
     )
-    def next_fn(state, value):
-      indices, new_mask_state = _mask_step(self._mask, mask, state, full)
-      num_clients = _count_clients(secure)
-      clients_num_clients = tff.federated_broadcast(num_clients)
-      if full:
-        uploads = tff.federated_map(client_upload, (value, clients_num_clients))
-        summed = inner.next(state.sum_state, uploads)
-        result = tff.federated_map(server_result, (summed.result, num_clients))
-      else:
-        uploads = tff.federated_map(
-            client_upload,
-            (value, tff.federated_broadcast(indices), clients_num_clients),
-        )
-        summed = inner.next(state.sum_state, uploads)
-        result = tff.federated_map(
-            server_result, (summed.result, indices, num_clients)
-        )
-      # The inner sum's own measurements (SecureSumFactory's clipped counts)
-      # are exact client statistics: not released.
-      return tff.templates.MeasuredProcessOutput(
-          state=make_state(
-              new_mask_state,
-              summed.state,
-              tff.federated_eval(round_event, tff.SERVER),
-              False,
-          ),
-          result=result,
-          measurements=tff.federated_eval(server_measurements, tff.SERVER),
-      )
 
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+def _process(
+    value_type,
+    mask_kind,
+    mask,
+    inner,
+    client_upload,
+    round_event,
+    server_result,
+    uploaded_bits,
+    *,
+    full,
+    secure,
+) -> tff.templates.AggregationProcess:
+  """The process `create` returns, from the round's computations."""
+
+  @tff.tensorflow.computation
+  def server_measurements():
+    return collections.OrderedDict(
+        uploaded_bits_per_client=tf.constant(uploaded_bits, tf.int64),
+    )
+
+  def make_state(mask_state, sum_state, event, is_init):
+    cls = RandKState if mask_kind == 'rand_k' else TopKState
+    return tff.federated_zip(
+        cls(
+            mask_state[0],
+            mask_state[1],
+            sum_state,
+            event,
+            tff.federated_value(is_init, tff.SERVER),
+        )
+    )
+
+  @tff.federated_computation
+  def init_fn():
+    mask_state = tff.federated_eval(mask.initial_state, tff.SERVER)
+    return make_state(
+        mask_state,
+        inner.initialize(),
+        tff.federated_eval(round_event, tff.SERVER),
+        True,
+    )
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(value_type, tff.CLIENTS),
+  )
+  def next_fn(state, value):
+    indices, new_mask_state = _mask_step(mask_kind, mask, state, full)
+    num_clients = _count_clients(secure)
+    clients_num_clients = tff.federated_broadcast(num_clients)
+    if full:
+      uploads = tff.federated_map(client_upload, (value, clients_num_clients))
+      summed = inner.next(state.sum_state, uploads)
+      result = tff.federated_map(server_result, (summed.result, num_clients))
+    else:
+      uploads = tff.federated_map(
+          client_upload,
+          (value, tff.federated_broadcast(indices), clients_num_clients),
+      )
+      summed = inner.next(state.sum_state, uploads)
+      result = tff.federated_map(
+          server_result, (summed.result, indices, num_clients)
+      )
+    # The inner sum's own measurements (SecureSumFactory's clipped counts)
+    # are exact client statistics: not released.
+    return tff.templates.MeasuredProcessOutput(
+        state=make_state(
+            new_mask_state,
+            summed.state,
+            tff.federated_eval(round_event, tff.SERVER),
+            False,
+        ),
+        result=result,
+        measurements=tff.federated_eval(server_measurements, tff.SERVER),
+    )
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
 def _mask_step(mask_kind, mask, state, full):
@@ -647,8 +677,9 @@ def _mask_computations(mask, mask_seed, dimension, k, indices_type) -> _Mask:
 def _client_upload(
     value_type, specs, indices_type, scale, clip, noise_multiplier, tf_dtype
 ):
-  """The client's clipped, sparsified, noised upload (`indices_type` None:
-  k == d under rand_k, the value itself).
+  """The client's clipped, sparsified, noised upload.
+
+  `indices_type` None: k == d under rand_k, the value itself.
   """
 
   def noise_share(num_clients):
@@ -705,8 +736,9 @@ def _server_result(
     expected_clients,
     tf_dtype,
 ):
-  """The mean the server releases from the summed uploads (`indices_type`
-  None: k == d under rand_k).
+  """The mean the server releases from the summed uploads.
+
+  `indices_type` None: k == d under rand_k.
   """
 
   def empty_round_noise(num_clients, shape):

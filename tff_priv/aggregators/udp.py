@@ -143,6 +143,7 @@ class ScheduledNoise(NoiseSource):
 
 
 def check_value_type(value_type):
+  """Raises TypeError unless `value_type` is a structure of float tensors."""
   if not (
       isinstance(value_type, (tff.TensorType, tff.StructType))
       and tff.types.is_structure_of_floats(value_type)
@@ -360,7 +361,7 @@ def client_noise_factory(
   )
 
 
-def GaussianUDPFactory(  # pylint: disable=invalid-name
+def GaussianUDPFactory(  # pylint: disable=invalid-name  # noqa: N802 a factory named as a class
     noise_stddev: Optional[float] = None,
     *,
     sensitivity: float,
@@ -458,7 +459,7 @@ def planned_inner(
     planned_rounds: Optional[int],
     name: str,
 ):
-  """The inner mean (default `MeanFactory()`), carrying a plan if one is given."""
+  """The inner mean (default `MeanFactory()`), carrying a plan if given."""
   if planned_rounds is None:
     return inner_agg_factory
   if inner_agg_factory is None:
@@ -477,7 +478,7 @@ def _calibrated(
     spent=None,
     inner_agg_factory: Optional[InnerFactory] = None,
 ):
-  """A `GaussianUDPFactory` whose run of `total_rounds` rounds meets (eps, delta).
+  """A `GaussianUDPFactory` whose `total_rounds` rounds meet (eps, delta).
 
   For a loop that draws K of the N clients uniformly each round and charges
   each round with `PrivacyLedger.record_round(state, population=N,

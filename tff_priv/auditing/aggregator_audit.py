@@ -313,7 +313,11 @@ def _vectorized_statistics(
     num_clients,
     values_per_call,
 ):
-  """The canary-direction statistic of `trials` releases per set, blocks of one call."""
+  """The canary-direction statistic of `trials` releases per set, in blocks.
+
+  Returns ({set: statistics}, blocks): one call of `next` on a value of
+  `blocks` blocks of the canary's d values gives `blocks` trials.
+  """
   d = canary.size
   if kind == 'central_sum':
     clip = _tff_gaussian_clip(factory) or factory.clip
@@ -417,7 +421,7 @@ class _Clients:
 
 
 def _checked_value_type(value_type) -> tuple[tuple[int, ...], int, Any]:
-  """(shape, dimension, dtype) of a float `tff.TensorType` with a fully defined shape."""
+  """(shape, dimension, dtype) of a float `tff.TensorType` of defined shape."""
   if not isinstance(value_type, tff.TensorType) or not np.issubdtype(
       value_type.dtype, np.floating
   ):
@@ -458,7 +462,7 @@ def _create_process(factory, value_type):
 
 
 def _neighboring_relation(factory, guarantee, neighboring_relation, state):
-  """The relation to audit: the argument's, the guarantee's, else the state's."""
+  """The relation to audit: the argument's, else the guarantee's or state's."""
   relation = neighboring_relation
   if relation is None and guarantee is not None:
     relation = guarantee.neighboring_relation
@@ -701,7 +705,7 @@ def _per_run_releases(
     dtype,
     fresh_state,
 ):
-  """(leaf names, {set: [runs x leaf values] per leaf}) of `trials` runs per set.
+  """(leaf names, {set: [runs x leaf values] per leaf}) of `trials` runs a set.
 
   Every run starts from `state`, or from its own `process.initialize()` with
   `fresh_state`, `batch_size` runs per TFF call (`_batched_runner`, about
@@ -838,18 +842,19 @@ def _refuted_by(decision: tradeoff.Decision, claim: _Claim) -> str:
 
 
 def _audit_result(
-    factory,
-    decision,
-    claim,
-    relation,
-    guarantee,
-    delta,
-    alpha,
-    trials,
-    vectorized,
-    started,
+    factory, decision, setting, vectorized, started
 ) -> AuditResult:
-  """The `AuditResult` of a decision against the claim (`seconds` since `started`)."""
+  """The `AuditResult` of a decision against the claim (`seconds` since then).
+
+  Args:
+    factory: the audited factory.
+    decision: the tests' `tradeoff.Decision`.
+    setting: the audit's `_Setting` (the claim, relation, delta, alpha...).
+    vectorized: whether the trials ran vectorised.
+    started: `time.monotonic()` when the audit started.
+  """
+  claim, guarantee, trials = setting.claim, setting.guarantee, setting.trials
+  delta, alpha = setting.delta, setting.alpha
   n = decision.evaluation_trials
   eps_lb = decision.epsilon_lower_bound
   mu_lb = decision.mu_lower_bound
@@ -864,7 +869,7 @@ def _audit_result(
       accountant=claim.accountant_name,
       delta=delta,
       alpha=alpha,
-      neighboring_relation=relation,
+      neighboring_relation=setting.relation,
       noise=guarantee.noise if guarantee is not None else '',
       trials=trials,
       selection_trials=trials - n,
@@ -884,6 +889,167 @@ def _audit_result(
       refuted_by=refuted_by,
       vectorized=bool(vectorized),
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setting:
+  """What an audit's trials run on (`_set_up`).
+
+  Attributes:
+    num_clients: clients in the set without the canary.
+    trials: runs per set.
+    batch_size: runs of `next` per TFF call (per run).
+    delta: the delta of the bounds and of the claim.
+    alpha: the audit's error probability.
+    shape: the value type's shape.
+    dtype: the value type's dtype.
+    process: the factory's `AggregationProcess` for the value type.
+    weighted: whether the process takes client weights.
+    state: the state the runs start from (`initial_state`, or one
+      `process.initialize()`).
+    initial_state: the caller's `initial_state` (None: each run its own
+      `process.initialize()`).
+    guarantee: the factory's `Guarantee`, or None.
+    relation: the neighbouring relation audited.
+    rng: the audit's generator (canary direction, other clients, split).
+    clients: the two neighbouring client sets.
+    claim: the claim the audit judges.
+  """
+
+  num_clients: int
+  trials: int
+  batch_size: int
+  delta: float
+  alpha: float
+  shape: tuple[int, ...]
+  dtype: Any
+  process: Any
+  weighted: bool
+  state: Any
+  initial_state: Any
+  guarantee: Any
+  relation: str
+  rng: np.random.Generator
+  clients: _Clients
+  claim: _Claim
+
+
+def _set_up(
+    factory,
+    *,
+    value_type,
+    num_clients,
+    trials,
+    batch_size,
+    delta,
+    alpha,
+    seed,
+    initial_state,
+    neighboring_relation,
+    canary,
+    replaced_value,
+    claimed_dp_event,
+) -> _Setting:
+  """`audit_aggregator`'s arguments checked, its client sets and its claim.
+
+  The arguments are `audit_aggregator`'s; the claim's read runs `next` once
+  (`_read_claim`).
+  """
+  num_clients = validation.int_at_least('num_clients', num_clients, 1)
+  trials = validation.int_at_least('trials', trials, 4)
+  batch_size = validation.int_at_least('batch_size', batch_size, 1)
+  delta, alpha = bounds.check_delta_alpha(delta, alpha)
+  seed = validation.int_at_least('seed', seed, 0)
+  shape, dimension, dtype = _checked_value_type(value_type)
+  process, weighted = _create_process(factory, value_type)
+  state = process.initialize() if initial_state is None else initial_state
+  guarantee = guarantees.guarantee_of(factory)
+  relation = _neighboring_relation(
+      factory, guarantee, neighboring_relation, state
+  )
+  rng = np.random.default_rng(seed)
+  clients = _client_sets(
+      factory,
+      state,
+      dimension,
+      rng,
+      canary,
+      replaced_value,
+      relation,
+      num_clients,
+  )
+  claim = _read_claim(
+      claimed_dp_event,
+      process,
+      state,
+      relation,
+      delta,
+      _client_args(clients.with_canary, shape, dtype, weighted),
+  )
+  return _Setting(
+      num_clients=num_clients,
+      trials=trials,
+      batch_size=batch_size,
+      delta=delta,
+      alpha=alpha,
+      shape=shape,
+      dtype=dtype,
+      process=process,
+      weighted=weighted,
+      state=state,
+      initial_state=initial_state,
+      guarantee=guarantee,
+      relation=relation,
+      rng=rng,
+      clients=clients,
+      claim=claim,
+  )
+
+
+def _trial_candidates(
+    factory, setting, vectorized, selection_fraction, values_per_call
+):
+  """(candidates, choose, held, vectorized): the trials, vectorised or per run.
+
+  `vectorized` and `selection_fraction` are `audit_aggregator`'s
+  (`_trial_mode` resolves them); `values_per_call` bounds a vectorised call.
+  """
+  kind, vectorized, selection_fraction = _trial_mode(
+      factory,
+      setting.relation,
+      setting.num_clients,
+      setting.initial_state,
+      vectorized,
+      selection_fraction,
+  )
+  if vectorized:
+    candidates, choose, held = _vectorized_candidates(
+        factory,
+        kind,
+        setting.weighted,
+        setting.dtype,
+        setting.trials,
+        setting.clients,
+        setting.num_clients,
+        values_per_call,
+        selection_fraction,
+        setting.rng,
+    )
+  else:
+    candidates, choose, held = _per_run_candidates(
+        setting.process,
+        setting.state,
+        setting.batch_size,
+        setting.weighted,
+        setting.clients,
+        setting.trials,
+        setting.shape,
+        setting.dtype,
+        selection_fraction,
+        setting.rng,
+        fresh_state=setting.initial_state is None,
+    )
+  return candidates, choose, held, vectorized
 
 
 def audit_aggregator(
@@ -906,7 +1072,7 @@ def audit_aggregator(
     selection_fraction: Optional[float] = None,
     values_per_call: int = 2**22,
 ) -> AuditResult:
-  """Lower-bounds the eps of one round of `factory` and checks it against its claim.
+  """Lower-bounds the eps of one round of `factory`, checked against its claim.
 
   The factory's own process runs `trials` times on each of two neighbouring
   client sets (`_client_sets`: with and without one canary client),
@@ -950,85 +1116,28 @@ def audit_aggregator(
     An `AuditResult`.
   """
   started = time.monotonic()
-  num_clients = validation.int_at_least('num_clients', num_clients, 1)
-  trials = validation.int_at_least('trials', trials, 4)
-  batch_size = validation.int_at_least('batch_size', batch_size, 1)
-  delta, alpha = bounds.check_delta_alpha(delta, alpha)
-  seed = validation.int_at_least('seed', seed, 0)
-  shape, dimension, dtype = _checked_value_type(value_type)
-  process, weighted = _create_process(factory, value_type)
-  state = process.initialize() if initial_state is None else initial_state
-  guarantee = guarantees.guarantee_of(factory)
-  relation = _neighboring_relation(
-      factory, guarantee, neighboring_relation, state
-  )
-  rng = np.random.default_rng(seed)
-  clients = _client_sets(
+  setting = _set_up(
       factory,
-      state,
-      dimension,
-      rng,
-      canary,
-      replaced_value,
-      relation,
-      num_clients,
+      value_type=value_type,
+      num_clients=num_clients,
+      trials=trials,
+      batch_size=batch_size,
+      delta=delta,
+      alpha=alpha,
+      seed=seed,
+      initial_state=initial_state,
+      neighboring_relation=neighboring_relation,
+      canary=canary,
+      replaced_value=replaced_value,
+      claimed_dp_event=claimed_dp_event,
   )
-  claim = _read_claim(
-      claimed_dp_event,
-      process,
-      state,
-      relation,
-      delta,
-      _client_args(clients.with_canary, shape, dtype, weighted),
+  candidates, choose, held, vectorized = _trial_candidates(
+      factory, setting, vectorized, selection_fraction, values_per_call
   )
-  kind, vectorized, selection_fraction = _trial_mode(
-      factory,
-      relation,
-      num_clients,
-      initial_state,
-      vectorized,
-      selection_fraction,
+  decision = tradeoff.decide(
+      candidates, choose, held, setting.delta, setting.alpha
   )
-  if vectorized:
-    candidates, choose, held = _vectorized_candidates(
-        factory,
-        kind,
-        weighted,
-        dtype,
-        trials,
-        clients,
-        num_clients,
-        values_per_call,
-        selection_fraction,
-        rng,
-    )
-  else:
-    candidates, choose, held = _per_run_candidates(
-        process,
-        state,
-        batch_size,
-        weighted,
-        clients,
-        trials,
-        shape,
-        dtype,
-        selection_fraction,
-        rng,
-        fresh_state=initial_state is None,
-    )
-  decision = tradeoff.decide(candidates, choose, held, delta, alpha)
-  result = _audit_result(
-      factory,
-      decision,
-      claim,
-      relation,
-      guarantee,
-      delta,
-      alpha,
-      trials,
-      vectorized,
-      started,
-  )
+  result = _audit_result(factory, decision, setting, vectorized, started)
   if not result.passed and warn:
     logging.error('%s', result.summary())
     warnings.warn(result.summary(), AuditFailedWarning, stacklevel=2)

@@ -1,16 +1,9 @@
 """Clopper-Pearson lower bounds on eps from a distinguishing test's errors.
 
-A test that guesses which of two neighbouring inputs D0, D1 produced an output
-has false positive rate FPR = P[guess D1 | D0] and false negative rate
-FNR = P[guess D0 | D1]. If the mechanism is (eps, delta)-DP for the pair in
-both orders, then 1 - FNR <= e^eps FPR + delta and 1 - FPR <= e^eps FNR + delta
-(Kairouz, Oh, Viswanath 2015), so
-
-    eps >= max(log((1 - delta - FNR) / FPR), log((1 - delta - FPR) / FNR)).
-
-With one-sided Clopper-Pearson upper bounds FPR_u, FNR_u, each at confidence
-1 - alpha / 2, the same formula with FPR_u, FNR_u is a lower bound on eps that
-holds with probability >= 1 - alpha (Jagielski, Ullman, Oprea 2020).
+A test guesses which of two neighbouring inputs D0, D1 produced an output;
+`epsilon_lower_bound` turns one-sided Clopper-Pearson upper bounds on its
+false positive and false negative rates into a lower bound on eps that holds
+with probability >= 1 - alpha (Jagielski, Ullman, Oprea 2020).
 """
 
 import dataclasses
@@ -48,7 +41,19 @@ def epsilon_lower_bound(
     delta: float,
     alpha: float,
 ):
-  """The eps lower bound (module docstring) from a test's error counts.
+  """The eps lower bound from a test's error counts.
+
+  A test that guesses which of two neighbouring inputs D0, D1 produced an
+  output has false positive rate FPR = P[guess D1 | D0] and false negative
+  rate FNR = P[guess D0 | D1]. If the mechanism is (eps, delta)-DP for the
+  pair in both orders, then 1 - FNR <= e^eps FPR + delta and
+  1 - FPR <= e^eps FNR + delta (Kairouz, Oh, Viswanath 2015), so
+
+      eps >= max(log((1 - delta - FNR) / FPR), log((1 - delta - FPR) / FNR)).
+
+  With one-sided Clopper-Pearson upper bounds FPR_u, FNR_u, each at confidence
+  1 - alpha / 2, the same formula with FPR_u, FNR_u is a lower bound on eps
+  that holds with probability >= 1 - alpha (Jagielski, Ullman, Oprea 2020).
 
   Args:
     false_positives: outputs of D0 guessed D1 (int or int array).
@@ -75,7 +80,7 @@ def epsilon_lower_bound(
 def max_epsilon_lower_bound(
     negatives: int, positives: int, delta: float, alpha: float
 ) -> float:
-  """The largest bound `negatives` and `positives` outputs can show (no errors)."""
+  """The largest bound `negatives`, `positives` outputs can show (no errors)."""
   return float(epsilon_lower_bound(0, negatives, 0, positives, delta, alpha))
 
 
@@ -106,7 +111,8 @@ def best_threshold_test(
   Args:
     statistic0: the statistic on outputs of D0 (1-D).
     statistic1: the statistic on outputs of D1 (1-D).
-    delta, alpha: as `epsilon_lower_bound`.
+    delta: as `epsilon_lower_bound`.
+    alpha: as `epsilon_lower_bound`.
 
   Returns:
     (test, its eps bound on these samples).
@@ -134,6 +140,7 @@ def best_threshold_test(
 
 
 def check_delta_alpha(delta: float, alpha: float) -> tuple[float, float]:
+  """(delta, alpha), each checked to lie in (0, 1)."""
   delta = validation.open_unit('delta', delta)
   alpha = validation.open_unit('alpha', alpha)
   return delta, alpha

@@ -1,37 +1,10 @@
 """The canaries of a training run's one-shot privacy estimate, and the estimate.
 
-Andrew, Kairouz, Oh, Oprea, McMahan, Suriyakumar, "One-shot Empirical Privacy
-Estimation for Federated Learning" (ICLR 2024): 2N unit random directions in
-the model's flattened trainable space are drawn from a secret seed; canaries
-0..N-1 are inserted (canary clients whose model delta is the direction scaled
-to the mechanism's clip take part in training), N..2N-1 are held out (never
-inserted). After training, the cosines of the released model delta (final
-minus initial model) with the inserted and with the held-out canaries are each
-fit by a Gaussian (`one_shot.one_shot_epsilon`); when every round's model is
-released, each canary's statistic is its largest cosine with a round's model
-delta (`one_shot.one_shot_epsilon_all_iterates`).
-
-Participation. As in the paper and its code (google-research/federated,
-one_shot_epe: canary clients are added to the population and drawn by the same
-Bernoulli sampling as the real clients), each inserted canary joins a round
-independently with the real clients' per-round rate q = K / N_real (for a
-fixed-size sampling of the real clients, q is the fraction they are drawn at).
-The real clients' sampling, rate and ledger are those of the run without
-canaries: the canaries are drawn on top, from their own stream.
-
-Releasing the estimate costs no privacy beyond the accounted eps. Its inputs
-are the models the rounds release (the ledger charges every round's model as a
-release, so the accounted eps covers all iterates; the final model is written
-to the run directory) and the canaries, whose directions and participation
-come from a seed drawn independently of the clients' data and of who is
-sampled (the training program draws it from the operating system and keeps it
-as it keeps the sampling seed). No client's data, update or participation is
-an input: the estimate is a post-processing of released outputs with
-independent randomness.
-
-Everything random here is a function of `seed` only, through streams that
-cannot collide: direction j from `numpy.random.default_rng([seed, 0, j])`,
-round t's participation from `default_rng([seed, 1, t])`.
+Andrew et al.'s canaries (ICLR 2024): 2N random directions in the model's
+space drawn from a secret seed, half of them inserted as canary clients
+(`Canaries`); the estimate is read from their cosines with the released model
+deltas (`estimate`), a post-processing of released outputs with independent
+randomness, so releasing it costs no privacy beyond the accounted eps.
 """
 
 import dataclasses
@@ -142,6 +115,29 @@ def seed_from(sampling_seed: int) -> int:
 class Canaries:
   """2N canary directions and their participation.
 
+  Andrew, Kairouz, Oh, Oprea, McMahan, Suriyakumar, "One-shot Empirical Privacy
+  Estimation for Federated Learning" (ICLR 2024): 2N unit random directions in
+  the model's flattened trainable space are drawn from a secret seed; canaries
+  0..N-1 are inserted (canary clients whose model delta is the direction scaled
+  to the mechanism's clip take part in training), N..2N-1 are held out (never
+  inserted). After training, the cosines of the released model delta (final
+  minus initial model) with the inserted and with the held-out canaries are each
+  fit by a Gaussian (`one_shot.one_shot_epsilon`); when every round's model is
+  released, each canary's statistic is its largest cosine with a round's model
+  delta (`one_shot.one_shot_epsilon_all_iterates`).
+
+  Participation. As in the paper and its code (google-research/federated,
+  one_shot_epe: canary clients are added to the population and drawn by the same
+  Bernoulli sampling as the real clients), each inserted canary joins a round
+  independently with the real clients' per-round rate q = K / N_real (for a
+  fixed-size sampling of the real clients, q is the fraction they are drawn at).
+  The real clients' sampling, rate and ledger are those of the run without
+  canaries: the canaries are drawn on top, from their own stream.
+
+  Everything random here is a function of `seed` only, through streams that
+  cannot collide: direction j from `numpy.random.default_rng([seed, 0, j])`,
+  round t's participation from `default_rng([seed, 1, t])`.
+
   Attributes:
     seed: the secret canary seed (`seed_from`).
     num_inserted: N >= 2: canaries 0..N-1 take part, N..2N-1 are held out.
@@ -211,6 +207,16 @@ def estimate(
     accounted_epsilon: Optional[float],
 ) -> dict[str, Any]:
   """The `privacy['empirical']` entry of a run summary.
+
+  Releasing the estimate costs no privacy beyond the accounted eps. Its inputs
+  are the models the rounds release (the ledger charges every round's model as a
+  release, so the accounted eps covers all iterates; the final model is written
+  to the run directory) and the canaries, whose directions and participation
+  come from a seed drawn independently of the clients' data and of who is
+  sampled (the training program draws it from the operating system and keeps it
+  as it keeps the sampling seed). No client's data, update or participation is
+  an input: the estimate is a post-processing of released outputs with
+  independent randomness.
 
   Args:
     final_cosines: [2N] cosines of (final - initial model) with the canaries.

@@ -6,33 +6,6 @@ with probability 1/2; from the released output the auditor guesses, for r of
 them, whether they were in, and the number v of right guesses bounds eps from
 below (`one_run.epsilon_lower_bound`). From the same guesses, Mahloujifar et
 al.'s f-DP bound (`one_run.fdp_mu_lower_bound`) is reported beside.
-
-Here, for a mechanism whose guarantee is record-level under replace-one
-adjacency (UDP): canary j has a fixed slot in the local data of client
-j mod N. If the canary is in, the slot holds the canary; if out, it holds a
-blank record (an all-zero input with label 0). Toggling one canary replaces
-one record of one client's data, so the datasets of any two inclusion
-vectors that differ in one canary are replace-one neighbours, and every
-client's |D_i| is the same whichever canaries are in (its weight and the
-sensitivity 2 eta C / |D_i| reveal nothing about them). The slots are part of
-the audited run's data: its sensitivity counts them (`num_slots`), so its
-noise is what the claimed eps needs for that data. Counting only the real
-examples would add noise the claim does not need (3x with 10 real examples
-and 20 slots) and the audit would test a more private run than claimed.
-
-Canaries are out-of-distribution so that their memorisation shows: each is an
-input of independent random signs (+-1 per value) with a uniform random label;
-such inputs are nearly orthogonal to each other, so one canary's gradient
-moves its own loss and barely another's. The
-score of a canary is its loss drop from the initial model to the final model
-(both released: the run writes initial_model.npz and final_model.npz):
-training on a canary lowers its loss, more so the less noise hides it.
-
-Guesses: for each fraction f of a fixed public grid `GUESS_FRACTIONS`, the
-auditor guesses 'in' for the k = ceil(f m / 2) highest scores and 'out' for
-the k lowest, abstaining on the rest; each bound is computed at level
-alpha / len(grid) and the largest is reported (a union bound over the grid,
-so the reported bound holds with probability >= 1 - alpha).
 """
 
 import math
@@ -76,6 +49,27 @@ def _slot_indices(num_canaries, num_clients, client_index) -> np.ndarray:
 
 class CanaryExamples:
   """m canary examples, their inclusion bits and their slots, from a seed.
+
+  For a mechanism whose guarantee is record-level under replace-one
+  adjacency (UDP): canary j has a fixed slot in the local data of client
+  j mod N. If the canary is in, the slot holds the canary; if out, it holds a
+  blank record (an all-zero input with label 0). Toggling one canary replaces
+  one record of one client's data, so the datasets of any two inclusion vectors
+  that differ in one canary are replace-one neighbours, and every client's
+  |D_i| is the same whichever canaries are in (its weight and the sensitivity
+  2 eta C / |D_i| reveal nothing about them). The slots are part of the
+  audited run's data: its sensitivity counts them (`num_slots`), so its noise
+  is what the claimed eps needs for that data. Counting only the real examples
+  would add noise the claim does not need (3x with 10 real examples and 20
+  slots) and the audit would test a more private run than claimed.
+
+  Canaries are out-of-distribution so that their memorisation shows: each is
+  an input of independent random signs (+-1 per value) with a uniform random
+  label; such inputs are nearly orthogonal to each other, so one canary's
+  gradient moves its own loss and barely another's. The score of a canary is
+  its loss drop from the initial model to the final model (both released: the
+  run writes initial_model.npz and final_model.npz): training on a canary
+  lowers its loss, more so the less noise hides it.
 
   Attributes:
     num_canaries: m.
@@ -222,6 +216,12 @@ def audit(
     fractions: Sequence[float] = GUESS_FRACTIONS,
 ) -> dict[str, Any]:
   """The `privacy['empirical']` entry of a run with canary examples.
+
+  Guesses: for each fraction f of a fixed public grid `GUESS_FRACTIONS`, the
+  auditor guesses 'in' for the k = ceil(f m / 2) highest scores and 'out' for
+  the k lowest, abstaining on the rest; each bound is computed at level
+  alpha / len(grid) and the largest is reported (a union bound over the grid,
+  so the reported bound holds with probability >= 1 - alpha).
 
   Args:
     scores: [m] each canary's score (higher: more likely in).

@@ -78,23 +78,15 @@ def quickstart_settings(
   else:
     z = validation.positive('noise_multiplier', noise_multiplier)
   k = QUICKSTART_CLIENTS
-  # BLT: the strategy --mechanism=blt runs for a stream of the quickstart's
-  # rounds, its noise scaled so that the stream's claim is Gaussian(z). The
-  # audit sees the stream's first round only (noise z s C, s the stream's
-  # sensitivity > 1), so it is loose by s in mu.
-  blt = blt_lib.optimize(QUICKSTART_ROUNDS, error='max')
-  blt_sensitivity = blt.sensitivity(QUICKSTART_ROUNDS)
-  # BandMF at its most bands for the quickstart's 100 clients, b = N / K =
-  # 10: every client of its group takes part (q = 1, so the claim is the
-  # Gaussian(z) a fixed-participation audit can test; amplification by
-  # sampling is not audited here). Round 1's noise is z C / c_0 >= z C: the
-  # audit of that round is loose by 1 / c_0 in mu.
-  bands = round(1 / QUICKSTART_SAMPLING)
-  band = bandmf_lib.band_choice(QUICKSTART_ROUNDS, bands * k, k, bands)
+  return [
+      *_central_settings(z, k, dimension),
+      *_stream_settings(z, k, dimension),
+      *_client_noise_settings(z, k, eps0, dimension),
+  ]
 
-  def udp_canary(d):
-    return np.full(d, 0.5 / math.sqrt(d))
 
+def _central_settings(z, k, dimension) -> list[Setting]:
+  """TFF's DP-FedAvg, with a fixed clip and with adaptive clipping."""
   return [
       Setting(
           'dp_fedavg (TFF gaussian_fixed)',
@@ -124,6 +116,25 @@ def quickstart_settings(
           k,
           lambda d: np.full(d, 0.1 / math.sqrt(d)),
       ),
+  ]
+
+
+def _stream_settings(z, k, dimension) -> list[Setting]:
+  """The stream factories: BLT's and BandMF's first round."""
+  # BLT: the strategy --mechanism=blt runs for a stream of the quickstart's
+  # rounds, its noise scaled so that the stream's claim is Gaussian(z). The
+  # audit sees the stream's first round only (noise z s C, s the stream's
+  # sensitivity > 1), so it is loose by s in mu.
+  blt = blt_lib.optimize(QUICKSTART_ROUNDS, error='max')
+  blt_sensitivity = blt.sensitivity(QUICKSTART_ROUNDS)
+  # BandMF at its most bands for the quickstart's 100 clients, b = N / K =
+  # 10: every client of its group takes part (q = 1, so the claim is the
+  # Gaussian(z) a fixed-participation audit can test; amplification by
+  # sampling is not audited here). Round 1's noise is z C / c_0 >= z C: the
+  # audit of that round is loose by 1 / c_0 in mu.
+  bands = round(1 / QUICKSTART_SAMPLING)
+  band = bandmf_lib.band_choice(QUICKSTART_ROUNDS, bands * k, k, bands)
+  return [
       Setting(
           'blt (BLTFactory)',
           f'z={z * blt_sensitivity:.3f}, C=1, K={k}, round 1 of a '
@@ -148,6 +159,16 @@ def quickstart_settings(
           dimension,
           k,
       ),
+  ]
+
+
+def _client_noise_settings(z, k, eps0, dimension) -> list[Setting]:
+  """smp's secure sum, and the local-noise factories with one client."""
+
+  def udp_canary(d):
+    return np.full(d, 0.5 / math.sqrt(d))
+
+  return [
       Setting(
           'smp (SparsifiedSecureSumFactory)',
           f'z={z:.3f}, C=1, p=0.1, K={k}, rand_k',
@@ -343,6 +364,22 @@ def figure(dicts):
   ]
   low, high = min(values) / 2, max(values) * 2
   fig, ax = plt.subplots(figsize=(7, 0.45 * len(dicts) + 1.2))
+  _plot_rows(ax, dicts, low, high)
+  ax.set_xscale('log')
+  ax.set_xlim(low, high)
+  ax.set_ylim(len(dicts) - 0.5, -0.5)
+  ax.set_yticks(range(len(dicts)))
+  ax.set_yticklabels(
+      [f"{d['mechanism']}\n{d['setting']}" for d in dicts], fontsize=6
+  )
+  ax.set_xlabel('eps at delta')
+  _legend(ax, plt)
+  fig.tight_layout()
+  return fig
+
+
+def _plot_rows(ax, dicts, low, high):
+  """`figure`'s lines, one per row, on an axis from `low` to `high`."""
   for y, d in enumerate(dicts):
     bound = d['empirical_lower_bound']
     shown = bound if bound > low else low
@@ -376,14 +413,10 @@ def figure(dicts):
           edgecolors='C2',
           zorder=4,
       )
-  ax.set_xscale('log')
-  ax.set_xlim(low, high)
-  ax.set_ylim(len(dicts) - 0.5, -0.5)
-  ax.set_yticks(range(len(dicts)))
-  ax.set_yticklabels(
-      [f"{d['mechanism']}\n{d['setting']}" for d in dicts], fontsize=6
-  )
-  ax.set_xlabel('eps at delta')
+
+
+def _legend(ax, plt):
+  """`figure`'s legend and title above the axis (`plt`: matplotlib's pyplot)."""
   handles = [
       plt.Line2D(
           [], [], color='k', marker='|', ls='', ms=12, label='claimed eps'
@@ -419,5 +452,3 @@ def figure(dicts):
       title='Factory audits: the claim and what the trials show',
       title_fontsize=8,
   )
-  fig.tight_layout()
-  return fig

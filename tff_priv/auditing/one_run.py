@@ -2,21 +2,9 @@
 
 m canaries each enter the training data independently with probability 1/2;
 after one run the auditor guesses in or out for r of them (abstaining on the
-rest) and v guesses are right.
-
-* `epsilon_lower_bound`: Steinke, Nasr, Jagielski, "Privacy Auditing with One
-  (1) Training Run" (NeurIPS 2023, arXiv:2305.08846), main theorem: refutes
-  "(eps, delta)-DP".
-* `fdp_mu_lower_bound` / `fdp_epsilon_lower_bound`: Mahloujifar, Melis,
-  Chaudhuri, "Auditing f-Differential Privacy in One Run" (arXiv:2410.22235),
-  the recursion of its `audit_rh_with_cap` for the Gaussian trade-off curve
-  G_mu (as jax_privacy's `auditing._epsilon_one_run_fdp`, parameterized here by
-  mu): refutes "mu-GDP". A whole trade-off curve constrains the guesses more
-  than one (eps, delta) point, so at equal (m, r, v) it refutes more; the
-  price is its premise: its eps (the eps at delta of G_mu, `tradeoff`) bounds
-  the eps of a run only if the run's trade-off curve is Gaussian (a Gaussian
-  mechanism, or many compositions of sampled Gaussians, close to it by the
-  central limit theorem of Dong, Roth and Su).
+rest) and v guesses are right. `epsilon_lower_bound` (Steinke, Nasr,
+Jagielski) refutes "(eps, delta)-DP"; `fdp_mu_lower_bound` and
+`fdp_epsilon_lower_bound` (Mahloujifar, Melis, Chaudhuri) refute "mu-GDP".
 """
 
 import math
@@ -80,8 +68,14 @@ def epsilon_lower_bound(
   eps makes v correct guesses likelier), so the boundary is found by root
   finding on eps.
 
+  Steinke, Nasr, Jagielski, "Privacy Auditing with One (1) Training Run"
+  (NeurIPS 2023, arXiv:2305.08846), main theorem: refutes "(eps, delta)-DP".
+
   Args:
-    m, r, v, delta: as `p_value`.
+    m: as `p_value`.
+    r: as `p_value`.
+    v: as `p_value`.
+    delta: as `p_value`.
     alpha: in (0, 1), one minus the confidence.
   """
   alpha = validation.open_unit('alpha', alpha)
@@ -125,8 +119,22 @@ def fdp_mu_lower_bound(m: int, r: int, v: int, alpha: float = 0.05) -> float:
   mu-GDP run does not give a bound above its mu (Mahloujifar et al.,
   `_fdp_gap`). The gap decreases in mu, so the boundary is a root.
 
+  Mahloujifar, Melis, Chaudhuri, "Auditing f-Differential Privacy in One Run"
+  (arXiv:2410.22235), the recursion of its `audit_rh_with_cap` for the
+  Gaussian trade-off curve G_mu (as jax_privacy's
+  `auditing._epsilon_one_run_fdp`, parameterized here by mu): refutes
+  "mu-GDP". A whole trade-off curve constrains the guesses more than one
+  (eps, delta) point, so at equal (m, r, v) it refutes more; the price is its
+  premise: its eps (the eps at delta of G_mu, `tradeoff`; see
+  `fdp_epsilon_lower_bound`) bounds the eps of a run only if the run's
+  trade-off curve is Gaussian (a Gaussian mechanism, or many compositions of
+  sampled Gaussians, close to it by the central limit theorem of Dong, Roth
+  and Su).
+
   Args:
-    m, r, v: canaries, guesses, correct guesses (0 <= v <= r <= m).
+    m: canaries (0 <= v <= r <= m).
+    r: guesses.
+    v: correct guesses.
     alpha: in (0, 1), one minus the confidence.
   """
   m, r, v = _counts(m, r, v)
@@ -149,7 +157,7 @@ def fdp_epsilon_lower_bound(
   """The eps at delta of the mu-GDP curve `fdp_mu_lower_bound` refutes.
 
   A lower bound on the run's eps only if its trade-off curve is Gaussian
-  (see the module docstring); otherwise it refutes the claim "mu-GDP" only.
+  (see `fdp_mu_lower_bound`); otherwise it refutes the claim "mu-GDP" only.
   """
   mu = fdp_mu_lower_bound(m, r, v, alpha)
   if math.isinf(mu):

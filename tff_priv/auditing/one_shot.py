@@ -79,7 +79,10 @@ def epsilon_two_gaussians(
   exceeds eps is bounded by the roots of a quadratic.
 
   Args:
-    mu1, std1, mu2, std2: the two Gaussians (stds > 0).
+    mu1: the first Gaussian's mean.
+    std1: its std, > 0.
+    mu2: the second Gaussian's mean.
+    std2: its std, > 0.
     delta: in (0, 1).
   """
   std1 = validation.positive('std1', std1)
@@ -159,7 +162,9 @@ def bootstrap_interval(
   `seed` is public: the interval is a function of the released cosines.
 
   Args:
-    inserted_cosines, held_out_cosines, delta: as `one_shot_epsilon`.
+    inserted_cosines: as `one_shot_epsilon`.
+    held_out_cosines: as `one_shot_epsilon`.
+    delta: as `one_shot_epsilon`.
     level: in (0, 1).
     resamples: >= 10.
     seed: the resampling seed.

@@ -1,17 +1,10 @@
 """Power, false alarms and calibration of the vectorised factory audit.
 
-A vectorised trial of a Gaussian factory (`aggregator_audit`, TFF's
-gaussian_fixed, udp) releases, along the canary direction, N(0, s^2) without
-the canary and N(mu s, s^2) with it, mu = (the canary's shift) / s: for a
-factory whose noise multiplier is z, mu = 1 / z exactly, and its true eps at
-delta is dp_accounting's eps of GaussianDpEvent(z). `replay` draws those
-statistics with numpy and runs the audit's own decision (`tradeoff.decide`,
-the same split and tests), so many audits can be replayed in seconds:
-`power_table` and `plot_power` give the probability that an audit flags a
-factory whose true eps is r times its claim, `calibration` and
-`plot_calibration` the bounds against the true eps as the trials grow.
-tests/auditing/aggregator_audit_test.py checks the real factory against the
-same numbers.
+`replay` draws a vectorised trial's statistics with numpy and runs the audit's
+own decision, so many audits can be replayed in seconds: `power_table` and
+`plot_power` give the probability that an audit flags a factory whose true eps
+is r times its claim, `calibration` and `plot_calibration` the bounds against
+the true eps as the trials grow.
 """
 
 import dataclasses
@@ -58,7 +51,17 @@ def replay(
     selection_fraction: float = SELECTION_FRACTION,
     seed: int = 0,
 ) -> Replay:
-  """The vectorised audit of a true_mu-GDP Gaussian factory claimed claimed_mu-GDP."""
+  """The vectorised audit of a true_mu-GDP Gaussian claimed claimed_mu-GDP.
+
+  A vectorised trial of a Gaussian factory (`aggregator_audit`, TFF's
+  gaussian_fixed, udp) releases, along the canary direction, N(0, s^2) without
+  the canary and N(mu s, s^2) with it, mu = (the canary's shift) / s: for a
+  factory whose noise multiplier is z, mu = 1 / z exactly, and its true eps at
+  delta is dp_accounting's eps of GaussianDpEvent(z). `replay` draws those
+  statistics with numpy and runs the audit's own decision (`tradeoff.decide`,
+  the same split and tests). tests/auditing/aggregator_audit_test.py checks
+  the real factory against the same numbers.
+  """
   rng = np.random.default_rng(seed)
   s0 = rng.standard_normal(trials)
   s1 = rng.standard_normal(trials) + true_mu
@@ -175,7 +178,7 @@ def plot_power(
     seeds: int = 40,
     **kwargs,
 ) -> list[dict]:
-  """Flag rate vs true/claimed eps ratio, one curve per claim (PNG); the rows."""
+  """Flag rate vs true/claimed eps ratio, a curve per claim (PNG); the rows."""
   rows = power_table(claims, ratios, seeds=seeds, **kwargs)
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(6, 4))

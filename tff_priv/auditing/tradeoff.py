@@ -2,23 +2,9 @@
 
 A mechanism is mu-GDP (Dong, Roth, Su, "Gaussian Differential Privacy", JRSS-B
 2022) when every test of one neighbouring input against the other has
-FNR >= G_mu(FPR) = Phi(Phi^-1(1 - FPR) - mu): the trade-off curve of
-N(0, 1) against N(mu, 1). The Gaussian mechanism of noise multiplier z is
-exactly (1 / z)-GDP, so its claim is a whole trade-off curve, not one
-(eps, delta) point. A test with FPR_u >= FPR and FNR_u >= FNR (one-sided
-Clopper-Pearson upper bounds, alpha / 2 each) gives
-
-    mu_lb = Phi^-1(1 - FPR_u) - Phi^-1(FNR_u),
-
-and a mu-GDP mechanism has mu >= mu_lb with probability >= 1 - alpha (G_mu is
-decreasing in FPR and in mu). Near the middle of the curve (FPR, FNR ~ 0.3) a
-few thousand trials pin mu to a few hundredths, where the (eps, delta) bound of
-`bounds` at delta = 1e-5 needs FPR ~ 1e-5 and so ~10^6 trials: the mu bound is
-the powerful test of a Gaussian claim. Read at delta (`gdp_epsilon`), it is
-the eps of a mechanism whose trade-off curve is G_mu_lb: a lower bound on the
-true eps at delta only when the mechanism's curve is Gaussian (a claim of
-GaussianDpEvent(z) is), so `audit_aggregator` judges other claims by their own
-curve (`violates_profile`).
+FNR >= G_mu(FPR) = Phi(Phi^-1(1 - FPR) - mu). `mu_lower_bound` turns a test's
+errors into a lower bound on mu, the powerful test of a Gaussian claim, and
+`decide` chooses and bounds both of an audit's tests.
 """
 
 import dataclasses
@@ -40,7 +26,37 @@ def mu_lower_bound(
     positives: int,
     alpha: float,
 ):
-  """max(0, Phi^-1(1 - FPR_u) - Phi^-1(FNR_u)) (module docstring); arrays allowed."""
+  """max(0, Phi^-1(1 - FPR_u) - Phi^-1(FNR_u)); arrays allowed.
+
+  A mechanism is mu-GDP (Dong, Roth, Su, "Gaussian Differential Privacy",
+  JRSS-B 2022) when every test of one neighbouring input against the other
+  has FNR >= G_mu(FPR) = Phi(Phi^-1(1 - FPR) - mu): the trade-off curve of
+  N(0, 1) against N(mu, 1). The Gaussian mechanism of noise multiplier z is
+  exactly (1 / z)-GDP, so its claim is a whole trade-off curve, not one
+  (eps, delta) point. A test with FPR_u >= FPR and FNR_u >= FNR (one-sided
+  Clopper-Pearson upper bounds, alpha / 2 each) gives
+
+      mu_lb = Phi^-1(1 - FPR_u) - Phi^-1(FNR_u),
+
+  and a mu-GDP mechanism has mu >= mu_lb with probability >= 1 - alpha (G_mu
+  is decreasing in FPR and in mu). Near the middle of the curve
+  (FPR, FNR ~ 0.3) a few thousand trials pin mu to a few hundredths, where the
+  (eps, delta) bound of `bounds` at delta = 1e-5 needs FPR ~ 1e-5 and so
+  ~10^6 trials: the mu bound is the powerful test of a Gaussian claim. Read
+  at delta (`gdp_epsilon`), it is the eps of a mechanism whose trade-off
+  curve is G_mu_lb: a lower bound on the true eps at delta only when the
+  mechanism's curve is Gaussian (a claim of GaussianDpEvent(z) is), so
+  `audit_aggregator` judges other claims by their own curve
+  (`violates_profile`).
+
+  Args:
+    false_positives: outputs of D0 guessed D1 (int or int array).
+    negatives: number of outputs of D0.
+    false_negatives: outputs of D1 guessed D0 (int or int array).
+    positives: number of outputs of D1.
+    alpha: the bound holds with probability >= 1 - alpha (alpha / 2 each for
+      FPR_u and FNR_u).
+  """
   fpr = bounds.clopper_pearson_upper(false_positives, negatives, alpha / 2.0)
   fnr = bounds.clopper_pearson_upper(false_negatives, positives, alpha / 2.0)
   mu = stats.norm.isf(fpr) - stats.norm.ppf(fnr)
@@ -113,7 +129,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
 
 
 def gdp_mu(epsilon: float, delta: float) -> float:
-  """The mu whose GDP curve has eps `epsilon` at `delta` (inverse of gdp_epsilon)."""
+  """The mu whose GDP curve has eps `epsilon` at `delta` (gdp_epsilon^-1)."""
   if not epsilon > 0:
     return 0.0
   hi = 1.0
@@ -193,8 +209,9 @@ def decide(candidates, choose, held, delta: float, alpha: float) -> Decision:
     choose: {0: indices, 1: indices} of the runs that choose the test.
     held: {0: indices, 1: indices} of the held-out runs (the same count per
       set).
-    delta, alpha: the eps bound at delta; each bound holds with probability
-      >= 1 - alpha / 2, so both together with >= 1 - alpha.
+    delta: the eps bound is at delta.
+    alpha: each bound holds with probability >= 1 - alpha / 2, so both
+      together with >= 1 - alpha.
   """
   n = len(held[0])
   if len(held[1]) != n:
@@ -229,7 +246,7 @@ def decide(candidates, choose, held, delta: float, alpha: float) -> Decision:
 
 
 def split(trials: int, selection_fraction: float, rng) -> tuple[dict, dict]:
-  """(choose, held) run indices per set: a random `selection_fraction` chooses."""
+  """(choose, held) run indices per set: a random `selection_fraction` picks."""
   chosen = min(max(int(round(selection_fraction * trials)), 1), trials - 1)
   order = {w: rng.permutation(trials) for w in (0, 1)}
   return (

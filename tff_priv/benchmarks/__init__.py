@@ -1,1 +1,1 @@
-"""Benchmarks: one timing harness and what each benchmark builds and times (library side of scripts/benchmark_*.py)."""
+"""Benchmarks of scripts/benchmark_*.py: one timing harness, what each times."""

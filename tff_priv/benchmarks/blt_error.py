@@ -1,41 +1,10 @@
-"""The error of DP-FTRL's released prefix sums at equal privacy: BLT vs TFF's tree.
+"""The error of DP-FTRL's prefix sums at equal privacy: BLT vs TFF's tree.
 
 Every strategy here releases a composition of Gaussian mechanisms, whose
 (eps, delta) curve is exactly that of one Gaussian of mu = sqrt(S) / z (S the
 sensitivity^2 summed over the composed releases, z the noise multiplier):
-equal (eps, delta) at every delta is equal mu. So each row is computed exactly
-(no sampling) as the noise of released prefix sum t, var_t at unit noise, times
-S: `rmse` = sqrt(mean_t var_t S) and `max_error` = sqrt(max_t var_t S), in
-units of clip / mu. Rows, for T rounds and k participations (b = T / k rounds
-apart, one per epoch of T / k rounds):
-
-* `identity`: independent noise each round (DP-SGD / DP-FedAvg without
-  amplification); S = k.
-* `tree` (k = 1): one tree over T rounds, each prefix sum the sum of its
-  dyadic nodes (tensorflow_privacy's `TreeAggregator`).
-* `tree_efficient` (`dp_ftrl` as tff_priv runs it): TFF's
-  `DifferentiallyPrivateFactory.tree_aggregation` uses tensorflow_privacy's
-  `EfficientTreeAggregator` (Honaker 2015), restarted every epoch
-  (`TreeRestartFactory`): S = k x dp_accounting's sensitivity^2 of one
-  `SingleEpochTreeAggregationDpEvent` of T / k steps, and after a restart the
-  model carries the finished trees' noise.
-* `sqrt_toeplitz`: C = A^(1/2), the dense Toeplitz square-root factorization
-  (coefficients of (1 - x)^(-1/2)), within 1 + o(1) of the optimal
-  factorization's max error for single participation (Fichtenberger,
-  Henzinger, Upadhyay 2023; Henzinger, Upadhyay, Upadhyay 2023); for k > 1 its
-  (k, b) sensitivity.
-* `blt_max` (`--mechanism=blt` as the program runs it, k = 1: one stream;
-  k > 1: `--participation=epoch`, one stream per epoch, restarted, S = k x
-  its sensitivity^2): the BLT `tff_priv.mechanisms.blt.optimize` gives for
-  max error.
-* `blt_cyclic` (k > 1: `--participation=cyclic`, one stream over T rounds
-  with the (k, b) sensitivity of Choquette-Choo et al. 2023, which holds for
-  cyclic sampling, each client exactly b rounds apart): optimised for max
-  error, as the program runs it.
-* `blt_mean` (k = 1) and `blt_stream` (k > 1: the cyclic stream optimised
-  for mean error): the RMSE's own optimum.
-
-`ratio` is rmse / the `tree_efficient` row's rmse (issue target: BLT <= 0.8).
+equal (eps, delta) at every delta is equal mu. So each row (`Row`, which
+lists the strategies) is computed exactly, in units of clip / mu.
 """
 
 import dataclasses
@@ -70,6 +39,54 @@ class Options:
 
 @dataclasses.dataclass(frozen=True)
 class Row:
+  """One strategy's exact error for T rounds and k participations.
+
+  Computed exactly (no sampling) as the noise of released prefix sum t,
+  var_t at unit noise, times S: `rmse` = sqrt(mean_t var_t S) and
+  `max_error` = sqrt(max_t var_t S), in units of clip / mu. Rows, for T
+  rounds and k participations (b = T / k rounds apart, one per epoch of T / k
+  rounds):
+
+  * `identity`: independent noise each round (DP-SGD / DP-FedAvg without
+    amplification); S = k.
+  * `tree` (k = 1): one tree over T rounds, each prefix sum the sum of its
+    dyadic nodes (tensorflow_privacy's `TreeAggregator`).
+  * `tree_efficient` (`dp_ftrl` as tff_priv runs it): TFF's
+    `DifferentiallyPrivateFactory.tree_aggregation` uses tensorflow_privacy's
+    `EfficientTreeAggregator` (Honaker 2015), restarted every epoch
+    (`TreeRestartFactory`): S = k x dp_accounting's sensitivity^2 of one
+    `SingleEpochTreeAggregationDpEvent` of T / k steps, and after a restart
+    the model carries the finished trees' noise.
+  * `sqrt_toeplitz`: C = A^(1/2), the dense Toeplitz square-root
+    factorization (coefficients of (1 - x)^(-1/2)), within 1 + o(1) of the
+    optimal factorization's max error for single participation
+    (Fichtenberger, Henzinger, Upadhyay 2023; Henzinger, Upadhyay, Upadhyay
+    2023); for k > 1 its (k, b) sensitivity.
+  * `blt_max` (`--mechanism=blt` as the program runs it, k = 1: one stream;
+    k > 1: `--participation=epoch`, one stream per epoch, restarted, S = k x
+    its sensitivity^2): the BLT `tff_priv.mechanisms.blt.optimize` gives for
+    max error.
+  * `blt_cyclic` (k > 1: `--participation=cyclic`, one stream over T rounds
+    with the (k, b) sensitivity of Choquette-Choo et al. 2023, which holds
+    for cyclic sampling, each client exactly b rounds apart): optimised for
+    max error, as the program runs it.
+  * `blt_mean` (k = 1) and `blt_stream` (k > 1: the cyclic stream optimised
+    for mean error): the RMSE's own optimum.
+
+  `ratio` is rmse / the `tree_efficient` row's rmse (issue target: BLT <=
+  0.8).
+
+  Attributes:
+    strategy: one of the strategies above.
+    rounds: T.
+    participations: k.
+    sensitivity_squared: S.
+    rmse: sqrt(mean_t var_t S).
+    max_error: sqrt(max_t var_t S).
+    ratio: rmse / the `tree_efficient` row's rmse.
+    detail: how the strategy ran (its trees, streams, buffers).
+  """
+
   strategy: str
   rounds: int
   participations: int
@@ -231,13 +248,16 @@ def _ints(name: str, text: str) -> list[int]:
   try:
     values = [int(v) for v in text.split(',') if v.strip()]
   except ValueError:
-    raise ValueError(f'{name} must be comma-separated integers, got {text!r}')
+    raise ValueError(
+        f'{name} must be comma-separated integers, got {text!r}'
+    ) from None
   if not values:
     raise ValueError(f'{name} is empty')
   return [validation.int_at_least(name, v, 1) for v in values]
 
 
 def compute(options: Options) -> list[Row]:
+  """Every strategy's rows for each T of `rounds` and k of `participations`."""
   validation.one_of('format', options.format, ('table', 'json'))
   rounds = _ints('rounds', options.rounds)
   ks = _ints('participations', options.participations)
@@ -245,6 +265,7 @@ def compute(options: Options) -> list[Row]:
 
 
 def format_table(rows: Sequence[Row]) -> str:
+  """The rows as a markdown table."""
   lines = [
       '| T | k | strategy | S (sensitivity^2) | RMSE | max error | RMSE / '
       f'{BASELINE} | |',

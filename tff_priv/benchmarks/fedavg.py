@@ -1,4 +1,4 @@
-"""Measures plain FedAvg (no privacy) on a task: test accuracy and seconds per round."""
+"""Measures FedAvg without privacy on a task: test accuracy, seconds a round."""
 
 import dataclasses
 import time

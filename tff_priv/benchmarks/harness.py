@@ -1,4 +1,4 @@
-"""The timing harness every benchmark uses: round-robin timing, ratios of medians, step costs."""
+"""Every benchmark's timing harness: round-robin, median ratios, step costs."""
 
 import dataclasses
 import gc

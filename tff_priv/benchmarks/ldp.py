@@ -1,4 +1,4 @@
-"""Times LDP-FL's encoder, its aggregation factory and the split-and-shuffle transport."""
+"""Times LDP-FL's encoder, its factory and the split-and-shuffle transport."""
 
 import dataclasses
 import gc
@@ -72,8 +72,9 @@ def run(options: Options, out: Callable[[str], Any] = print) -> None:
   """Measures the three parts side by side, printing each as it is done.
 
   1. Client encode (`tff_priv.mechanisms.ldp.encode`) of d values vs
-     `tf.random.uniform` of the same size (target <= 1.5x), once with all values inside the
-     range (fast path) and once with some values clipped (exact path).
+     `tf.random.uniform` of the same size (target <= 1.5x), once with all
+     values inside the range (fast path) and once with some values clipped
+     (exact path).
   2. `LDPEncodeFactory.next` with `clients` clients vs
      `tff.aggregators.UnweightedMeanFactory` on the same data (target
      <= 1.5x).
@@ -140,8 +141,9 @@ def bench_encode(options: Options, d: int) -> str:
   times = harness.round_robin(
       {
           'tf.random.uniform': lambda: uniform().numpy(),
-          'encode (in range)': lambda: encode(inside).encoded.numpy(),
-          'encode (clipping)': lambda: encode(clipped).encoded.numpy(),
+          # A lambda: each call encodes again (what is timed).
+          'encode (in range)': lambda: encode(inside).encoded.numpy(),  # noqa: PLW0108
+          'encode (clipping)': lambda: encode(clipped).encoded.numpy(),  # noqa: PLW0108
       },
       options.encode_repeats,
   )
@@ -214,10 +216,19 @@ def direct_simulation(messages, rng, max_delay) -> split_shuffle.Messages:
 
 
 def bench_transport(options: Options, shapes) -> str:
-  """Part 3: split, merge and average_by_id: wall and CPU time, peak memory (text).
+  """Part 3: split, merge and average_by_id: wall and CPU time, peak memory.
 
-  Each step is run once (`harness.timed_step`).
+  Each step is run once (`harness.timed_step`). Returns the text.
   """
+  encoded, direct_mean = _encoded_reports(options, shapes)
+  costs, num_messages, errors = _time_transport(
+      options, shapes, encoded, direct_mean
+  )
+  return _transport_text(options, shapes, costs, num_messages, errors)
+
+
+def _encoded_reports(options: Options, shapes):
+  """Every client's encoded values, and their direct (float64) mean."""
   n = options.transport_clients
   rng = np.random.default_rng(2)
   encoded = []
@@ -237,6 +248,16 @@ def bench_transport(options: Options, shapes) -> str:
   # All reports are finite: the factory's mean is the plain mean.
   direct_mean = [total / n for total in sums]
   del sums
+  return encoded, direct_mean
+
+
+def _time_transport(options: Options, shapes, encoded, direct_mean):
+  """Times each step once: (costs by step, messages, the means' errors).
+
+  The split consumes `encoded` (each client's entry becomes None), and every
+  step's output is freed as soon as the next steps no longer need it.
+  """
+  n = options.transport_clients
   costs = {}
 
   def timed(name, fn):
@@ -293,8 +314,14 @@ def bench_transport(options: Options, shapes) -> str:
         lambda: split_shuffle.average_by_id(baseline, shapes, np.float64),
     )
     baseline = None
-  messages = None
+  return costs, num_messages, (error_merged, error_streamed, same_stream)
 
+
+def _transport_text(options: Options, shapes, costs, num_messages, errors):
+  """Part 3's text: each step's cost, the paths' totals, the means' errors."""
+  error_merged, error_streamed, same_stream = errors
+  n = options.transport_clients
+  chunk_size = options.chunk_size or None
   d = sum(int(np.prod(s)) for s in shapes)
   lines = [
       f'\n[3] split and shuffle, {n} clients x d = {d} '

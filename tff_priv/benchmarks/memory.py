@@ -2,13 +2,10 @@
 
 A TFF simulation holds its data in two places: this Python process and the
 worker processes TFF's execution context starts (its C++ executor), so
-`tree_rss_mb` sums the resident set of a process and every live descendant,
-read from /proc (Linux). `Sampler` reads it every `interval` seconds in a
-thread and keeps the largest value seen per label: the peak of what runs
-under that label, within one interval. Where /proc is missing, the process's
-own peak (`resource.getrusage`) stands in, without its children.
-`train_run` runs scripts/train.py and reads the memory of it and its workers
-at every round, with the time to round 1.
+`tree_rss_mb` sums the resident set of a process and every live descendant;
+`Sampler` keeps its peak per label, and `train_run` runs scripts/train.py and
+reads the memory of it and its workers at every round, with the time to
+round 1.
 """
 
 import os
@@ -32,7 +29,11 @@ def _stat(pid: int):
 
 
 def tree_rss_mb(pid: Optional[int] = None) -> float:
-  """MB resident in process `pid` (default: this one) and its descendants."""
+  """MB resident in process `pid` (default: this one) and its descendants.
+
+  Read from /proc (Linux). Where /proc is missing, the process's own peak
+  (`resource.getrusage`) stands in, without its children.
+  """
   pid = os.getpid() if pid is None else pid
   if not os.path.isdir('/proc'):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -60,8 +61,10 @@ class Sampler:
     sampler.label = 'fedavg'; run(); sampler.label = 'udp'; run()
   sampler.peaks  # {'fedavg': MB, 'udp': MB}
 
-  A label's peak is the largest sample taken while it was set (and at least
-  one sample is taken each time it is set).
+  It reads `tree_rss_mb` every `interval` seconds in a thread and keeps the
+  largest value seen per label: the peak of what runs under that label,
+  within one interval. A label's peak is the largest sample taken while it
+  was set (and at least one sample is taken each time it is set).
   """
 
   def __init__(self, pid: Optional[int] = None, interval: float = 0.2):

@@ -1,4 +1,4 @@
-"""Times whole `process.next` rounds of FedAvg, DP-FedAvg and tff_priv's mechanisms."""
+"""Times whole `process.next` rounds of FedAvg, DP-FedAvg and the mechanisms."""
 
 import collections
 import dataclasses
@@ -115,11 +115,12 @@ def build_processes(
     learning_rate: float,
     min_client_examples: int,
 ) -> dict[str, Entry]:
-  """The processes `names` (FEDAVG, TFF_DP_FEDAVG, UDP_PER_EXAMPLE, or a mechanism).
+  """The processes `names`: FEDAVG, TFF_DP_FEDAVG, UDP_PER_EXAMPLE, mechanisms.
 
   Args:
-    names: what to build; FEDAVG, the baseline of the ratios, is always
-      built first.
+    names: what to build (FEDAVG, TFF_DP_FEDAVG, UDP_PER_EXAMPLE, or a
+      mechanism); FEDAVG, the baseline of the ratios, is always built
+      first.
     model_fn: the task's model function.
     num_clients: N, the population (for the mechanisms' sampling).
     clients_per_round: K.
@@ -245,9 +246,10 @@ def time_rounds(
 def placed(
     entries: dict[str, Entry], contexts: Mapping[str, Any]
 ) -> tuple[dict[str, Entry], dict[str, Any], str]:
-  """Every entry in every context: 'name (place)' -> entry, -> context, and the baseline.
+  """Every entry in every context, by 'name (place)'; and the baseline.
 
-  The baseline of the ratios is FEDAVG in the first context.
+  Returns ('name (place)' -> entry, 'name (place)' -> context, the
+  baseline's name). The baseline of the ratios is FEDAVG in the first context.
   """
   placed_entries, where = {}, {}
   for name, entry in entries.items():
@@ -281,7 +283,7 @@ def summarize(
     noise_seconds: Optional[float] = None,
     baseline: str = FEDAVG,
 ) -> list[dict[str, Any]]:
-  """Rows name, median, spread, ratio to `baseline`'s median and the noise floor.
+  """Rows: name, median, spread, ratio to `baseline`'s median, noise floor.
 
   spread is (max - min) / median of a process's rounds. For the mechanisms
   of `CLIENT_NOISE`, floor = (median of the baseline + `noise_seconds`) /

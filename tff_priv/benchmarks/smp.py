@@ -1,4 +1,4 @@
-"""Times Fed-SMP's aggregation (`SparsifiedSecureSumFactory`) against DP-FedAvg's."""
+"""Times Fed-SMP's `SparsifiedSecureSumFactory` against DP-FedAvg's."""
 
 import collections
 import dataclasses
@@ -111,7 +111,7 @@ def run(options: Options, out: Callable[[str], Any] = print) -> None:
           for _ in range(k_clients)
       ]
       calls = {
-          name: lambda p=p, st=states[name]: p.next(st, values)
+          name: lambda p=p, st=states[name], v=values: p.next(st, v)
           for name, p in processes.items()
       }
     else:
@@ -121,13 +121,13 @@ def run(options: Options, out: Callable[[str], Any] = print) -> None:
         run_process = _client_generated(
             p, value_type, shapes, options.update_scale
         )
-        calls[name] = lambda r=run_process, st=states[name]: r(st, seeds)
+        calls[name] = lambda r=run_process, st=states[name], s=seeds: r(st, s)
     calls.update(_noise_draw_calls(d, k_clients, options.compressions))
     times = harness.round_robin(calls, options.repeats)
     out(
         format_report(
-            f'value_source={source}: seconds per round (median over repeats) and '
-            f'ratio to {BASELINE}',
+            f'value_source={source}: seconds per round (median over '
+            f'repeats) and ratio to {BASELINE}',
             times,
         )
     )

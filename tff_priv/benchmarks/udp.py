@@ -1,4 +1,4 @@
-"""Times the UDP aggregation factory (`GaussianUDPFactory`) against TFF's DP-FedAvg aggregator."""
+"""Times UDP's `GaussianUDPFactory` against TFF's DP-FedAvg aggregator."""
 
 import collections
 import dataclasses

@@ -1,4 +1,4 @@
-"""The papers' experiments as grids of the training program: settings, tables, plots.
+"""The papers' experiments as grids of training runs: settings, tables, plots.
 
 One module per paper. Each turns its settings into labelled
 `tff_priv.program.training.RunConfig`s, which `tff_priv.program.grid.run`

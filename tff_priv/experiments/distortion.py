@@ -1,40 +1,11 @@
-"""Utility loss of parameter distortion with data generation (Zhang, Chen, Yang).
+"""Parameter distortion with data generation: utility loss (Zhang, Chen, Yang).
 
-The paper bounds a client's utility loss
-
-    L = E||W~ - W*||^2 - E||W - W*||^2
-
+The paper bounds a client's utility loss L = E||W~ - W*||^2 - E||W - W*||^2,
 where W* is the optimal parameter, W the one learned on the original data and
 W~ the released one, learned with "data generation" (Bernoulli(rho)
 mini-batches) and "parameter distortion" (N(0, sigma_e^2 I) on the upload).
-With W_rho the run that samples but does not distort, on the same batches as
-W~ (common random numbers), L splits exactly:
-
-    L = [E||W_rho - W*||^2 - ||W - W*||^2]      sampling part
-      + [E||W~ - W*||^2 - E||W_rho - W*||^2]    distortion part.
-
-Every run is the training program (`tff_priv.program.training`) with
-mechanism 'distortion' on `task` (mnist5k or digits) with model 'softmax'
-(softmax regression with an L2 penalty of `tasks.models.SOFTMAX_L2`: a
-strongly convex objective, so W* is unique), the task's iid split into
-`num_clients` clients of `samples_per_client` examples (`seed` fixes the
-split, the initial model and the test subset: the same for every run), all
-clients in every round, `local_steps` SGD steps per round on Bernoulli(rho)
-batches, uploads clipped to L2 norm `clip`. `run_configs` labels them:
-
-* W: rho = 1, noise-free (full batches; deterministic, run once);
-* W_rho: rho < 1, noise-free, one run per seed;
-* W~: per rho, noise level ('tv<t>': sigma_e calibrated to TV <= t at the
-  given `parameter_variance`; 'eps<e>': the sigma_e that makes the run
-  (e, delta)-DP by the ledger, every client every round, no amplification)
-  and seed. A seed is distortion's `batch_seed`: round t's batches of client
-  i are seeded by (seed, t, i), so W_rho and W~ of a seed see the same
-  batches; the noise is fresh in every run.
-
-W* (`reference`) is not a run of a mechanism but a reference optimisation:
-`reference_steps` noise-free full-batch gradient steps on the federated
-objective from the runs' initial model (equal client sizes: the mean loss over
-the union of the clients' data plus the penalty), computed centrally.
+`run_configs` gives the runs, `w_star` gives W* and `utility_loss` splits L
+into its sampling and distortion parts.
 """
 
 import dataclasses
@@ -138,7 +109,26 @@ def label(rho: float, level: str, seed: int) -> str:
 
 
 def run_configs(settings: Settings) -> dict[str, training.RunConfig]:
-  """Label -> `RunConfig` of every run: W, then rho x noise level x seed."""
+  """Label -> `RunConfig` of every run: W, then rho x noise level x seed.
+
+  Every run is the training program (`tff_priv.program.training`) with
+  mechanism 'distortion' on `task` (mnist5k or digits) with model 'softmax'
+  (softmax regression with an L2 penalty of `tasks.models.SOFTMAX_L2`: a
+  strongly convex objective, so W* is unique), the task's iid split into
+  `num_clients` clients of `samples_per_client` examples (`seed` fixes the
+  split, the initial model and the test subset: the same for every run), all
+  clients in every round, `local_steps` SGD steps per round on Bernoulli(rho)
+  batches, uploads clipped to L2 norm `clip`. The labels:
+
+  * W: rho = 1, noise-free (full batches; deterministic, run once);
+  * W_rho: rho < 1, noise-free, one run per seed;
+  * W~: per rho, noise level ('tv<t>': sigma_e calibrated to TV <= t at the
+    given `parameter_variance`; 'eps<e>': the sigma_e that makes the run
+    (e, delta)-DP by the ledger, every client every round, no amplification)
+    and seed. A seed is distortion's `batch_seed`: round t's batches of
+    client i are seeded by (seed, t, i), so W_rho and W~ of a seed see the
+    same batches; the noise is fresh in every run.
+  """
   settings = settings.validate()
   configs = {}
   for rho in settings.rhos:
@@ -164,14 +154,16 @@ def run_configs(settings: Settings) -> dict[str, training.RunConfig]:
                 num_epochs=1,  # The Bernoulli batches draw from one copy.
                 mechanism='distortion',
                 params=params,
-                clients_per_round=settings.num_clients,  # Everyone, every round.
+                # Everyone, every round.
+                clients_per_round=settings.num_clients,
                 total_rounds=settings.rounds,
                 client_learning_rate=settings.learning_rate,
                 eval_every=settings.rounds,
                 test_examples=settings.test_examples,
                 seed=settings.seed,
-                # Everyone is drawn every round: this seed reveals nothing; fixed,
-                # the clients' order (and float sums) is the same in every run.
+                # Everyone is drawn every round: this seed reveals nothing;
+                # fixed, the clients' order (and float sums) is the same in
+                # every run.
                 sampling_seed=0,
             ),
         )
@@ -260,7 +252,13 @@ def utility_loss(
     sampled: Mapping[int, np.ndarray],
     distorted: Mapping[int, np.ndarray],
 ) -> dict[str, Any]:
-  """The split of L over the seeds both runs have (see the module docstring).
+  """The split of L over the seeds both runs have.
+
+  With W_rho the run that samples but does not distort, on the same batches
+  as W~ (common random numbers), L splits exactly:
+
+      L = [E||W_rho - W*||^2 - ||W - W*||^2]      sampling part
+        + [E||W~ - W*||^2 - E||W_rho - W*||^2]    distortion part.
 
   Args:
     w_star: W*.
@@ -291,6 +289,11 @@ def utility_loss(
 
 def w_star(results: Mapping[str, runs.RunResult], settings: Settings, root_dir):
   """(W*, gradient norm, objective), from the runs' initial model; cached.
+
+  W* is not a run of a mechanism but a reference optimisation (`reference`):
+  `reference_steps` noise-free full-batch gradient steps on the federated
+  objective from the runs' initial model (equal client sizes: the mean loss
+  over the union of the clients' data plus the penalty), computed centrally.
 
   Raises:
     ValueError: the runs did not all start from the same model.

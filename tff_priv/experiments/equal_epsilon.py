@@ -1,14 +1,10 @@
-"""DP-FedAvg, DP-FTRL and BLT side by side at equal epsilon, as grids of the training program.
+"""DP-FedAvg, DP-FTRL and BLT at equal epsilon, as grids of training runs.
 
 A `Setting` (one task, its rounds, clients per round and clip) becomes
-labelled `RunConfig`s (`configs`): for each target epsilon and seed, TFF's
-DP-FedAvg with a fixed clip and with adaptive clipping (Poisson sampling,
-amplified), TFF's tree DP-FTRL and BLT DP-FTRL one stream per epoch, BLT
-with one cyclic (k, b) stream (each client every N // K rounds), amplified
-BandMF (b cyclic groups, Poisson-sampled inside), and the non-private run
-once per seed. `tff_priv.program.grid.run` runs them (each
-charged by its own ledger: every private run's eps is at most its target);
-`table` reads them back. docs/blt.md gives the results and commands.
+labelled `RunConfig`s (`configs`) of each mechanism at each target epsilon.
+`tff_priv.program.grid.run` runs them (each charged by its own ledger: every
+private run's eps is at most its target); `table` reads them back.
+docs/blt.md gives the results and commands.
 """
 
 import dataclasses
@@ -149,7 +145,14 @@ def label(method: str, epsilon: Optional[float], seed: int) -> str:
 
 
 def configs(setting: Setting) -> dict[str, training.RunConfig]:
-  """label -> RunConfig of every run of `setting`."""
+  """label -> RunConfig of every run of `setting`.
+
+  For each target epsilon and seed, TFF's DP-FedAvg with a fixed clip and
+  with adaptive clipping (Poisson sampling, amplified), TFF's tree DP-FTRL
+  and BLT DP-FTRL one stream per epoch, BLT with one cyclic (k, b) stream
+  (each client every N // K rounds), amplified BandMF (b cyclic groups,
+  Poisson-sampled inside), and the non-private run once per seed.
+  """
   task_options = {}
   if setting.model:
     task_options['model'] = setting.model

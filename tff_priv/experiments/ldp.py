@@ -141,7 +141,7 @@ def _accuracies(setting, results, mode, eps):
 
 
 def table(setting: Setting, results: Mapping[str, runs.RunResult]) -> str:
-  """Markdown: the paper's MNIST row, then the measured accuracy (%) per mode."""
+  """Markdown: the paper's MNIST row, then the measured accuracy (%) by mode."""
   columns = ([None] if setting.noise_free else []) + list(setting.epsilons)
   names = ['noise-free' if e is None else f'eps={e:g}' for e in columns]
   lines = [

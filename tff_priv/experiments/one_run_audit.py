@@ -1,14 +1,9 @@
 """Steinke, Nasr, Jagielski's one-run audit of a udp training run, as a row.
 
-`config` is the tiny record-level run of docs/auditing.md (digits, every
-client each round, 10 real examples and m / 10 canary slots per client, one
-full-batch step of rate 5 per round, 30 rounds, eps 1 by default: a claim
-200 canaries can refute, as the noise-free run's bound of 2.45 shows; at
-eps 4 the row could not fail, 200 canaries show at most 3.80); `row` turns
-its summary into a row of
-`tff_priv.auditing.catalogue.format_table` (accounted eps of the whole run
-against the analyst, the one-run lower bound, the largest bound m canaries
-can show, the verdict).
+`config` is the tiny record-level run of docs/auditing.md; `row` turns its
+summary into a row of `tff_priv.auditing.catalogue.format_table` (accounted
+eps of the whole run against the analyst, the one-run lower bound, the
+largest bound m canaries can show, the verdict).
 """
 
 import dataclasses
@@ -39,6 +34,12 @@ def config(
     task_options: Optional[Mapping[str, Any]] = None,
 ) -> training.RunConfig:
   """The run: udp at `epsilon` (whole run, delta 1e-5) with m canary examples.
+
+  The tiny record-level run of docs/auditing.md: digits, every client each
+  round, 10 real examples and m / 10 canary slots per client, one full-batch
+  step of rate 5 per round, 30 rounds, eps 1 by default: a claim 200 canaries
+  can refute, as the noise-free run's bound of 2.45 shows; at eps 4 the row
+  could not fail, 200 canaries show at most 3.80.
 
   `task` / `task_options`: 'digits' (10 clients, 8x8 inputs: 200 canaries of
   64 values interfere) by default; `LOW_INTERFERENCE` is mnist5k's softmax

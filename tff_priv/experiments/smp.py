@@ -1,4 +1,4 @@
-"""Fed-SMP's experiments (Hu, Guo, Gong, Sec. 6) as grids of the training program.
+"""Fed-SMP's experiments (Hu, Guo, Gong, Sec. 6) as grids of training runs.
 
 A `Setting` (one task) becomes labelled `RunConfig`s (`configs`), which
 `tff_priv.program.grid.run` runs; `summary_markdown` and `plot` read the
@@ -392,7 +392,7 @@ def plot(
     results: Mapping[str, runs_lib.RunResult],
     path: str,
 ) -> None:
-  """accuracy_vs_p.png: accuracy vs p per image task, accuracy vs uplink per task.
+  """accuracy_vs_p.png: accuracy vs p per image task, vs uplink per task.
 
   The p panel joins each mask's runs over p (and p = 1) into a curve, as the
   paper's figure does; DP-FedAvg and the ceiling are horizontal lines. The

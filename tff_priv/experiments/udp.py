@@ -4,10 +4,8 @@ For every target eps, clients per round K and calibration ('tight': the RDP
 accountant; 'paper': eq. (10) / Theorem 4), `configs` gives fixed-T UDP runs
 for every T of the grid (the U-shape of the test loss in T, Theorem 3; the
 grid-optimal T is the best of them, and its compute is the sum of the grid's
-rounds) and a CRD run (Algorithm 2) from T_0 with beta and zeta. Every run
-holds out the first half of the test set as the server's validation data
-(CRD's trigger reads it) and is tested on the second half, so all runs are
-compared on the same examples. `table` and `plot` read the finished runs.
+rounds) and a CRD run (Algorithm 2) from T_0 with beta and zeta. `table`
+and `plot` read the finished runs.
 """
 
 import dataclasses
@@ -67,11 +65,17 @@ class Setting:
 
 
 def group_label(eps: float, k: int, calibration: str) -> str:
+  """The label of a group of runs: its target eps, K and calibration."""
   return f'eps{eps:g}_K{k}_{calibration}'
 
 
 def configs(setting: Setting) -> dict[str, training.RunConfig]:
-  """The labelled runs: `<group>_T<T>` (fixed T) and `<group>_crd`."""
+  """The labelled runs: `<group>_T<T>` (fixed T) and `<group>_crd`.
+
+  Every run holds out the first half of the test set as the server's
+  validation data (CRD's trigger reads it) and is tested on the second half,
+  so all runs are compared on the same examples.
+  """
   common = dict(
       task=setting.task,
       task_options={

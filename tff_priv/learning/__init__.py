@@ -1,6 +1,7 @@
-"""Learning-process builders on tff.learning templates (client work, round schedules, masks).
+"""Learning-process builders on tff.learning templates.
 
-Public names (imported on first use): `build_udp_process`,
+The mechanisms' processes, with their client work, round schedules and
+masks. Public names (imported on first use): `build_udp_process`,
 `build_crd_process`, `build_fedsmp_process`, `build_ldp_fl_process`,
 `no_client_metrics`, `dp_client_metrics`, `DpClientMetrics`,
 `udp_sensitivity`, `sparse_categorical_crossentropy`.

@@ -4,38 +4,9 @@ The one-shot privacy estimate of Andrew, Kairouz, Oh, Oprea, McMahan,
 Suriyakumar ("One-shot Empirical Privacy Estimation for Federated Learning",
 ICLR 2024) inserts canary clients whose update is a fixed direction instead of
 the result of training. `wrap_client_work` makes any
-`tff.learning.templates.ClientWorkProcess` able to host them:
-
-* its client data becomes a structure of two sequences,
-  `<dataset=D*, canary=<update=float32[d], weight=float32>*>`;
-* every client runs the wrapped client work on `dataset` as before; then one
-  TF computation per client (a `tff.federated_map`) returns, for a client
-  whose `canary` sequence has an element, that element's update (unflattened
-  into the model's trainable structure) and weight, and for any other client
-  the trained result unchanged (`tf.cond` on the sequence being non-empty).
-
-A real client gets `real_client_data(dataset, d)` (an empty canary sequence):
-its result is exactly that of the wrapped client work. A canary client gets
-`canary_client_data(empty_dataset, update, weight)`: it trains on no data
-(its training metrics are those of zero examples, so the released training
-metrics are the real clients'), and uploads `update`.
-
-Why a wrapper of the client work rather than of the aggregator or the whole
-process: the aggregator sees only the update values, so it cannot tell a
-canary client from a real one without a marker travelling with the value
-(another value type for every factory); the whole process's `next` never
-exposes a client's update. The client work is the one place where a client's
-identity (its data) and its update meet, and TFF's composers
-(`tff.learning.templates.compose_learning_process`) take any client work whose
-data is a structure of sequences. The paper's own code does the same
-(a client work that branches on the client's id). The marker is a sequence
-rather than a client id so that the client computation needs no secret: the
-program computes each canary's update (from its secret seed) and hands it
-to that client only.
-
-`build_fed_avg` composes FedAvg (TFF's `build_weighted_fed_avg` components:
-broadcast, model-delta client work, the aggregator, the server optimizer) with
-the wrapped client work, since TFF's builders take no client work of their own.
+`tff.learning.templates.ClientWorkProcess` able to host them (a real client's
+data from `real_client_data`, a canary's from `canary_client_data`), and
+`build_fed_avg` composes FedAvg with such a client work.
 """
 
 import collections
@@ -92,7 +63,36 @@ def canary_client_data(
 def wrap_client_work(
     client_work: tff.learning.templates.ClientWorkProcess,
 ) -> tff.learning.templates.ClientWorkProcess:
-  """`client_work` with canary clients (see the module docstring).
+  """`client_work` with canary clients.
+
+  Compared with `client_work`:
+
+  * its client data becomes a structure of two sequences,
+    `<dataset=D*, canary=<update=float32[d], weight=float32>*>`;
+  * every client runs the wrapped client work on `dataset` as before; then one
+    TF computation per client (a `tff.federated_map`) returns, for a client
+    whose `canary` sequence has an element, that element's update (unflattened
+    into the model's trainable structure) and weight, and for any other client
+    the trained result unchanged (`tf.cond` on the sequence being non-empty).
+
+  A real client gets `real_client_data(dataset, d)` (an empty canary
+  sequence): its result is exactly that of the wrapped client work. A canary
+  client gets `canary_client_data(empty_dataset, update, weight)`: it trains on
+  no data (its training metrics are those of zero examples, so the released
+  training metrics are the real clients'), and uploads `update`.
+
+  Why a wrapper of the client work rather than of the aggregator or the whole
+  process: the aggregator sees only the update values, so it cannot tell a
+  canary client from a real one without a marker travelling with the value
+  (another value type for every factory); the whole process's `next` never
+  exposes a client's update. The client work is the one place where a client's
+  identity (its data) and its update meet, and TFF's composers
+  (`tff.learning.templates.compose_learning_process`) take any client work
+  whose data is a structure of sequences. The paper's own code does the same
+  (a client work that branches on the client's id). The marker is a sequence
+  rather than a client id so that the client computation needs no secret: the
+  program computes each canary's update (from its secret seed) and hands it
+  to that client only.
 
   Args:
     client_work: a `tff.learning.templates.ClientWorkProcess` whose data is a
@@ -170,7 +170,9 @@ def build_fed_avg(
   The composition of `tff.learning.algorithms.build_weighted_fed_avg` (for
   `build_unweighted_fed_avg`: `client_weighting=UNIFORM` and the unweighted
   factory through `tff.aggregators.as_weighted_aggregator`), with
-  `wrap_client_work` around the model-delta client work.
+  `wrap_client_work` around the model-delta client work: TFF's components
+  (broadcast, model-delta client work, the aggregator, the server optimizer)
+  composed here, since TFF's builders take no client work of their own.
 
   Args:
     model_fn: no-arg function returning a fresh

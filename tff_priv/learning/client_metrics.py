@@ -30,8 +30,9 @@ _COORDINATES = ('loss', 'accuracy', 'count')
 
 
 def accuracy_key(names: Iterable[str]) -> Optional[str]:
-  """The accuracy metric among `names`: 'sparse_categorical_accuracy', else
-  the first name containing 'accuracy'; None: there is none.
+  """The accuracy metric among `names` (None: there is none).
+
+  'sparse_categorical_accuracy', else the first name containing 'accuracy'.
   """
   names = list(names)
   if 'sparse_categorical_accuracy' in names:
@@ -81,7 +82,7 @@ def _mean_pair(name: str, member_type) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class DpClientMetrics:
-  """A `metrics_aggregator` releasing the clients' mean loss and accuracy, noised.
+  """A `metrics_aggregator`: the clients' mean loss and accuracy, noised.
 
   Each client of a round reports its example-weighted mean training loss
   (over all its local steps), clipped to [0, `loss_bound`], its mean accuracy

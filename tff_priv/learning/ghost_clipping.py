@@ -3,14 +3,10 @@
 `clipped_grad_sum` returns the sum over a batch of per-example gradients, each
 clipped to L2 norm C, in one forward and one backward pass: the per-example
 norms by tensorflow_privacy's fast gradient clipping registry functions, the
-clipped sum by each layer's weight gradient from its recorded input and
-row-scaled output gradient ("book-keeping"), or, for a Conv2D whose norm
-materialised its per-example kernel gradients, by their weighted sum.
-Every trainable layer is called once per forward pass: a shared layer's
-per-example norm is not the sum of its calls' norms, so a model that calls
-one twice is refused (`unsupported_layers`). `layer_registry` extends
+clipped sum by each layer's book-keeping. `layer_registry` extends
 tensorflow_privacy's registry (Dense, Embedding) with Conv2D;
-`unsupported_layers` names the layers of a Keras model it cannot handle.
+`unsupported_layers` names the layers of a Keras model it cannot handle (among
+them any layer a forward pass calls twice).
 """
 
 import functools
@@ -38,7 +34,7 @@ _RANDOM_LAYERS = (
 
 
 def clip_scale(norms: tf.Tensor, clip_norm: float) -> tf.Tensor:
-  """min(1, C / norm): the factor that clips a gradient of L2 norm `norm` to C."""
+  """min(1, C / norm): the factor clipping a gradient of L2 norm `norm` to C."""
   return tf.minimum(1.0, clip_norm / tf.maximum(norms, 1e-30))
 
 
@@ -199,7 +195,7 @@ def _per_example_kernel_grads(
 
 
 def use_ghost_form(positions: Optional[int], patch_size: int, filters: int):
-  """Whether a Conv2D kernel's per-example squared norm is cheaper as a ghost norm.
+  """Whether a Conv2D kernel's per-example norm is cheaper as a ghost norm.
 
   The kernel gradient of one example is A^T G, A the [T, p] input patches
   and G the [T, d] output gradients (T output positions, p = kh kw c_in,
@@ -385,7 +381,7 @@ def _conv2d_grads(layer: tf.keras.layers.Conv2D, input_args):
 
 
 def _embedding_grads(layer: tf.keras.layers.Embedding, input_args):
-  """dL/dtable (IndexedSlices, one row per lookup) -> weighted table gradient."""
+  """dL/dtable (IndexedSlices, a row per lookup) -> weighted table gradient."""
   ids = input_args[0]
 
   def grads(base_grads, weights, kept, safe):
@@ -533,6 +529,41 @@ def _weighted_sums(variables, records, base_grads, kept, weights):
   )
 
 
+def _recorder(registry, tape):
+  """`clipped_grad_sum`'s `generator_fn` for `model_forward_pass`.
+
+  For each layer call: the outputs and, for a trainable layer, its record (Z,
+  the squared-norm function, the book-keeping function); raises for a layer
+  it cannot clip, or one called a second time.
+  """
+  recorded = set()
+
+  def record(layer, args, kwargs):
+    if not layer.trainable_variables:
+      return layer(*args, **kwargs), None
+    if not _registered(layer, registry):
+      raise NotImplementedError(
+          f'{layer.name} ({type(layer).__name__}) has no ghost-norm clipping'
+          ' in this configuration'
+      )
+    if id(layer) in recorded:
+      raise NotImplementedError(
+          f'{layer.name} ({type(layer).__name__}) is called more than once '
+          'in a forward pass: no ghost-norm clipping for shared layers'
+      )
+    recorded.add(id(layer))
+    z, outputs, sqr_norm_fn = registry.lookup(layer)(
+        layer, args, kwargs, tape, None
+    )
+    return outputs, (
+        z,
+        sqr_norm_fn,
+        _WEIGHTED_GRADS[layer.__class__](layer, args),
+    )
+
+  return record
+
+
 def clipped_grad_sum(
     keras_model: tf.keras.Model,
     x,
@@ -592,30 +623,7 @@ def clipped_grad_sum(
   """
   registry = registry or layer_registry()
   tape = tf.GradientTape(persistent=True, watch_accessed_variables=False)
-  recorded = set()
-
-  def record(layer, args, kwargs):
-    if not layer.trainable_variables:
-      return layer(*args, **kwargs), None
-    if not _registered(layer, registry):
-      raise NotImplementedError(
-          f'{layer.name} ({type(layer).__name__}) has no ghost-norm clipping'
-          ' in this configuration'
-      )
-    if id(layer) in recorded:
-      raise NotImplementedError(
-          f'{layer.name} ({type(layer).__name__}) is called more than once '
-          'in a forward pass: no ghost-norm clipping for shared layers'
-      )
-    recorded.add(id(layer))
-    z, outputs, sqr_norm_fn = registry.lookup(layer)(
-        layer, args, kwargs, tape, None
-    )
-    return outputs, (
-        z,
-        sqr_norm_fn,
-        _WEIGHTED_GRADS[layer.__class__](layer, args),
-    )
+  record = _recorder(registry, tape)
 
   with tape:
     outputs, records = gradient_clipping_utils.model_forward_pass(

@@ -2,36 +2,10 @@
 
 `build_ldp_fl_process` builds a `tff.learning.templates.LearningProcess` in
 which every scalar a client uploads goes through `LDPEncodeFactory` (each
-scalar eps-LDP, Theorem 1) and the server averages the reports:
-
-* mode='deltas' (default): unweighted FedAvg
-  (`tff.learning.algorithms.build_unweighted_fed_avg`) with the LDP factory
-  as its model aggregator and a server SGD step of learning rate 1, so
-
-      w^{t+1} = w^t - mean_u M(w^t - w_u^{t+1}).
-
-  A delta's range is far narrower than a weight's, so r (and the variance
-  r^2 q^2 of Lemma 3) is far smaller; the default fixed radius is
-  `DEFAULT_DELTAS_RADIUS`.
-* mode='weights' (the paper's Algorithm 1): clients train locally and upload
-  their full local weights w_u^{t+1}; the server's new model is the mean of
-  the encoded weights,
-
-      w^{t+1} = mean_u M(w_u^{t+1}),
-
-  an unbiased estimate of FedAvg's mean of the clipped weights (Lemma 2). The
-  default range is the paper's MNIST (c, r) = (0, 0.075) for every layer.
-
-`epsilon=None` gives the noise-free baseline of the same mode: the plain mean
-(`tff.aggregators.UnweightedMeanFactory`) instead of the LDP factory.
-
-What is private: each uploaded scalar is eps-LDP with respect to the client's
-value; what that means over a client's d scalars and T rounds is
-`ldp_report`'s and `ldp_privacy_report`'s business (they call
-`tff_priv.accounting`; no formula is repeated here). The range side channel: 'fixed' releases nothing, 'minmax'
-releases each tensor's min/max in clear (no finite guarantee), 'quantile'
-releases one Gaussian-noised count per tensor per round (its DpEvent is
-charged).
+scalar eps-LDP, Theorem 1) and the server averages the reports, of model
+deltas (default) or of full local weights (the paper's Algorithm 1).
+`ldp_report` and `ldp_privacy_report` say what that means over a client's d
+scalars and T rounds, and for the range side channel.
 """
 
 import collections
@@ -224,8 +198,40 @@ def build_ldp_fl_process(
 ) -> tff.learning.templates.LearningProcess:
   """LDP-FL in weights mode (the paper) or deltas mode (default).
 
-  Local training runs over each client's dataset as given (local epochs and
-  batch size are the dataset's: `ClientSpec(num_epochs, batch_size)`).
+  Every scalar a client uploads goes through `LDPEncodeFactory` (each scalar
+  eps-LDP, Theorem 1) and the server averages the reports:
+
+  * mode='deltas' (default): unweighted FedAvg
+    (`tff.learning.algorithms.build_unweighted_fed_avg`) with the LDP factory
+    as its model aggregator and a server SGD step of learning rate 1, so
+
+        w^{t+1} = w^t - mean_u M(w^t - w_u^{t+1}).
+
+    A delta's range is far narrower than a weight's, so r (and the variance
+    r^2 q^2 of Lemma 3) is far smaller; the default fixed radius is
+    `DEFAULT_DELTAS_RADIUS`.
+  * mode='weights' (the paper's Algorithm 1): clients train locally and upload
+    their full local weights w_u^{t+1}; the server's new model is the mean of
+    the encoded weights,
+
+        w^{t+1} = mean_u M(w_u^{t+1}),
+
+    an unbiased estimate of FedAvg's mean of the clipped weights (Lemma 2).
+    The default range is the paper's MNIST (c, r) = (0, 0.075) for every
+    layer.
+
+  `epsilon=None` gives the noise-free baseline of the same mode: the plain mean
+  (`tff.aggregators.UnweightedMeanFactory`) instead of the LDP factory. Local
+  training runs over each client's dataset as given (local epochs and batch
+  size are the dataset's: `ClientSpec(num_epochs, batch_size)`).
+
+  What is private: each uploaded scalar is eps-LDP with respect to the
+  client's value; what that means over a client's d scalars and T rounds is
+  `ldp_report`'s and `ldp_privacy_report`'s business (they call
+  `tff_priv.accounting`; no formula is repeated here). The range side channel:
+  'fixed' releases nothing, 'minmax' releases each tensor's min/max in clear
+  (no finite guarantee), 'quantile' releases one Gaussian-noised count per
+  tensor per round (its DpEvent is charged).
 
   Args:
     model_fn: no-arg function returning a fresh `VariableModel`.
@@ -253,13 +259,7 @@ def build_ldp_fl_process(
   Raises:
     ValueError, TypeError: a bad argument (checked here or by the factory).
   """
-  if not callable(model_fn):
-    raise TypeError(f'model_fn must be callable, got {model_fn!r}')
-  if not isinstance(client_optimizer_fn, tff.learning.optimizers.Optimizer):
-    raise TypeError(
-        'client_optimizer_fn must be a tff.learning.optimizers.Optimizer, got '
-        f'{client_optimizer_fn!r}'
-    )
+  _check_model_and_optimizer(model_fn, client_optimizer_fn)
   mode = _check_mode(mode)
   factory = ldp_factory(
       epsilon,
@@ -278,6 +278,25 @@ def build_ldp_fl_process(
         metrics_aggregator=metrics_aggregator,
     )
 
+  return _weights_mode_process(
+      model_fn, client_optimizer_fn, factory, metrics_aggregator
+  )
+
+
+def _check_model_and_optimizer(model_fn, client_optimizer_fn) -> None:
+  if not callable(model_fn):
+    raise TypeError(f'model_fn must be callable, got {model_fn!r}')
+  if not isinstance(client_optimizer_fn, tff.learning.optimizers.Optimizer):
+    raise TypeError(
+        'client_optimizer_fn must be a tff.learning.optimizers.Optimizer, got '
+        f'{client_optimizer_fn!r}'
+    )
+
+
+def _weights_mode_process(
+    model_fn, client_optimizer_fn, factory, metrics_aggregator
+):
+  """`build_ldp_fl_process` in mode='weights' (`factory` None: noise-free)."""
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(model_fn())
   inner = factory or tff.aggregators.UnweightedMeanFactory()
@@ -386,7 +405,8 @@ def ldp_privacy_report(
   Both parts are `ldp_report` (eps per value = the paper's claim; plain
   composition d T eps; the RDP/PLD accountants over the d T pure-eps
   releases; the shuffle-model bound with its validity condition; a
-  'guarantee' sentence), for rounds=1 and for `rounds`. Client sampling is not credited (every report is local DP).
+  'guarantee' sentence), for rounds=1 and for `rounds`. Client sampling is
+  not credited (every report is local DP).
 
   The range release ('range_release'):
   * 'fixed': nothing released.

@@ -1,65 +1,12 @@
 """Fed-SMP as a TFF learning process: rand_k / top_k masks, DP-FedAvg at p = 1.
 
 `build_fedsmp_process` composes one round of Fed-SMP (Hu, Guo, Gong) around a
-`tff_priv.aggregators.smp.SparsifiedSecureSumFactory`:
-
-1. Server, mask='top_k' only: from the global model theta^t, the server trains
-   a copy on its public data D_pub with the clients' optimizer, optimizer
-   hyperparameters and local period, getting theta_pub, and puts the k largest
-   |theta_pub - theta^t| coordinates (global over the flattened trainable
-   weights, `tff_priv.mechanisms.smp.top_k_mask_from_public_update`;
-   k = `tff_priv.mechanisms.smp.num_kept(d, compression)` as the factory
-   computes it) into the aggregator state as the round's mask. The mask is a function of theta^t (already public) and D_pub
-   only: it releases nothing about the clients.
-   mask='rand_k': the aggregator draws the round's mask from its public seed;
-   nothing happens here.
-2. Broadcast theta^t; each client trains from theta^t for `local_epochs`
-   passes over its data (`tff.learning.templates.build_model_delta_client_work`
-   with the client optimizer: the optimizer state, e.g. the momentum of the
-   paper's momentum SGD, is initialised afresh every round).
-3. Aggregate with the factory: sparsify, clip to C, add N(0, sigma^2 C^2 / n)
-   on the k kept values (n = the round's clients, counted securely), secure
-   sum, divide by the fixed K.
-4. Server update with `server_optimizer_fn` (default SGD, learning rate 1).
-
-Sign convention. Fed-SMP's client update is Delta_i = theta_i - theta^t and
-its server step theta^{t+1} = theta^t + (1/K) sum_i (clip(m . Delta_i) +
-noise_i). TFF's client work returns u_i = theta^t - theta_i = -Delta_i, and the
-finalizer applies theta^{t+1} = theta^t - eta_s * aggregate. Masking, the d/k
-scaling and L2 clipping commute with negation and the Gaussian noise is
-symmetric, so with SGD at eta_s = 1 the new model has exactly the paper's
-distribution: theta^t + (1/K) sum_i (clip(m . Delta_i) + noise_i).
-
-Public training. The public update is computed by the same TF function TFF's
-model-delta client work runs on every client (same optimizer, same
-hyperparameters from the client-work state, same loop), on the public batches
-repeated `local_epochs` times; theta_pub = theta^t - u_pub. `public_data` is a
-`tf.data.Dataset` batched like the clients' data (elements matching the
-model's `input_spec`); it is read once when the process is built and embedded
-in the server computation as constants (Fed-SMP's public set is small and
-public), so every round trains on the same batches in the same order.
-
-Guarantee: that of the factory, per round, for the model update: a Gaussian
-mechanism of sensitivity C and noise multiplier sigma, whose DpEvent is in
-`state.aggregator` (`PrivacyLedger.record_round(state.aggregator, ...)`
-charges it with the sampling rate; this module does no accounting). The mask
-adds nothing (public inputs only). NOT covered: the clients' training
-metrics, which TFF aggregates with `metrics_aggregator` (default
-`tff.learning.metrics.sum_then_finalize`: a plain, un-noised sum of the
-clients' loss sums and example counts). A run that must release nothing else
-passes `tff_priv.learning.client_metrics.no_client_metrics`.
-
-Measurements of each round (server): `distributor`, `client_work`,
-`aggregator` (the factory's public `uploaded_bits_per_client`), `finalizer`,
-and `mask`: `mask_size` (int32, k) and, for top_k, `public_train` (the finalized
-metrics of the public training, same names as the clients' `train` metrics:
-with `tff.learning.models.from_keras_model`, `loss` is the example-weighted
-mean loss over the public training batches).
-
-The round's mask can be read from the state: for top_k,
-`state.aggregator.mask_indices` after a round is the mask that round used; for
-rand_k, `smp_mechanisms.rand_k_indices(smp_mechanisms.round_seed(
-state.aggregator.mask_seed, state.aggregator.round_num), d, k)` before it.
+`tff_priv.aggregators.smp.SparsifiedSecureSumFactory`: the round's mask (top_k:
+from the server's training on public data; rand_k: from the aggregator's public
+seed), local training from the broadcast model, the factory's sparsified,
+clipped and noised secure sum, and a server step. Guarantee: the factory's, per
+round, for the model update (the mask reads public inputs only); NOT covered:
+the clients' training metrics (by default a plain, un-noised sum).
 """
 
 import collections
@@ -92,6 +39,11 @@ _WEIGHTING = tff.learning.ClientWeighting.UNIFORM
 _Components = collections.namedtuple(
     '_Components', ['distributor', 'client_work', 'aggregator', 'finalizer']
 )
+# `build_fedsmp_process`'s `client_work_wrapper`.
+_ClientWorkWrapper = Callable[
+    [tff.learning.templates.ClientWorkProcess],
+    tff.learning.templates.ClientWorkProcess,
+]
 
 
 def build_fedsmp_process(
@@ -103,17 +55,25 @@ def build_fedsmp_process(
     public_data: Optional[tf.data.Dataset] = None,
     local_epochs: int = 1,
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
-    client_work_wrapper: Optional[
-        Callable[
-            [tff.learning.templates.ClientWorkProcess],
-            tff.learning.templates.ClientWorkProcess,
-        ]
-    ] = None,
+    client_work_wrapper: Optional[_ClientWorkWrapper] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Fed-SMP: (public top_k or rand_k) mask, local training, sparsified DP sum.
 
-  See the module docstring for the round, the sign convention and the
-  guarantee.
+  A round: the server's mask (top_k: from its training on `public_data`;
+  rand_k: the aggregator's), `local_epochs` of the clients' training from the
+  broadcast model, the factory's sparsified, clipped, noised secure sum, a
+  server step; step by step, with the sign convention, in `_round_computations`
+  (the public training: `_top_k_mask_computations`).
+
+  Guarantee: that of the factory, per round, for the model update: a Gaussian
+  mechanism of sensitivity C and noise multiplier sigma, whose DpEvent is in
+  `state.aggregator` (`PrivacyLedger.record_round(state.aggregator, ...)`
+  charges it with the sampling rate; this module does no accounting). The mask
+  adds nothing (public inputs only). NOT covered: the clients' training
+  metrics, which TFF aggregates with `metrics_aggregator` (default
+  `tff.learning.metrics.sum_then_finalize`: a plain, un-noised sum of the
+  clients' loss sums and example counts). A run that must release nothing else
+  passes `tff_priv.learning.client_metrics.no_client_metrics`.
 
   Args:
     model_fn: no-arg function returning a fresh
@@ -135,8 +95,7 @@ def build_fedsmp_process(
     metrics_aggregator: how the clients' training metrics are aggregated, as in
       `tff.learning.templates.build_model_delta_client_work`; None is TFF's
       `sum_then_finalize` (released without noise);
-      `client_metrics.no_client_metrics`
-      releases none.
+      `client_metrics.no_client_metrics` releases none.
     client_work_wrapper: applied to the model-delta client work (e.g.
       `tff_priv.learning.canary_clients.wrap_client_work`); the process's
       client data is then the wrapped client work's. Only with
@@ -145,7 +104,17 @@ def build_fedsmp_process(
   Returns:
     A `tff.learning.templates.LearningProcess` whose state is a
     `tff.learning.templates.LearningAlgorithmState` (the aggregator's state is
-    the factory's `RandKState` or `TopKState`).
+    the factory's `RandKState` or `TopKState`). Measurements of each round
+    (server): `distributor`, `client_work`, `aggregator` (the factory's public
+    `uploaded_bits_per_client`), `finalizer`, and `mask`: `mask_size` (int32,
+    k) and, for top_k, `public_train` (the finalized metrics of the public
+    training, same names as the clients' `train` metrics: with
+    `tff.learning.models.from_keras_model`, `loss` is the example-weighted mean
+    loss over the public training batches). The round's mask can be read from
+    the state: for top_k, `state.aggregator.mask_indices` after a round is the
+    mask that round used; for rand_k, `smp_mechanisms.rand_k_indices(
+    smp_mechanisms.round_seed(state.aggregator.mask_seed,
+    state.aggregator.round_num), d, k)` before it.
 
   Raises:
     TypeError: an argument has the wrong type, or `public_data` does not match
@@ -162,6 +131,29 @@ def build_fedsmp_process(
       local_epochs,
       metrics_aggregator,
   )
+  return _checked_process(
+      model_fn,
+      client_optimizer_fn,
+      aggregator_factory,
+      server_optimizer_fn,
+      public_data,
+      local_epochs,
+      metrics_aggregator,
+      client_work_wrapper,
+  )
+
+
+def _checked_process(
+    model_fn,
+    client_optimizer_fn,
+    aggregator_factory,
+    server_optimizer_fn,
+    public_data,
+    local_epochs,
+    metrics_aggregator,
+    client_work_wrapper,
+):
+  """`build_fedsmp_process`'s process, the arguments `_checked_arguments`'."""
   top_k = aggregator_factory.mask == 'top_k'
 
   weights_type, element_type, metric_finalizers = _model_types(model_fn)
@@ -244,7 +236,38 @@ def _round_computations(
     top_k_mask,
     k,
 ):
-  """(init_fn, next_fn) of the process: one Fed-SMP round (module docstring).
+  """(init_fn, next_fn) of the process: one Fed-SMP round.
+
+  The round, around the `SparsifiedSecureSumFactory`'s aggregator:
+
+  1. Server, mask='top_k' only: from the global model theta^t, the server trains
+     a copy on its public data D_pub with the clients' optimizer, optimizer
+     hyperparameters and local period, getting theta_pub, and puts the k largest
+     |theta_pub - theta^t| coordinates (global over the flattened trainable
+     weights, `tff_priv.mechanisms.smp.top_k_mask_from_public_update`;
+     k = `tff_priv.mechanisms.smp.num_kept(d, compression)` as the factory
+     computes it) into the aggregator state as the round's mask. The mask is a
+     function of theta^t (already public) and D_pub only: it releases nothing
+     about the clients.
+     mask='rand_k': the aggregator draws the round's mask from its public seed;
+     nothing happens here.
+  2. Broadcast theta^t; each client trains from theta^t for `local_epochs`
+     passes over its data
+     (`tff.learning.templates.build_model_delta_client_work` with the client
+     optimizer: the optimizer state, e.g. the momentum of the paper's momentum
+     SGD, is initialised afresh every round).
+  3. Aggregate with the factory: sparsify, clip to C, add N(0, sigma^2 C^2 / n)
+     on the k kept values (n = the round's clients, counted securely), secure
+     sum, divide by the fixed K.
+  4. Server update with `server_optimizer_fn` (default SGD, learning rate 1).
+
+  Sign convention. Fed-SMP's client update is Delta_i = theta_i - theta^t and
+  its server step theta^{t+1} = theta^t + (1/K) sum_i (clip(m . Delta_i) +
+  noise_i). TFF's client work returns u_i = theta^t - theta_i = -Delta_i, and
+  the finalizer applies theta^{t+1} = theta^t - eta_s * aggregate. Masking, the
+  d/k scaling and L2 clipping commute with negation and the Gaussian noise is
+  symmetric, so with SGD at eta_s = 1 the new model has exactly the paper's
+  distribution: theta^t + (1/K) sum_i (clip(m . Delta_i) + noise_i).
 
   `top_k_mask`: `_top_k_mask_computations`' pair, or None for rand_k (the
   aggregator draws its mask itself).
@@ -273,7 +296,31 @@ def _round_computations(
         )
     )
 
-  @tff.federated_computation(init_fn.type_signature.result, client_data_type)
+  next_fn = _next_computation(
+      components,
+      init_fn.type_signature.result,
+      client_data_type,
+      repeat_local_period,
+      local_epochs,
+      top_k_mask,
+      k,
+  )
+  return init_fn, next_fn
+
+
+def _next_computation(
+    components,
+    state_type,
+    client_data_type,
+    repeat_local_period,
+    local_epochs,
+    top_k_mask,
+    k,
+):
+  """The process's `next_fn` (`_round_computations`' round) on `state_type`."""
+  distributor, client_work, aggregator, finalizer = components
+
+  @tff.federated_computation(state_type, client_data_type)
   def next_fn(state, client_data):
     if top_k_mask is not None:
       public_mask, set_round_mask = top_k_mask
@@ -322,7 +369,7 @@ def _round_computations(
     )
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
-  return init_fn, next_fn
+  return next_fn
 
 
 def _model_types(model_fn):
@@ -377,7 +424,7 @@ def _client_work(
     client_work_wrapper,
     local_epochs,
 ) -> tff.learning.templates.ClientWorkProcess:
-  """TFF's model-delta client work, wrapped by `client_work_wrapper` if given."""
+  """TFF's model-delta client work, wrapped by `client_work_wrapper` if any."""
   client_work = tff.learning.templates.build_model_delta_client_work(
       model_fn,
       client_optimizer_fn,
@@ -412,6 +459,15 @@ def _top_k_mask_computations(
   public data as the clients train and returns the k largest coordinates of
   the public update and the `mask` measurements; `set_round_mask` puts them
   into the aggregator state.
+
+  Public training. The public update is computed by the same TF function TFF's
+  model-delta client work runs on every client (same optimizer, same
+  hyperparameters from the client-work state, same loop), on the public batches
+  repeated `local_epochs` times; theta_pub = theta^t - u_pub. `public_data` is a
+  `tf.data.Dataset` batched like the clients' data (elements matching the
+  model's `input_spec`); it is read once when the process is built and embedded
+  in the server computation as constants (Fed-SMP's public set is small and
+  public), so every round trains on the same batches in the same order.
   """
 
   @tff.tensorflow.computation(weights_type, hparams_type)
@@ -442,7 +498,8 @@ def _top_k_mask_computations(
   )
   def set_round_mask(state, indices):
     # What `tff_priv.aggregators.smp._with_top_k_mask` does outside TFF; the
-    # aggregator's `next` checks that the indices are sorted, distinct and in [0, d).
+    # aggregator's `next` checks that the indices are sorted, distinct and in
+    # [0, d).
     return state._replace(mask_indices=indices, mask_is_fresh=tf.constant(True))
 
   return public_mask, set_round_mask

@@ -1,15 +1,12 @@
 """UDP learning processes (Wei et al.): fixed-T UDP and CRD (Algorithm 2).
 
-`build_udp_process` composes UDP from tff.learning parts: the model
-broadcast, UDP client work (`udp_client_work`: one clipped full-batch step),
-`tff_priv.aggregators.GaussianUDPFactory` (client noise, then the
-|D_i|-weighted mean) and a server SGD step of learning rate 1.
-`build_crd_process` wraps such a process whose aggregator holds a CRD
-`BudgetSchedule` and shrinks the planned rounds when the validation loss of
-the global model on server-side data stalls. Each round's DpEvent is the
-aggregator's (`state.aggregator.dp_event`, read with
-`tff_priv.accounting.guarantees.extract_dp_event`). `crd_schedule` builds the
-CRD `BudgetSchedule` for a client's (eps, delta) target.
+`build_udp_process` is UDP from tff.learning parts (one clipped full-batch
+client step, client Gaussian noise, the mean); `build_crd_process` wraps such a
+process whose aggregator holds a CRD `BudgetSchedule` (built by `crd_schedule`
+for a client's (eps, delta) target) and shrinks the planned rounds when the
+validation loss of the global model on server-side data stalls. Each round's
+DpEvent is the aggregator's (`state.aggregator.dp_event`, read with
+`tff_priv.accounting.guarantees.extract_dp_event`).
 """
 
 import collections
@@ -28,6 +25,19 @@ from tff_priv.mechanisms import noise_schedule
 
 
 class CRDState(NamedTuple):
+  """The state of a `build_crd_process` process.
+
+  All plain tensors, so checkpoints carry the whole schedule
+  (`learning.aggregator.noise` is the `ScheduleState`, and
+  `learning.aggregator.dp_event` the last round's
+  GaussianDpEvent(sigma_t / sensitivity)).
+
+  Attributes:
+    learning: the composed UDP process's state.
+    validation_loss: V of the current global model.
+    discounts: how many rounds the trigger has discounted the schedule.
+  """
+
   learning: object
   validation_loss: object
   discounts: object
@@ -50,8 +60,12 @@ def build_udp_process(
 ) -> tff.learning.templates.LearningProcess:
   """UDP: clipped full-batch client step, client Gaussian noise, weighted mean.
 
-  The new model is the noisy (weighted) mean of the clients' models, as the
-  paper. The aggregator state (`state.aggregator`, a
+  Composed from tff.learning parts: the model broadcast, UDP client work
+  (`udp_client_work`: one clipped full-batch step),
+  `tff_priv.aggregators.GaussianUDPFactory` (client noise, then the
+  |D_i|-weighted mean) and a server SGD step of learning rate 1. The new model
+  is the noisy (weighted) mean of the clients' models, as the paper. The
+  aggregator state (`state.aggregator`, a
   `tff_priv.aggregators.udp.ClientNoiseState`) holds the noise schedule
   (`noise`) and the DpEvent of the last round, GaussianDpEvent(sigma_t /
   sensitivity) for one example of one participating client, without client
@@ -103,22 +117,9 @@ def build_udp_process(
   )
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(model_fn())
-  inner = (
-      tff.aggregators.MeanFactory()
-      if weighted
-      else tff.aggregators.UnweightedMeanFactory()
+  aggregator = _udp_aggregator(
+      weights_type.trainable, noise_stddev, sensitivity, schedule, weighted
   )
-  factory = udp_aggregators.GaussianUDPFactory(
-      noise_stddev,
-      sensitivity=sensitivity,
-      schedule=schedule,
-      inner_agg_factory=inner,
-  )
-  update_type = weights_type.trainable
-  if weighted:
-    aggregator = factory.create(update_type, tff.TensorType(np.float32))
-  else:
-    aggregator = factory.create(update_type)
 
   @tff.tensorflow.computation
   def initial_weights():
@@ -133,6 +134,24 @@ def build_udp_process(
           tff.learning.optimizers.build_sgdm(learning_rate=1.0), weights_type
       ),
   )
+
+
+def _udp_aggregator(update_type, noise_stddev, sensitivity, schedule, weighted):
+  """The `GaussianUDPFactory` aggregation process of `build_udp_process`."""
+  inner = (
+      tff.aggregators.MeanFactory()
+      if weighted
+      else tff.aggregators.UnweightedMeanFactory()
+  )
+  factory = udp_aggregators.GaussianUDPFactory(
+      noise_stddev,
+      sensitivity=sensitivity,
+      schedule=schedule,
+      inner_agg_factory=inner,
+  )
+  if weighted:
+    return factory.create(update_type, tff.TensorType(np.float32))
+  return factory.create(update_type)
 
 
 def _validation_loss(model_fn, weights_type, val_x, val_y, per_example_loss):
@@ -227,12 +246,6 @@ def build_crd_process(
   clients' own held-out data would release their losses without noise;
   tff_priv does not build that variant.)
 
-  State: `CRDState(learning=<the composed process state>, validation_loss,
-  discounts)`, all plain tensors, so checkpoints carry the whole schedule
-  (`learning.aggregator.noise` is the `ScheduleState`, and
-  `learning.aggregator.dp_event` the last round's
-  GaussianDpEvent(sigma_t / sensitivity)).
-
   Args:
     model_fn: no-arg function returning a fresh `VariableModel`.
     learning_rate: client step size eta.
@@ -248,7 +261,8 @@ def build_crd_process(
     weighted: weight clients by |D_i|.
 
   Returns:
-    A `tff.learning.templates.LearningProcess` whose state is a `CRDState`.
+    A `tff.learning.templates.LearningProcess` whose state is a `CRDState`
+    (`learning` the composed process's state).
   """
   beta = validation.open_unit('beta', beta)
   zeta = validation.non_negative('zeta', zeta)
@@ -271,6 +285,18 @@ def build_crd_process(
       model_fn, weights_type, val_x, val_y, per_example_loss
   )
   apply_trigger = _apply_trigger(learning_state_type, beta, zeta)
+
+  init_fn, next_fn = _crd_computations(inner, validation_loss, apply_trigger)
+  get_model_weights, set_model_weights = _model_weight_accessors(
+      init_fn.type_signature.result.member, weights_type
+  )
+  return tff.learning.templates.LearningProcess(
+      init_fn, next_fn, get_model_weights, set_model_weights
+  )
+
+
+def _crd_computations(inner, validation_loss, apply_trigger):
+  """(init_fn, next_fn) of CRD: `inner`'s round, then V and the trigger."""
 
   @tff.federated_computation()
   def init_fn():
@@ -310,12 +336,7 @@ def build_crd_process(
     )
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
-  get_model_weights, set_model_weights = _model_weight_accessors(
-      init_fn.type_signature.result.member, weights_type
-  )
-  return tff.learning.templates.LearningProcess(
-      init_fn, next_fn, get_model_weights, set_model_weights
-  )
+  return init_fn, next_fn
 
 
 def _checked_validation_data(validation_data):

@@ -1,4 +1,4 @@
-"""UDP's local step (Wei et al.) as a `tff.learning.templates.ClientWorkProcess`.
+"""UDP's local step (Wei et al.) as a TFF `ClientWorkProcess`.
 
 `build_udp_client_work` builds the client work of UDP (Algorithm 1): each
 client clips the gradient of every one of its examples at the broadcast model
@@ -7,34 +7,6 @@ w^t to an L2 norm C and takes ONE full-batch step with their mean; the update
 client, `tff_priv.aggregators.GaussianUDPFactory`. The step's L2 sensitivity
 under replace-one-example adjacency is `udp_sensitivity` = 2 eta C / |D_i|,
 the value that factory takes.
-
-In `build_udp_client_work`, the clipped sum is computed one of two ways
-(`clipping`), equal to float tolerance:
-
-* 'per_example', the reference: per-example gradients vectorised with
-  `tf.vectorized_map` (as tensorflow_privacy's vectorized optimizers), each
-  clipped, then summed; memory and time grow with batch x d.
-* 'ghost': one forward and one backward pass; per-example gradient
-  norms from layer inputs and output gradients (tensorflow_privacy's fast
-  gradient clipping, with `ghost_clipping.layer_registry`: Dense,
-  Embedding, Conv2D), and the clipped sum from the same inputs and the
-  output gradients scaled by min(1, C / norm)
-  (`ghost_clipping.clipped_grad_sum`). Needs a model from
-  `tff.learning.models.from_keras_model` whose trainable layers are all
-  registered; otherwise a ValueError names the layers that are not.
-* 'auto' (default): 'ghost' where it applies, else 'per_example' with one
-  logged warning naming the layers that forced it (e.g. LSTM, which has no
-  registry function, Dropout, whose training-mode output is random, or a
-  layer the forward pass calls twice).
-
-The full-batch gradient is accumulated over the client's batches at the
-fixed weights w^t, so batching does not change the step.
-
-Non-finite inputs: an example whose gradient is not finite contributes a
-zero gradient (and a zero loss) but still counts in |D_i|, which keeps the
-sensitivity bound; as a backstop, a client whose update is still not finite
-sends a zero update (with its weight |D_i|). Neither is reported: a count
-would be an exact statistic of the clients' data.
 """
 
 import collections
@@ -66,7 +38,10 @@ def sparse_categorical_crossentropy(
 
 
 def udp_sensitivity(learning_rate: float, clip_norm: float, num_examples: int):
-  """Delta = 2 eta C / |D_i|: one clipped full-batch step, replace-one (eq. 13)."""
+  """Delta = 2 eta C / |D_i| (eq. 13): one clipped full-batch step.
+
+  Under replace-one-example adjacency.
+  """
   learning_rate = validation.positive('learning_rate', learning_rate)
   clip_norm = validation.positive('clip_norm', clip_norm)
   num_examples = validation.int_at_least('num_examples', num_examples, 1)
@@ -184,7 +159,8 @@ def _client_update_fn(
 
   `local_steps` full-batch steps of clipped per-example gradients from the
   weights the server sent (`build_udp_client_work`); a non-finite update is
-  sent as zeros.
+  sent as zeros. The full-batch gradient is accumulated over the client's
+  batches at the fixed weights w^t, so batching does not change the step.
   """
   registry = ghost_clipping.layer_registry() if use_ghost else None
 
@@ -277,9 +253,30 @@ def build_udp_client_work(
   trajectories of the two datasets diverge and 2 eta C / |D_i| bounds
   nothing; the sensitivity given to the aggregator is then the caller's own.
 
-  The clipped sum is computed per `clipping` ('auto', 'ghost' or
-  'per_example'), and non-finite inputs are handled, as the module docstring
-  says.
+  The clipped sum is computed one of two ways (`clipping`), equal to float
+  tolerance:
+
+  * 'per_example', the reference: per-example gradients vectorised with
+    `tf.vectorized_map` (as tensorflow_privacy's vectorized optimizers), each
+    clipped, then summed; memory and time grow with batch x d.
+  * 'ghost': one forward and one backward pass; per-example gradient
+    norms from layer inputs and output gradients (tensorflow_privacy's fast
+    gradient clipping, with `ghost_clipping.layer_registry`: Dense,
+    Embedding, Conv2D), and the clipped sum from the same inputs and the
+    output gradients scaled by min(1, C / norm)
+    (`ghost_clipping.clipped_grad_sum`). Needs a model from
+    `tff.learning.models.from_keras_model` whose trainable layers are all
+    registered; otherwise a ValueError names the layers that are not.
+  * 'auto' (default): 'ghost' where it applies, else 'per_example' with one
+    logged warning naming the layers that forced it (e.g. LSTM, which has no
+    registry function, Dropout, whose training-mode output is random, or a
+    layer the forward pass calls twice).
+
+  Non-finite inputs: an example whose gradient is not finite contributes a
+  zero gradient (and a zero loss) but still counts in |D_i|, which keeps the
+  sensitivity bound; as a backstop, a client whose update is still not finite
+  sends a zero update (with its weight |D_i|). Neither is reported: a count
+  would be an exact statistic of the clients' data.
 
   The update follows tff.learning's convention (FedAvg's client work):
   update = w^t - w_i (a server SGD step of learning rate 1 then applies the
@@ -287,13 +284,6 @@ def build_udp_client_work(
   with weight 0. Noise is not added here:
   `tff_priv.aggregators.GaussianUDPFactory` adds it on the client, so any
   tff.learning aggregator composes with this.
-
-  Measurements: `train`, empty by default: nothing about the clients leaves
-  them but their update (and its weight |D_i|, which replace-one-example
-  adjacency does not change). With `report_train_metrics=True`, `train/loss`
-  (the clients' mean loss at w^t) and `train/num_examples`: exact statistics
-  of the round's clients, released WITHOUT noise, which no DP event covers
-  (the example count also tells who was sampled).
 
   Args:
     model_fn: no-arg function returning a `tff.learning.models.VariableModel`
@@ -310,12 +300,44 @@ def build_udp_client_work(
     clipping: 'auto', 'ghost' or 'per_example' (see above).
 
   Returns:
-    A `tff.learning.templates.ClientWorkProcess`.
+    A `tff.learning.templates.ClientWorkProcess`. Its measurements: `train`,
+    empty by default: nothing about the clients leaves them but their update
+    (and its weight |D_i|, which replace-one-example adjacency does not
+    change). With `report_train_metrics=True`, `train/loss` (the clients' mean
+    loss at w^t) and `train/num_examples`: exact statistics of the round's
+    clients, released WITHOUT noise, which no DP event covers (the example
+    count also tells who was sampled).
 
   Raises:
     ValueError: a bad argument, or clipping='ghost' for a model it does not
       cover.
   """
+  learning_rate, clip_norm, local_steps = _checked_arguments(
+      learning_rate,
+      clip_norm,
+      local_steps,
+      per_example_loss,
+      report_train_metrics,
+  )
+  validation.one_of('clipping', clipping, CLIPPING)
+  use_ghost, data_type, weights_type = _clipping_and_types(model_fn, clipping)
+
+  update_fn = _client_update_fn(
+      use_ghost, per_example_loss, learning_rate, clip_norm, local_steps
+  )
+  return _client_work_process(
+      model_fn, update_fn, weights_type, data_type, report_train_metrics
+  )
+
+
+def _checked_arguments(
+    learning_rate,
+    clip_norm,
+    local_steps,
+    per_example_loss,
+    report_train_metrics,
+):
+  """(learning rate, clip norm, local steps), after their checks."""
   learning_rate = validation.positive('learning_rate', learning_rate)
   clip_norm = validation.positive('clip_norm', clip_norm)
   local_steps = validation.int_at_least('local_steps', local_steps, 1)
@@ -325,20 +347,20 @@ def build_udp_client_work(
     raise TypeError(
         'report_train_metrics must be a bool, got ' f'{report_train_metrics!r}'
     )
+  return learning_rate, clip_norm, local_steps
 
-  validation.one_of('clipping', clipping, CLIPPING)
-  use_ghost, data_type, weights_type = _clipping_and_types(model_fn, clipping)
 
-  _client_update = _client_update_fn(
-      use_ghost, per_example_loss, learning_rate, clip_norm, local_steps
-  )
+def _client_work_process(
+    model_fn, update_fn, weights_type, data_type, report_train_metrics
+):
+  """The `ClientWorkProcess` running `update_fn` on each client."""
 
   @tff.tensorflow.computation(weights_type, data_type)
   def client_update(initial_weights, dataset):
     model = model_fn()
     # A tf.function, for automatic control dependencies between the weight
     # assignments and the steps (as TFF's own client updates).
-    return tf.function(_client_update)(model, initial_weights, dataset)
+    return tf.function(update_fn)(model, initial_weights, dataset)
 
   @tff.tensorflow.computation(np.float32, np.float32)
   def loss_summary(total_loss, total_examples):

@@ -1,1 +1,1 @@
-"""Pure TensorFlow privacy mechanisms (encode, noise, sparsify, clip); no TFF types."""
+"""Pure TensorFlow privacy mechanisms: encode, noise, sparsify, clip; no TFF."""

@@ -1,46 +1,14 @@
 """Banded Toeplitz matrix factorization with amplification by sampling (no TFF).
 
 Choquette-Choo, Ganesh, McKenna, McMahan, Rush, Thakurta, Xu, "(Amplified)
-Banded Matrix Factorization: A unified approach to private training"
-(NeurIPS 2023, arXiv 2306.08153); McKenna, "Scaling up the Banded Matrix
-Factorization Mechanism for Differentially Private ML" (arXiv 2405.15913).
-The reference implementation is jax_privacy's
-`matrix_factorization/toeplitz.py` (`loss`, `optimize_banded_toeplitz`,
-`optimize_coefs_for_amplifications`) and `accounting.amplified_bandmf_event`;
-this module follows its math in TensorFlow / numpy (jax_privacy is not a
-dependency of this stack).
-
-The strategy. C is lower-triangular Toeplitz with `bands` = b nonzero
-coefficients c_0..c_{b-1} (C[i, j] = c_{i-j} for 0 <= i - j < b), scaled to
-unit L2 norm, so every column of C has norm <= 1. As in every matrix
-mechanism (`tff_priv.mechanisms.blt`), the server adds sigma (C^{-1} z)_t to
-round t's clipped sum, z_t ~ N(0, I); the released prefix sums carry
-sigma A C^{-1} z, a post-processing of C x + sigma z. (C^{-1} z)_t needs the
-last b - 1 outputs only: w_t = (z_t - sum_{i=1}^{b-1} c_i w_{t-i}) / c_0
-(jax_privacy `inverse_as_streaming_matrix`, Algorithm 9 of 2306.08153).
-
-The privacy (Theorem 4 of 2306.08153, jax_privacy `amplified_bandmf_event`).
-The N clients are split by a secret permutation into b groups of
-floor(N / b) (the N mod b left over never take part); round t draws from
-group (t - 1) mod b, each of its clients independently with probability
-q = K / floor(N / b). A client's rounds are then b apart, where the columns
-of a b-banded C do not overlap, and T rounds are, for every client, the
-adaptive composition of ceil(T / b) Poisson-subsampled Gaussian mechanisms of
-noise multiplier z (sigma = z x clip, the column norm being 1):
-`SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)),
-ceil(T / b))` under add-or-remove-one. b = 1 is DP-FedAvg with Poisson
-sampling (C = [1]); b = N // K with q = 1 is the cyclic (k, b) schedule of
-`tff_priv.program.StreamSampler` without amplification. `choose_bands` picks
-b by the error model below, a function of (T, N, K, eps, delta) only.
-
-Error (jax_privacy `toeplitz.loss` with `reduction_fn=jnp.mean`). With unit
-noise the prefix sums' noise is B z, B = A C^{-1}, lower-triangular Toeplitz
-with coefficients cumsum(C^{-1} e_1) (= C^{-1} 1); the variance of prefix
-sum t is sum_{j <= t} B_j^2, and the loss is its mean over t times ||c||^2
-(the sensitivity^2 of a column). The loss is scale-free in c; `optimize`
-minimises it over c with exact TensorFlow gradients (L-BFGS,
-`blt_optimize.minimize`) from jax_privacy's start (the coefficients of the
-optimal max-error Toeplitz factor, `optimal_max_error_strategy_coefs`).
+Banded Matrix Factorization: A unified approach to private training" (NeurIPS
+2023, arXiv 2306.08153); McKenna, "Scaling up the Banded Matrix Factorization
+Mechanism for Differentially Private ML" (arXiv 2405.15913). The reference
+implementation is jax_privacy's `matrix_factorization/toeplitz.py` (`loss`,
+`optimize_banded_toeplitz`, `optimize_coefs_for_amplifications`) and
+`accounting.amplified_bandmf_event`; this module follows its math in
+TensorFlow / numpy (jax_privacy is not a dependency of this stack). The
+strategy and its privacy: `BandChoice`; its error: `loss`.
 """
 
 import dataclasses
@@ -82,7 +50,17 @@ def prefix_variances(coefs, n: int) -> np.ndarray:
 
 
 def loss(coefs, n: int) -> float:
-  """Mean prefix-sum variance x ||c||^2 (jax_privacy `toeplitz.loss`, mean)."""
+  """Mean prefix-sum variance x ||c||^2 (jax_privacy `toeplitz.loss`, mean).
+
+  Error (jax_privacy `toeplitz.loss` with `reduction_fn=jnp.mean`). With unit
+  noise the prefix sums' noise is B z, B = A C^{-1}, lower-triangular Toeplitz
+  with coefficients cumsum(C^{-1} e_1) (= C^{-1} 1); the variance of prefix
+  sum t is sum_{j <= t} B_j^2, and the loss is its mean over t times ||c||^2
+  (the sensitivity^2 of a column). The loss is scale-free in c; `optimize`
+  minimises it over c with exact TensorFlow gradients (L-BFGS,
+  `blt_optimize.minimize`) from jax_privacy's start (the coefficients of the
+  optimal max-error Toeplitz factor, `optimal_max_error_strategy_coefs`).
+  """
   c = np.asarray(coefs, np.float64)
   return float(np.mean(prefix_variances(c, n)) * (c @ c))
 
@@ -146,6 +124,30 @@ def candidate_bands(
 @dataclasses.dataclass(frozen=True)
 class BandChoice:
   """One number of bands: its strategy, sampling, rounds per client and loss.
+
+  The strategy. C is lower-triangular Toeplitz with `bands` = b nonzero
+  coefficients c_0..c_{b-1} (C[i, j] = c_{i-j} for 0 <= i - j < b), scaled to
+  unit L2 norm, so every column of C has norm <= 1. As in every matrix
+  mechanism (`tff_priv.mechanisms.blt`), the server adds sigma (C^{-1} z)_t to
+  round t's clipped sum, z_t ~ N(0, I); the released prefix sums carry
+  sigma A C^{-1} z, a post-processing of C x + sigma z. (C^{-1} z)_t needs the
+  last b - 1 outputs only: w_t = (z_t - sum_{i=1}^{b-1} c_i w_{t-i}) / c_0
+  (jax_privacy `inverse_as_streaming_matrix`, Algorithm 9 of 2306.08153).
+
+  The privacy (Theorem 4 of 2306.08153, jax_privacy `amplified_bandmf_event`).
+  The N clients are split by a secret permutation into b groups of
+  floor(N / b) (the N mod b left over never take part); round t draws from
+  group (t - 1) mod b, each of its clients independently with probability
+  q = K / floor(N / b). A client's rounds are then b apart, where the columns
+  of a b-banded C do not overlap, and T rounds are, for every client, the
+  adaptive composition of ceil(T / b) Poisson-subsampled Gaussian mechanisms of
+  noise multiplier z (sigma = z x clip, the column norm being 1):
+  `SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)),
+  ceil(T / b))` under add-or-remove-one. b = 1 is DP-FedAvg with Poisson
+  sampling (C = [1]); b = N // K with q = 1 is the cyclic (k, b) schedule of
+  `tff_priv.program.StreamSampler` without amplification.
+  `tff_priv.aggregators.bandmf.plan_bands` picks b by the error model of
+  `loss`, a function of (T, N, K, eps, delta) only.
 
   Attributes:
     bands: b.

@@ -4,18 +4,6 @@ Zhang, Chen, Yang's "data generation": each local example joins a mini-batch
 independently with probability rho, so a batch has Binomial(|D|, rho) examples
 (mean rho |D|), and inclusions are independent across examples and batches.
 This is also the Poisson sampling of DP-SGD's privacy amplification.
-
-`bernoulli_batches(rho, num_batches, seed)` returns a dataset transform for
-`tff.simulation.datasets.ClientData.preprocess` (or any tf.data pipeline): it
-turns a client's dataset of examples into `num_batches` Bernoulli(rho)
-mini-batches of the whole dataset. The local dataset is materialised once per
-client (`batch` of all examples): client datasets in federated learning are
-small; this is what makes every example eligible for every batch. With a
-`seed` the examples are first put in a canonical order (`_canonical_order`),
-so that the same seed gives the same batches whatever order the dataset comes
-in: TFF's baseline preprocessing shuffles a client's examples and maps its
-batches with `deterministic=False`, and runs that differ only in their noise
-then still see the same batches (common random numbers).
 """
 
 from typing import Optional
@@ -31,6 +19,18 @@ def bernoulli_batches(
     rho: float, num_batches: Optional[int] = None, seed: Optional[int] = None
 ):
   """A transform: dataset of examples -> `num_batches` Bernoulli(rho) batches.
+
+  `bernoulli_batches(rho, num_batches, seed)` returns a dataset transform for
+  `tff.simulation.datasets.ClientData.preprocess` (or any tf.data pipeline): it
+  turns a client's dataset of examples into `num_batches` Bernoulli(rho)
+  mini-batches of the whole dataset. The local dataset is materialised once per
+  client (`batch` of all examples): client datasets in federated learning are
+  small; this is what makes every example eligible for every batch. With a
+  `seed` the examples are first put in a canonical order (`_canonical_order`),
+  so that the same seed gives the same batches whatever order the dataset comes
+  in: TFF's baseline preprocessing shuffles a client's examples and maps its
+  batches with `deterministic=False`, and runs that differ only in their noise
+  then still see the same batches (common random numbers).
 
   Args:
     rho: inclusion probability in (0, 1].

@@ -5,41 +5,8 @@ near-optimal noise generation for streaming differential privacy" (arXiv
 2404.16706); McMahan, Xu, Zhang et al., "Hassle-free DP-FTRL for production"
 (arXiv 2408.08868); the open implementation in jax_privacy
 (`jax_privacy/matrix_factorization/buffered_toeplitz.py`, `toeplitz.py`,
-`sensitivity.py`), whose math this module follows in numpy / TensorFlow.
-
-Matrix factorization. The prefix sums of the clients' clipped sums x_1..x_T
-are A x, A the all-ones lower-triangular T x T matrix. A = B C with C
-lower-triangular Toeplitz; the mechanism releases A (x + C^{-1} sigma z)
-= A x + B sigma z, z ~ N(0, I): a post-processing of C x + sigma z, a Gaussian
-mechanism whose sensitivity is that of C (`blt_sensitivity`). In training the
-server adds, at round t, the noise sigma (C^{-1} z)_t to the round's sum.
-
-The BLT. `buf_decay` theta (num_buffers values in (0, 1)) and `output_scale`
-omega define C's Toeplitz coefficients
-    c_0 = 1,  c_k = sum_i omega_i theta_i^(k-1)  (k >= 1)
-(jax_privacy `BufferedToeplitz.toeplitz_coefs`). C^{-1} is again lower
-triangular Toeplitz and again a BLT (`inverse`: 2404.16706 Lemma 5.2 /
-jax_privacy `BufferedToeplitz.inverse`, diagonalising Theta - omega 1^T).
-Its product with a stream needs no matrix: Algorithm 3 of 2408.08868
-(jax_privacy `StreamingMatrixBuilder.build_inverse`), with num_buffers
-buffers of the value's shape, each round
-    x_t = z_t - sum_i omega_i buf_i ;  buf_i <- theta_i buf_i + x_t,
-O(num_buffers x d) work and state; x_t = (C^{-1} z)_t.
-
-Error. With unit noise the released prefix sums' noise is B z, B = A C^{-1},
-lower-triangular Toeplitz with coefficients b = cumsum(C^{-1} coefs); the
-variance of prefix sum t is sum_{j<=t} b_j^2 (increasing in t, so the max
-error is the last round's). The optimiser minimises error x sensitivity^2
-(the noise std is proportional to the sensitivity at a fixed privacy level).
-
-Constraints (as in jax_privacy `LossFn.compute_penalties`, after "An
-inversion theorem for BLT matrices", arXiv 2504.21413, Thm 1(a)): theta in
-(0, 1), omega > 0, sum_i omega_i / theta_i < 1 (the "Pillutla score"). Then
-c_k > 0 and non-increasing (c_1 = sum omega < sum omega / theta < 1 = c_0) and
-C^{-1}'s decays lie in (0, 1): the streaming inverse is stable. The
-parameterization theta = sigmoid(a), omega_i = theta_i s p_i, s = sigmoid(u),
-p = softmax(v) satisfies all of them for any real (a, v, u), so scipy's
-L-BFGS-B runs unconstrained.
+`sensitivity.py`), whose math this module follows in numpy / TensorFlow. The
+mechanism, its error and its constraints: `BLT`.
 """
 
 import dataclasses
@@ -58,7 +25,42 @@ ERRORS = ('max', 'mean')
 
 @dataclasses.dataclass(frozen=True)
 class BLT:
-  """A lower-triangular Toeplitz C = BLT(buf_decay, output_scale), float64."""
+  """A lower-triangular Toeplitz C = BLT(buf_decay, output_scale), float64.
+
+  Matrix factorization. The prefix sums of the clients' clipped sums x_1..x_T
+  are A x, A the all-ones lower-triangular T x T matrix. A = B C with C
+  lower-triangular Toeplitz; the mechanism releases A (x + C^{-1} sigma z)
+  = A x + B sigma z, z ~ N(0, I): a post-processing of C x + sigma z, a Gaussian
+  mechanism whose sensitivity is that of C (`blt_sensitivity`). In training the
+  server adds, at round t, the noise sigma (C^{-1} z)_t to the round's sum.
+
+  The BLT. `buf_decay` theta (num_buffers values in (0, 1)) and `output_scale`
+  omega define C's Toeplitz coefficients
+      c_0 = 1,  c_k = sum_i omega_i theta_i^(k-1)  (k >= 1)
+  (jax_privacy `BufferedToeplitz.toeplitz_coefs`). C^{-1} is again lower
+  triangular Toeplitz and again a BLT (`inverse`: 2404.16706 Lemma 5.2 /
+  jax_privacy `BufferedToeplitz.inverse`, diagonalising Theta - omega 1^T).
+  Its product with a stream needs no matrix: Algorithm 3 of 2408.08868
+  (jax_privacy `StreamingMatrixBuilder.build_inverse`), with num_buffers
+  buffers of the value's shape, each round
+      x_t = z_t - sum_i omega_i buf_i ;  buf_i <- theta_i buf_i + x_t,
+  O(num_buffers x d) work and state; x_t = (C^{-1} z)_t.
+
+  Error. With unit noise the released prefix sums' noise is B z, B = A C^{-1},
+  lower-triangular Toeplitz with coefficients b = cumsum(C^{-1} coefs); the
+  variance of prefix sum t is sum_{j<=t} b_j^2 (increasing in t, so the max
+  error is the last round's). The optimiser minimises error x sensitivity^2
+  (the noise std is proportional to the sensitivity at a fixed privacy level).
+
+  Constraints (as in jax_privacy `LossFn.compute_penalties`, after "An
+  inversion theorem for BLT matrices", arXiv 2504.21413, Thm 1(a)): theta in
+  (0, 1), omega > 0, sum_i omega_i / theta_i < 1 (the "Pillutla score"). Then
+  c_k > 0 and non-increasing (c_1 = sum omega < sum omega / theta < 1 = c_0) and
+  C^{-1}'s decays lie in (0, 1): the streaming inverse is stable. The
+  parameterization theta = sigmoid(a), omega_i = theta_i s p_i, s = sigmoid(u),
+  p = softmax(v) satisfies all of them for any real (a, v, u), so scipy's
+  L-BFGS-B runs unconstrained.
+  """
 
   buf_decay: np.ndarray
   output_scale: np.ndarray
@@ -205,6 +207,7 @@ class BLT:
 
 
 def lower_triangular_toeplitz(coefs) -> np.ndarray:
+  """The lower-triangular Toeplitz matrix of first column `coefs`."""
   coefs = np.asarray(coefs, np.float64)
   return scipy.linalg.toeplitz(coefs, np.zeros_like(coefs))
 
@@ -221,7 +224,8 @@ def inverse_step(buffers, z, buf_decay, output_scale):
   Args:
     buffers: [num_buffers, *shape], zeros before the first round.
     z: this round's input, [*shape].
-    buf_decay, output_scale: C's BLT parameters, [num_buffers].
+    buf_decay: C's BLT buffer decays theta, [num_buffers].
+    output_scale: C's BLT output scales omega, [num_buffers].
 
   Returns:
     x_t = z_t - sum_i omega_i buf_i, and buf_i <- theta_i buf_i + x_t.
@@ -274,7 +278,7 @@ def optimize(
     init: Optional[BLT] = None,
     max_iterations: int = 600,
 ) -> BLT:
-  """A BLT minimising (max or mean) prefix-sum error x sensitivity^2 for n rounds.
+  """A BLT minimising (max or mean) prefix-sum error x sensitivity^2, n rounds.
 
   L-BFGS with exact gradients over jax_privacy's (theta, theta_hat)
   parameterization (`blt_optimize`). With `num_buffers` None, 1, 2, ...
@@ -286,8 +290,8 @@ def optimize(
   Args:
     n: number of rounds T.
     error: 'max' (last round's variance) or 'mean' (over rounds).
-    min_sep, max_participations: the participation pattern (b, k) of the
-      sensitivity (k = 1: single participation).
+    min_sep: b of the participation pattern (b, k) of the sensitivity.
+    max_participations: k of that pattern (k = 1: single participation).
     num_buffers: a fixed number of buffers (reached through 1, 2, ...:
       each count warm-starts the next), or None to choose.
     max_buffers: the most buffers tried when choosing.

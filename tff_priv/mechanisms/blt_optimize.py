@@ -1,38 +1,11 @@
-"""The BLT optimiser: exact gradients over the (theta, theta_hat) pair, as jax_privacy.
+"""The BLT optimiser: exact gradients over the (theta, theta_hat) pair.
 
 The loss of a BLT C for n rounds and (k, b) participation is
-`error(C^{-1}) x sensitivity^2(C)` (`blt.BLT.loss`). jax_privacy's
-`buffered_toeplitz.optimize` (the reference: McMahan et al. 2024, "Hassle-free
-DP-FTRL"; McMahan and Pillutla 2025, "An inversion theorem for BLT
-matrices") minimises it by L-BFGS with exact (JAX) gradients over the
-"buf_decay pair" parameterization: the decays theta of C and theta_hat of
-C^{-1} are the parameters, and both output scales follow in closed form
-(Dvijotham et al. 2024, Lemma 5.2, as the inversion theorem's Theorem 2 writes
-it):
-
-    omega_i = prod_j (theta_i - theta_hat_j) / prod_{j != i} (theta_i - theta_j)
-
-and symmetrically for C^{-1}'s omega_hat (theta and theta_hat swapped). The
-loss is normalised by its approximate optimum (k + (1 + ln n / pi)^2) and the
-conditions of the inversion theorem's Theorem 1(a) (omega > 0, omega_hat < 0,
-sum omega < 1, sum omega / theta < 1, distinct decays) are log barriers of
-strength 1e-8. Here the same loss, parameterization and barriers run in
-TensorFlow (float64; theta = min(sigmoid(a), 1 - 1e-9), so 0 < theta < 1 by
-construction: with several participations the optimum pushes a decay towards 1,
-where sigmoid rounds to exactly 1.0 in float64 and the BLT is refused as
-unstable; 1 - 1e-9 differs from 1 by less than 1e-4 over 10^5 rounds) with
-L-BFGS and a backtracking line search, which shrinks a step that leaves
-the barriers' domain (`minimize`); jax_privacy is not a dependency of
-this stack (TFF 0.87 pins JAX 0.4.13). The loss is computed from the
-materialised Toeplitz coefficients of C and C^{-1} (O(n x buffers) per
-evaluation; jax_privacy's closed forms for single participation give the
-same values).
-
-`optimize` tries 1, 2, ... buffers; each count starts from jax_privacy's
-rational-approximation init and from the previous count's optimum with one
-more buffer that (nearly) cancels (the previous loss, feasible), keeps the
-better, and stops when a buffer improves the loss by less than `rtol`
-(jax_privacy's 1.01). Warm starts make more buffers never worse.
+`error(C^{-1}) x sensitivity^2(C)` (`blt.BLT.loss`), minimised as jax_privacy's
+`buffered_toeplitz.optimize` minimises it: L-BFGS with exact gradients over the
+"buf_decay pair" parameterization, here in TensorFlow (`make_loss`,
+`minimize`, `optimize_buffers`); jax_privacy is not a dependency of this stack
+(TFF 0.87 pins JAX 0.4.13).
 """
 
 import numpy as np
@@ -53,7 +26,10 @@ def _decays(logits):
 
 
 def _output_scales(theta, theta_hat):
-  """omega_i = prod_j (theta_i - theta_hat_j) / prod_{j != i} (theta_i - theta_j)."""
+  """C's output scales omega from the decays of C and of C^{-1}.
+
+  omega_i = prod_j (theta_i - theta_hat_j) / prod_{j != i} (theta_i - theta_j).
+  """
   numerators = tf.reduce_prod(theta[:, None] - theta_hat[None, :], axis=1)
   differences = tf.linalg.set_diag(
       theta[:, None] - theta[None, :], tf.ones_like(theta)
@@ -116,7 +92,10 @@ _TRACED = {}
 
 
 def _traced_loss(num_buffers: int):
-  """(params, n, max error?, b, k, approx optimum) -> (penalised loss, gradient)."""
+  """The traced loss of `num_buffers` buffers, cached.
+
+  (params, n, max error?, b, k, approx optimum) -> (penalised loss, gradient).
+  """
   if num_buffers in _TRACED:
     return _TRACED[num_buffers]
 
@@ -149,7 +128,7 @@ def _traced_loss(num_buffers: int):
 
 
 def _parts(params, n, max_error, min_sep, k, num_buffers):
-  """(loss, barrier penalty) of the pair `params` = (logit theta, logit theta_hat)."""
+  """(loss, barrier penalty) of `params` = (logit theta, logit theta_hat)."""
   theta, log_theta = _decays(params[:num_buffers])
   theta_hat, log_theta_hat = _decays(params[num_buffers:])
   omega = _output_scales(theta, theta_hat)
@@ -173,7 +152,35 @@ def _parts(params, n, max_error, min_sep, k, num_buffers):
 
 
 def make_loss(n: int, error: str, min_sep: int, k: int, num_buffers: int):
-  """(params [2 nbuf] -> penalised normalised loss, params -> plain loss)."""
+  """(params [2 nbuf] -> penalised normalised loss, params -> plain loss).
+
+  The loss of a BLT C for n rounds and (k, b) participation is
+  `error(C^{-1}) x sensitivity^2(C)` (`blt.BLT.loss`). jax_privacy's
+  `buffered_toeplitz.optimize` (the reference: McMahan et al. 2024,
+  "Hassle-free DP-FTRL"; McMahan and Pillutla 2025, "An inversion theorem for
+  BLT matrices") minimises it by L-BFGS with exact (JAX) gradients over the
+  "buf_decay pair" parameterization: the decays theta of C and theta_hat of
+  C^{-1} are the parameters, and both output scales follow in closed form
+  (Dvijotham et al. 2024, Lemma 5.2, as the inversion theorem's Theorem 2
+  writes it):
+
+    omega_i = prod_j (theta_i - theta_hat_j) / prod_{j != i} (theta_i - theta_j)
+
+  and symmetrically for C^{-1}'s omega_hat (theta and theta_hat swapped). The
+  loss is normalised by its approximate optimum (k + (1 + ln n / pi)^2) and the
+  conditions of the inversion theorem's Theorem 1(a) (omega > 0, omega_hat < 0,
+  sum omega < 1, sum omega / theta < 1, distinct decays) are log barriers of
+  strength 1e-8. Here the same loss, parameterization and barriers run in
+  TensorFlow (float64; theta = min(sigmoid(a), 1 - 1e-9), so 0 < theta < 1 by
+  construction: with several participations the optimum pushes a decay towards
+  1, where sigmoid rounds to exactly 1.0 in float64 and the BLT is refused as
+  unstable; 1 - 1e-9 differs from 1 by less than 1e-4 over 10^5 rounds) with
+  L-BFGS and a backtracking line search, which shrinks a step that leaves the
+  barriers' domain (`minimize`); jax_privacy is not a dependency of this stack
+  (TFF 0.87 pins JAX 0.4.13). The loss is computed from the materialised
+  Toeplitz coefficients of C and C^{-1} (O(n x buffers) per evaluation;
+  jax_privacy's closed forms for single participation give the same values).
+  """
   traced = _traced_loss(num_buffers)
   args = (
       tf.constant(n, tf.int32),
@@ -202,6 +209,7 @@ def make_loss(n: int, error: str, min_sep: int, k: int, num_buffers: int):
 
 
 def to_params(theta: np.ndarray, theta_hat: np.ndarray) -> np.ndarray:
+  """The parameters (logit theta, logit theta_hat); inverse of `from_params`."""
   clip = lambda x: np.clip(np.asarray(x, np.float64), 1e-15, 1 - 1e-15)
   return np.concatenate(
       [
@@ -300,7 +308,16 @@ def widened(theta: np.ndarray, theta_hat: np.ndarray):
 def optimize_buffers(
     n: int, error: str, min_sep: int, k: int, starts, max_iterations: int
 ):
-  """The best (theta, omega, theta_hat, loss) over `starts` [(theta, theta_hat)]."""
+  """The best (theta, omega, theta_hat, loss) over `starts`.
+
+  `starts`: a sequence of (theta, theta_hat).
+
+  `blt.optimize` tries 1, 2, ... buffers; each count starts from jax_privacy's
+  rational-approximation init and from the previous count's optimum with one
+  more buffer that (nearly) cancels (the previous loss, feasible), keeps the
+  better, and stops when a buffer improves the loss by less than `rtol`
+  (jax_privacy's 1.01). Warm starts make more buffers never worse.
+  """
   best = None
   for theta, theta_hat in starts:
     num_buffers = len(theta)

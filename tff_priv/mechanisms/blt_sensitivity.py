@@ -6,23 +6,6 @@ whole stream is that of one Gaussian mechanism on C x, whose L2 sensitivity
 is the largest ||C u|| over the participation patterns u of one client (each
 participating round's contribution has norm <= 1; rounds it skips are 0,
 the "zero-out" relation, dp_accounting's REPLACE_SPECIAL).
-
-* Single participation: the largest column norm of C (jax_privacy
-  `sensitivity.single_participation_sensitivity`). For a lower-triangular
-  Toeplitz C of n rounds the first column is the longest: ||c_{0:n}||_2.
-* At most k participations, any two at least b rounds apart ("min-sep"
-  participation, Choquette-Choo et al. ICML 2023 "Multi-epoch matrix
-  factorization mechanisms"; "(Amplified) banded matrix factorization",
-  arXiv 2306.08153): for a Toeplitz C whose coefficients are non-negative and
-  non-increasing, the worst pattern is k participations exactly b apart from
-  the first round, and the sensitivity is the norm of the sum of those k
-  columns (jax_privacy `toeplitz.minsep_sensitivity_squared`; proved in
-  arXiv 2405.13763, Theorem 2). For other C this closed form is not a bound,
-  so it is refused.
-* `brute_force_sensitivity`: the largest ||C 1_S|| over every admissible
-  set S of rounds (exponential: tests only). With C >= 0 entrywise, C^T C >= 0
-  and equal vectors in the participating rounds are the worst case, so this
-  is the exact sensitivity (arXiv 2306.08153, eq. (5)).
 """
 
 import itertools
@@ -52,13 +35,19 @@ def check_non_negative_non_increasing(coefs) -> np.ndarray:
   if coefs.size > 1 and np.max(np.diff(coefs)) > 0:
     raise ValueError(
         'the min-sep sensitivity bound needs non-increasing Toeplitz '
-        f'coefficients, found an increase at index {int(np.argmax(np.diff(coefs)))}'
+        'coefficients, found an increase at index '
+        f'{int(np.argmax(np.diff(coefs)))}'
     )
   return coefs
 
 
 def single_participation_sensitivity(coefs, n: Optional[int] = None) -> float:
-  """Largest column norm of the n x n lower-triangular Toeplitz C(coefs)."""
+  """Largest column norm of the n x n lower-triangular Toeplitz C(coefs).
+
+  Single participation: the largest column norm of C (jax_privacy
+  `sensitivity.single_participation_sensitivity`). For a lower-triangular
+  Toeplitz C of n rounds the first column is the longest: ||c_{0:n}||_2.
+  """
   coefs = np.asarray(coefs, np.float64)
   n = coefs.size if n is None else n
   return float(np.linalg.norm(coefs[:n]))
@@ -72,6 +61,16 @@ def minsep_sensitivity_squared(
     check: bool = True,
 ) -> float:
   """Squared sensitivity under (k, b) min-sep participation.
+
+  At most k participations, any two at least b rounds apart ("min-sep"
+  participation, Choquette-Choo et al. ICML 2023 "Multi-epoch matrix
+  factorization mechanisms"; "(Amplified) banded matrix factorization",
+  arXiv 2306.08153): for a Toeplitz C whose coefficients are non-negative and
+  non-increasing, the worst pattern is k participations exactly b apart from
+  the first round, and the sensitivity is the norm of the sum of those k
+  columns (jax_privacy `toeplitz.minsep_sensitivity_squared`; proved in
+  arXiv 2405.13763, Theorem 2). For other C this closed form is not a bound,
+  so it is refused.
 
   Args:
     coefs: c_0, c_1, ... of C (at least n of them); non-negative and
@@ -113,7 +112,13 @@ def minsep_sensitivity(coefs, min_sep=1, max_participations=1, n=None) -> float:
 def brute_force_sensitivity(
     matrix, min_sep: int = 1, max_participations: Optional[int] = None
 ) -> float:
-  """max ||C 1_S|| over all S with |S| <= k and gaps >= b (small n only)."""
+  """max ||C 1_S|| over all S with |S| <= k and gaps >= b (small n only).
+
+  The largest ||C 1_S|| over every admissible
+  set S of rounds (exponential: tests only). With C >= 0 entrywise, C^T C >= 0
+  and equal vectors in the participating rounds are the worst case, so this
+  is the exact sensitivity (arXiv 2306.08153, eq. (5)).
+  """
   matrix = np.asarray(matrix, np.float64)
   n = matrix.shape[1]
   if n > 16:

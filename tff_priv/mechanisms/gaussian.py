@@ -1,17 +1,8 @@
 """Client-side Gaussian noise on a structure of tensors.
 
-`add_gaussian_noise(value, stddev)` returns value + N(0, stddev^2 I): every
-coordinate of every tensor gets its own standard normal draw scaled by
-`stddev`. Used by UDP (noise on the uploaded model, Wei et al. eq. (10) /
-Algorithm 1) and by parameter distortion (W~ = W + N(0, sigma_e^2 I)).
-
-The one noise primitive of tff_priv's factories (UDP, distortion, Fed-SMP).
-Randomness: the draws come from `tf.random.normal` with no seed, i.e. TF's
-nondeterministically seeded kernel, so two clients (or two rounds) with the
-same input get independent noise; nothing derived from a broadcast value
-enters it. tests/mechanisms/gaussian_test.py checks the moments and the
-independence, and tests/aggregators/udp_test.py checks it through
-TFF across clients and rounds.
+The one noise primitive of tff_priv's factories (UDP, distortion, Fed-SMP):
+`add_gaussian_noise(value, stddev)` returns value + N(0, stddev^2 I), its
+draws (without a seed) independent across clients and rounds.
 """
 
 from typing import Any, Optional
@@ -22,7 +13,18 @@ import tensorflow as tf
 def add_gaussian_noise(
     value: Any, stddev: Any, seed: Optional[Any] = None
 ) -> Any:
-  """value + N(0, stddev^2 I), coordinate-wise, for a structure of float tensors.
+  """value + N(0, stddev^2 I), coordinate-wise, on a structure of float tensors.
+
+  Every coordinate of every tensor gets its own standard normal draw scaled by
+  `stddev`. Used by UDP (noise on the uploaded model, Wei et al. eq. (10) /
+  Algorithm 1) and by parameter distortion (W~ = W + N(0, sigma_e^2 I)).
+
+  Randomness: the draws come from `tf.random.normal` with no seed, i.e. TF's
+  nondeterministically seeded kernel, so two clients (or two rounds) with the
+  same input get independent noise; nothing derived from a broadcast value
+  enters it. tests/mechanisms/gaussian_test.py checks the moments and the
+  independence, and tests/aggregators/udp_test.py checks it through
+  TFF across clients and rounds.
 
   Args:
     value: a tensor or a (nested) structure of float tensors.

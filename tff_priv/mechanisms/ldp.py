@@ -1,53 +1,10 @@
 """The two-point LDP encoder of LDP-FL (Sun, Qian, Chen 2021, Algorithm 2).
 
-Pure TensorFlow; no TFF types. For a value w, a center c, a radius r > 0 and a
-privacy parameter eps > 0, let q = (e^eps + 1) / (e^eps - 1). The encoder clips
-w to [c - r, c + r], then outputs
-
-    c + r q   with probability  p+(w) = 1/2 + (w - c) / (2 r q),
-    c - r q   otherwise.
-
-Guarantees of the real-number mechanism (proved in the paper's appendix):
-
-* eps-LDP for each value (Thm 1): for any inputs w, w' and either output,
-  Pr[M(w) = y] / Pr[M(w') = y] <= p+(c + r) / p+(c - r) = e^eps.
-* Unbiased (Lemma 2): E[M(w)] = w for w in [c - r, c + r]; a clipped value is
-  estimated without bias as its clipped value.
-* Exact variance (Lemma 3): Var[M(w)] = r^2 q^2 - (w - c)^2. (The paper also
-  writes r^2 O(e^-eps + e^-2eps); that is wrong: q -> 1 as eps -> infinity, so
-  the variance tends to r^2 - (w - c)^2, not to 0.)
-* Mean of n independent reports (Lemma 4):
-  Var[(1/n) sum_u M(w_u)] = r^2 q^2 / n - (1/n^2) sum_u (w_u - c)^2.
-
-The privacy of the float implementation is exact, not only that of the formula.
-Each value's coin is an integer k uniform in {0, ..., N - 1}, N = 2^16 (16
-Philox bits), and the output is high iff k < x(w), a threshold that the
-encoder clips to the integers [k_min, N - k_min], k_min = ceil(N / (e^eps + 1)).
-So the realized probability of the high output, ceil(x(w)) / N, lies in
-[k_min / N, (N - k_min) / N] for every input, and any likelihood ratio is at
-most (N - k_min) / k_min <= e^eps; the same holds for the low output. (For
-eps > ln(N - 1) ~ 11.1, k_min = 1 and the implementation is ln(N - 1)-LDP, more
-private than asked.) The price is a bias of at most 2 r q (1 + 2^-8) / N per
-value (the probability is rounded to the coin grid 1 / N, plus the float32
-rounding of x, below 2^-8), about 3e-5 r q, far below the noise (standard
-deviation ~ r q). `realized_prob_high` gives the exact probability of the
-implementation; tests check its ratios. Sixteen bits instead of a float32
-uniform (23 bits) halve the random-number cost, the dominant cost.
-
-Randomness. `encode` is a deterministic function of its `seed` (stateless
-Philox sampling), so mechanism tests are reproducible. In federated use each
-client must draw its own seed with `fresh_seed()` inside its own computation: it
-runs TensorFlow's `NonDeterministicInts` kernel, which draws from a generator
-seeded from OS entropy and ignores `tf.random.set_seed`, so the seed depends on
-nothing the server sends or any graph-level seed. Two clients (or one client in
-two rounds) run two executions of the kernel and get different seeds, so their
-outputs are independent even when their inputs are identical. Independence
-here is statistical: TensorFlow's non-deterministic generator is not a
-cryptographic one, so a deployment must seed each client from a CSPRNG.
-
-Non-finite inputs (NaN, +-inf) are not encoded: their output is NaN, which
-means "no report" (the aggregator excludes it and counts it), and they are
-counted in `EncodeResult.num_nonfinite`.
+Pure TensorFlow; no TFF types. `encode` clips a value w to [c - r, c + r]
+and outputs c + r q or c - r q, q = (e^eps + 1) / (e^eps - 1), an unbiased
+estimate of the clipped value, eps-LDP for each value: exactly so for the
+float implementation, not only for the formula (`EncodeResult`,
+`threshold_bounds`). Each client draws its own seed (`fresh_seed`).
 """
 
 import math
@@ -149,6 +106,22 @@ def threshold_bounds(epsilon):
   probability of the high output lies in [k_min / N, (N - k_min) / N] and no
   likelihood ratio exceeds (N - k_min) / k_min <= e^eps.
 
+  The privacy of the float implementation is exact, not only that of the
+  formula. Each value's coin is an integer k uniform in {0, ..., N - 1},
+  N = 2^16 (16 Philox bits), and the output is high iff k < x(w), a threshold
+  that the encoder clips to the integers [k_min, N - k_min],
+  k_min = ceil(N / (e^eps + 1)). So the realized probability of the high
+  output, ceil(x(w)) / N, lies in [k_min / N, (N - k_min) / N] for every
+  input, and any likelihood ratio is at most (N - k_min) / k_min <= e^eps; the
+  same holds for the low output. (For eps > ln(N - 1) ~ 11.1, k_min = 1 and
+  the implementation is ln(N - 1)-LDP, more private than asked.) The price is
+  a bias of at most 2 r q (1 + 2^-8) / N per value (the probability is
+  rounded to the coin grid 1 / N, plus the float32 rounding of x, below
+  2^-8), about 3e-5 r q, far below the noise (standard deviation ~ r q).
+  `realized_prob_high` gives the exact probability of the implementation;
+  tests check its ratios. Sixteen bits instead of a float32 uniform (23 bits)
+  halve the random-number cost, the dominant cost.
+
   Args:
     epsilon: eps > 0 (Python number or tensor).
 
@@ -239,6 +212,22 @@ def coins(shape, seed, dtype=tf.float32):
 class EncodeResult(NamedTuple):
   """What `encode` returns for one tensor.
 
+  Guarantees of the real-number mechanism (proved in the paper's appendix):
+
+  * eps-LDP for each value (Thm 1): for any inputs w, w' and either output,
+    Pr[M(w) = y] / Pr[M(w') = y] <= p+(c + r) / p+(c - r) = e^eps.
+  * Unbiased (Lemma 2): E[M(w)] = w for w in [c - r, c + r]; a clipped value is
+    estimated without bias as its clipped value.
+  * Exact variance (Lemma 3): Var[M(w)] = r^2 q^2 - (w - c)^2. (The paper also
+    writes r^2 O(e^-eps + e^-2eps); that is wrong: q -> 1 as eps -> infinity, so
+    the variance tends to r^2 - (w - c)^2, not to 0.)
+  * Mean of n independent reports (Lemma 4):
+    Var[(1/n) sum_u M(w_u)] = r^2 q^2 / n - (1/n^2) sum_u (w_u - c)^2.
+
+  Non-finite inputs (NaN, +-inf) are not encoded: their output is NaN, which
+  means "no report" (the aggregator excludes it and counts it), and they are
+  counted in `EncodeResult.num_nonfinite`.
+
   Attributes:
     encoded: c - r q or c + r q for each finite input; NaN ("no report") for
       each non-finite input. Same shape and dtype as the input.
@@ -258,14 +247,32 @@ class EncodeResult(NamedTuple):
 def fresh_seed() -> tf.Tensor:
   """A new int64[2] seed from OS-seeded entropy, drawn at every execution.
 
-  Not affected by `tf.random.set_seed`; see the module docstring for why two
+  Not affected by `tf.random.set_seed`; the paragraph below says why two
   clients' seeds (and one client's seeds in two rounds) are independent.
+
+  Randomness. `encode` is a deterministic function of its `seed` (stateless
+  Philox sampling), so mechanism tests are reproducible. In federated use each
+  client must draw its own seed with `fresh_seed()` inside its own computation:
+  it runs TensorFlow's `NonDeterministicInts` kernel, which draws from a
+  generator seeded from OS entropy and ignores `tf.random.set_seed`, so the seed
+  depends on nothing the server sends or any graph-level seed. Two clients (or
+  one client in two rounds) run two executions of the kernel and get different
+  seeds, so their outputs are independent even when their inputs are identical.
+  Independence here is statistical: TensorFlow's non-deterministic generator is
+  not a cryptographic one, so a deployment must seed each client from a CSPRNG.
   """
   return tf.raw_ops.NonDeterministicInts(shape=[2], dtype=tf.int64)
 
 
 def encode(values, center, radius, epsilon, seed) -> EncodeResult:
   """Encodes every value of `values` with the two-point mechanism.
+
+  For a value w, a center c, a radius r > 0 and a privacy parameter eps > 0,
+  let q = (e^eps + 1) / (e^eps - 1). The encoder clips w to [c - r, c + r],
+  then outputs
+
+      c + r q   with probability  p+(w) = 1/2 + (w - c) / (2 r q),
+      c - r q   otherwise.
 
   Vectorised: 16 Philox bits per value and a few elementwise passes. One min
   and one max reduction pick the bookkeeping needed: none when all values are
@@ -356,7 +363,7 @@ def _float64(x):
 
 
 def _as_float(*args):
-  """Casts args to one dtype: the first float array's or tensor's, or float64."""
+  """Casts args to one dtype: the first float argument's, or float64."""
   dtype = tf.float64
   for a in args:
     a_dtype = getattr(a, 'dtype', None)

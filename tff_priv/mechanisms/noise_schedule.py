@@ -1,35 +1,9 @@
 """Per-round noise from a privacy budget: the CRD schedule (UDP Algorithm 2).
 
-Pure TensorFlow state machine; no TFF types, no accountant. The state is plain
-tensors so checkpoints carry it:
-
-  planned_rounds T (int32), rounds_done t (int32),
-  spent (float64, budget used so far), total_budget B (float64).
-
-Round t (rounds_done = t) has m = T - t rounds left, this one included, and
-uses the least noise that, if every round left used it too, would spend
-exactly what is left:
-
-  cost(sigma_t) = (B - spent) / m.
-
-Two cost models (both decreasing in sigma):
-
-* 'inverse_variance' (Wei et al. Theorem 4): cost(sigma) = 1 / sigma^2, so
-  sigma_t = sqrt((T - t) / (B - sum_{tau < t} 1 / sigma_tau^2)) in closed form,
-  with B = eps^2 / (2 q Delta^2 ln(1/delta)) (the paper) or B = T_0 / sigma_0^2
-  for a sigma_0 calibrated by an accountant (exact for q = 1, where the
-  Gaussian's RDP is linear in 1 / sigma^2).
-* a table (sigma_k, cost_k) built outside the graph (tff_priv.learning.udp builds
-  it from dp_accounting's RDP of the sampled Gaussian at one order alpha*):
-  sigma_t is the smallest tabulated sigma whose cost is <= (B - spent) / m, and
-  the round is charged that sigma's tabulated cost. Sound for any sampling rate:
-  the RDP at alpha* of the whole run is at most B.
-
-After each round: spent += cost(sigma_t), t += 1. The CRD trigger (the
-validation loss improved by less than zeta) shrinks the plan:
-T <- floor(beta (T - t)) + t. T only shrinks, so the per-round cost only grows
-(sigma only shrinks) and spent never exceeds B. Training is done when t = T;
-asking for another round's noise then fails.
+Pure TensorFlow state machine; no TFF types, no accountant. `BudgetSchedule`
+gives each round the least noise that, if every round left used it too, would
+spend exactly what is left of a budget B; the CRD trigger shrinks the plan of
+rounds, and the spent budget never exceeds B.
 """
 
 import collections
@@ -51,7 +25,39 @@ _RELATIVE_SLACK = 1e-9
 
 
 class BudgetSchedule:
-  """The CRD schedule: per-round sigma from what is left of a budget."""
+  """The CRD schedule: per-round sigma from what is left of a budget.
+
+  The state is plain tensors so checkpoints carry it:
+
+    planned_rounds T (int32), rounds_done t (int32),
+    spent (float64, budget used so far), total_budget B (float64).
+
+  Round t (rounds_done = t) has m = T - t rounds left, this one included, and
+  uses the least noise that, if every round left used it too, would spend
+  exactly what is left:
+
+    cost(sigma_t) = (B - spent) / m.
+
+  Two cost models (both decreasing in sigma):
+
+  * 'inverse_variance' (Wei et al. Theorem 4): cost(sigma) = 1 / sigma^2, so
+    sigma_t = sqrt((T - t) / (B - sum_{tau < t} 1 / sigma_tau^2)) in closed
+    form, with B = eps^2 / (2 q Delta^2 ln(1/delta)) (the paper) or
+    B = T_0 / sigma_0^2 for a sigma_0 calibrated by an accountant (exact for
+    q = 1, where the Gaussian's RDP is linear in 1 / sigma^2).
+  * a table (sigma_k, cost_k) built outside the graph (tff_priv.learning.udp
+    builds it from dp_accounting's RDP of the sampled Gaussian at one order
+    alpha*): sigma_t is the smallest tabulated sigma whose cost is
+    <= (B - spent) / m, and the round is charged that sigma's tabulated cost.
+    Sound for any sampling rate: the RDP at alpha* of the whole run is at
+    most B.
+
+  After each round: spent += cost(sigma_t), t += 1. The CRD trigger (the
+  validation loss improved by less than zeta) shrinks the plan:
+  T <- floor(beta (T - t)) + t. T only shrinks, so the per-round cost only grows
+  (sigma only shrinks) and spent never exceeds B. Training is done when t = T;
+  asking for another round's noise then fails.
+  """
 
   def __init__(
       self,

@@ -1,47 +1,11 @@
-"""Fed-SMP's client step: shared sparsification mask, L2 clip, noise on kept coordinates.
+"""Fed-SMP's client step: shared mask, L2 clip, noise on the kept coordinates.
 
 Sparsified model perturbation (Hu, Guo, Gong, "Federated Learning with
-Sparsified Model Perturbation"). A
-client's update is one flat vector `Delta` of `d` values (a structure of
-tensors is flattened in `tf.nest` order). One round of Fed-SMP with K expected
-clients, noise multiplier sigma, clip C, `k` kept coordinates and n clients
-that report in the round:
-
-1. Mask. The server picks one set `S` of exactly `k` coordinates for the round,
-   the same for every client of the round, fresh every round, never derived
-   from private data:
-   * rand_k: `S` is a uniform k-subset of {0, ..., d-1} (`rand_k_indices`, from
-     a public seed);
-   * top_k: `S` holds the `k` largest |theta_pub - theta| coordinates of an
-     update trained by the server on public data (`top_k_mask_from_public_update`).
-2. Sparsify: `v = s * Delta[S]`, with `s = d / k` for rand_k (so that
-   E_S[scatter(v)] = Delta: unbiased) and `s = 1` for top_k (biased).
-3. Clip: `v <- v * min(1, C / ||v||_2)`, so ||v||_2 <= C.
-4. Noise on the kept coordinates only: `v <- v + N(0, sigma^2 C^2 / n I_k)`
-   (`client_noise_stddev`; n is counted by a secure sum and broadcast first).
-5. Upload the `k` values of `v` (through secure aggregation); the server
-   divides the sum by the fixed K and scatters it back into the `d`
-   coordinates.
-
-Guarantee: the sum of the n uploads is the sum of n vectors of L2 norm <= C
-plus exactly N(0, sigma^2 C^2 I_k) whatever n is, a Gaussian mechanism of
-sensitivity C (add/remove one client) and noise multiplier sigma:
-(alpha, alpha / (2 sigma^2))-RDP per round, whatever k, d and n; the mask is
-public and data-independent, so it releases nothing. (The paper's per-client
-noise sigma^2 C^2 / K gives the sum a noise std sigma C sqrt(n / K) that
-reveals n and is below sigma C whenever fewer than K clients report.)
-
-Order traps (the order above is the only correct one): clipping before
-sparsifying and rescaling leaves the uploaded norm up to (d/k) C, not C (the
-sensitivity argument fails); noise added before masking and clipping goes
-through the d/k scaling and a data-dependent clip factor, so its std on the
-kept coordinates is no longer sigma C / sqrt(n); noise on all d coordinates
-puts d sigma^2 C^2 / K^2 of noise energy into the average instead of
-k sigma^2 C^2 / K^2; a per-client mask breaks secure aggregation and leaks
-data.
-
-Everything here is pure TensorFlow (no TFF types), usable in and out of
-`tff.tensorflow.computation`s.
+Sparsified Model Perturbation"). Everything here is pure TensorFlow (no TFF
+types), usable in and out of `tff.tensorflow.computation`s. A round is a
+Gaussian mechanism of sensitivity C (add/remove one client) and noise
+multiplier sigma whatever the number n of reporting clients, for the order of
+steps `sparsify_clip_noise` follows, the only correct one.
 """
 
 import math
@@ -117,14 +81,14 @@ def secure_sum_bound(
 
 
 def round_seed(seed: Any, round_num: Any) -> tf.Tensor:
-  """The public seed of round `round_num`: `seed` (int64 [2]) folded with the round."""
+  """The public seed of round `round_num`: `seed` (int64 [2]) folded with it."""
   return tf.random.experimental.stateless_fold_in(
       tf.cast(seed, tf.int64), tf.cast(round_num, tf.int64)
   )
 
 
 def rand_k_indices(seed: Any, dimension: int, k: int) -> tf.Tensor:
-  """Exactly k of d coordinates, uniformly without replacement, from a public seed.
+  """Exactly k of d coordinates, uniformly without replacement (public seed).
 
   A stateless Fisher-Yates shuffle of 0..d-1 keyed by `seed` (int64 [2]),
   truncated to its first k entries: every k-subset is equally likely, and the
@@ -151,7 +115,10 @@ def rand_k_indices(seed: Any, dimension: int, k: int) -> tf.Tensor:
 
 
 def top_k_indices(scores: Any, k: int) -> tf.Tensor:
-  """Indices of the k largest `scores` (ties: lower index first), sorted increasingly."""
+  """Indices of the k largest `scores` (ties: lower index first), sorted.
+
+  Sorted increasingly.
+  """
   scores = tf.convert_to_tensor(scores)
   dimension = scores.shape[0]
   if dimension is not None and not 1 <= k <= dimension:
@@ -193,7 +160,7 @@ def flatten(structure: Any) -> tf.Tensor:
 
 
 def unflatten(flat: Any, template: Any) -> Any:
-  """Inverse of `flatten`: `template` is a structure of tensors or TensorSpecs."""
+  """Inverse of `flatten`: `template`, a structure of tensors or TensorSpecs."""
   leaves = tf.nest.flatten(template)
   shapes = [tf.TensorShape(leaf.shape) for leaf in leaves]
   sizes = [int(s.num_elements()) for s in shapes]
@@ -261,6 +228,45 @@ def sparsify_clip_noise(
 ) -> Any:
   """One client's Fed-SMP upload: sparsify (and scale), THEN clip, THEN noise.
 
+  A client's update is one flat vector `Delta` of `d` values (a structure of
+  tensors is flattened in `tf.nest` order). One round of Fed-SMP with K expected
+  clients, noise multiplier sigma, clip C, `k` kept coordinates and n clients
+  that report in the round:
+
+  1. Mask. The server picks one set `S` of exactly `k` coordinates for the
+     round, the same for every client of the round, fresh every round, never
+     derived from private data:
+     * rand_k: `S` is a uniform k-subset of {0, ..., d-1} (`rand_k_indices`,
+       from a public seed);
+     * top_k: `S` holds the `k` largest |theta_pub - theta| coordinates of an
+       update trained by the server on public data
+       (`top_k_mask_from_public_update`).
+  2. Sparsify: `v = s * Delta[S]`, with `s = d / k` for rand_k (so that
+     E_S[scatter(v)] = Delta: unbiased) and `s = 1` for top_k (biased).
+  3. Clip: `v <- v * min(1, C / ||v||_2)`, so ||v||_2 <= C.
+  4. Noise on the kept coordinates only: `v <- v + N(0, sigma^2 C^2 / n I_k)`
+     (`client_noise_stddev`; n is counted by a secure sum and broadcast first).
+  5. Upload the `k` values of `v` (through secure aggregation); the server
+     divides the sum by the fixed K and scatters it back into the `d`
+     coordinates.
+
+  Guarantee: the sum of the n uploads is the sum of n vectors of L2 norm <= C
+  plus exactly N(0, sigma^2 C^2 I_k) whatever n is, a Gaussian mechanism of
+  sensitivity C (add/remove one client) and noise multiplier sigma:
+  (alpha, alpha / (2 sigma^2))-RDP per round, whatever k, d and n; the mask is
+  public and data-independent, so it releases nothing. (The paper's per-client
+  noise sigma^2 C^2 / K gives the sum a noise std sigma C sqrt(n / K) that
+  reveals n and is below sigma C whenever fewer than K clients report.)
+
+  Order traps (the order above is the only correct one): clipping before
+  sparsifying and rescaling leaves the uploaded norm up to (d/k) C, not C (the
+  sensitivity argument fails); noise added before masking and clipping goes
+  through the d/k scaling and a data-dependent clip factor, so its std on the
+  kept coordinates is no longer sigma C / sqrt(n); noise on all d coordinates
+  puts d sigma^2 C^2 / K^2 of noise energy into the average instead of
+  k sigma^2 C^2 / K^2; a per-client mask breaks secure aggregation and leaks
+  data.
+
   Args:
     update: the client's update, a tensor or structure of tensors of d values.
     indices: the round's k mask indices (int [k], sorted, distinct); None keeps
@@ -291,7 +297,10 @@ def sparsify_clip_noise(
 
 
 def densify(values: Any, indices: Optional[Any], dimension: int) -> tf.Tensor:
-  """Scatters k values back into d coordinates (zeros elsewhere); None: identity."""
+  """Scatters k values back into d coordinates (zeros elsewhere).
+
+  `indices` None: the identity.
+  """
   values = tf.convert_to_tensor(values)
   if indices is None:
     return values

@@ -1,92 +1,11 @@
 """Split and shuffle (LDP-FL, Sun, Qian, Chen 2021, Algorithm 3) as a transport.
 
-Each client splits its encoded structure into scalar messages
-
-    (tensor_id, flat_index, value),
-
-one per reported scalar, and sends each one after its own delay t ~ U(0, T),
-drawn independently for every message. The server receives the messages of
-all clients merged in order of arrival: a stream of (id, value) pairs that, by
-itself, does not say which client sent which value, nor which values came from
-the same client. It averages the values by id.
-
-    messages = [split(report) for report in reports]     # the clients
-    stream = merge(messages, rng, max_delay=T)           # the channel
-    means = average_by_id(stream, shapes)                # the server
-    # The same stream in pieces, never held whole:
-    means = average_by_id(merge_chunks(messages, rng, T), shapes)
-
-How the stream is drawn: exactly in law, and without sorting. Let N be the
-number of messages of all clients and tau_1, ..., tau_N their delays, i.i.d.
-U(0, T). They are distinct with probability 1, so the order of arrival is a
-permutation Pi of the messages (Pi(k) = the k-th message to arrive) and the
-arrival times are the order statistics tau_(1) < ... < tau_(N).
-
-1. Pi is uniform over the N! permutations and independent of the arrival
-   times. The joint density of (tau_1, ..., tau_N) is T^-N, unchanged by any
-   reordering of its arguments, so for every permutation pi and every set A of
-   increasing vectors
-
-     P(Pi = pi, tau_() in A) = P(tau_pi(1) < ... < tau_pi(N),
-                                 (tau_pi(1), ..., tau_pi(N)) in A)
-                             = vol(A) / T^N = P(tau_() in A) / N!.
-
-   The stream is therefore: all messages in a uniformly random order, the k-th
-   one arriving at the k-th smallest of N independent U(0, T) draws, the order
-   and the times independent. `merge` draws exactly this; it never sorts.
-2. Sorted uniforms from exponential spacings (Devroye 1986, Non-Uniform Random
-   Variate Generation, Ch. V, Sec. 2): with E_1, ..., E_{N+1} i.i.d. Exp(1)
-   and S_k = E_1 + ... + E_k,
-
-     (T S_1 / S_{N+1}, ..., T S_N / S_{N+1}) ~ (tau_(1), ..., tau_(N)).
-
-   In consecutive chunks of c_1, ..., c_J positions: the chunk sums
-   G_j ~ Gamma(c_j) are independent, and given them the partial sums inside
-   chunk j, divided by G_j, are those of c_j fresh Exp(1) divided by their own
-   sum (for i.i.d. exponentials, E / sum(E) is Dirichlet and independent of
-   sum(E)). So the G_j and E_{N+1} are drawn first and each chunk's times when
-   the chunk is made. A clamp to the chunk's last time guards the order
-   across chunks against rounding: the times are non-decreasing, exactly.
-3. A uniform permutation in chunks (Rao 1961; Sandelius 1962): give every
-   message an independent uniform label in {0, ..., J-1}, put the messages
-   with label j in chunk j (chunks in label order), and permute every chunk
-   uniformly and independently (Fisher-Yates: `Generator.permutation`). For a
-   fixed permutation pi and chunk sizes (c_1, ..., c_J), exactly one labelling
-   puts every message in the chunk that pi needs, and then every chunk must
-   get the matching order:
-
-     P(pi) = sum over (c_1, ..., c_J) of J^-N prod_j 1 / c_j!,
-
-   the same for every pi. The order of the messages inside a chunk before its
-   permutation does not matter, so grouping by label is a stable radix sort
-   of 8- or 16-bit labels, client by client.
-
-Cost: O(N) work, no Python loop per scalar (loops run over clients and
-chunks). Per message: a label; a stable radix-sort step, its inverse and
-three scatters that put the message in its chunk, reading its client's arrays
-in order; a Fisher-Yates step inside its chunk and three scatters; an
-exponential. The
-server's mean is a float64 `np.bincount` with weights over the key
-offset(tensor_id) + flat_index, in fixed-size pieces. Memory: `merge` groups
-the messages in its own output (20 bytes a message) and permutes every chunk
-there; `merge_chunks` groups them in a staging copy (12 bytes a message) and
-holds one chunk of the stream at a time; both keep a label per message (1 or
-2 bytes) until the messages are grouped.
-
-What is simulated and what is not: the delays and the order of arrival. The
-channel draws the delays on the clients' behalf (one generator); that is the
-law of each client drawing its own, because all delays are independent of
-each other and of the reports. A client's own send schedule is the sub-stream
-of its messages. The anonymity of the channel itself (the paper's Tor / VPN /
-proxy) is assumed; this module does not model network metadata.
-
-Equivalence with the factory: for the same encoded reports,
-`average_by_id(merge([split(r_u) for u], ...), shapes)` is the per-coordinate
-mean of `tff_priv.aggregators.ldp.ReportMeanFactory` (the mean that
-`LDPEncodeFactory` returns): a non-finite report is a message never sent, so
-coordinate j is averaged over the clients that reported it, and a coordinate
-nobody reported is 0. The only difference is rounding: this module sums in
-float64, TFF sums in the values' dtype.
+Each client splits its encoded structure into scalar messages (tensor_id,
+flat_index, value), one per reported scalar, and sends each one after its own
+delay t ~ U(0, T), drawn independently for every message. The server receives
+the messages of all clients merged in order of arrival: a stream of (id,
+value) pairs that, by itself, does not say which client sent which value, nor
+which values came from the same client. It averages the values by id.
 """
 
 import collections.abc
@@ -122,7 +41,21 @@ class _Fields(NamedTuple):
 class Messages(_Fields):
   """A batch of scalar messages, as parallel arrays of equal length.
 
-  A named tuple of four arrays whose `len()` is the number of messages.
+  A named tuple of four arrays whose `len()` is the number of messages. The
+  transport:
+
+      messages = [split(report) for report in reports]     # the clients
+      stream = merge(messages, rng, max_delay=T)           # the channel
+      means = average_by_id(stream, shapes)                # the server
+      # The same stream in pieces, never held whole:
+      means = average_by_id(merge_chunks(messages, rng, T), shapes)
+
+  What is simulated and what is not: the delays and the order of arrival. The
+  channel draws the delays on the clients' behalf (one generator); that is the
+  law of each client drawing its own, because all delays are independent of
+  each other and of the reports. A client's own send schedule is the sub-stream
+  of its messages. The anonymity of the channel itself (the paper's Tor / VPN /
+  proxy) is assumed; this module does not model network metadata.
 
   Attributes:
     tensor_id: int32, index of the tensor in tf.nest.flatten order of the
@@ -200,9 +133,54 @@ def merge(
   """All clients' messages in order of arrival (the server's view).
 
   Every message is sent after an independent U(0, max_delay) delay; the
-  stream is drawn in law as the module docstring explains. The result is the
-  concatenation of `merge_chunks` with the same arguments (same generator
-  state, same chunk_size).
+  stream is drawn in law as below. The result is the concatenation of
+  `merge_chunks` with the same arguments (same generator state, same
+  chunk_size).
+
+  How the stream is drawn: exactly in law, and without sorting. Let N be the
+  number of messages of all clients and tau_1, ..., tau_N their delays, i.i.d.
+  U(0, T). They are distinct with probability 1, so the order of arrival is a
+  permutation Pi of the messages (Pi(k) = the k-th message to arrive) and the
+  arrival times are the order statistics tau_(1) < ... < tau_(N).
+
+  1. Pi is uniform over the N! permutations and independent of the arrival
+     times. The joint density of (tau_1, ..., tau_N) is T^-N, unchanged by any
+     reordering of its arguments, so for every permutation pi and every set A of
+     increasing vectors
+
+       P(Pi = pi, tau_() in A) = P(tau_pi(1) < ... < tau_pi(N),
+                                   (tau_pi(1), ..., tau_pi(N)) in A)
+                               = vol(A) / T^N = P(tau_() in A) / N!.
+
+     The stream is therefore: all messages in a uniformly random order, the k-th
+     one arriving at the k-th smallest of N independent U(0, T) draws, the order
+     and the times independent. `merge` draws exactly this; it never sorts.
+  2. Sorted uniforms from exponential spacings (Devroye 1986, Non-Uniform Random
+     Variate Generation, Ch. V, Sec. 2): with E_1, ..., E_{N+1} i.i.d. Exp(1)
+     and S_k = E_1 + ... + E_k,
+
+       (T S_1 / S_{N+1}, ..., T S_N / S_{N+1}) ~ (tau_(1), ..., tau_(N)).
+
+     In consecutive chunks of c_1, ..., c_J positions: the chunk sums
+     G_j ~ Gamma(c_j) are independent, and given them the partial sums inside
+     chunk j, divided by G_j, are those of c_j fresh Exp(1) divided by their own
+     sum (for i.i.d. exponentials, E / sum(E) is Dirichlet and independent of
+     sum(E)). So the G_j and E_{N+1} are drawn first and each chunk's times when
+     the chunk is made. A clamp to the chunk's last time guards the order
+     across chunks against rounding: the times are non-decreasing, exactly.
+  3. A uniform permutation in chunks (Rao 1961; Sandelius 1962): give every
+     message an independent uniform label in {0, ..., J-1}, put the messages
+     with label j in chunk j (chunks in label order), and permute every chunk
+     uniformly and independently (Fisher-Yates: `Generator.permutation`). For a
+     fixed permutation pi and chunk sizes (c_1, ..., c_J), exactly one labelling
+     puts every message in the chunk that pi needs, and then every chunk must
+     get the matching order:
+
+       P(pi) = sum over (c_1, ..., c_J) of J^-N prod_j 1 / c_j!,
+
+     the same for every pi. The order of the messages inside a chunk before its
+     permutation does not matter, so grouping by label is a stable radix sort
+     of 8- or 16-bit labels, client by client.
 
   Args:
     client_messages: one `Messages` per client, from `split` (no send times).
@@ -271,10 +249,21 @@ def _chunks(plan: '_Plan') -> Iterator[Messages]:
 class _Plan:
   """The channel's draws, and the chunks they make.
 
-  At construction: the labels of all messages (step 3 of the module
+  At construction: the labels of all messages (step 3 of `merge`'s
   docstring), hence the chunk sizes and where every client's piece of every
   chunk goes, and the chunk sums of step 2. `stage` copies the messages into
   chunk order; `chunks` permutes each chunk and gives it its times.
+
+  Cost: O(N) work, no Python loop per scalar (loops run over clients and
+  chunks). Per message: a label; a stable radix-sort step, its inverse and three
+  scatters that put the message in its chunk, reading its client's arrays in
+  order; a Fisher-Yates step inside its chunk and three scatters; an
+  exponential. The server's mean is a float64 `np.bincount` with weights over
+  the key offset(tensor_id) + flat_index, in fixed-size pieces. Memory: `merge`
+  groups the messages in its own output (20 bytes a message) and permutes every
+  chunk there; `merge_chunks` groups them in a staging copy (12 bytes a message)
+  and holds one chunk of the stream at a time; both keep a label per message (1
+  or 2 bytes) until the messages are grouped.
   """
 
   def __init__(self, client_messages, rng, max_delay, chunk_size):
@@ -422,6 +411,14 @@ def average_by_id(
     dtype=None,
 ) -> list[np.ndarray]:
   """The server's mean of the received values of every (tensor_id, index).
+
+  Equivalence with the factory: for the same encoded reports,
+  `average_by_id(merge([split(r_u) for u], ...), shapes)` is the per-coordinate
+  mean of `tff_priv.aggregators.ldp.ReportMeanFactory` (the mean that
+  `LDPEncodeFactory` returns): a non-finite report is a message never sent, so
+  coordinate j is averaged over the clients that reported it, and a coordinate
+  nobody reported is 0. The only difference is rounding: this module sums in
+  float64, TFF sums in the values' dtype.
 
   Args:
     messages: the received messages (any order): one `Messages`, or an

@@ -7,26 +7,7 @@ bounded by constants times TV(P~, P), the total variation between the
 distributions of the distorted and the original parameter, and its Bayesian
 privacy leakage is bounded below by a decreasing function of the same TV. The
 paper's formulas were lost from the text we have; what follows is REBUILT from
-the standard results it cites, and says so.
-
-REBUILT from Devroye, Mehrabian, Reddad (2018), "The total variation distance
-between high-dimensional Gaussians", Theorem 1.1: for positive definite
-Sigma_1, Sigma_2 and equal means, with lambda_1..lambda_m the eigenvalues of
-Sigma_1^{-1} Sigma_2 - I,
-
-  1/100 <= TV(N(mu, Sigma_1), N(mu, Sigma_2)) / min(1, sqrt(sum_i lambda_i^2)) <= 3/2.
-
-For the isotropic case here, Sigma_1 = sigma^2 I (the parameter's own spread,
-per coordinate), Sigma_2 = (sigma^2 + sigma_e^2) I, every lambda_i equals
-sigma_e^2 / sigma^2, so with r = sqrt(m) sigma_e^2 / sigma^2 over m coordinates:
-
-  (1/100) min(1, r) <= TV <= (3/2) min(1, r).
-
-(TV never exceeds 1, so the upper bound is min(1, (3/2) min(1, r)).)
-
-Exact for equal covariances s^2 I and shifted means (a standard identity: the
-TV of two Gaussians with one covariance is that of their 1-D projection on
-the mean difference): TV = 2 Phi(||mu_1 - mu_2|| / (2 s)) - 1.
+the standard results it cites, and says so (`tv_bounds`, `noise_for_tv`).
 """
 
 import math
@@ -41,7 +22,12 @@ BOUNDS = ('upper', 'lower')
 
 
 def tv_shifted_means(mean_distance: float, stddev: float) -> float:
-  """Exact TV(N(mu1, s^2 I), N(mu2, s^2 I)) = 2 Phi(||mu1 - mu2|| / (2 s)) - 1."""
+  """Exact TV between two Gaussians of one covariance s^2 I.
+
+  Exact for equal covariances s^2 I and shifted means (a standard identity: the
+  TV of two Gaussians with one covariance is that of their 1-D projection on
+  the mean difference): TV = 2 Phi(||mu_1 - mu_2|| / (2 s)) - 1.
+  """
   mean_distance = validation.non_negative('mean_distance', mean_distance)
   stddev = validation.positive('stddev', stddev)
   return 2 * stats.norm.cdf(mean_distance / (2 * stddev)) - 1
@@ -54,7 +40,24 @@ def _ratio(noise_stddev, parameter_variance, dimension):
 def tv_bounds(
     noise_stddev: float, parameter_variance: float, dimension: int
 ) -> tuple[float, float]:
-  """(lower, upper) bounds on TV(N(mu, s^2 I), N(mu, (s^2 + s_e^2) I)) (REBUILT).
+  """(lower, upper) bounds on TV(N(mu, s^2 I), N(mu, (s^2 + s_e^2) I)), REBUILT.
+
+  REBUILT from Devroye, Mehrabian, Reddad (2018), "The total variation distance
+  between high-dimensional Gaussians", Theorem 1.1: for positive definite
+  Sigma_1, Sigma_2 and equal means, with lambda_1..lambda_m the eigenvalues of
+  Sigma_1^{-1} Sigma_2 - I,
+
+    1/100 <= TV(N(mu, Sigma_1), N(mu, Sigma_2))
+             / min(1, sqrt(sum_i lambda_i^2)) <= 3/2.
+
+  For the isotropic case here, Sigma_1 = sigma^2 I (the parameter's own spread,
+  per coordinate), Sigma_2 = (sigma^2 + sigma_e^2) I, every lambda_i equals
+  sigma_e^2 / sigma^2, so with r = sqrt(m) sigma_e^2 / sigma^2 over m
+  coordinates:
+
+    (1/100) min(1, r) <= TV <= (3/2) min(1, r).
+
+  (TV never exceeds 1, so the upper bound is min(1, (3/2) min(1, r)).)
 
   Args:
     noise_stddev: sigma_e >= 0, the distortion.

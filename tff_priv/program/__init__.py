@@ -1,4 +1,4 @@
-"""The training program: the loop on tff.program, its run directory, the mechanism registry, plots.
+"""The training program (on tff.program): loop, run directory, registry, plots.
 
 Public names (imported on first use): `RunConfig`, `ConfigError`, `run`,
 `run_until` (`training`), `TrainModelAccounting` (write-ahead accounting for

@@ -1,22 +1,10 @@
-"""How a script that runs the training program behaves: quiet, one-line errors, resumable stops.
+"""How a script that runs the training program behaves: quiet, resumable.
 
 `main(prog, body, root_output_dir)` runs `body()` (which calls
 `training.run` or `grid.run`) with the conventions every tff_priv script
-keeps: TF's and TFF's logs off unless `verbose`, bad configurations and
-refused directories one line and exit 2 (`training.ConfigError`), an
-unwritable directory one line and exit 1, SIGINT / SIGTERM one line saying
-how to resume and exit 128 + the signal (the TFF worker stopped first).
+keeps: quiet logs, one-line errors and exit codes, resumable stops, and the
+clients run on `--workers` when given (all in `main`'s docstring).
 `quiet_environment()` must run before TensorFlow is imported.
-
-Every script that imports this module has `--workers=host:port,...`: the
-clients of each computation run on those TFF workers (started there with
-`python -m tff_priv.worker --port=PORT`) through
-`runtime.set_context('remote')`, the rest of the run (checkpoints, ledger,
-outputs) unchanged. A worker that does not answer at start, or fails
-mid-run and stays unavailable for `--worker_timeout` seconds (noticed at
-TFF's next retry, at most 30 s later), ends the run with one line and exit 1;
-the same command resumes from the last checkpoint once it is back (the round
-in flight was charged before it ran: the ledger can only over-count).
 """
 
 import os
@@ -45,7 +33,10 @@ WORKER_TIMEOUT = flags.DEFINE_float(
 
 
 def quiet_environment(argv: list[str]) -> bool:
-  """`tff_priv.cli.quiet_environment`: TF's and gRPC's C++ logs off unless --verbose."""
+  """TF's and gRPC's C++ logs off unless --verbose.
+
+  `tff_priv.cli.quiet_environment`.
+  """
   from tff_priv import cli  # pylint: disable=g-import-not-at-top
 
   return cli.quiet_environment(argv)
@@ -149,7 +140,7 @@ def _quiet_python_logs() -> None:
 
 
 def set_context():
-  """The remote context over `--workers` when given, else TFF's local simulation."""
+  """`--workers`' remote context if given, else TFF's local simulation."""
   from tff_priv import runtime  # pylint: disable=g-import-not-at-top
 
   workers = WORKERS.value if flags.FLAGS.is_parsed() else []
@@ -163,7 +154,26 @@ def set_context():
 def main(
     prog: str, body: Callable[[], T], root_output_dir: str, verbose: bool
 ) -> T:
-  """Runs `body()` under the conventions of the module docstring, in `set_context()`."""
+  """Runs `body()` in `set_context()` under every tff_priv script's conventions.
+
+  `body()` calls `training.run` or `grid.run`. The conventions: TF's and
+  TFF's logs off unless `verbose`, bad configurations and refused
+  directories one line and exit 2 (`training.ConfigError`), an unwritable
+  directory one line and exit 1, SIGINT / SIGTERM one line saying how to
+  resume and exit 128 + the signal (the TFF worker stopped first).
+  `quiet_environment()` must run before TensorFlow is imported.
+
+  Every script that imports this module has `--workers=host:port,...`: the
+  clients of each computation run on those TFF workers (started there with
+  `python -m tff_priv.worker --port=PORT`) through
+  `runtime.set_context('remote')`, the rest of the run (checkpoints, ledger,
+  outputs) unchanged. A worker that does not answer at start, or fails
+  mid-run and stays unavailable for `--worker_timeout` seconds (noticed at
+  TFF's next retry, at most 30 s later), ends the run with one line and
+  exit 1; the same command resumes from the last checkpoint once it is back
+  (the round in flight was charged before it ran: the ledger can only
+  over-count).
+  """
   # pylint: disable=g-import-not-at-top
   from tff_priv import cli
   from tff_priv import remote
@@ -220,8 +230,8 @@ def main(
     os.write(
         stderr,
         (
-            f'{prog}: error: {e}; {kept_outputs(root_output_dir)}: run the same '
-            'command to resume once the worker answers\n'
+            f'{prog}: error: {e}; {kept_outputs(root_output_dir)}: run the'
+            ' same command to resume once the worker answers\n'
         ).encode(),
     )
     cli.exit_now(1)

@@ -1,4 +1,4 @@
-"""A training run's configuration (`RunConfig`) and its run directory's config.json.
+"""A training run's configuration (`RunConfig`) and its directory's config.json.
 
 `config.json` holds everything that determines the run's result
 (`RunConfig.to_dict`). A restart whose configuration differs is refused
@@ -79,8 +79,9 @@ class RunConfig:
     audit_canaries: N > 0: estimate eps empirically from this run (Andrew et
       al., ICLR 2024): N canary clients whose model delta is a secret random
       direction at the clip join the rounds at the real clients' rate (under
-      epoch sampling once per epoch, as a real client), N more are held out, and summary.json's privacy['empirical'] gives the
-      one-shot estimates for the final model and for all iterates
+      epoch sampling once per epoch, as a real client), N more are held out,
+      and summary.json's privacy['empirical'] gives the one-shot estimates
+      for the final model and for all iterates
       (`tff_priv.auditing.canaries`). For udp (record-level): N canary
       examples and the one-run lower bound of Steinke et al.
       (`tff_priv.auditing.canary_examples`).

@@ -20,7 +20,7 @@ def finite_or_str(x: Any) -> Any:
 def write_json(
     path: str, value: Any, durable: bool = False, owner_only: bool = False
 ) -> None:
-  """Writes `value` to `path` atomically (a reader sees the old or the new file).
+  """Writes `value` to `path` atomically: a reader sees the old or the new file.
 
   Args:
     path: the file.

@@ -1,4 +1,4 @@
-"""Runs a grid of training configurations, each in its own run directory, resumably.
+"""Runs a grid of training configurations, each in its own directory, resumably.
 
 `run(configs, root_dir)` runs every `RunConfig` of `configs` (a mapping from
 a label to a config) with `training.run` in `<root_dir>/<label>/`: a run

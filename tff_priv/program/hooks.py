@@ -1,4 +1,4 @@
-"""The parts of a training run the loop calls at fixed points: evaluation, the canary audits.
+"""A training run's parts called at fixed points: evaluation, the canary audits.
 
 In the style of pfl-research's callbacks: the loop calls every hook at the
 same points of a round and knows nothing of what a hook does. A hook never
@@ -67,10 +67,11 @@ class RunHook:
 
 
 class Evaluation(RunHook):
-  """The released model on the server's test data, every `every` rounds and at the last.
+  """The released model on the server's test data, every `every` rounds.
 
-  The test data are the server's, none of the clients': the metrics are a
-  function of the released model and public data, and charge nothing.
+  Evaluated every `every` rounds and at the last. The test data are the
+  server's, none of the clients': the metrics are a function of the
+  released model and public data, and charge nothing.
   """
 
   def __init__(self, model_fn: Callable[[], Any], test_data, every: int):

@@ -1,32 +1,9 @@
 """What a training run writes in its output directory (names only, no TF).
 
 One place for the file and column names that `training.py` writes and
-`plotting.py` (and anyone else) reads:
-
-  <root_output_dir>/
-    config.json         the run's configuration, written at the first start;
-                        a restart with a different one is refused
-    checkpoints/        tff.program.FileProgramStateManager program states
-    train_metrics.csv   one row per round (tff.program.CSVFileReleaseManager)
-    eval_metrics.csv    one row per evaluation of the centralized test set
-    tensorboard/        tff.program.TensorBoardReleaseManager summaries
-    summary.json        written when the run completes
-    initial_model.npz   the model the run starts from (written at the first start)
-    final_model.npz     the released global model's weights, with summary.json
-    privacy_ledger.json the ledgers after the last charged round, written
-                        (durably) before anything of that round is released
-    secrets.json        the sampling and canary seeds (owner-only, mode 0600)
-
-A restart of the model (`restart_model`) appends: the CSVs keep the earlier
-rows, the new model's round t is written as round `round_offset` + t (the
-directory's rounds continue; `round_offset` is in its session's entry of the
-summary's and the ledger's `sessions`), the `session` column says which
-session (1 = the first, in `sessions`' order) wrote a row, and the earlier
-model's initial_model.npz, final_model.npz and summary.json are kept aside as
-`<name>.before_restart.<n>` (as its checkpoints are).
-
-Secret: `checkpoints/` (the program state: seeds, noise state; mode 0700) and
-`secrets.json`. Everything else may be published (`is_secret`).
+`plotting.py` (and anyone else) reads: `path` lists the files (and what a
+restart of the model appends), `is_secret` the entries that must stay
+private; everything else may be published.
 """
 
 import os
@@ -68,12 +45,39 @@ SUMMARY_FORMAT = 'tff_priv.program.Summary/2'
 def is_secret(name: str) -> bool:
   """Whether a run directory's top-level entry `name` must stay private.
 
-  The checkpoints (also when set aside, `checkpoints.before_restart.<n>`)
-  and the secrets file.
+  Secret: `checkpoints/` (the program state: seeds, noise state; mode 0700;
+  also when set aside, `checkpoints.before_restart.<n>`) and the secrets
+  file, `secrets.json`. Everything else may be published.
   """
   return name in (CHECKPOINTS, SECRETS) or name.startswith(CHECKPOINTS + '.')
 
 
 def path(root_output_dir: str, name: str) -> str:
-  """The path of `name` (one of the names above) in a run directory."""
+  """The path of `name` (one of the names above) in a run directory.
+
+  The files of a run directory:
+
+    <root_output_dir>/
+      config.json         the run's configuration, written at the first start;
+                          a restart with a different one is refused
+      checkpoints/        tff.program.FileProgramStateManager program states
+      train_metrics.csv   one row per round (tff.program.CSVFileReleaseManager)
+      eval_metrics.csv    one row per evaluation of the centralized test set
+      tensorboard/        tff.program.TensorBoardReleaseManager summaries
+      summary.json        written when the run completes
+      initial_model.npz   the model the run starts from (written at the first
+                          start)
+      final_model.npz     the released global model's weights, with summary.json
+      privacy_ledger.json the ledgers after the last charged round, written
+                          (durably) before anything of that round is released
+      secrets.json        the sampling and canary seeds (owner-only, mode 0600)
+
+  A restart of the model (`restart_model`) appends: the CSVs keep the earlier
+  rows, the new model's round t is written as round `round_offset` + t (the
+  directory's rounds continue; `round_offset` is in its session's entry of the
+  summary's and the ledger's `sessions`), the `session` column says which
+  session (1 = the first, in `sessions`' order) wrote a row, and the earlier
+  model's initial_model.npz, final_model.npz and summary.json are kept aside as
+  `<name>.before_restart.<n>` (as its checkpoints are).
+  """
   return os.path.join(root_output_dir, name)

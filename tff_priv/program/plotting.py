@@ -1,38 +1,10 @@
 """Plots of training runs: test accuracy vs round, and privacy vs utility.
 
-Reads what `training.run` writes through `runs.read`: each run's
-eval_metrics.csv (test accuracy and the eps spent so far, per evaluated
-round), config.json and, when the run completed, summary.json. Draws with
-matplotlib's object API on the Agg canvas (no pyplot, no global backend), so
-it works without a display (and a completed private run is read without
-TensorFlow).
-
-* `plot_accuracy_vs_round`: one line per run.
-* `plot_accuracy_vs_epsilon`: privacy vs utility. Each run's eval rows give
-  (the analyst's eps spent so far, test accuracy) after every evaluation: a
-  line per run, its last point marked, labelled by mechanism and parameters
-  (a run with one evaluation is one marker, and so is its legend entry).
-  Guarantees of different units (one example of a client, a whole client)
-  are not comparable and go to separate panels. Separate runs are joined
-  into a curve only when asked (`join_runs=True`: the last points of the
-  runs of one mechanism, sorted by eps, for runs that differ only in their
-  target eps). A run whose eps is infinite (a non-private release) has no
-  place on the eps axis: a horizontal dashed line at its accuracy, in every
-  panel. The eps axis is logarithmic. Runs whose eps are all more than
-  `OFF_SCALE_RATIO` times every eps of the other runs of their panel (LDP-FL's
-  eps of millions next to central DP's eps of a few) would squeeze the others
-  into one column: the axis spans the others, and each such run is a '>'
-  marker at its accuracy on the right edge, its eps written beside it and in
-  its legend entry. Where the eps a run's worst client faces against the
-  server (`server_epsilon` of train_metrics.csv: smp's, udp's, ldp's)
-  differs from the analyst's, it is a dashed line of the run's colour at the
-  same accuracies, '(server view)' in its legend entry.
-
-A run directory with a restarted model (`layout`: its rows after the
-earlier model's) has its lines broken between the two models. Round axes have
-integer ticks. Runs of one configuration (seeds, repeats) would share a legend
-entry: each such entry ends with as much of its run directory's path as tells
-them apart (`legend_labels`).
+Reads what `training.run` writes (`load_run`, through `runs.read`) and draws
+`plot_accuracy_vs_round` and `plot_accuracy_vs_epsilon` with matplotlib's
+object API on the Agg canvas (no pyplot, no global backend), so it works
+without a display (and a completed private run is read without TensorFlow).
+How each plot draws its runs: its docstring.
 """
 
 import collections
@@ -134,7 +106,11 @@ def _label(config: dict, summary: Optional[dict]) -> str:
 
 
 def load_run(directory: str) -> Run:
-  """Reads a run directory written by `training.run` (`runs.read`), complete or not.
+  """Reads a run directory written by `training.run`, complete or not.
+
+  Reads what `training.run` writes through `runs.read`: each run's
+  eval_metrics.csv (test accuracy and the eps spent so far, per evaluated
+  round), config.json and, when the run completed, summary.json.
 
   Raises:
     ValueError: the directory has no config.json or no eval_metrics.csv.
@@ -169,8 +145,9 @@ def load_run(directory: str) -> Run:
 
 
 def _model_starts(directory: str, summary: Optional[dict]) -> list[int]:
-  """The `round_offset` of each restarted model (`layout`), from the
-  summary's sessions or, for a run in progress, the ledger file's.
+  """The `round_offset` of each restarted model (`layout`).
+
+  From the summary's sessions or, for a run in progress, the ledger file's.
   """
   sessions = (summary or {}).get('sessions')
   if sessions is None:
@@ -191,8 +168,10 @@ def _model_starts(directory: str, summary: Optional[dict]) -> list[int]:
 
 
 def _broken(points, starts):
-  """The x and y of (round, x, y) `points`, NaN between the rows of two
-  models (a restart in `starts`): a line that does not join them.
+  """The x and y of (round, x, y) `points`, broken between two models.
+
+  NaN between the rows of two models (a restart in `starts`): a line that
+  does not join them.
   """
   xs, ys = [], []
   for k, (r, x, y) in enumerate(points):
@@ -237,7 +216,9 @@ def _save(fig: figure.Figure, path: str) -> None:
 
 
 def _off_scale(drawn) -> set[int]:
-  """The indices of the runs drawn off the eps axis (see the module docstring).
+  """The indices of the runs drawn off the eps axis.
+
+  See `plot_accuracy_vs_epsilon`.
 
   Args:
     drawn: (index, its (eps, accuracy) points) for each run on the eps axis
@@ -263,7 +244,8 @@ def plot_accuracy_vs_round(runs: Sequence[Run], path: str) -> figure.Figure:
   """Test accuracy after each evaluated round, one line per run, as a PNG.
 
   A run with one evaluation is a marker (and so is its legend entry); the
-  round axis has integer ticks.
+  round axis has integer ticks. A restarted model's lines and the legend
+  entries that runs share: as in `plot_accuracy_vs_epsilon`.
 
   Returns:
     The figure written.
@@ -306,6 +288,31 @@ def plot_accuracy_vs_epsilon(
     runs: Sequence[Run], path: str, join_runs: bool = False
 ) -> figure.Figure:
   """Privacy vs utility: test accuracy vs the analyst's eps, as a PNG.
+
+  Each run's eval rows give (the analyst's eps spent so far, test accuracy)
+  after every evaluation: a line per run, its last point marked, labelled by
+  mechanism and parameters (a run with one evaluation is one marker, and so is
+  its legend entry). Guarantees of different units (one example of a client, a
+  whole client) are not comparable and go to separate panels. Separate runs
+  are joined into a curve only when asked (`join_runs=True`: the last points
+  of the runs of one mechanism, sorted by eps, for runs that differ only in
+  their target eps). A run whose eps is infinite (a non-private release) has
+  no place on the eps axis: a horizontal dashed line at its accuracy, in every
+  panel. The eps axis is logarithmic. Runs whose eps are all more than
+  `OFF_SCALE_RATIO` times every eps of the other runs of their panel (LDP-FL's
+  eps of millions next to central DP's eps of a few) would squeeze the others
+  into one column: the axis spans the others, and each such run is a '>'
+  marker at its accuracy on the right edge, its eps written beside it and in
+  its legend entry. Where the eps a run's worst client faces against the
+  server (`server_epsilon` of train_metrics.csv: smp's, udp's, ldp's) differs
+  from the analyst's, it is a dashed line of the run's colour at the same
+  accuracies, '(server view)' in its legend entry.
+
+  In both plots, a run directory with a restarted model (`layout`: its rows
+  after the earlier model's) has its lines broken between the two models.
+  Round axes have integer ticks. Runs of one configuration (seeds, repeats)
+  would share a legend entry: each such entry ends with as much of its run
+  directory's path as tells them apart (`legend_labels`).
 
   Args:
     runs: the runs.
@@ -372,60 +379,9 @@ def _epsilon_panel(ax, unit, runs, labels, finite, join_runs) -> bool:
       continue
     _, eps, acc = zip(*points)
     if i in off_scale:
-      # x in axes coordinates (the right edge), y in data coordinates.
-      edge = ax.get_yaxis_transform()
-      ax.plot(
-          [1.0],
-          [acc[-1]],
-          '>',
-          color=color,
-          transform=edge,
-          clip_on=False,
-          label=f'{label} (eps = {eps[-1]:.3g}, off scale)',
-      )
-      ax.annotate(
-          f'eps = {eps[-1]:.3g}',
-          (1.0, acc[-1]),
-          xycoords=edge,
-          xytext=(-8, 0),
-          textcoords='offset points',
-          ha='right',
-          va='center',
-          fontsize='small',
-          color=color,
-      )
+      _draw_off_scale(ax, label, color, eps, acc)
       continue
-    # The last point marked; the legend entry is drawn the same way (a
-    # marker alone for a run with one point).
-    xs, ys = _broken(points, run.model_starts)
-    ax.plot(
-        xs,
-        ys,
-        color=color,
-        linewidth=1,
-        linestyle='-' if len(eps) > 1 else 'None',
-        marker='o',
-        markevery=[len(xs) - 1],
-        label=label,
-    )
-    on_scale.extend(eps)
-    server = run.server_points()
-    if server:
-      # The same models, at the eps their worst client faces against the
-      # server: dashed, in the run's colour.
-      _, server_eps, _ = zip(*server)
-      xs, ys = _broken(server, run.model_starts)
-      ax.plot(
-          xs,
-          ys,
-          color=color,
-          linewidth=1,
-          linestyle='--' if len(server) > 1 else 'None',
-          marker='x',
-          markevery=[len(xs) - 1],
-          label=f'{label} (server view)',
-      )
-      on_scale.extend(server_eps)
+    if _draw_on_scale(ax, run, label, color, points, eps, on_scale):
       server_view = True
     last_points[run.mechanism].append((eps[-1], acc[-1]))
   if join_runs:
@@ -450,3 +406,79 @@ def _epsilon_panel(ax, unit, runs, labels, finite, join_runs) -> bool:
     # Room on the right for the off-scale runs' eps.
     ax.set_xlim(min(on_scale) / 1.5, max(on_scale) * 3)
   return server_view
+
+
+def _draw_off_scale(ax, label, color, eps, acc) -> None:
+  """Draws an off-scale run: a '>' at its last accuracy on the right edge."""
+  # x in axes coordinates (the right edge), y in data coordinates.
+  edge = ax.get_yaxis_transform()
+  ax.plot(
+      [1.0],
+      [acc[-1]],
+      '>',
+      color=color,
+      transform=edge,
+      clip_on=False,
+      label=f'{label} (eps = {eps[-1]:.3g}, off scale)',
+  )
+  ax.annotate(
+      f'eps = {eps[-1]:.3g}',
+      (1.0, acc[-1]),
+      xycoords=edge,
+      xytext=(-8, 0),
+      textcoords='offset points',
+      ha='right',
+      va='center',
+      fontsize='small',
+      color=color,
+  )
+
+
+def _draw_on_scale(ax, run, label, color, points, eps, on_scale) -> bool:
+  """Draws a run on the eps axis, and its server view where it differs.
+
+  Args:
+    ax: the panel.
+    run: the run.
+    label: its legend entry.
+    color: its colour.
+    points: its (round, eps, accuracy) points.
+    eps: their eps.
+    on_scale: the eps drawn on the axis, extended with the run's.
+
+  Returns:
+    Whether it drew a server view.
+  """
+  # The last point marked; the legend entry is drawn the same way (a
+  # marker alone for a run with one point).
+  xs, ys = _broken(points, run.model_starts)
+  ax.plot(
+      xs,
+      ys,
+      color=color,
+      linewidth=1,
+      linestyle='-' if len(eps) > 1 else 'None',
+      marker='o',
+      markevery=[len(xs) - 1],
+      label=label,
+  )
+  on_scale.extend(eps)
+  server = run.server_points()
+  if not server:
+    return False
+  # The same models, at the eps their worst client faces against the
+  # server: dashed, in the run's colour.
+  _, server_eps, _ = zip(*server)
+  xs, ys = _broken(server, run.model_starts)
+  ax.plot(
+      xs,
+      ys,
+      color=color,
+      linewidth=1,
+      linestyle='--' if len(server) > 1 else 'None',
+      marker='x',
+      markevery=[len(xs) - 1],
+      label=f'{label} (server view)',
+  )
+  on_scale.extend(server_eps)
+  return True

@@ -1,34 +1,10 @@
-"""A training run's privacy accounting: both adversaries, charged from the factory.
+"""A run's privacy accounting: both adversaries, charged from the factory.
 
-Every round is charged through one path: the DpEvent the aggregation factory
-keeps in its state (`tff_priv.accounting.guarantees.extract_dp_event`), read
-for each adversary its `Guarantee` names:
-
-* the analyst, who sees only the released models: the round's event under the
-  round's client sampling, in a `PrivacyLedger` (amplification by sampling);
-* the server, which picks the clients: each client that took part is charged
-  the server-view event (no amplification, replace-one) in an
-  `IndividualLedger`, whose optional budget filter leaves out of a round any
-  client the round would take over the budget. A factory whose noise the
-  server adds itself ('central') gives no guarantee against the server: no
-  individual ledger is kept and the report says so.
-
-Where a server ledger is kept, both ledgers bound the released models, so the
-analyst's figure is the smaller of the two: the amplified ledger's eps (valid
-only while the budget filter has left no client out, since filtering changes
-the sampling the amplification assumes) and the worst client's server-view
-eps. (For a Gaussian sum under add-or-remove-one the server view's replace-one
-reading at z / 2 dominates: removing a client is replacing its update by 0.)
-
-When a mechanism chooses its rounds' noise from earlier releases (CRD), the
-composition of the events that happened is an odometer reading, not a
-guarantee: such a run is built with `adaptive` bounds (`filters.RdpBound`, a
-Renyi filter that holds on every path), and those are its reported eps for
-both adversaries from round 1 on; the realised composition stays in the
-ledgers as a labelled diagnostic.
-
-Nothing here reads a measurement or a realised count: the charge is the
-factory's event, a function of the configuration and the round.
+Every round is charged through one path, `RunPrivacy`: the DpEvent the
+aggregation factory keeps in its state, read for each adversary its
+`Guarantee` names (the analyst, under the round's client sampling; the
+server, per client), never a measurement or a realised count. Which eps is
+reported for each, and when (a budget filter, adaptive noise): `RunPrivacy`.
 """
 
 import dataclasses
@@ -62,6 +38,36 @@ def _finite(x: float):
 @dataclasses.dataclass
 class RunPrivacy:
   """The analyst ledger, the per-client ledger, and how to charge a round.
+
+  Every round is charged through one path: the DpEvent the aggregation factory
+  keeps in its state (`tff_priv.accounting.guarantees.extract_dp_event`), read
+  for each adversary its `Guarantee` names:
+
+  * the analyst, who sees only the released models: the round's event under the
+    round's client sampling, in a `PrivacyLedger` (amplification by sampling);
+  * the server, which picks the clients: each client that took part is charged
+    the server-view event (no amplification, replace-one) in an
+    `IndividualLedger`, whose optional budget filter leaves out of a round any
+    client the round would take over the budget. A factory whose noise the
+    server adds itself ('central') gives no guarantee against the server: no
+    individual ledger is kept and the report says so.
+
+  Where a server ledger is kept, both ledgers bound the released models, so the
+  analyst's figure is the smaller of the two: the amplified ledger's eps (valid
+  only while the budget filter has left no client out, since filtering changes
+  the sampling the amplification assumes) and the worst client's server-view
+  eps. (For a Gaussian sum under add-or-remove-one the server view's replace-one
+  reading at z / 2 dominates: removing a client is replacing its update by 0.)
+
+  When a mechanism chooses its rounds' noise from earlier releases (CRD), the
+  composition of the events that happened is an odometer reading, not a
+  guarantee: such a run is built with `adaptive` bounds (`filters.RdpBound`, a
+  Renyi filter that holds on every path), and those are its reported eps for
+  both adversaries from round 1 on; the realised composition stays in the
+  ledgers as a labelled diagnostic.
+
+  Nothing here reads a measurement or a realised count: the charge is the
+  factory's event, a function of the configuration and the round.
 
   Attributes:
     guarantee: the factory's `Guarantee`, or None for a non-private run.
@@ -126,7 +132,7 @@ class RunPrivacy:
     )
 
   def admit(self, clients: Iterable[Any], event: Optional[dp_event.DpEvent]):
-    """The sampled clients the budget filter lets take part in a round of `event`.
+    """The sampled clients the budget filter lets take part in an `event` round.
 
     The round must then be charged exactly `event` (`charge` checks it).
     """
@@ -174,7 +180,7 @@ class RunPrivacy:
       self.server.record(clients, self.guarantee.server_view_event(event))
 
   def analyst_epsilon(self) -> float:
-    """eps against the analyst at `delta` (see the module docstring)."""
+    """eps against the analyst at `delta` (see the class docstring)."""
     if self.adaptive is not None:
       return min(bound.epsilon(self.delta) for bound in self.adaptive)
     eps = self.analyst.epsilon(self.delta)
@@ -209,6 +215,12 @@ class RunPrivacy:
           }
       ]
     unit = _UNIT_WORDS[self.guarantee.unit]
+    entries = [self._analyst_report(unit)]
+    entries.append(self._server_report(unit))
+    return entries
+
+  def _analyst_report(self, unit: str) -> dict:
+    """The analyst's entry of `report` (a private run); `unit` in words."""
     if self.sampling.kind == 'none' and (
         self.guarantee.neighboring_relation == 'replace_special'
     ):
@@ -258,53 +270,48 @@ class RunPrivacy:
               else ''
           )
       )
-    entries = [analyst]
+    return analyst
+
+  def _server_report(self, unit: str) -> dict:
+    """The server's entry of `report` (a private run); `unit` in words."""
     if self.server is None:
-      entries.append(
-          {
-              'adversary': 'server',
-              'unit': self.guarantee.unit,
-              'neighboring_relation': individual.RELATION,
-              'accountant': 'none',
-              'epsilon': 'inf',
-              'delta': self.delta,
-              'meaning': (
-                  "the server sees the clients' updates before the noise: no "
-                  'guarantee against it'
-              ),
-          }
-      )
-    else:
-      report = self.server.report()
-      entries.append(
-          {
-              'adversary': 'server',
-              'unit': self.guarantee.unit,
-              'neighboring_relation': individual.RELATION,
-              'accountant': (
-                  'dp_accounting RdpAccountant per client over the rounds it took '
-                  'part in, no amplification'
-                  if self.adaptive is None
-                  else f'{self.adaptive[1].description}, no amplification (events '
-                  'chosen adaptively: the realised per-client composition is not '
-                  'a guarantee)'
-              ),
-              'epsilon': _finite(self.server_epsilon()),
-              'delta': self.delta,
-              'clients_charged': report['clients_charged'],
-              'max_participations': report['max_participations'],
-              'budget_epsilon': report['budget_epsilon'],
-              'clients_excluded_by_budget': report[
-                  'clients_excluded_by_budget'
-              ],
-              'meaning': (
-                  f'the server, which picks the clients and sees what reaches it, '
-                  f'learns about {unit} at most what (epsilon, delta)-DP allows; '
-                  "epsilon is the worst client's"
-              ),
-          }
-      )
-    return entries
+      return {
+          'adversary': 'server',
+          'unit': self.guarantee.unit,
+          'neighboring_relation': individual.RELATION,
+          'accountant': 'none',
+          'epsilon': 'inf',
+          'delta': self.delta,
+          'meaning': (
+              "the server sees the clients' updates before the noise: no "
+              'guarantee against it'
+          ),
+      }
+    report = self.server.report()
+    return {
+        'adversary': 'server',
+        'unit': self.guarantee.unit,
+        'neighboring_relation': individual.RELATION,
+        'accountant': (
+            'dp_accounting RdpAccountant per client over the rounds it took '
+            'part in, no amplification'
+            if self.adaptive is None
+            else f'{self.adaptive[1].description}, no amplification (events '
+            'chosen adaptively: the realised per-client composition is not '
+            'a guarantee)'
+        ),
+        'epsilon': _finite(self.server_epsilon()),
+        'delta': self.delta,
+        'clients_charged': report['clients_charged'],
+        'max_participations': report['max_participations'],
+        'budget_epsilon': report['budget_epsilon'],
+        'clients_excluded_by_budget': report['clients_excluded_by_budget'],
+        'meaning': (
+            f'the server, which picks the clients and sees what reaches it, '
+            f'learns about {unit} at most what (epsilon, delta)-DP allows; '
+            "epsilon is the worst client's"
+        ),
+    }
 
   def to_json(self) -> str:
     return json.dumps(

@@ -1,19 +1,9 @@
-"""The release boundary of a training run: what its CSV, TensorBoard and log get.
+"""A training run's release boundary: what its CSV, TensorBoard and log get.
 
-Every per-round value a run writes goes through `RunReleases`: the training
-and evaluation CSVs, TensorBoard and the log, grouped by one
-`tff.program.GroupingReleaseManager` each. In a private run the group sits
-behind a `tff.program.FilteringReleaseManager` whose filter keeps only the
-columns listed here, so a value the loop computes but this list does not name
-cannot leave the run, whatever the loop does.
-
-The public columns are functions of the configuration and the round number
-(eps, delta, the configured upload size, the factories' public
-measurements) or releases charged to the ledger (the noised client metrics of
-`--client_metrics=dp`, the quantile range release of LDP, TFF's adaptive
-clip, which its effective noise multiplier covers). Evaluation rows hold the
-released model's metrics on the server's test data. Both have the `session`
-that wrote them (public: how often the directory was started).
+Every per-round value a run writes goes through `RunReleases`; in a private
+run only the columns listed here (`PUBLIC_TRAIN_COLUMNS`,
+`PUBLIC_EVAL_COLUMNS` and their prefixes) can leave the run, whatever the
+loop does. Why those are public: `RunReleases`' docstring.
 """
 
 import csv
@@ -104,6 +94,21 @@ def _filtered(manager, is_public):
 class RunReleases:
   """The release managers of one run directory.
 
+  Every per-round value a run writes goes through `RunReleases`: the training
+  and evaluation CSVs, TensorBoard and the log, grouped by one
+  `tff.program.GroupingReleaseManager` each. In a private run the group sits
+  behind a `tff.program.FilteringReleaseManager` whose filter keeps only the
+  columns listed here, so a value the loop computes but this list does not name
+  cannot leave the run, whatever the loop does.
+
+  The public columns are functions of the configuration and the round number
+  (eps, delta, the configured upload size, the factories' public
+  measurements) or releases charged to the ledger (the noised client metrics of
+  `--client_metrics=dp`, the quantile range release of LDP, TFF's adaptive
+  clip, which its effective noise multiplier covers). Evaluation rows hold the
+  released model's metrics on the server's test data. Both have the `session`
+  that wrote them (public: how often the directory was started).
+
   Args:
     root_output_dir: the run directory (`layout`).
     private: filter every release through the public columns above.
@@ -142,8 +147,9 @@ class RunReleases:
   def pending(
       self, train_row: Mapping[str, Any], eval_row: Optional[Mapping[str, Any]]
   ) -> dict[str, Any]:
-    """The rows as their release writes them (a private run's public
-    columns only), JSON-safe: what `write_pending` keeps on disk.
+    """The rows as their release writes them, JSON-safe.
+
+    A private run's public columns only: what `write_pending` keeps on disk.
     """
     return {
         'train': _kept(train_row, is_public_train if self._private else None),
@@ -164,8 +170,9 @@ class RunReleases:
 
 
 def _kept(row, is_public, prefix=()):
-  """`row`'s leaves that `is_public` keeps (all if None), as plain lists and
-  numbers, in the same nesting.
+  """`row`'s leaves that `is_public` keeps (all if None), in the same nesting.
+
+  As plain lists and numbers.
   """
   kept = {}
   for key, value in row.items():

@@ -38,6 +38,7 @@ def lock(root_output_dir: str) -> None:
 
 
 def release_locks() -> None:
+  """Releases every run directory lock this process holds (`lock`)."""
   while _held_locks:
     _held_locks.pop().close()  # Closing the file releases its flock.
 

@@ -1,4 +1,4 @@
-"""absl flags for `RunConfig` and every mechanism's parameters, made from the dataclasses.
+"""absl flags for `RunConfig` and each mechanism's parameters, from dataclasses.
 
 `define_flags()` defines one flag per `RunConfig` field (task options and
 mechanism parameters flattened) with the field's default and its docstring

@@ -1,4 +1,4 @@
-"""A run directory read back: its configuration, summary, CSV rows and models."""
+"""A run directory read back: its configuration, summary, CSV rows, models."""
 
 import csv
 import dataclasses

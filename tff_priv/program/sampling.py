@@ -1,52 +1,11 @@
 """Client sampling of the training program, and how the ledger must count it.
 
 The privacy accountant is only right if it is told how clients were really
-sampled, so the program draws every round's clients here and the ledger is
-charged with the same description (`ledger_sampling`, an accounting
-`Sampling`):
-
-* 'poisson': each of the N clients joins a round independently with
-  probability q = K / N (K = `clients_per_round`, the expected number), so a
-  round has Binomial(N, q) clients, possibly none. Accounted as
-  `PoissonSampledDpEvent(q, ...)` under add-or-remove-one adjacency
-  (DP-FedAvg, Fed-SMP).
-* 'fixed': exactly K of the N clients, uniformly without replacement.
-  Accounted as `SampledWithoutReplacementDpEvent(N, K, ...)` under replace-one
-  adjacency (the local-noise mechanisms: UDP, whose paper samples K of U
-  clients; distortion; LDP-FL, whose shuffle bound needs the number n = K of
-  clients whose reports are shuffled together).
-* 'epoch': a fresh seeded permutation of the N clients per epoch of
-  R = N // K rounds, K consecutive clients of it per round (the N - R K left
-  over sit that epoch out), so each client takes part at most once per
-  epoch. No amplification: the mechanism's event already covers an epoch
-  (DP-FTRL's tree, Kairouz et al. 2021), under its own relation
-  (`ledger_sampling` is `Sampling.none()`).
-* 'cyclic': one seeded permutation of the N clients for the whole run, cut
-  into b = N // K groups of K (the N - b K left over never take part);
-  round t trains group (t - 1) mod b. Each client takes part every b rounds,
-  exactly b apart: at most k = ceil(T / b) times in T rounds, the
-  (k, b)-participation of matrix-factorization DP-FTRL (Choquette-Choo et
-  al. 2023), whose one stream covers the whole run. No amplification.
-* 'banded': amplified BandMF's cyclic Poisson sampling (Choquette-Choo et
-  al. 2023, Algorithm 2): one seeded permutation cut into b = `bands`
-  groups of floor(N / b) (the N mod b left over never take part); round t
-  takes each client of group (t - 1) mod b independently with probability
-  q = K / floor(N / b). The mechanism's event holds that sampling (one
-  `PoissonSampledDpEvent(q, ...)` per cycle of b rounds), so
-  `ledger_sampling` is `Sampling.none()`.
-
-Round t's draw depends only on (seed, t): numpy's generator seeded with the
-sequence [seed, t]. A run resumed from a checkpoint therefore samples exactly
-the clients the uninterrupted run would have sampled, except in a round it
-released before the stop and runs again: that one draws with fresh coins
-([seed, t, attempt], `attempt` >= 1 the session). The ledger charges the
-two releases as two independent sampled events, which they are only with
-independent draws: two releases on the same draw amplify less (at Renyi
-order 2, 1 + q^2 (e^{2/z^2} - 1) against (1 + q^2 (e^{1/z^2} - 1))^2).
-The permutations of 'epoch', 'cyclic' and 'banded' stay. The training program
-draws the seed from the operating system and keeps it out of everything it
-releases: whoever knows it can recompute who was sampled, which the
-amplification by sampling assumes hidden from the analyst.
+sampled, so the program draws every round's clients here (`ClientSampling`:
+'poisson', 'fixed', 'epoch', 'cyclic' or 'banded', round t's draw a function
+of (seed, t) alone) and the ledger is charged with the same description
+(`ledger_sampling`, an accounting `Sampling`). Each kind, its accounting and
+why the seed stays secret: `ClientSampling`.
 """
 
 import dataclasses
@@ -68,8 +27,56 @@ STREAM_KINDS = ('epoch', 'cyclic')
 class ClientSampling:
   """How each round's clients are drawn from a population of N.
 
+  The privacy accountant is only right if it is told how clients were really
+  sampled, so the program draws every round's clients here and the ledger is
+  charged with the same description (`ledger_sampling`, an accounting
+  `Sampling`):
+
+  * 'poisson': each of the N clients joins a round independently with
+    probability q = K / N (K = `clients_per_round`, the expected number), so a
+    round has Binomial(N, q) clients, possibly none. Accounted as
+    `PoissonSampledDpEvent(q, ...)` under add-or-remove-one adjacency
+    (DP-FedAvg, Fed-SMP).
+  * 'fixed': exactly K of the N clients, uniformly without replacement.
+    Accounted as `SampledWithoutReplacementDpEvent(N, K, ...)` under replace-one
+    adjacency (the local-noise mechanisms: UDP, whose paper samples K of U
+    clients; distortion; LDP-FL, whose shuffle bound needs the number n = K of
+    clients whose reports are shuffled together).
+  * 'epoch': a fresh seeded permutation of the N clients per epoch of
+    R = N // K rounds, K consecutive clients of it per round (the N - R K left
+    over sit that epoch out), so each client takes part at most once per
+    epoch. No amplification: the mechanism's event already covers an epoch
+    (DP-FTRL's tree, Kairouz et al. 2021), under its own relation
+    (`ledger_sampling` is `Sampling.none()`).
+  * 'cyclic': one seeded permutation of the N clients for the whole run, cut
+    into b = N // K groups of K (the N - b K left over never take part);
+    round t trains group (t - 1) mod b. Each client takes part every b rounds,
+    exactly b apart: at most k = ceil(T / b) times in T rounds, the
+    (k, b)-participation of matrix-factorization DP-FTRL (Choquette-Choo et
+    al. 2023), whose one stream covers the whole run. No amplification.
+  * 'banded': amplified BandMF's cyclic Poisson sampling (Choquette-Choo et
+    al. 2023, Algorithm 2): one seeded permutation cut into b = `bands`
+    groups of floor(N / b) (the N mod b left over never take part); round t
+    takes each client of group (t - 1) mod b independently with probability
+    q = K / floor(N / b). The mechanism's event holds that sampling (one
+    `PoissonSampledDpEvent(q, ...)` per cycle of b rounds), so
+    `ledger_sampling` is `Sampling.none()`.
+
+  Round t's draw depends only on (seed, t): numpy's generator seeded with the
+  sequence [seed, t]. A run resumed from a checkpoint therefore samples exactly
+  the clients the uninterrupted run would have sampled, except in a round it
+  released before the stop and runs again: that one draws with fresh coins
+  ([seed, t, attempt], `attempt` >= 1 the session). The ledger charges the
+  two releases as two independent sampled events, which they are only with
+  independent draws: two releases on the same draw amplify less (at Renyi
+  order 2, 1 + q^2 (e^{2/z^2} - 1) against (1 + q^2 (e^{1/z^2} - 1))^2).
+  The permutations of 'epoch', 'cyclic' and 'banded' stay. The training program
+  draws the seed from the operating system and keeps it out of everything it
+  releases: whoever knows it can recompute who was sampled, which the
+  amplification by sampling assumes hidden from the analyst.
+
   Attributes:
-    kind: one of `KINDS` (see the module docstring).
+    kind: one of `KINDS` (described above).
     num_clients: N >= 1.
     clients_per_round: K in [1, N]: the expected number per round for
       'poisson' and 'banded', the exact number for the others.
@@ -106,15 +113,17 @@ class ClientSampling:
 
   @property
   def rate(self) -> float:
-    """q = K / N: the Poisson rate, or the fraction sampled per round
-    ('banded': q = K / floor(N / b), the rate inside a round's group).
+    """q = K / N: the Poisson rate, or the fraction sampled per round.
+
+    'banded': q = K / floor(N / b), the rate inside a round's group.
     """
     return self.clients_per_round / (self.num_clients // self.bands)
 
   @property
   def rounds_per_epoch(self) -> int:
-    """R = N // K: the rounds of an 'epoch' sampling's epoch, and the
-    separation b of a 'cyclic' sampling's participations.
+    """R = N // K: the rounds of an 'epoch' sampling's epoch.
+
+    Also the separation b of a 'cyclic' sampling's participations.
     """
     return self.num_clients // self.clients_per_round
 
@@ -179,7 +188,7 @@ class ClientSampling:
       seed: the run's seed, >= 0.
       round_num: the round, >= 1.
       attempt: 0, or >= 1 for a released round run again: fresh coins for
-        'poisson', 'fixed' and 'banded' (see the module docstring).
+        'poisson', 'fixed' and 'banded' (see the class docstring).
 
     Returns:
       int64 indices, sorted; may be empty for 'poisson'.

@@ -1,4 +1,4 @@
-"""A training run's program state, and the state manager that skips a corrupt one."""
+"""A run's program state, and the state manager that skips a corrupt one."""
 
 import collections
 import dataclasses
@@ -80,8 +80,9 @@ class ProgramState:
     )
 
   def templates(self) -> tuple[collections.OrderedDict, ...]:
-    """The structures a checkpoint may have: this version's, then an older
-    version's without canaries (which lacked the canary part).
+    """The structures a checkpoint may have: this version's, then an older's.
+
+    The older version's is without canaries (it lacked the canary part).
     """
     full = self.structure()
     legacy = collections.OrderedDict(
@@ -148,6 +149,7 @@ def save_error(error: BaseException, root_dir: str) -> BaseException:
 
 
 def text(value) -> str:
+  """`value` as text: bytes decoded, anything else as `str` makes it."""
   return value.decode() if isinstance(value, bytes) else str(value)
 
 

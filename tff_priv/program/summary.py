@@ -59,43 +59,9 @@ def build(
           'guarantees': privacy.report(),
           # The analyst's figure (the first guarantee's epsilon).
           'rdp_epsilon': analyst_eps,
-          'analyst_ledger': {
-              'meaning': (
-                  'the composition of the events this run released; '
-                  + (
-                      'its events were chosen adaptively, so this is an '
-                      'ex-post diagnostic, not a guarantee (the guarantee is '
-                      'rdp_epsilon above)'
-                      if privacy.adaptive is not None
-                      else 'its events were fixed before the run, so this is '
-                      'the guarantee (before the server-view minimum)'
-                  )
-              ),
-              'rdp_epsilon': accounted['rdp_epsilon'],
-              'pld_epsilon': accounted['pld_epsilon'],
-              'accountants': {
-                  'rdp_epsilon': 'dp_accounting RdpAccountant',
-                  'pld_epsilon': 'dp_accounting PLDAccountant',
-              },
-              'unsupported': accounted['unsupported'],
-              'neighboring_relation': accounted['neighboring_relation'],
-              'releases': accounted['releases'],
-          },
+          'analyst_ledger': _analyst_ledger(privacy, accounted),
           'closed_form': closed_form,
-          'caveats': (
-              mechanism.caveats
-              + (
-                  [
-                      'sampling_seed was given: whoever knows it (the command '
-                      'line, secrets.json) can recompute who was sampled in every '
-                      'round, and the amplified analyst figure assumes that unknown'
-                  ]
-                  if config.sampling_seed is not None and mechanism.guarantee
-                  # Amplified at all:
-                  and mechanism.sampling.ledger_sampling().kind != 'none'
-                  else []
-              )
-          ),
+          'caveats': _caveats(config, mechanism),
           'ledger': json.loads(ledger.to_json()),
           **({'empirical': empirical} if empirical is not None else {}),
       },
@@ -110,6 +76,47 @@ def build(
       ),
       'sessions': sessions,
   }
+
+
+def _analyst_ledger(privacy, accounted) -> dict:
+  """The summary's `analyst_ledger`: `accounted`, the ledger's report."""
+  return {
+      'meaning': (
+          'the composition of the events this run released; '
+          + (
+              'its events were chosen adaptively, so this is an '
+              'ex-post diagnostic, not a guarantee (the guarantee is '
+              'rdp_epsilon above)'
+              if privacy.adaptive is not None
+              else 'its events were fixed before the run, so this is '
+              'the guarantee (before the server-view minimum)'
+          )
+      ),
+      'rdp_epsilon': accounted['rdp_epsilon'],
+      'pld_epsilon': accounted['pld_epsilon'],
+      'accountants': {
+          'rdp_epsilon': 'dp_accounting RdpAccountant',
+          'pld_epsilon': 'dp_accounting PLDAccountant',
+      },
+      'unsupported': accounted['unsupported'],
+      'neighboring_relation': accounted['neighboring_relation'],
+      'releases': accounted['releases'],
+  }
+
+
+def _caveats(config, mechanism) -> list:
+  """The summary's caveats: the mechanism's, and a given sampling seed's."""
+  return mechanism.caveats + (
+      [
+          'sampling_seed was given: whoever knows it (the command '
+          'line, secrets.json) can recompute who was sampled in every '
+          'round, and the amplified analyst figure assumes that unknown'
+      ]
+      if config.sampling_seed is not None and mechanism.guarantee
+      # Amplified at all:
+      and mechanism.sampling.ledger_sampling().kind != 'none'
+      else []
+  )
 
 
 def accuracy_line(summary) -> str:

@@ -1,36 +1,11 @@
 """Write-ahead privacy accounting for `tff.learning.programs.train_model`.
 
-`train_model` (TFF 0.87) runs `process.next`, then calls
-`should_discard_round(output)`, then saves the program state and releases the
-round's training metrics (and, every tenth and the last round, the whole
-learning state to `model_output_manager`). Its program state is fixed
-(`ProgramState(state, round_number, next_evaluation_timestamp_seconds,
-data_iterator)`) and cannot carry a ledger: a ledger kept in memory starts
-from zero on resume and counts only the rounds after the checkpoint.
-
-`TrainModelAccounting.should_discard_round` charges the round and writes the
-ledger to disk (fsync) before it returns, so before anything of the round is
-released; on resume the ledger is read back. A crash between the charge and
-the state save makes the resumed run redo (and charge again) that round: the
-ledger may count a round that released nothing, never fewer rounds than were
-released.
-
-What `train_model` releases, and what is private with a tff_priv process:
-
-- training metrics (`train_metrics_manager`): `model_metrics/...` are the
-  clients' training metrics from the process's `metrics_aggregator`: exact
-  with tff.learning's default (refused here), none with
-  `client_metrics.no_client_metrics`, noised with a `DpClientMetrics` passed
-  as `client_metrics` (then charged). The aggregator's measurements of
-  tff_priv's factories and TFF's DP factory are public or part of their
-  event. `public_metrics(manager)` releases only those.
-- model output (`model_output_manager`): the whole learning state, which
-  holds more than the model (DP-FTRL's tree state holds its noise).
-  `model_weights_only(manager)` releases `global_model_weights` alone, a
-  post-processing of the charged releases.
-- evaluation (`evaluation_manager`): exact metrics of the evaluation clients,
-  which no tff_priv mechanism noises; pass `evaluation_manager=None` and
-  evaluate the released model on public data.
+`train_model`'s program state cannot carry a ledger, so
+`TrainModelAccounting.should_discard_round` charges each round and writes
+the ledger to disk (fsync) before anything of the round is released, and a
+resumed run reads it back: the ledger may count a round that released
+nothing, never fewer rounds than were released. Why, and which of what
+`train_model` releases is private: `TrainModelAccounting`.
 """
 
 import asyncio
@@ -247,7 +222,7 @@ class _ModelWeightsOnly(tff.program.ReleaseManager):
 
 
 class SerialFileProgramStateManager(tff.program.FileProgramStateManager):
-  """A `FileProgramStateManager` whose `save` writes the state before it returns.
+  """A `FileProgramStateManager` whose `save` writes the state, then returns.
 
   `train_model` creates each round's save (`save(...)`) right after the
   round's charge (`should_discard_round`) and awaits it in a background
@@ -425,6 +400,38 @@ class TrainModelAccounting:
   resume continues both), and that no round runs again after a later one
   was charged.
 
+  `train_model` (TFF 0.87) runs `process.next`, then calls
+  `should_discard_round(output)`, then saves the program state and releases the
+  round's training metrics (and, every tenth and the last round, the whole
+  learning state to `model_output_manager`). Its program state is fixed
+  (`ProgramState(state, round_number, next_evaluation_timestamp_seconds,
+  data_iterator)`) and cannot carry a ledger: a ledger kept in memory starts
+  from zero on resume and counts only the rounds after the checkpoint.
+
+  `TrainModelAccounting.should_discard_round` charges the round and writes the
+  ledger to disk (fsync) before it returns, so before anything of the round is
+  released; on resume the ledger is read back. A crash between the charge and
+  the state save makes the resumed run redo (and charge again) that round: the
+  ledger may count a round that released nothing, never fewer rounds than were
+  released.
+
+  What `train_model` releases, and what is private with a tff_priv process:
+
+  - training metrics (`train_metrics_manager`): `model_metrics/...` are the
+    clients' training metrics from the process's `metrics_aggregator`: exact
+    with tff.learning's default (refused here), none with
+    `client_metrics.no_client_metrics`, noised with a `DpClientMetrics` passed
+    as `client_metrics` (then charged). The aggregator's measurements of
+    tff_priv's factories and TFF's DP factory are public or part of their
+    event. `public_metrics(manager)` releases only those.
+  - model output (`model_output_manager`): the whole learning state, which
+    holds more than the model (DP-FTRL's tree state holds its noise).
+    `model_weights_only(manager)` releases `global_model_weights` alone, a
+    post-processing of the charged releases.
+  - evaluation (`evaluation_manager`): exact metrics of the evaluation clients,
+    which no tff_priv mechanism noises; pass `evaluation_manager=None` and
+    evaluate the released model on public data.
+
   Args:
     root_dir: the directory of the ledger file (`LEDGER_FILE`) and of the
       program state (`program_state_manager`), created if missing; a run
@@ -549,7 +556,7 @@ class TrainModelAccounting:
     return _CheckedSource(source, self)
 
   def run(self, program, *, name: str = 'train_model') -> None:
-    """Runs `program` to its end (as `asyncio.run` does), checked, stopping in one line.
+    """Runs `program` to its end (`asyncio.run`), checked, stopping in one line.
 
     `program` is the coroutine `tff.learning.programs.train_model(...)`.
     Before it starts, its arguments are checked against this accounting
@@ -613,7 +620,7 @@ class TrainModelAccounting:
   def planned_and_spent(
       self, total_rounds: int, delta: float = 1e-5
   ) -> Optional[str]:
-    """One line when the ledger charged more than `total_rounds` rounds, else None.
+    """One line if the ledger charged over `total_rounds` rounds, else None.
 
     Planned: the eps of the first `total_rounds` rounds' charges (what an
     uninterrupted run spends); spent: the eps of every charge.

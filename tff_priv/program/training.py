@@ -1,75 +1,11 @@
-"""The training program: a task, a mechanism, the ledger, on TFF's program layer.
+"""The training program: task, mechanism and ledger, on TFF's program layer.
 
 `run(config, root_output_dir)` trains `config.mechanism` on `config.task` for
 `config.total_rounds` rounds and writes the run directory described in
-`layout.py`. Each round:
-
-1. draws its clients (`sampling.ClientSampling`, seeded by (sampling seed,
-   round): the sampling seed is drawn from the operating system at the first
-   start and kept in the checkpoints only, so the released outputs do not
-   tell who was sampled, and a resumed run draws what the uninterrupted run
-   would have; with smp's top_k
-   mask the first `public_clients` clients are the server's public set D_pub
-   and are never drawn);
-2. runs the mechanism's `LearningProcess.next` (a private round whose
-   Poisson draw is empty runs on no clients: its release is the noise alone,
-   as the accountant assumes);
-3. charges the round from the DpEvent its aggregation factory keeps in the
-   state (`tff_priv.program.privacy.RunPrivacy`: the analyst's ledger under
-   the round's sampling, and, for mechanisms private against the server, each
-   participating client's server-view ledger, whose optional budget filter
-   `server_budget` leaves out of the round any client it would take over the
-   budget), and releases the round's metrics with the eps spent so far (the
-   analyst's and the worst client's against the server, at the run's delta;
-   with `client_metrics='dp'`, the round's event is composed with the noised
-   client metrics' Gaussian, `DpClientMetrics.dp_event`)
-   through the run's release boundary (`releases.RunReleases`: in a private
-   run only the public columns reach the CSV, TensorBoard and the log);
-4. every `eval_every` rounds and at the last round, evaluates the global model
-   on the task's centralized test set (`tff.learning.algorithms.build_fed_eval`);
-5. every `checkpoint_every` rounds and at the last round, saves the program
-   state (`state.ProgramState`: frozen, each step of the loop takes the
-   round's and returns the next; one shape with or without canaries) with
-   `tff.program.FileProgramStateManager`.
-
-With `audit_canaries` = N > 0, canary clients whose model delta is a secret
-random direction at the clip join each round that runs, drawn on top of the
-real clients at their rate (`tff_priv.auditing.canaries`; the process is built
-with `tff_priv.learning.canary_clients`); they never count as clients in the
-sampling, the ledger, the budget filter, the uplink bytes or the CSV, and
-evaluation is on the test set only. After each round the cosines of its model
-delta with the 2N canaries update each canary's maximum (kept in the program
-state with the canary seed); at the end summary.json's privacy['empirical']
-holds the one-shot estimates (final model, all iterates) beside the
-accounted eps. For a record-level mechanism (udp) N means N canary examples
-instead (`tff_priv.auditing.canary_examples`, Steinke et al. 2023): each in
-a fixed slot of one client's data, holding the canary with probability 1/2
-(secret) and a blank record otherwise; at the end the canaries' loss drops
-from the initial to the final model give privacy['empirical']'s lower bound
-on the record-level eps.
-
-The program state is (learning process state, round number, the ledgers as
-JSON, best test accuracy and its round, uplink bytes, wall time, the start
-round of every session). A run killed at any point and started again with the
-same output directory loads the latest checkpoint and continues from its round
-with its ledger: eps is never reset, and the rounds after the checkpoint are
-run (and charged) again from the checkpointed ledger, so nothing is counted
-twice. CSV rows of those rounds are replaced: a CSV release of round r first
-removes the rows of rounds >= r.
-
-Why not `tff.learning.programs.train_model`: its program state is fixed
-(`ProgramState(state, round_number, next_evaluation_timestamp_seconds,
-data_iterator)`) and cannot carry the ledger (`train_model_accounting` keeps
-one beside it for users of `train_model`); its data source draws a fixed
-number of clients uniformly, not Poisson sampling; and it requires a
-`LearningAlgorithmState`. This loop uses the same parts (program state
-manager, release managers, a federated evaluation) around those needs.
-
-The parts: `config` (the configuration and config.json), `run_dir` (the
-lock, the write-ahead ledger file), `state` (the program state, the state
-manager that skips a corrupt checkpoint), `releases` (the release boundary),
-`hooks` (the evaluation on the server's test data, the canary audits), `progress`,
-`summary`, `model_io`.
+`layout.py`: each round is charged to the ledger, written ahead, before
+anything of it is released, and a run killed at any point resumes from its
+latest checkpoint with its ledger (a round's steps and the resume: `run`).
+Details (the canary audits, why not `train_model`, the parts): docs/program.md
 """
 
 import asyncio
@@ -170,7 +106,7 @@ def _accuracy_key(metrics) -> Optional[str]:
 
 
 def _train_metrics(metrics) -> dict[str, float]:
-  """The clients' training metrics of a round, where the process releases them."""
+  """A round's clients' training metrics, where the process releases them."""
   try:
     train = metrics['client_work']['train']
   except (KeyError, TypeError):
@@ -188,7 +124,48 @@ def run(
     cache_dir: Optional[str] = None,
     restart_model: bool = False,
 ) -> dict[str, Any]:
-  """Runs (or resumes) the training program; see the module docstring.
+  """Runs (or resumes) the training program.
+
+  Trains `config.mechanism` on `config.task` for `config.total_rounds` rounds
+  and writes the run directory described in `layout.py`. Each round:
+
+  1. draws its clients (`sampling.ClientSampling`, seeded by (sampling seed,
+     round): the sampling seed is drawn from the operating system at the first
+     start and kept only in the run's owner-only `secrets.json` and
+     checkpoints, so the released outputs do not tell
+     who was sampled, and a resumed run draws what the uninterrupted run would
+     have; with smp's top_k mask the first `public_clients` clients are the
+     server's public set D_pub and are never drawn);
+  2. runs the mechanism's `LearningProcess.next` (a private round whose Poisson
+     draw is empty runs on no clients: its release is the noise alone, as the
+     accountant assumes);
+  3. charges the round from the DpEvent its aggregation factory keeps in the
+     state (`tff_priv.program.privacy.RunPrivacy`: the analyst's ledger under
+     the round's sampling, and, for mechanisms private against the server, each
+     participating client's server-view ledger, whose optional budget filter
+     `server_budget` leaves out of the round any client it would take over the
+     budget), and releases the round's metrics with the eps spent so far (the
+     analyst's and the worst client's against the server, at the run's delta;
+     with `client_metrics='dp'`, the round's event is composed with the noised
+     client metrics' Gaussian, `DpClientMetrics.dp_event`) through the run's
+     release boundary (`releases.RunReleases`: in a private run only the public
+     columns reach the CSV, TensorBoard and the log);
+  4. every `eval_every` rounds and at the last round, evaluates the global model
+     on the task's centralized test set
+     (`tff.learning.algorithms.build_fed_eval`);
+  5. every `checkpoint_every` rounds and at the last round, saves the program
+     state (`state.ProgramState`: frozen, each step of the loop takes the
+     round's and returns the next; one shape with or without canaries) with
+     `tff.program.FileProgramStateManager`.
+
+  The program state is (learning process state, round number, the ledgers as
+  JSON, best test accuracy and its round, uplink bytes, wall time, the start
+  round of every session). A run killed at any point and started again with the
+  same output directory loads the latest checkpoint and continues from its round
+  with its ledger: eps is never reset, and the rounds after the checkpoint are
+  run (and charged) again from the checkpointed ledger, so nothing is counted
+  twice. CSV rows of those rounds are replaced: a CSV release of round r first
+  removes the rows of rounds >= r.
 
   Args:
     config: the run's configuration (validated here).
@@ -281,14 +258,8 @@ class _Setup:
   context: Any = None  # The mechanism's `BuildContext` (to rebuild it).
 
 
-def _setup(
-    config: RunConfig, cache_dir: Optional[str], progress: bool = False
-) -> _Setup:
-  """The task, the client sampling and the mechanism, or a ConfigError."""
-  tf.keras.utils.set_random_seed(config.seed)
-  task = _build_task(config, cache_dir)
-  train_data = task.datasets.train_data
-  client_ids = list(train_data.client_ids)
+def _hold_out_public_clients(config: RunConfig, task, client_ids: list):
+  """(public data or None, the clients that may be sampled)."""
   public_data = None
   public_clients = getattr(config.params, 'public_clients', None)
   if public_clients:
@@ -299,9 +270,11 @@ def _setup(
       )
     except ValueError as e:
       raise ConfigError(str(e)) from e
-  client_index = {c: i for i, c in enumerate(train_data.client_ids)}
-  test_x, test_y = _test_arrays(task, config)
-  half = len(test_y) // 2
+  return public_data, client_ids
+
+
+def _dp_metrics(config: RunConfig):
+  """The 'dp' client metrics' aggregator, or None."""
   dp_metrics = None
   if config.client_metrics == 'dp':
     dp_metrics = client_metrics_lib.dp_client_metrics(
@@ -309,11 +282,13 @@ def _setup(
         config.clients_per_round,
         config.client_metrics_loss_bound,
     )
-  # What audit_canaries inserts: None, 'clients' or 'examples'.
-  canary_kind = (
-      registry.canary_kind(config.mechanism) if config.audit_canaries else None
-  )
-  canary_slots = config.audit_canaries if canary_kind == 'examples' else 0
+  return dp_metrics
+
+
+def _client_examples(
+    config: RunConfig, train_data, client_ids, client_index, canary_slots
+):
+  """`client_examples(c)`: |D_i| of one round, the examples c trains on."""
 
   def client_examples(c):
     """|D_i| of one round: the examples client c trains on.
@@ -331,6 +306,32 @@ def _setup(
         canary_slots, len(client_ids), client_index[c]
     )
 
+  return client_examples
+
+
+def _setup(
+    config: RunConfig, cache_dir: Optional[str], progress: bool = False
+) -> _Setup:
+  """The task, the client sampling and the mechanism, or a ConfigError."""
+  tf.keras.utils.set_random_seed(config.seed)
+  task = _build_task(config, cache_dir)
+  train_data = task.datasets.train_data
+  client_ids = list(train_data.client_ids)
+  public_data, client_ids = _hold_out_public_clients(config, task, client_ids)
+  client_index = {c: i for i, c in enumerate(train_data.client_ids)}
+  test_x, test_y = _test_arrays(task, config)
+  half = len(test_y) // 2
+  # The server's half, bound now: test_x and test_y are the other half below.
+  server_half = (test_x[:half], test_y[:half])
+  dp_metrics = _dp_metrics(config)
+  # What audit_canaries inserts: None, 'clients' or 'examples'.
+  canary_kind = (
+      registry.canary_kind(config.mechanism) if config.audit_canaries else None
+  )
+  canary_slots = config.audit_canaries if canary_kind == 'examples' else 0
+  client_examples = _client_examples(
+      config, train_data, client_ids, client_index, canary_slots
+  )
   try:
     sampling = sampling_lib.ClientSampling(
         registry.sampling_kind(config.mechanism, config.params),
@@ -353,9 +354,7 @@ def _setup(
             lambda: min(client_examples(c) for c in client_ids)
         ),
         validation_data=(
-            (lambda: (test_x[:half], test_y[:half]))
-            if config.holdout_validation
-            else None
+            (lambda: server_half) if config.holdout_validation else None
         ),
         canary_clients=canary_kind == 'clients',
         mean_client_examples=functools.cache(
@@ -397,9 +396,10 @@ def _setup(
 
 
 def _same_stream(recorded, built) -> bool:
-  """Equal keys and values, floats to 1e-9 relative: below what the float32
-  noise they weight can show (the thread count may move the last bits of an
-  optimised coefficient between sessions).
+  """Equal keys and values, floats to 1e-9 relative.
+
+  1e-9: below what the float32 noise they weight can show (the thread count
+  may move the last bits of an optimised coefficient between sessions).
   """
   if not isinstance(recorded, dict) or not isinstance(built, dict):
     return recorded == built
@@ -479,8 +479,10 @@ class _Run:
     self.on_evaluation = lambda round_num: None  # The progress bar's.
 
   def next_event(self, train_state):
-    """The event a round charges: the factory's, composed with the 'dp'
-    client metrics' Gaussian (the same sampled clients and adjacency).
+    """The event a round charges: the factory's, and the 'dp' metrics' one.
+
+    The factory's event, composed with the 'dp' client metrics' Gaussian (the
+    same sampled clients and adjacency).
     """
     if self.mechanism.guarantee is None:
       return None
@@ -509,8 +511,10 @@ class _Run:
     return metrics or None
 
   def checkpoint(self, state: state_lib.ProgramState):
-    """What the checkpoint of `state` holds: its ledger, the wall time of
-    every session so far, the canaries' cosines so far.
+    """What the checkpoint of `state` holds.
+
+    Its ledger, the wall time of every session so far, the canaries' cosines
+    so far.
     """
     return dataclasses.replace(
         state,
@@ -588,8 +592,9 @@ class _Run:
     return self._resume(loaded, version, written, written_privacy)
 
   def _rows_after(self, written) -> None:
-    """A restarted model's rows go after every row and charged round of the
-    directory (`layout`): sets `round_offset`.
+    """Sets `round_offset`: a restarted model's rows go after the earlier.
+
+    After every row and charged round of the directory (`layout`).
     """
     last = 0
     if written is not None:
@@ -693,7 +698,7 @@ class _Run:
     return 0
 
   def _resume(self, loaded, version, written, written_privacy) -> int:
-    """Continues from a loaded checkpoint, with every charge the ledger holds."""
+    """Continues from a loaded checkpoint, with every charge of the ledger."""
     start_round = loaded.round_num
     self._restore(self.privacy, loaded.ledger, f'checkpoint {version}')
     if written_privacy is not None:
@@ -781,8 +786,10 @@ class _Run:
     return changed
 
   def _spent_epsilon(self) -> float:
-    """The analyst's eps of the charges so far (for a run whose noise is
-    chosen adaptively, their composition, not the filter's bound).
+    """The analyst's eps of the charges so far.
+
+    For a run whose noise is chosen adaptively, their composition, not the
+    filter's bound.
     """
     if self.privacy.adaptive is not None:
       return self.privacy.analyst.epsilon(self.delta)
@@ -1098,9 +1105,10 @@ class _Run:
     return state, releases
 
   async def release_pending(self, start_round: int) -> None:
-    """Releases the rows of the checkpoint resumed from, if they were
-    written before its release and a stop came before that release
-    (released again, the same public values, if it came after).
+    """Releases the rows of the checkpoint resumed from, if still pending.
+
+    If they were written before its release and a stop came before that
+    release (released again, the same public values, if it came after).
     """
     pending = run_dir.take_pending(self.root)
     if pending is None:
@@ -1187,7 +1195,9 @@ async def _run(
     cache_dir,
     restart_model,
 ):
-  """Sample -> admit -> process.next -> charge (write-ahead) -> release ->
+  """The loop: each round's steps, then the summary at the end.
+
+  Sample -> admit -> process.next -> charge (write-ahead) -> release ->
   evaluate -> checkpoint, each round; the summary at the end.
   """
   # Refuse another run's directory first; create it only once the task and

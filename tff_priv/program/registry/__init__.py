@@ -1,28 +1,11 @@
-"""The training program's mechanism registry: one module per mechanism, looked up by name.
-
-| name | process | sampling | event of a round (in the factory's state) |
-|---|---|---|---|
-| none | `tff.learning.algorithms.build_weighted_fed_avg` | poisson | none (eps = inf) |
-| dp_fedavg | TFF's DP aggregator in `build_unweighted_fed_avg` | poisson | Gaussian(z), central noise |
-| dp_ftrl | `aggregators.dp_ftrl.TreeRestartFactory` (TFF's tree, one per epoch) | epoch | one tree event per epoch, central |
-| blt | `aggregators.blt.BLTFactory` (BLT matrix factorization, one stream per epoch) | epoch | Gaussian(z / sensitivity) per stream, central |
-| bandmf | `aggregators.bandmf.BandMFFactory` (amplified banded matrix factorization) | banded | PoissonSampled(q, Gaussian(z)) per cycle of b rounds, central |
-| smp | `tff_priv.learning.smp.build_fedsmp_process` (rand_k or top_k) | poisson | Gaussian(z), client noise shares, secure sum |
-| distortion | `DistortionFactory` in `build_unweighted_fed_avg` | fixed | Gaussian(sigma_e / 2C) per upload, local |
-| udp | `tff_priv.learning.udp.build_udp_process` (fixed sigma) | fixed | Gaussian(sigma / Delta) per upload, local |
-| ldp | `LDPEncodeFactory` (`tff_priv.learning.ldp`) | fixed | d x PureEpsilon(eps0) + the range release, local |
+"""The training program's mechanism registry: one module per mechanism, by name.
 
 Each module defines one frozen `base.Definition` (`DEFINITION`): its name,
 config class, sampling, its factory's `Guarantee` (whence the unit its eps
 protects and who adds the noise), `build` and its optional abilities (a
 privacy report, a canary refusal, record-level canaries, noised client
-metrics). The registry reads nothing else from a module. `config(name,
-params)` makes a mechanism's config from a dict, refusing a parameter that
-does not apply to it (so a flag never silently does nothing); `build(name,
-config, context)` builds it; `privacy_report(name, ...)` and
-`report_parameters()` (what `scripts/privacy.py` takes as flags) serve the
-mechanisms with a report (`REPORTS`). `register(definition)` adds a
-mechanism of the user's own: `training.run` then runs it like the others.
+metrics). The registry reads nothing else from a module; `build` lists the
+mechanisms registered here.
 """
 
 import dataclasses
@@ -57,6 +40,9 @@ REPORTS: tuple[str, ...] = ()
 
 def register(definition: base.Definition) -> None:
   """Adds a mechanism to the registry (`MECHANISMS`, `REPORTS`).
+
+  A mechanism of the user's own: `training.run` then runs it like the
+  others.
 
   Raises:
     TypeError: not a `Definition`.
@@ -136,7 +122,9 @@ def unit(name: str, params: Any = None) -> Optional[str]:
 
 
 def noise(name: str, params: Any = None) -> Optional[str]:
-  """Who adds mechanism `name`'s noise ('local', 'secure_sum', 'central'; None: no one).
+  """Who adds mechanism `name`'s noise ('local', 'secure_sum', 'central').
+
+  None: no one.
 
   Args:
     name: one of MECHANISMS.
@@ -154,6 +142,9 @@ def parameter_names(name: str) -> tuple[str, ...]:
 
 def config(name: str, params: Union[None, Mapping[str, Any], Any] = None):
   """Mechanism `name`'s validated `Config` from `params`.
+
+  A parameter that does not apply to the mechanism is refused, so a flag
+  never silently does nothing.
 
   Args:
     name: one of MECHANISMS.
@@ -184,7 +175,7 @@ def to_dict(mechanism_config: Any) -> dict[str, Any]:
 
 
 def canary_kind(name: str) -> str:
-  """What `audit_canaries` inserts for mechanism `name`: 'clients' or 'examples'.
+  """What `audit_canaries` inserts for `name`: 'clients' or 'examples'.
 
   'examples' for a mechanism whose guarantee is record-level
   (`Definition.canary_examples`): canary examples in the clients' data
@@ -223,6 +214,29 @@ def client_metrics_refusal(name: str) -> Optional[str]:
 
 def build(name: str, params: Any, context: base.BuildContext) -> base.Mechanism:
   """Builds mechanism `name` (see `config` for `params`) in `context`.
+
+  The mechanisms registered here, each as name: process; the sampling its
+  rounds are accounted under; the event of a round (in the factory's state):
+
+  * none: `tff.learning.algorithms.build_weighted_fed_avg`; poisson; none
+    (eps = inf).
+  * dp_fedavg: TFF's DP aggregator in `build_unweighted_fed_avg`; poisson;
+    Gaussian(z), central noise.
+  * dp_ftrl: `aggregators.dp_ftrl.TreeRestartFactory` (TFF's tree, one per
+    epoch); epoch; one tree event per epoch, central.
+  * blt: `aggregators.blt.BLTFactory` (BLT matrix factorization, one stream
+    per epoch); epoch; Gaussian(z / sensitivity) per stream, central.
+  * bandmf: `aggregators.bandmf.BandMFFactory` (amplified banded matrix
+    factorization); banded; PoissonSampled(q, Gaussian(z)) per cycle of b
+    rounds, central.
+  * smp: `tff_priv.learning.smp.build_fedsmp_process` (rand_k or top_k);
+    poisson; Gaussian(z), client noise shares, secure sum.
+  * distortion: `DistortionFactory` in `build_unweighted_fed_avg`; fixed;
+    Gaussian(sigma_e / 2C) per upload, local.
+  * udp: `tff_priv.learning.udp.build_udp_process` (fixed sigma); fixed;
+    Gaussian(sigma / Delta) per upload, local.
+  * ldp: `LDPEncodeFactory` (`tff_priv.learning.ldp`); fixed; d x
+    PureEpsilon(eps0) + the range release, local.
 
   Raises:
     ValueError: bad parameters, or a context the mechanism cannot run in
@@ -297,9 +311,10 @@ def _kind(cls, field: str) -> type:
 def report_parameters() -> dict[str, tuple[type, str]]:
   """{parameter: (its type, what it means)} over every mechanism's report.
 
-  A parameter several mechanisms read is one entry; its text says what it
-  means to each (`'smp, dp_fedavg: ...; udp: ...'`, from the docstrings of
-  their config or report inputs).
+  What `scripts/privacy.py` takes as flags. A parameter several mechanisms
+  read is one entry; its text says what it means to each
+  (`'smp, dp_fedavg: ...; udp: ...'`, from the docstrings of their config or
+  report inputs).
   """
   kinds, meanings = {}, {}
   for name in REPORTS:
@@ -332,10 +347,10 @@ def privacy_report(
 ) -> dict:
   """What a run of mechanism `name` spends, or its noise for a target eps.
 
-  Every accountant that can count the mechanism, with the paper's closed
-  form beside where the paper has one (JSON-ready; keys name their source:
-  `rdp_epsilon`, `pld_epsilon`, `paper_*`; 'guarantee' says in words which
-  number is a guarantee).
+  For the mechanisms with a report (`REPORTS`). Every accountant that can
+  count the mechanism, with the paper's closed form beside where the paper
+  has one (JSON-ready; keys name their source: `rdp_epsilon`, `pld_epsilon`,
+  `paper_*`; 'guarantee' says in words which number is a guarantee).
 
   Args:
     name: one of REPORTS.

@@ -1,14 +1,12 @@
-"""Amplified BandMF: banded matrix-factorization noise with cyclic Poisson sampling.
+"""Amplified BandMF: banded matrix-factorization noise, cyclic Poisson groups.
 
 `tff_priv.aggregators.bandmf.BandMFFactory` in unweighted FedAvg
 (Choquette-Choo et al. 2023, "(Amplified) Banded Matrix Factorization";
-docs/blt.md), its bands, strategy and noise from `bandmf.plan_bands`: the
-clients split by a secret permutation into b groups taking turns, each
-Poisson-sampled in its round at q = K / floor(N / b) ('banded' sampling);
-one `PoissonSampledDpEvent(q, GaussianDpEvent(z))` charged at the first
-round of each cycle of b rounds, under add-or-remove-one. b is chosen from
-(T, N, K, eps, delta) by the prefix-error model (b = 1 is DP-FedAvg), or
-given (`bands`). The server adds the noise: no guarantee against it.
+docs/blt.md): the clients split by a secret permutation into b groups taking
+turns, each Poisson-sampled in its round at q = K / floor(N / b) ('banded'
+sampling); one `PoissonSampledDpEvent(q, GaussianDpEvent(z))` charged at the
+first round of each cycle of b rounds, under add-or-remove-one. The server
+adds the noise: no guarantee against it.
 """
 
 import dataclasses
@@ -66,6 +64,7 @@ class Config:
 
 
 def canary_refusal(config: Config) -> Optional[str]:
+  """Canary clients join every round: not the cyclic groups of its event."""
   del config
   return (
       'audit_canaries with bandmf is not supported: canary clients join at '
@@ -160,7 +159,12 @@ def _resolved(plan) -> dict[str, Any]:
 
 
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
-  """The run's amplified BandMF in unweighted FedAvg."""
+  """The run's amplified BandMF in unweighted FedAvg.
+
+  Its bands, strategy and noise come from `bandmf.plan_bands`: b is chosen
+  from (T, N, K, eps, delta) by the prefix-error model (b = 1 is DP-FedAvg),
+  or given (`bands`).
+  """
   population = context.sampling.num_clients
   k = context.sampling.clients_per_round
   target = config.epsilon if config.noise_multiplier is None else None

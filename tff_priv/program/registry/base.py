@@ -1,14 +1,9 @@
-"""What every mechanism shares: its definition, the build context, the built mechanism.
+"""What every mechanism shares: its definition, build context, built mechanism.
 
-A mechanism of the training program is one frozen `Definition`: its name, a
-frozen config class of its own parameters (defaults and `validate()`), the
-client sampling its rounds are accounted under, the `Guarantee` of its
-aggregation factory (unit and noise are read from it, declared once, by the
-factory), `build(config, context) -> Mechanism` and its optional abilities (a
-privacy report, a canary refusal, record-level canaries, noised client
-metrics). The privacy charge is not the mechanism's business: every round is
-charged from the DpEvent its aggregation factory keeps in its state
-(`tff_priv.program.privacy`).
+A mechanism of the training program is one frozen `Definition`, built for a
+`BuildContext` into a `Mechanism`. The privacy charge is not the mechanism's
+business: every round is charged from the DpEvent its aggregation factory
+keeps in its state (`tff_priv.program.privacy`).
 """
 
 import dataclasses
@@ -103,6 +98,7 @@ def attribute_help(cls) -> dict[str, str]:
 
 
 def finite(name: str, value) -> float:
+  """`value` as a float, checked finite (a check of `check_fields`)."""
   value = float(value)
   if not math.isfinite(value):
     raise ValueError(f'{name} must be finite, got {value}')
@@ -235,7 +231,7 @@ class BuildContext:
 
   @property
   def rounds_left(self) -> int:
-    """The rounds this session runs at most: total_rounds - start_round (>= 1)."""
+    """The rounds this session may run: max(1, total_rounds - start_round)."""
     return max(1, self.total_rounds - self.start_round)
 
   def streams_left(self, rounds_per_stream: int) -> int:
@@ -428,7 +424,7 @@ def restarting_on_resume(
 
 @dataclasses.dataclass(frozen=True)
 class Report:
-  """A mechanism's privacy report: the accountants, the paper's closed forms beside.
+  """A mechanism's privacy report: the accountants, the paper's closed forms.
 
   Attributes:
     compute: `(params, rounds, sampling) -> dict`: what a run spends, or
@@ -446,6 +442,13 @@ class Report:
 @dataclasses.dataclass(frozen=True)
 class Definition:
   """One mechanism of the training program, whole.
+
+  Its name, a frozen config class of its own parameters (defaults and
+  `validate()`), the client sampling its rounds are accounted under, the
+  `Guarantee` of its aggregation factory (unit and noise are read from it,
+  declared once, by the factory), `build(config, context) -> Mechanism` and
+  its optional abilities (a privacy report, a canary refusal, record-level
+  canaries, noised client metrics).
 
   Attributes:
     name: what `--mechanism` takes.

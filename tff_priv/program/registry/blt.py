@@ -1,21 +1,11 @@
-"""BLT DP-FTRL: matrix-factorization noise from a Buffered Linear Toeplitz strategy.
+"""BLT DP-FTRL: Buffered Linear Toeplitz matrix-factorization noise.
 
 `tff_priv.aggregators.blt.BLTFactory` in unweighted FedAvg (McMahan et al.
-2024, "Hassle-free DP-FTRL for production"; docs/blt.md), its streams,
-strategy and noise from `blt.plan_streams`:
-
-* participation 'epoch' ('epoch' sampling): a stream per epoch of b = N // K
-  rounds, each client at most once in it, the BLT optimised for b rounds;
-* participation 'cyclic' ('cyclic' sampling): one stream for the whole run,
-  a secret permutation's b = N // K groups of K taking turns, each client
-  every b rounds (k = ceil(T / b) times), the BLT optimised for (T, k, b)
-  and its (k, b) sensitivity (Choquette-Choo et al. 2023).
-
-Each stream is charged `GaussianDpEvent(z / sensitivity)` once, at its first
-round, under dp_accounting's REPLACE_SPECIAL relation (a client's updates
-replaced by zero). No amplification by sampling. The server adds the noise:
-no guarantee against it. A target `epsilon` is calibrated exactly over the
-run's unsampled stream Gaussians.
+2024, "Hassle-free DP-FTRL for production"; docs/blt.md), a stream per epoch
+or one cyclic stream (`build`). Each stream is charged `GaussianDpEvent(z /
+sensitivity)` once, at its first round, under dp_accounting's REPLACE_SPECIAL
+relation (a client's updates replaced by zero). No amplification by sampling.
+The server adds the noise: no guarantee against it.
 """
 
 import dataclasses
@@ -193,7 +183,21 @@ def _resolved(plan) -> dict[str, Any]:
 
 
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
-  """The run's BLT streams in unweighted FedAvg."""
+  """The run's BLT streams in unweighted FedAvg.
+
+  Its streams, strategy and noise come from `blt.plan_streams`:
+
+  * participation 'epoch' ('epoch' sampling): a stream per epoch of
+    b = N // K rounds, each client at most once in it, the BLT optimised for
+    b rounds;
+  * participation 'cyclic' ('cyclic' sampling): one stream for the whole
+    run, a secret permutation's b = N // K groups of K taking turns, each
+    client every b rounds (k = ceil(T / b) times), the BLT optimised for
+    (T, k, b) and its (k, b) sensitivity (Choquette-Choo et al. 2023).
+
+  A target `epsilon` is calibrated exactly over the run's unsampled stream
+  Gaussians.
+  """
   population = context.sampling.num_clients
   k = context.sampling.clients_per_round
   rounds_per_stream = (

@@ -1,4 +1,4 @@
-"""Parameter distortion with data generation: client-side Gaussian on a clipped upload.
+"""Distortion with data generation: client-side Gaussian on a clipped upload.
 
 `tff_priv.aggregators.DistortionFactory` in unweighted FedAvg, with optional
 Bernoulli(rho) mini-batches of each client's data (Zhang, Chen, Yang, the
@@ -32,7 +32,9 @@ REPORT_PARAMETERS = (
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """Distortion's parameters: one of epsilon, noise_multiplier, noise_stddev, target_tv.
+  """Distortion's parameters.
+
+  One of epsilon, noise_multiplier, noise_stddev, target_tv.
 
   Attributes:
     epsilon: target eps of the whole run at `delta` (the default).

@@ -1,17 +1,11 @@
-"""DP-FedAvg: TFF's own DP aggregator, central Gaussian noise on the clipped sum.
+"""DP-FedAvg: TFF's DP aggregator, central Gaussian noise on the clipped sum.
 
 `tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive` (adaptive
-clipping, Andrew et al., "Differentially Private Learning with Adaptive
-Clipping", NeurIPS 2021: the clip follows a target quantile of the clients'
-update norms, estimated from a noised count of the clients under it) or
-`gaussian_fixed` (a fixed clip), in
+clipping, `build`) or `gaussian_fixed` (a fixed clip), in
 `tff.learning.algorithms.build_unweighted_fed_avg`; client-level DP under
 Poisson sampling, add-or-remove-one client (McMahan et al., "Learning
-Differentially Private Recurrent Language Models", ICLR 2018). With adaptive
-clipping the round's event is TFF's: the value's Gaussian composed with the
-clipped count's, whose RDP is that of one Gaussian of the calibrated
-(effective) noise multiplier, so a target epsilon covers the quantile
-estimate too. The server adds the noise: no guarantee against it.
+Differentially Private Recurrent Language Models", ICLR 2018). The server
+adds the noise: no guarantee against it.
 """
 
 import dataclasses
@@ -138,7 +132,16 @@ def adopt_state(loaded, fresh):
 
 
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
-  """TFF's DP aggregator in unweighted FedAvg, z calibrated to the target."""
+  """TFF's DP aggregator in unweighted FedAvg, z calibrated to the target.
+
+  Adaptive clipping (Andrew et al., "Differentially Private Learning with
+  Adaptive Clipping", NeurIPS 2021): the clip follows a target quantile of
+  the clients' update norms, estimated from a noised count of the clients
+  under it. With adaptive clipping the round's event is TFF's: the value's
+  Gaussian composed with the clipped count's, whose RDP is that of one
+  Gaussian of the calibrated (effective) noise multiplier, so a target
+  epsilon covers the quantile estimate too.
+  """
   z = context.noise_multiplier(config)
   k = float(context.sampling.clients_per_round)
   if config.clip is None:

@@ -4,15 +4,9 @@
 `tff.learning.algorithms.build_unweighted_fed_avg` (Kairouz et al.,
 "Practical and Private (Deep) Learning without Sampling or Shuffling", ICML
 2021), restarted every epoch by `tff_priv.aggregators.dp_ftrl` (which owns
-the DpEvent). Clients are drawn epoch by epoch ('epoch' sampling: each at
-most once per epoch of N // K rounds); each epoch's tree is charged
-`SingleEpochTreeAggregationDpEvent(z, N // K)` at its first round, under
-dp_accounting's REPLACE_SPECIAL relation. No amplification by sampling: the
-guarantee holds whoever is drawn. The server adds the noise: no guarantee
-against it. A target `epsilon` is calibrated exactly: the run composes
-ceil(T / epoch) trees, each counted by dp_accounting as a Gaussian of
-multiplier z / sqrt(S) (`events.tree_sensitivity_squared`). The paper's server optimizer is SGD (momentum optional) on the
-noised residual sums: the program's server optimizer and rate.
+the DpEvent): one tree per epoch, charged under dp_accounting's
+REPLACE_SPECIAL relation (`build`), no amplification by sampling. The server
+adds the noise: no guarantee against it.
 """
 
 import dataclasses
@@ -56,7 +50,19 @@ class Config:
 
 
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
-  """The restarted tree factory in unweighted FedAvg, one tree per epoch."""
+  """The restarted tree factory in unweighted FedAvg, one tree per epoch.
+
+  Clients are drawn epoch by epoch ('epoch' sampling: each at most once per
+  epoch of N // K rounds); each epoch's tree is charged
+  `SingleEpochTreeAggregationDpEvent(z, N // K)` at its first round, under
+  dp_accounting's REPLACE_SPECIAL relation. No amplification by sampling:
+  the guarantee holds whoever is drawn. A target `epsilon` is calibrated
+  exactly: the run composes ceil(T / epoch) trees, each counted by
+  dp_accounting as a Gaussian of multiplier z / sqrt(S)
+  (`events.tree_sensitivity_squared`). The paper's server optimizer is SGD
+  (momentum optional) on the noised residual sums: the program's server
+  optimizer and rate.
+  """
   rounds_per_epoch = context.sampling.rounds_per_epoch
   noise_multiplier = config.noise_multiplier
   if noise_multiplier is None:

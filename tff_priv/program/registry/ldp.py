@@ -1,6 +1,6 @@
-"""LDP-FL: every uploaded scalar eps0-LDP over a per-layer range (two-point encoding).
+"""LDP-FL: every uploaded scalar eps0-LDP over a per-layer range.
 
-`tff_priv.aggregators.LDPEncodeFactory` through
+`tff_priv.aggregators.LDPEncodeFactory` (two-point encoding) through
 `tff_priv.learning.ldp` (Sun, Qian, Chen, "LDP-FL: Practical Private
 Aggregation in Federated Learning with Local Differential Privacy", IJCAI
 2021): in 'deltas' mode in unweighted FedAvg, in 'weights' mode (the paper's
@@ -104,7 +104,7 @@ class ReportInputs:
 def privacy_report(
     params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
 ) -> dict:
-  """A client's local DP: the paper's per-value claim, composition, shuffle bound.
+  """A client's local DP: the paper's claim, its composition, the shuffle bound.
 
   `tff_priv.learning.ldp.ldp_report` for `rounds` rounds of d eps0-LDP values;
   client sampling is not credited (every report is local DP).
@@ -212,8 +212,10 @@ def build(config: Config, context: base.BuildContext) -> base.Mechanism:
 
 
 def _guarantee(config: Optional[Config]):
-  """Each value is encoded on its client; with ldp_range_mode='quantile' the
-  range release is noised by the server ('central').
+  """The guarantee: each value is encoded on its client.
+
+  With ldp_range_mode='quantile' the range release is noised by the server
+  ('central').
   """
   config = config or Config()
   return ldp_aggregators.LDPEncodeFactory.guarantee_of(

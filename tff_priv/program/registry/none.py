@@ -1,4 +1,4 @@
-"""No privacy mechanism: TFF's weighted FedAvg, every round a non-private release."""
+"""No mechanism: TFF's weighted FedAvg, every round a non-private release."""
 
 import dataclasses
 

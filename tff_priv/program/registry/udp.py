@@ -1,4 +1,4 @@
-"""UDP: record-level DP by client-side Gaussian noise on one clipped full-batch step.
+"""UDP: record-level DP, client-side Gaussian on one clipped full-batch step.
 
 `tff_priv.learning.udp.build_udp_process` at a fixed sigma (Wei et al., "User-
 Level Privacy-Preserving Federated Learning: Analysis and Performance
@@ -6,11 +6,7 @@ Optimization"): each client takes one gradient step on its whole data with
 per-example gradients clipped to C, adds N(0, sigma^2 I) and uploads; the
 server's model is the mean of the noisy client models. One example's effect on
 a client's update is Delta = 2 eta C / min_i |D_i| (replace-one example), local
-noise, under fixed-size sampling of K of N clients. With `crd_beta` the run is
-CRD (Algorithm 2, `tff_priv.learning.udp.build_crd_process`): the budget of
-the target epsilon is spread over a plan of `total_rounds` rounds that shrinks
-when the validation loss of the released model on server-side data stalls, and
-the run ends when the plan is done.
+noise, under fixed-size sampling of K of N clients; or CRD (`build`).
 """
 
 import dataclasses
@@ -216,7 +212,14 @@ def _check_context(context: base.BuildContext) -> None:
 
 
 def build(config: Config, context: base.BuildContext) -> base.Mechanism:
-  """UDP's process at the sigma of the given noise level."""
+  """UDP's process at the sigma of the given noise level.
+
+  With `crd_beta` the run is CRD (Algorithm 2,
+  `tff_priv.learning.udp.build_crd_process`): the budget of the target
+  epsilon is spread over a plan of `total_rounds` rounds that shrinks when
+  the validation loss of the released model on server-side data stalls, and
+  the run ends when the plan is done.
+  """
   _check_context(context)
   min_examples = context.min_client_examples()
   sensitivity = udp_client_work.udp_sensitivity(
