@@ -41,7 +41,7 @@ fi
 
 # TF's C++ logs (oneDNN notices, grappler) drown the test output.
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-.venv/bin/python -m pytest -n "${TEST_PROCESSES:-2}" --dist loadscope --durations=15 "${lane[@]}" "$@"
+.venv/bin/python -m pytest -n "${TEST_PROCESSES:-2}" --dist loadscope --no-loadscope-reorder --durations=15 "${lane[@]}" "$@"
 tests=$?
 if [ "$tests" -eq 0 ] && [ "$style" -ne 0 ]; then exit 1; fi
 exit "$tests"

@@ -18,27 +18,33 @@ def tff_runtime():
 
 
 # The heaviest test classes (or modules) of the slow lane, in seconds as
-# measured (`scripts/test.sh --slow --durations=0`): run first, so that the
-# two processes of `--dist loadscope` end together rather than one waiting
-# on a long class started last. Only the order depends on these numbers.
+# measured (`scripts/test.sh --slow --durations=0`, summed per class): run
+# first, so that the two processes of `--dist loadscope` end together rather
+# than one waiting on a long class started last. Only the order depends on
+# these numbers; scripts/test.sh keeps it (`--no-loadscope-reorder`: xdist
+# would otherwise sort the classes by their number of tests).
 _HEAVY_SCOPES = {
-    'tests/readme_test.py::ReadmeTest': 400,
-    'tests/scripts/train_script_test.py::TrainScriptTest': 150,
-    'tests/program/resume_test.py::ResumeTest': 300,
-    'tests/scripts/audit_script_test.py::AuditScriptTest': 150,
-    'tests/examples_test.py::ExamplesTest': 150,
-    'tests/program/canary_audit_test.py::CanaryAuditTest': 110,
-    'tests/scripts/train_remote_test.py::TrainRemoteTest': 100,
-    'tests/scripts/train_faults_test.py::TrainFaultsTest': 100,
-    'tests/scripts/train_interruptions_test.py::CentralNoiseKillResumeTest': 50,
-    'tests/program/training_test.py': 100,
-    'tests/scripts/smp_experiments_script_test.py::SmpExperimentsScriptTest': (
-        90
+    'tests/readme_test.py::ReadmeTest': 234,
+    'tests/program/resume_test.py::ResumeTest': 217,
+    'tests/scripts/audit_script_test.py::AuditScriptTest': 107,
+    'tests/program/canary_audit_test.py::CanaryAuditTest': 99,
+    'tests/scripts/train_remote_test.py::TrainRemoteTest': 92,
+    'tests/examples_test.py::ExamplesTest': 91,
+    'tests/scripts/train_faults_test.py::TrainFaultsTest': 85,
+    'tests/program/train_model_accounting_test.py::TrainModelKilledTest': 73,
+    'tests/scripts/benchmark_scripts_test.py::BenchmarkScriptsTest': 71,
+    'tests/runtime_test.py::RuntimeTest': 71,
+    'tests/scripts/train_script_test.py::TrainScriptTest': 68,
+    'tests/program/canary_audit_test.py::CanaryExamplesRunTest': 64,
+    'tests/program/train_model_accounting_test.py::TrainModelAccountingTest': (
+        61
     ),
-    'tests/program/train_model_accounting_test.py::TrainModelKilledTest': 90,
-    'tests/program/canary_audit_test.py::CanaryExamplesRunTest': 75,
-    'tests/scripts/utility_loss_script_test.py::UtilityLossScriptTest': 75,
-    'tests/scripts/train_script_test.py::InProcessRunsTest': 70,
+    'tests/scripts/utility_loss_script_test.py::UtilityLossScriptTest': 61,
+    'tests/scripts/smp_experiments_script_test.py::SmpExperimentsScriptTest': (
+        60
+    ),
+    'tests/packaging_test.py::WheelTest': 57,
+    'tests/program/training_test.py::RunTest': 57,
 }
 
 

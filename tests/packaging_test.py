@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -38,6 +39,24 @@ class WheelTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.tmp = tempfile.mkdtemp()
+    # Built from a copy: setuptools writes build/ and tff_priv.egg-info into
+    # the tree it builds, which would change the clone under the tests that
+    # run beside this one (an egg-info on their path, files for the walks).
+    source = os.path.join(cls.tmp, 'source')
+    shutil.copytree(
+        _ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            '.venv',
+            '.git',
+            'build',
+            'dist',
+            'output',
+            '*.egg-info',
+            '__pycache__',
+            '.pytest_cache',
+        ),
+    )
     built = _run(
         [
             sys.executable,
@@ -49,7 +68,7 @@ class WheelTest(absltest.TestCase):
             '--quiet',
             '-w',
             cls.tmp,
-            _ROOT,
+            source,
         ],
         cwd=cls.tmp,
     )

@@ -146,6 +146,19 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertNotIn('Exception ignored', stderr)
 
   @pytest.mark.slow
+  def test_a_script_that_only_imports_tff_priv_exits_quietly(self):
+    # A user's own script: TFF's context, no tff_priv.runtime call. TFF alone
+    # leaves its worker behind (the control below); importing tff_priv stops
+    # it at exit, with no "Exception ignored in ... ServiceManager.__del__".
+    with tempfile.TemporaryFile('w+') as err:
+      returncode, _ = self._run_and_end('exit', 'stdin', err, 'imported')
+      err.seek(0)
+      stderr = err.read()
+    self.assertEqual(returncode, 0)
+    self.assertNotIn('Exception ignored', stderr)
+    self.assertNotIn('Traceback', stderr)
+
+  @pytest.mark.slow
   def test_uncaught_exception_stops_worker(self):
     returncode, _ = self._run_and_end('raise', 'stdin')
     self.assertEqual(returncode, 1)

@@ -9,3 +9,5 @@ submodules you need.
 """
 
 __version__ = '0.2.0'
+
+from tff_priv import _exit  # noqa: F401  # pylint: disable=unused-import

@@ -16,7 +16,6 @@ import atexit
 import contextlib
 import ctypes
 import ctypes.util
-import gc
 import logging as std_logging
 import os
 import re
@@ -489,26 +488,8 @@ def _install_worker_tracking() -> None:
 
 
 def _at_exit() -> None:
+  # TFF's contexts are finalized after this by `tff_priv._exit`'s hook.
   stop_workers()
-  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.impl.context_stack import (
-      context_stack_impl,
-  )
-  from tensorflow_federated.python.core.impl.context_stack import (
-      runtime_error_context,
-  )
-  # pylint: enable=g-import-not-at-top
-
-  context_stack_impl.context_stack.set_default_context(
-      runtime_error_context.RuntimeErrorContext()
-  )
-  # A context TFF no longer references is finalized by the cyclic GC; if that
-  # happened during interpreter teardown, its `ServiceManager.__del__` would
-  # fail on module globals already cleared ("Exception ignored in ...
-  # __del__"). Every context replaced in this process goes now, while modules
-  # are intact (once, here: a collection costs ~0.3 s with TF loaded, which
-  # `set_context` no longer pays).
-  gc.collect()
 
 
 def set_context(

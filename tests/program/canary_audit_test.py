@@ -68,11 +68,10 @@ class CanaryAuditTest(tf.test.TestCase):
         eval_every=3,
         audit_canaries=10,
     )
-    summary, _ = self._run(config)
-    empirical = summary['privacy']['empirical']
     # Stopped after round 2 and resumed from its checkpoint (which holds the
     # canary seed and the running maxima: a template mismatch would set it
-    # aside and start again from round 0).
+    # aside and start again from round 0). The checks are the resumed run's:
+    # an uninterrupted run would add nothing a resumed one does not show.
     root = os.path.join(tempfile.mkdtemp(), 'run')
     self.addCleanup(shutil.rmtree, os.path.dirname(root), ignore_errors=True)
     self.assertIsNone(training.run_until(config, root, 2, progress=False))
@@ -80,15 +79,12 @@ class CanaryAuditTest(tf.test.TestCase):
     self.assertEqual(
         resumed['sessions'], [{'start_round': 0}, {'start_round': 2}]
     )
-    # Not compared with the uninterrupted run's: runs of this setting are not
-    # bit-identical, and an estimate in the thousands magnifies that
-    # (measured 2,273 resumed vs 2,009).
-    for key in ('final_model_epsilon', 'all_iterates_epsilon'):
-      self.assertGreater(resumed['privacy']['empirical'][key], 20.0)
+    empirical = resumed['privacy']['empirical']
     self.assertEqual(empirical['num_inserted'], 10)
     self.assertEqual(empirical['num_held_out'], 10)
     # Held-out cosines are ~N(0, 1/d): std ~0.007; every inserted canary
-    # that took part is far outside them.
+    # that took part is far outside them (measured: estimates in the
+    # thousands).
     self.assertGreater(empirical['final_model_epsilon'], 20.0)
     self.assertGreater(empirical['all_iterates_epsilon'], 20.0)
 

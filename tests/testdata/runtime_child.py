@@ -14,10 +14,13 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 # With argv[2] == 'plain' it skips tff_priv.runtime and uses the context TFF
 # sets on import (the control case); with argv[2] == 'tracked' it keeps that
 # context and only calls `runtime.track_workers()`; with argv[2] == 'early' it
-# sets the context with `start_worker=True`.
+# sets the context with `start_worker=True`; with argv[2] == 'imported' it
+# only imports a tff_priv module (a user's own script, TFF's context).
 mode = sys.argv[1]
 variant = sys.argv[2] if len(sys.argv) > 2 else 'set_context'
-if variant != 'plain':
+if variant == 'imported':
+  import tff_priv.aggregators  # noqa: F401 # pylint: disable=g-import-not-at-top,unused-import
+elif variant != 'plain':
   from tff_priv import runtime  # pylint: disable=g-import-not-at-top
 
   if variant == 'tracked':

@@ -7,6 +7,7 @@ under add-or-remove-one, fixed-size sampling without replacement under
 replace-one. A pure eps-DP event holds under either.
 """
 
+import functools
 from typing import Optional
 
 from dp_accounting import dp_event
@@ -15,6 +16,7 @@ from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution
 from dp_accounting.rdp import rdp_privacy_accountant
+import numpy as np
 
 from tff_priv import validation
 from tff_priv.accounting import events
@@ -70,12 +72,35 @@ def _noise_free(event: dp_event.DpEvent) -> bool:
   )
 
 
+# The Gaussian events whose RDP curve `RdpAccountant` keeps once computed.
+_CACHED_EVENTS = (
+    dp_event.GaussianDpEvent,
+    dp_event.PoissonSampledDpEvent,
+    dp_event.SampledWithoutReplacementDpEvent,
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_release_rdp(event, orders: tuple, relation) -> Optional[np.ndarray]:
+  """dp_accounting's RDP curve of one `event` (None: it cannot count it)."""
+  accountant = rdp_privacy_accountant.RdpAccountant(list(orders), relation)
+  if accountant._maybe_compose(event, 1, True) is not None:  # pylint: disable=protected-access
+    return None
+  rdp = accountant._rdp  # pylint: disable=protected-access
+  rdp.setflags(write=False)
+  return rdp
+
+
 class RdpAccountant(rdp_privacy_accountant.RdpAccountant):
-  """dp_accounting's RDP accountant, plus `PureEpsilonDpEvent`.
+  """dp_accounting's RDP accountant, plus `PureEpsilonDpEvent` and a cache.
 
   For a `PureEpsilonDpEvent` it adds `events.pure_epsilon_rdp(orders, eps)`
   per release (the RDP of randomized response, which dominates every eps-DP
-  mechanism).
+  mechanism). The RDP curve of a (sampled) Gaussian event is computed once per
+  process and reused: dp_accounting computes it afresh at every `compose`
+  (0.4 s for a Poisson-sampled Gaussian at its default orders), and a ledger
+  composes its whole history at each `epsilon`. RDP composes additively, so
+  `count` releases add `count` times the curve of one, as dp_accounting does.
   """
 
   def _maybe_compose(
@@ -89,15 +114,40 @@ class RdpAccountant(rdp_privacy_accountant.RdpAccountant):
             self._orders, event.epsilon
         )
       return None
+    if do_compose and count > 0 and isinstance(event, _CACHED_EVENTS):
+      try:
+        rdp = _one_release_rdp(
+            event, tuple(self._orders.tolist()), self._neighboring_relation
+        )
+      except TypeError:  # An unhashable field: computed as dp_accounting does.
+        rdp = None
+      if rdp is not None:
+        self._rdp += count * rdp
+        return None
     return super()._maybe_compose(event, count, do_compose)
 
 
+@functools.lru_cache(maxsize=16)  # About 1.5 MB each.
+def _one_release_pld(
+    sampling_probability: float, noise_multiplier: float, interval: float
+) -> privacy_loss_distribution.PrivacyLossDistribution:
+  """dp_accounting's PLD of one Poisson-sampled Gaussian release."""
+  return privacy_loss_distribution.from_gaussian_mechanism(
+      standard_deviation=noise_multiplier,
+      value_discretization_interval=interval,
+      sampling_prob=sampling_probability,
+  )
+
+
 class PLDAccountant(pld_privacy_accountant.PLDAccountant):
-  """dp_accounting's PLD accountant, plus `PureEpsilonDpEvent`.
+  """dp_accounting's PLD accountant, plus `PureEpsilonDpEvent` and a cache.
 
   For a `PureEpsilonDpEvent` it composes the PLD of a generic (eps, 0)-DP
   mechanism (`privacy_loss_distribution.from_privacy_parameters`), which is
-  the PLD of randomized response and hence tight for the worst case.
+  the PLD of randomized response and hence tight for the worst case. The PLD
+  of one Poisson-sampled Gaussian release (1.2 s to build at dp_accounting's
+  default discretization) is built once per process and self-composed as
+  dp_accounting does.
   """
 
   def _maybe_compose(
@@ -117,6 +167,21 @@ class PLDAccountant(pld_privacy_accountant.PLDAccountant):
             value_discretization_interval=self._value_discretization_interval,
         )
         self._pld = self._pld.compose(pld.self_compose(count))
+      return None
+    if (
+        do_compose
+        and isinstance(event, dp_event.PoissonSampledDpEvent)
+        and isinstance(event.event, dp_event.GaussianDpEvent)
+        and self.neighboring_relation == NeighboringRelation.ADD_OR_REMOVE_ONE
+        and event.sampling_probability > 0
+        and event.event.noise_multiplier > 0
+    ):
+      pld = _one_release_pld(
+          float(event.sampling_probability),
+          float(event.event.noise_multiplier),
+          self._value_discretization_interval,
+      )
+      self._pld = self._pld.compose(pld.self_compose(count))
       return None
     return super()._maybe_compose(event, count, do_compose)
 
