@@ -83,11 +83,31 @@ def silence_output() -> int:
   return real
 
 
+def _remove_autograph_files() -> None:
+  """Deletes this process's autograph sources, as TF's atexit hooks would.
+
+  TF's autograph writes each function it converts to a temporary
+  `__autograph_generated_file*.py` and deletes it at exit with an `atexit`
+  hook, which `os._exit` skips: without this every run of a script would leave
+  dozens of them in the temporary directory. They are the files of the
+  modules autograph loaded (in `sys.modules` under that prefix), no other
+  process's.
+  """
+  for name, module in list(sys.modules.items()):
+    path = getattr(module, '__file__', None)
+    if name.startswith('__autograph_generated_file') and path:
+      try:
+        os.remove(path)
+      except OSError:
+        pass  # Gone already (a cleaned temporary directory).
+
+
 def exit_now(code: int) -> None:
   """Stops tff_priv's TFF workers, flushes, and exits without teardown."""
   runtime = sys.modules.get('tff_priv.runtime')
   if runtime is not None:
     runtime.stop_workers()  # Idempotent.
+  _remove_autograph_files()
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)  # pylint: disable=protected-access
