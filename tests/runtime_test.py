@@ -136,22 +136,18 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertNotIn('Exception ignored', stderr)
 
   @pytest.mark.slow
-  def test_tracking_alone_stops_the_default_contexts_worker(self):
-    # What training.run does: TFF's own context, only the worker tracked.
+  @parameterized.named_parameters(
+      # What training.run does: TFF's own context, only the worker tracked.
+      ('tracking_alone', 'tracked'),
+      # A user's own script: TFF's context, no tff_priv.runtime call. TFF
+      # alone leaves its worker behind (the control below); importing
+      # tff_priv stops it at exit, with no "Exception ignored in ...
+      # ServiceManager.__del__".
+      ('a_script_that_only_imports_tff_priv', 'imported'),
+  )
+  def test_the_default_contexts_worker_stops_quietly(self, variant):
     with tempfile.TemporaryFile('w+') as err:
-      returncode, _ = self._run_and_end('exit', 'stdin', err, 'tracked')
-      err.seek(0)
-      stderr = err.read()
-    self.assertEqual(returncode, 0)
-    self.assertNotIn('Exception ignored', stderr)
-
-  @pytest.mark.slow
-  def test_a_script_that_only_imports_tff_priv_exits_quietly(self):
-    # A user's own script: TFF's context, no tff_priv.runtime call. TFF alone
-    # leaves its worker behind (the control below); importing tff_priv stops
-    # it at exit, with no "Exception ignored in ... ServiceManager.__del__".
-    with tempfile.TemporaryFile('w+') as err:
-      returncode, _ = self._run_and_end('exit', 'stdin', err, 'imported')
+      returncode, _ = self._run_and_end('exit', 'stdin', err, variant)
       err.seek(0)
       stderr = err.read()
     self.assertEqual(returncode, 0)
