@@ -135,7 +135,6 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     # TFF's ServiceManager.__del__ must not run during interpreter teardown.
     self.assertNotIn('Exception ignored', stderr)
 
-  @pytest.mark.slow
   @parameterized.named_parameters(
       # What training.run does: TFF's own context, only the worker tracked.
       ('tracking_alone', 'tracked'),
@@ -145,6 +144,7 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
       # ServiceManager.__del__".
       ('a_script_that_only_imports_tff_priv', 'imported'),
   )
+  @pytest.mark.slow  # Below the parameters: each generated test is marked.
   def test_the_default_contexts_worker_stops_quietly(self, variant):
     with tempfile.TemporaryFile('w+') as err:
       returncode, _ = self._run_and_end('exit', 'stdin', err, variant)
