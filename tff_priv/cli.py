@@ -93,7 +93,10 @@ def _remove_autograph_files() -> None:
   modules autograph loaded (in `sys.modules` under that prefix), no other
   process's.
   """
-  for name, module in list(sys.modules.items()):
+  # `dict.copy` runs no Python code, so it is atomic; `list(d.items())`
+  # allocates a tuple per item, and a garbage collection it triggers may run
+  # a finalizer that imports (TFF's do), changing `sys.modules` mid-listing.
+  for name, module in sys.modules.copy().items():
     path = getattr(module, '__file__', None)
     if name.startswith('__autograph_generated_file') and path:
       try:
