@@ -1,5 +1,7 @@
 """Tests of the Gaussian-DP (mu) bounds and the audit's decision."""
 
+import math
+
 from absl.testing import absltest
 import dp_accounting
 import numpy as np
@@ -76,13 +78,47 @@ class TradeoffTest(absltest.TestCase):
   def test_violates_profile(self):
     # A pure eps = 1 claim: FPR + e FNR >= 1. The point (0.1, 0.1) breaks it,
     # (0.3, 0.3) does not.
-    self.assertTrue(
-        tradeoff.violates_profile(0.1, 0.1, lambda e: 0.0 if e >= 1 else 1.0)
-    )
-    self.assertFalse(
-        tradeoff.violates_profile(0.3, 0.3, lambda e: 0.0 if e >= 1 else 1.0)
-    )
+    pure = lambda eps: np.where(eps >= 1, 0.0, 1.0)
+    self.assertTrue(tradeoff.violates_profile(0.1, 0.1, pure))
+    self.assertFalse(tradeoff.violates_profile(0.3, 0.3, pure))
+    # Asymmetric: 0.02 + e * 0.5 >= 1 holds, 0.5 + e * 0.02 < 1 does not.
+    self.assertTrue(tradeoff.violates_profile(0.5, 0.02, pure))
+    self.assertTrue(tradeoff.violates_profile(0.02, 0.5, pure))
+    # Nothing below the diagonal FPR + FNR = 1 breaks any claim; the profile
+    # is not read.
+    def unread(eps):
+      raise AssertionError(f'read at {eps}')
 
+    self.assertFalse(tradeoff.violates_profile(0.5, 0.5, unread))
+    self.assertFalse(tradeoff.violates_profile(0.9, 0.3, unread))
+
+  def test_violates_profile_reads_only_where_a_side_can_be_positive(self):
+    read = []
+
+    def profile(eps):
+      read.append(eps)
+      return np.zeros_like(eps)
+
+    self.assertTrue(tradeoff.violates_profile(0.01, 0.05, profile))
+    # Beyond log(0.95 / 0.01) = 4.55 both sides are negative.
+    self.assertLess(read[0].max(), math.log(0.95 / 0.01))
+    self.assertGreater(read[0].max(), math.log(0.95 / 0.01) - 0.05)
+
+  def test_profile_of_reads_a_pld_grid_in_one_pass_as_point_by_point(self):
+    event = dp_accounting.PoissonSampledDpEvent(
+        0.5, dp_accounting.GaussianDpEvent(0.8)
+    )
+    grid = np.linspace(0.0, 12.0, 49)
+    for accountant in (
+        dp_accounting.pld.PLDAccountant().compose(event, 3),
+        dp_accounting.rdp.RdpAccountant().compose(event, 3),
+    ):
+      with self.subTest(type(accountant).__name__):
+        np.testing.assert_allclose(
+            tradeoff.profile_of(accountant)(grid),
+            [accountant.get_delta(float(e)) for e in grid],
+            rtol=1e-12,
+        )
 
 if __name__ == '__main__':
   absltest.main()

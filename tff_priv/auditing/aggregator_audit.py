@@ -833,7 +833,9 @@ def _refuted_by(decision: tradeoff.Decision, claim: _Claim) -> str:
     mu_refutes = decision.mu_lower_bound > claim.mu
   else:
     mu_refutes = tradeoff.violates_profile(
-        decision.mu_fpr_upper, decision.mu_fnr_upper, claim.accountant.get_delta
+        decision.mu_fpr_upper,
+        decision.mu_fnr_upper,
+        tradeoff.profile_of(claim.accountant),
     )
   eps_refutes = decision.epsilon_lower_bound > claim.epsilon
   return '+'.join(
