@@ -112,7 +112,7 @@ class CanaryAuditTest(tf.test.TestCase):
     _assert_same_columns(self, audited_root, plain_root)
 
   def test_dp_ftrl_and_blt_canaries_join_once_per_epoch(self):
-    # 10 clients, K = 2: epochs (trees, streams) of 5 rounds, 10 rounds. The
+    # 10 clients, K = 5: epochs (trees, streams) of 2 rounds, 4 rounds. The
     # canaries join once per epoch as a real client does, so the guarantee
     # they estimate is the one accounted; the ledger is the real clients'.
     for mechanism in ('dp_ftrl', 'blt'):
@@ -120,9 +120,9 @@ class CanaryAuditTest(tf.test.TestCase):
         changes = dict(
             mechanism=mechanism,
             params={'clip': 1.0, 'epsilon': 4.0},
-            clients_per_round=2,
-            total_rounds=10,
-            eval_every=10,
+            clients_per_round=5,
+            total_rounds=4,
+            eval_every=4,
         )
         audited, _ = self._run(_config(audit_canaries=100, **changes))
         plain, _ = self._run(_config(**changes))
