@@ -106,12 +106,14 @@ class TradeoffTest(absltest.TestCase):
 
   def test_profile_of_reads_a_pld_grid_in_one_pass_as_point_by_point(self):
     event = dp_accounting.PoissonSampledDpEvent(
-        0.5, dp_accounting.GaussianDpEvent(0.8)
+        0.5, dp_accounting.GaussianDpEvent(1.0)
     )
-    grid = np.linspace(0.0, 12.0, 49)
+    grid = np.linspace(0.0, 6.0, 13)
+    # A coarse PLD (interval 1e-2): the same code path, read in milliseconds.
+    coarse = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-2)
     for accountant in (
-        dp_accounting.pld.PLDAccountant().compose(event, 3),
-        dp_accounting.rdp.RdpAccountant().compose(event, 3),
+        coarse.compose(event, 2),
+        dp_accounting.rdp.RdpAccountant().compose(event, 2),
     ):
       with self.subTest(type(accountant).__name__):
         np.testing.assert_allclose(
