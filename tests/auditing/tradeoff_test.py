@@ -84,6 +84,7 @@ class TradeoffTest(absltest.TestCase):
     # Asymmetric: 0.02 + e * 0.5 >= 1 holds, 0.5 + e * 0.02 < 1 does not.
     self.assertTrue(tradeoff.violates_profile(0.5, 0.02, pure))
     self.assertTrue(tradeoff.violates_profile(0.02, 0.5, pure))
+
     # Nothing below the diagonal FPR + FNR = 1 breaks any claim; the profile
     # is not read.
     def unread(eps):
@@ -121,6 +122,7 @@ class TradeoffTest(absltest.TestCase):
             [accountant.get_delta(float(e)) for e in grid],
             rtol=1e-12,
         )
+
 
 if __name__ == '__main__':
   absltest.main()
