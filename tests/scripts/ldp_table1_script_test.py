@@ -13,9 +13,8 @@ from tff_priv.program import layout
 pytestmark = pytest.mark.slow
 
 
-def _run(output_dir, *extra):
-  return script_runs.run(
-      'ldp_table1.py',
+def _args(output_dir, *extra):
+  return (
       '--task=digits',
       '--model=mlp',
       '--clients=4',
@@ -28,9 +27,13 @@ def _run(output_dir, *extra):
   )
 
 
+def _run(output_dir, *extra):
+  return script_runs.run('ldp_table1.py', *_args(output_dir, *extra))
+
+
 class LdpTable1ScriptTest(tf.test.TestCase):
 
-  def test_end_to_end_and_resume(self):
+  def test_end_to_end_resume_and_a_bad_mode(self):
     out = tempfile.mkdtemp(dir=self.get_temp_dir())
     result = _run(out)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
@@ -74,21 +77,22 @@ class LdpTable1ScriptTest(tf.test.TestCase):
     with open(os.path.join(out, 'accuracy_vs_eps.png'), 'rb') as f:
       self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
 
-    # A rerun skips every finished run: nothing is trained again.
-    again = _run(out)
+    # A rerun skips every finished run: nothing is trained again. It and a
+    # bad mode call main() in one interpreter.
+    again, bad = script_runs.run_main(
+        'ldp_table1.py',
+        _args(out),
+        _args(tempfile.mkdtemp(dir=self.get_temp_dir()), '--modes=both'),
+    )
+    self.assertEqual(bad.returncode, 2, bad.stderr[-3000:])
+    self.assertStartsWith(
+        bad.stderr.strip().splitlines()[-1],
+        'ldp_table1.py: error: mode must be one of',
+    )
     self.assertEqual(again.returncode, 0, again.stderr[-3000:])
     self.assertNotIn('[1/5]', again.stderr)
     self.assertEqual(
         again.stdout.split('\n\n')[0], result.stdout.split('\n\n')[0]
-    )
-
-  def test_bad_mode_fails_in_one_line(self):
-    out = tempfile.mkdtemp(dir=self.get_temp_dir())
-    result = _run(out, '--modes=both')
-    self.assertEqual(result.returncode, 2)
-    self.assertStartsWith(
-        result.stderr.strip().splitlines()[-1],
-        'ldp_table1.py: error: mode must be one of',
     )
 
 

@@ -22,9 +22,8 @@ _RUNS = (
 )
 
 
-def _run(output_dir, *extra):
-  return script_runs.run(
-      'utility_loss.py',
+def _args(output_dir, *extra):
+  return (
       '--task=digits',
       '--num_clients=3',
       '--samples_per_client=30',
@@ -39,6 +38,10 @@ def _run(output_dir, *extra):
       f'--output_dir={output_dir}',
       *extra,
   )
+
+
+def _run(output_dir, *extra):
+  return script_runs.run('utility_loss.py', *_args(output_dir, *extra))
 
 
 def _model(run_dir, name='final_model.npz'):
@@ -57,7 +60,7 @@ def _row(table, rho, level):
 
 class UtilityLossScriptTest(tf.test.TestCase):
 
-  def test_end_to_end_and_resume(self):
+  def test_end_to_end_resume_and_a_bad_flag(self):
     out = os.path.join(self.get_temp_dir(), 'out')
     result = _run(out)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
@@ -125,7 +128,13 @@ class UtilityLossScriptTest(tf.test.TestCase):
     mtimes = {
         n: os.path.getmtime(os.path.join(out, n, 'summary.json')) for n in _RUNS
     }
-    again = _run(out)
+    # The second invocation and a bad flag: main() in one interpreter.
+    again, bad = script_runs.run_main(
+        'utility_loss.py',
+        _args(out),
+        _args(os.path.join(self.get_temp_dir(), 'bad'), '--rhos=0'),
+    )
+    self._check_bad_flag(bad)
     self.assertEqual(again.returncode, 0, again.stderr[-3000:])
     self.assertNotIn('[1/', again.stderr)  # The grid names each run it runs.
     self.assertEqual(
@@ -138,11 +147,9 @@ class UtilityLossScriptTest(tf.test.TestCase):
     with open(os.path.join(out, 'summary.md')) as f:
       self.assertEqual(f.read(), table)
 
-  def test_bad_flag(self):
-    result = _run(os.path.join(self.get_temp_dir(), 'bad'), '--rhos=0')
-    self.assertEqual(result.returncode, 2)
-    # One line of error. (TFF's executor, created when TFF is imported, may
-    # report a failed __del__ at interpreter exit after it, as for train.py.)
+  def _check_bad_flag(self, result):
+    self.assertEqual(result.returncode, 2, result.stderr[-3000:])
+    # One line of error, nothing before it.
     errors = [
         l
         for l in result.stderr.splitlines()
