@@ -24,27 +24,30 @@ def tff_runtime():
 # these numbers; scripts/test.sh keeps it (`--no-loadscope-reorder`: xdist
 # would otherwise sort the classes by their number of tests).
 _HEAVY_SCOPES = {
-    'tests/readme_test.py::ReadmeTest': 234,
-    'tests/program/resume_test.py::ResumeTest': 217,
-    'tests/scripts/audit_script_test.py::AuditScriptTest': 107,
-    'tests/program/canary_audit_test.py::CanaryAuditTest': 99,
-    'tests/scripts/train_remote_test.py::TrainRemoteTest': 92,
-    'tests/examples_test.py::ExamplesTest': 91,
-    'tests/scripts/train_faults_test.py::TrainFaultsTest': 85,
-    'tests/program/train_model_accounting_test.py::TrainModelKilledTest': 73,
-    'tests/scripts/benchmark_scripts_test.py::BenchmarkScriptsTest': 71,
-    'tests/runtime_test.py::RuntimeTest': 71,
-    'tests/scripts/train_script_test.py::TrainScriptTest': 68,
-    'tests/program/canary_audit_test.py::CanaryExamplesRunTest': 64,
-    'tests/program/train_model_accounting_test.py::TrainModelAccountingTest': (
-        61
-    ),
-    'tests/scripts/utility_loss_script_test.py::UtilityLossScriptTest': 61,
+    'tests/readme_test.py::ReadmeTest': 329,
+    'tests/program/resume_test.py::ResumeTest': 252,
+    'tests/program/canary_audit_test.py::CanaryAuditTest': 153,
+    'tests/examples_test.py::ExamplesTest': 142,
+    'tests/scripts/audit_script_test.py::AuditScriptTest': 129,
+    'tests/scripts/train_remote_test.py::TrainRemoteTest': 128,
+    'tests/scripts/train_faults_test.py::TrainFaultsTest': 119,
+    'tests/runtime_test.py::RuntimeTest': 104,
+    'tests/program/train_model_accounting_test.py::TrainModelKilledTest': 93,
+    'tests/scripts/train_script_test.py::TrainScriptTest': 88,
+    'tests/auditing/aggregator_audit_test.py::AggregatorAuditTest': 87,
+    'tests/scripts/benchmark_scripts_test.py::BenchmarkScriptsTest': 84,
+    'tests/program/canary_audit_test.py::CanaryExamplesRunTest': 83,
+    'tests/scripts/utility_loss_script_test.py::UtilityLossScriptTest': 82,
     'tests/scripts/smp_experiments_script_test.py::SmpExperimentsScriptTest': (
-        60
+        74
     ),
-    'tests/packaging_test.py::WheelTest': 57,
-    'tests/program/training_test.py::RunTest': 57,
+    'tests/packaging_test.py::WheelTest': 70,
+    'tests/scripts/train_script_test.py::InProcessRunsTest': 69,
+    'tests/program/training_test.py::RunTest': 68,
+    'tests/program/train_model_accounting_test.py::TrainModelAccountingTest': (
+        67
+    ),
+    'tests/benchmarks/rounds_test.py::RoundsTest': 65,
 }
 
 
