@@ -1,12 +1,14 @@
 """The TFF worker started by tff_priv.runtime never outlives its process."""
 
 import gc
+import json
 import logging
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from unittest import mock
@@ -153,6 +155,43 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(returncode, 0)
     self.assertNotIn('Exception ignored', stderr)
     self.assertNotIn('Traceback', stderr)
+
+  @pytest.mark.slow
+  def test_a_program_that_ignores_sigint_still_stops_its_worker_by_sigint(self):
+    # A program started in the background by a script (`cmd &`, nohup)
+    # ignores SIGINT, and its children inherit that through exec: its worker
+    # then ignored the SIGINT TFF and stop_workers stop it with, and each
+    # stop waited for the SIGKILL fallback (the 5 s setups of CI's lanes).
+    child = textwrap.dedent("""
+        import json, os, signal
+        import numpy as np
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        from tff_priv import runtime
+        runtime.set_context()
+        import tensorflow_federated as tff
+
+        @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+        def mean(x):
+          return tff.federated_mean(x)
+
+        mean([1.0, 2.0])
+        (pid,) = runtime.worker_pids()
+        runtime.stop_workers()
+        ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        print(json.dumps([ended.si_code, ended.si_status]))
+    """)
+    result = subprocess.run(
+        [sys.executable, '-c', child],
+        capture_output=True,
+        text=True,
+        cwd=readme_snippets.ROOT,
+        timeout=_TIMEOUT,
+        env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'},
+        check=False,
+    )
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    code, status = json.loads(result.stdout.strip().splitlines()[-1])
+    self.assertEqual((code, status), (os.CLD_KILLED, signal.SIGINT))
 
   @pytest.mark.slow
   def test_uncaught_exception_stops_worker(self):

@@ -84,7 +84,11 @@ def dies_with_this_process():
   The kernel sends the signal only for a parent that dies after the prctl
   call: a parent that ended between the fork and it (a worker TFF restarts
   while a stopped run exits) would leave the child running, holding the
-  run's output pipes. The child checks for that and exits before exec.
+  run's output pipes. The child checks for that and exits before exec. It
+  also takes SIGINT's default action again, the signal TFF and
+  `stop_workers` stop it with: a program started in the background by a
+  script (`python train.py &`, nohup) ignores SIGINT, ignored signals survive
+  exec, and every stop of its worker then waited for the SIGKILL fallback.
   """
   parent = os.getpid()
 
@@ -93,6 +97,9 @@ def dies_with_this_process():
     if not libc_name:
       return
     libc = ctypes.CDLL(libc_name, use_errno=True)
+    libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal(signal.SIGINT, None)  # SIG_DFL, the null handler.
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
       os._exit(1)  # pylint: disable=protected-access
