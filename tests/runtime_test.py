@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from unittest import mock
@@ -161,36 +160,12 @@ class RuntimeTest(tf.test.TestCase, parameterized.TestCase):
     # A program started in the background by a script (`cmd &`, nohup)
     # ignores SIGINT, and its children inherit that through exec: its worker
     # then ignored the SIGINT TFF and stop_workers stop it with, and each
-    # stop waited for the SIGKILL fallback (the 5 s setups of CI's lanes).
-    child = textwrap.dedent("""
-        import json, os, signal
-        import numpy as np
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        from tff_priv import runtime
-        runtime.set_context()
-        import tensorflow_federated as tff
-
-        @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
-        def mean(x):
-          return tff.federated_mean(x)
-
-        mean([1.0, 2.0])
-        (pid,) = runtime.worker_pids()
-        runtime.stop_workers()
-        ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-        print(json.dumps([ended.si_code, ended.si_status]))
-    """)
-    result = subprocess.run(
-        [sys.executable, '-c', child],
-        capture_output=True,
-        text=True,
-        cwd=readme_snippets.ROOT,
-        timeout=_TIMEOUT,
-        env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'},
-        check=False,
-    )
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-    code, status = json.loads(result.stdout.strip().splitlines()[-1])
+    # stop waited for the SIGKILL fallback (the 5.0 s setups of a test suite
+    # run in the background).
+    proc, _ = _start('stop', 'sigint_ignored', stderr=subprocess.PIPE)
+    out, err = proc.communicate('go\n', timeout=_TIMEOUT)
+    self.assertEqual(proc.returncode, 0, err[-3000:])
+    code, status = json.loads(out.strip().splitlines()[-1])
     self.assertEqual((code, status), (os.CLD_KILLED, signal.SIGINT))
 
   @pytest.mark.slow

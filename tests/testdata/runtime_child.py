@@ -1,6 +1,8 @@
 """A child program for tests/runtime_test.py."""
 
+import json
 import os
+import signal
 import sys
 import time
 
@@ -10,12 +12,16 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 
 # Evaluates a federated mean through tff_priv.runtime, prints READY with its
 # result, waits for one line on stdin, then ends as argv[1] says: 'exit' (normal
-# exit), 'raise' (uncaught exception), 'wait' (blocks until a signal arrives).
+# exit), 'raise' (uncaught exception), 'wait' (blocks until a signal arrives),
+# 'stop' (`runtime.stop_workers()`, then prints how the worker ended: its
+# waitid si_code and si_status, as JSON).
 # With argv[2] == 'plain' it skips tff_priv.runtime and uses the context TFF
 # sets on import (the control case); with argv[2] == 'tracked' it keeps that
 # context and only calls `runtime.track_workers()`; with argv[2] == 'early' it
 # sets the context with `start_worker=True`; with argv[2] == 'imported' it
-# only imports a tff_priv module (a user's own script, TFF's context).
+# only imports a tff_priv module (a user's own script, TFF's context); with
+# argv[2] == 'sigint_ignored' it ignores SIGINT first, as a program started in
+# the background by a script does (`cmd &`, nohup).
 mode = sys.argv[1]
 variant = sys.argv[2] if len(sys.argv) > 2 else 'set_context'
 if variant == 'imported':
@@ -26,6 +32,8 @@ elif variant != 'plain':
   if variant == 'tracked':
     runtime.track_workers()
   else:
+    if variant == 'sigint_ignored':
+      signal.signal(signal.SIGINT, signal.SIG_IGN)
     runtime.set_context(start_worker=variant == 'early')
 import tensorflow_federated as tff  # noqa: E402 # pylint: disable=g-import-not-at-top
 
@@ -42,3 +50,8 @@ if mode == 'raise':
 if mode == 'wait':
   while True:
     time.sleep(1)
+if mode == 'stop':
+  (worker,) = runtime.worker_pids()
+  runtime.stop_workers()
+  ended = os.waitid(os.P_PID, worker, os.WEXITED | os.WNOWAIT)
+  print(json.dumps([ended.si_code, ended.si_status]), flush=True)
