@@ -56,14 +56,47 @@ class CachedCurvesTest(parameterized.TestCase):
 
   def test_a_curve_is_computed_once_per_process(self):
     event = dp_accounting.PoissonSampledDpEvent(0.123, _GAUSSIAN)
-    before = accountants._one_release_rdp.cache_info()  # pylint: disable=protected-access
+    before = accountants._one_release_rdp_keyed.cache_info()  # pylint: disable=protected-access
     for count in (1, 5, 9):
       accountants.make_accountant('rdp', 'add_or_remove_one').compose(
           event, count
       )
-    after = accountants._one_release_rdp.cache_info()  # pylint: disable=protected-access
+    after = accountants._one_release_rdp_keyed.cache_info()  # pylint: disable=protected-access
     self.assertEqual(after.misses - before.misses, 1)
     self.assertEqual(after.hits - before.hits, 2)
+
+  def test_a_sampled_composition_is_cached_too(self):
+    # Adaptive DP-FedAvg's round: a Poisson-sampled composition of the sum's
+    # and the quantile's Gaussians. Its ComposedDpEvent holds a list
+    # (unhashable): it was computed afresh at every epsilon (1-3 s each).
+    def event(z):
+      return dp_accounting.PoissonSampledDpEvent(
+          0.3,
+          dp_accounting.ComposedDpEvent(
+              [
+                  dp_accounting.GaussianDpEvent(z),
+                  dp_accounting.GaussianDpEvent(1.34),
+              ]
+          ),
+      )
+
+    relation = accountants.RELATIONS['add_or_remove_one']
+    expected = rdp_privacy_accountant.RdpAccountant(
+        neighboring_relation=relation
+    ).compose(event(0.77), 3)
+    before = accountants._one_release_rdp_keyed.cache_info()  # pylint: disable=protected-access
+    for _ in range(3):  # Equal events built afresh: one curve.
+      got = accountants.make_accountant('rdp', 'add_or_remove_one').compose(
+          event(0.77), 3
+      )
+      self.assertEqual(list(got._rdp), list(expected._rdp))  # pylint: disable=protected-access
+    other = accountants.make_accountant('rdp', 'add_or_remove_one').compose(
+        event(0.78), 3
+    )
+    after = accountants._one_release_rdp_keyed.cache_info()  # pylint: disable=protected-access
+    self.assertEqual(after.misses - before.misses, 2)
+    self.assertEqual(after.hits - before.hits, 2)
+    self.assertLess(other.get_epsilon(1e-5), got.get_epsilon(1e-5))
 
   @parameterized.parameters(1, 6)
   def test_pld_is_dp_accountings_to_the_bit_computed_or_cached(self, count):

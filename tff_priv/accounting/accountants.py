@@ -10,6 +10,7 @@ replace-one. A pure eps-DP event holds under either.
 import functools
 from typing import Optional
 
+import attr
 from dp_accounting import dp_event
 from dp_accounting import privacy_accountant
 from dp_accounting.pld import common as pld_common
@@ -80,9 +81,47 @@ _CACHED_EVENTS = (
 )
 
 
-@functools.lru_cache(maxsize=1024)
+def _key(value):
+  """`value` as a hashable key that equals another's iff the values are equal.
+
+  A `ComposedDpEvent` holds a list, so it (and an event around it, such as
+  adaptive DP-FedAvg's `PoissonSampledDpEvent(q, ComposedDpEvent([sum,
+  quantile]))`) is unhashable; its key holds the same fields as tuples.
+  """
+  if isinstance(value, dp_event.DpEvent):
+    return (type(value),) + tuple(
+        _key(getattr(value, f.name)) for f in attr.fields(type(value))
+    )
+  if isinstance(value, (list, tuple)):
+    return (type(value),) + tuple(_key(v) for v in value)
+  hash(value)  # A TypeError for a field of another unhashable type.
+  return value
+
+
+class _Keyed:
+  """An event that hashes and compares by its `_key` (for `lru_cache`)."""
+
+  __slots__ = ('event', 'key')
+
+  def __init__(self, event):
+    self.event, self.key = event, _key(event)
+
+  def __hash__(self):
+    return hash(self.key)
+
+  def __eq__(self, other):
+    return isinstance(other, _Keyed) and self.key == other.key
+
+
 def _one_release_rdp(event, orders: tuple, relation) -> Optional[np.ndarray]:
   """dp_accounting's RDP curve of one `event` (None: it cannot count it)."""
+  return _one_release_rdp_keyed(_Keyed(event), orders, relation)
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_release_rdp_keyed(keyed: _Keyed, orders: tuple, relation):
+  """`_one_release_rdp`, cached: once per process for each event's value."""
+  event = keyed.event
   accountant = rdp_privacy_accountant.RdpAccountant(list(orders), relation)
   if accountant._maybe_compose(event, 1, True) is not None:  # pylint: disable=protected-access
     return None
