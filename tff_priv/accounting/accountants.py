@@ -87,6 +87,8 @@ def _key(value):
   A `ComposedDpEvent` holds a list, so it (and an event around it, such as
   adaptive DP-FedAvg's `PoissonSampledDpEvent(q, ComposedDpEvent([sum,
   quantile]))`) is unhashable; its key holds the same fields as tuples.
+  Not `ledger.encode_event`: that serialises only the whitelisted event
+  types and refuses non-finite fields, and a cache key must take any event.
   """
   if isinstance(value, dp_event.DpEvent):
     return (type(value),) + tuple(
