@@ -1,38 +1,27 @@
 """The evaluation hook: when it evaluates, and what it releases."""
 
-import types
-
 import tensorflow as tf
 
 from tff_priv.program import hooks
 
 
-class _FakeEvalProcess:
-  """TFF's evaluation process, reduced to the calls the hook makes."""
+class _FakeEvaluation:
+  """`CentralEvaluation`, reduced to the call the hook makes."""
 
   def __init__(self):
     self.evaluated = []
 
-  def initialize(self):
-    return 'state'
-
-  def set_model_weights(self, state, weights):
-    return (state, weights)
-
-  def next(self, state, data):
-    self.evaluated.append((state[1], data))
-    metrics = {'loss': 0.5, 'sparse_categorical_accuracy': 0.75}
-    return types.SimpleNamespace(
-        metrics={'client_work': {'eval': {'current_round_metrics': metrics}}}
-    )
+  def __call__(self, weights, dataset):
+    self.evaluated.append((weights, dataset))
+    return {'loss': 0.5, 'sparse_categorical_accuracy': 0.75}
 
 
 class EvaluationTest(tf.test.TestCase):
 
   def _hook(self, every):
     hook = hooks.Evaluation(model_fn=None, test_data='test', every=every)
-    fake = _FakeEvalProcess()
-    hook.__dict__['_process'] = fake  # The cached TFF process.
+    fake = _FakeEvaluation()
+    hook.__dict__['_evaluate'] = fake  # The cached evaluation.
     return hook, fake
 
   def test_every_n_rounds_and_the_last_only(self):
@@ -51,15 +40,15 @@ class EvaluationTest(tf.test.TestCase):
     self.assertEqual(due, [3, 6, 7])
     # The model is read only for a round that is evaluated.
     self.assertLen(reads, 3)
-    self.assertEqual(fake.evaluated, [('w', ['test'])] * 3)
+    self.assertEqual(fake.evaluated, [('w', 'test')] * 3)
 
-  def test_metrics_are_floats_of_the_test_data(self):
-    hook, _ = self._hook(every=1)
+  def test_metrics_are_the_evaluations_of_the_test_data(self):
+    hook, fake = self._hook(every=1)
     metrics = hook.evaluate(1, lambda: 'w', last=False)
     self.assertEqual(
         metrics, {'loss': 0.5, 'sparse_categorical_accuracy': 0.75}
     )
-    self.assertTrue(all(type(v) is float for v in metrics.values()))  # pylint: disable=unidiomatic-typecheck
+    self.assertEqual(fake.evaluated, [('w', 'test')])
 
   def test_the_model_is_read_only_by_a_hook_that_asks(self):
     # Each read moves the learning state through TFF's executor.

@@ -104,29 +104,32 @@ def write_tff_sqlite(path, splits):
   with sqlite3.connect(path) as out:
     first = True
     for split, clients in splits.items():
-      part = os.path.join(tempfile.mkdtemp(), 'part.sqlite')
-      tff.simulation.datasets.save_to_sql_client_data(
-          list(clients),
-          lambda cid, clients=clients: tf.data.Dataset.from_tensor_slices(
-              clients[cid]
-          ),
-          part,
-          split_names_by_client_id=dict.fromkeys(clients, split),
-      )
-      out.execute('ATTACH DATABASE ? AS part', (part,))
-      if first:
-        for table in ('examples', 'client_metadata'):
-          sql = out.execute(
-              'SELECT sql FROM part.sqlite_master WHERE name = ?', (table,)
-          ).fetchone()[0]
-          out.execute(sql)
-        first = False
-      out.execute('INSERT INTO examples SELECT * FROM part.examples')
-      out.execute(
-          'INSERT INTO client_metadata SELECT * FROM part.client_metadata'
-      )
-      out.commit()
-      out.execute('DETACH DATABASE part')
+      with tempfile.TemporaryDirectory() as scratch:
+        _merge_split(
+            out, os.path.join(scratch, 'part.sqlite'), split, clients, first
+        )
+      first = False
+
+
+def _merge_split(out, part, split, clients, first):
+  """Writes one split with TFF's serializer to `part` and appends its rows."""
+  tff.simulation.datasets.save_to_sql_client_data(
+      list(clients),
+      lambda cid: tf.data.Dataset.from_tensor_slices(clients[cid]),
+      part,
+      split_names_by_client_id=dict.fromkeys(clients, split),
+  )
+  out.execute('ATTACH DATABASE ? AS part', (part,))
+  if first:
+    for table in ('examples', 'client_metadata'):
+      sql = out.execute(
+          'SELECT sql FROM part.sqlite_master WHERE name = ?', (table,)
+      ).fetchone()[0]
+      out.execute(sql)
+  out.execute('INSERT INTO examples SELECT * FROM part.examples')
+  out.execute('INSERT INTO client_metadata SELECT * FROM part.client_metadata')
+  out.commit()
+  out.execute('DETACH DATABASE part')
 
 
 def emnist_client(n, seed):

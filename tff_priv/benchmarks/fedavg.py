@@ -10,6 +10,7 @@ import tensorflow_federated as tff
 
 from tff_priv import runtime
 from tff_priv import validation
+from tff_priv.learning import evaluation
 import tff_priv_tasks as tasks
 
 TASK_NAMES = tasks.TASK_NAMES
@@ -152,12 +153,7 @@ def format_result(task: str, result: Result) -> str:
 
 def _evaluate(task, learning_process, state) -> dict[str, float]:
   """The task's metrics of the state's model on the whole test set."""
-  evaluation = tff.learning.algorithms.build_fed_eval(task.model_fn)
-  eval_state = evaluation.set_model_weights(
-      evaluation.initialize(), learning_process.get_model_weights(state)
+  return evaluation.CentralEvaluation(task.model_fn)(
+      learning_process.get_model_weights(state),
+      task.datasets.get_centralized_test_data(),
   )
-  output = evaluation.next(
-      eval_state, [task.datasets.get_centralized_test_data()]
-  )
-  metrics = output.metrics['client_work']['eval']['current_round_metrics']
-  return {k: float(v) for k, v in metrics.items()}

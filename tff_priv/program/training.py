@@ -151,8 +151,8 @@ def run(
      release boundary (`releases.RunReleases`: in a private run only the public
      columns reach the CSV, TensorBoard and the log);
   4. every `eval_every` rounds and at the last round, evaluates the global model
-     on the task's centralized test set
-     (`tff.learning.algorithms.build_fed_eval`);
+     on the task's centralized test set (`evaluation.CentralEvaluation`:
+     `tff.learning.algorithms.build_fed_eval`'s metrics, in plain TF);
   5. every `checkpoint_every` rounds and at the last round, saves the program
      state (`state.ProgramState`: frozen, each step of the loop takes the
      round's and returns the next; one shape with or without canaries) with
