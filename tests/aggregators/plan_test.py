@@ -127,7 +127,7 @@ class PlanTest(tf.test.TestCase, parameterized.TestCase):
     state = process.initialize()
     for _ in range(_T + 1):
       state = process.next(state, _client_values()).state
-    self.assertNotIn('planned_rounds', state)
+    self.assertEqual(int(state.planned_rounds), 0)  # No plan.
 
 
 class LedgerPlanTest(tf.test.TestCase):

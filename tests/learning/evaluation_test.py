@@ -44,19 +44,17 @@ class CentralEvaluationTest(tf.test.TestCase):
       self.assertEqual(set(got), set(expected))
       self.assertTrue(all(type(v) is float for v in got.values()))  # pylint: disable=unidiomatic-typecheck
       for key, value in expected.items():
-        if rtol:
-          self.assertAllClose(got[key], float(value), rtol=rtol, atol=0)
-        else:
-          self.assertEqual(got[key], float(value), key)
+        self.assertAllClose(got[key], float(value), rtol=rtol, atol=0)
 
+  # Up to round-off, not to the bit: TF may split a reduction differently
+  # from one run to the next (a loaded machine once gave a digits loss of
+  # 2.433434009552002 against TFF's 2.433434247970581, 1e-7 apart).
   @pytest.mark.slow  # Builds TFF's evaluation: 5 s, the default lane's most.
-  def test_digits_equal_to_the_bit(self):
-    # digits' sums run in the same order in both.
-    self._check('digits', rtol=0.0)
+  def test_digits_up_to_round_off(self):
+    self._check('digits', rtol=1e-6)
 
   @pytest.mark.slow
   def test_mnist5k_up_to_round_off(self):
-    # A larger test set's sums may run in another order in TFF's graph.
     self._check('mnist5k', rtol=1e-6)
 
 

@@ -106,6 +106,41 @@ def _halve_gaussians(event: dp_event.DpEvent) -> dp_event.DpEvent:
   )
 
 
+COORDINATEWISE = ('central_sum', 'single_client')
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditSpec:
+  """What an auditor may take from a factory: its public clip and shape.
+
+  A factory's `audit_spec()` returns one; `tff_priv.auditing`'s
+  `audit_aggregator` reads nothing else of the factory (for TFF's
+  `DifferentiallyPrivateFactory`, which has no such method, it reads TFF's
+  query).
+
+  Attributes:
+    clip: the public L2 clip of one client's value (None: none binds). The
+      default canary has this norm, the client it replaces its negation.
+    coordinatewise: how one call on B blocks of d values gives B independent
+      trials under the factory's own relation (the auditor's vectorised
+      path): 'central_sum' (coordinate j of the release is coordinate j of
+      the clipped clients' sum plus noise drawn for j alone), 'single_client'
+      (one client's upload, noised per coordinate with nothing coupling
+      them), or None (one trial per call).
+    value_range: (center, radius) of a factory that encodes every value in
+      the public range [center - radius, center + radius]: the default canary
+      sits at center + radius, the client it replaces at center - radius.
+  """
+
+  clip: Optional[float] = None
+  coordinatewise: Optional[str] = None
+  value_range: Optional[tuple[float, float]] = None
+
+  def __post_init__(self):
+    if self.coordinatewise is not None:
+      validation.one_of('coordinatewise', self.coordinatewise, COORDINATEWISE)
+
+
 # TFF's DifferentiallyPrivateFactory: the server clips and noises the sum of
 # the clients' raw updates (add-or-remove-one client, sensitivity = clip).
 TFF_DP_FACTORY_GUARANTEE = Guarantee(
@@ -126,119 +161,137 @@ def _field(state: Any, name: str):
   return getattr(state, name)
 
 
-def _is_tff_dp_state(state) -> bool:
-  cls = type(state)
+SAMPLINGS = ('caller', 'schedule', 'own')
+
+
+@dataclasses.dataclass(frozen=True)
+class StateAccounting:
+  """What a factory's state type tells the ledger, the auditor and the loops.
+
+  The one protocol between a factory and the lower layers: a factory's state
+  class (a NamedTuple with the fields `dp_event` and `is_init_state`, see
+  `extract_dp_event`) carries one as its class attribute `accounting`, and
+  the ledger, the auditor and the training loops read it from the state. None
+  of them knows a factory by name: a factory of the user's own is charged as
+  tff_priv's are. Its measurements must be public (functions of its
+  arguments and the round), as tff_priv's are, checked on neighbouring
+  inputs. TFF's `DifferentiallyPrivateFactory`, whose state class cannot
+  declare itself, is read as `TFF_DP_STATE_ACCOUNTING`.
+
+  Attributes:
+    factory: the factory's name, for messages.
+    relation: the neighbouring relation the state's events hold under (the
+      factory's `guarantee.neighboring_relation`).
+    noise: where the noise is added ('local', 'secure_sum', 'central'; the
+      guarantee's `noise`, and for a state class two factories share, the one
+      that admits less). A TFF wrapper's noised norm (a Gaussian the server
+      adds, add-or-remove-one) is charged only around a 'central',
+      add-or-remove-one state of sampling 'caller'.
+    sampling: how a round is charged. 'caller': the ledger wraps the round's
+      event in the client sampling the caller passes; 'schedule': the event
+      holds for each client under the participation schedule the factory was
+      built for, whoever is sampled (no sampling arguments); 'own': the event
+      already holds its client sampling (no sampling arguments).
+    sampler: for 'schedule' and 'own', the `tff_priv.program` data source
+      class that draws the clients as the event assumes.
+    schedule: for 'schedule' and 'own', what that draw is (one phrase, for
+      messages).
+  """
+
+  factory: str
+  relation: str
+  noise: str
+  sampling: str = 'caller'
+  sampler: str = ''
+  schedule: str = ''
+
+  def __post_init__(self):
+    validation.one_of('relation', self.relation, accountants.RELATIONS)
+    validation.one_of('noise', self.noise, NOISE_PLACEMENTS)
+    validation.one_of('sampling', self.sampling, SAMPLINGS)
+    if self.sampling != 'caller' and not (self.sampler and self.schedule):
+      raise ValueError(
+          f'sampling={self.sampling!r} needs sampler= and schedule='
+      )
+
+  @property
+  def takes_sampling(self) -> bool:
+    """Whether the ledger wraps the round's event in the caller's sampling."""
+    return self.sampling == 'caller'
+
+
+TFF_DP_STATE_ACCOUNTING = StateAccounting(
+    factory="TFF's DifferentiallyPrivateFactory",
+    relation=TFF_DP_FACTORY_GUARANTEE.neighboring_relation,
+    noise=TFF_DP_FACTORY_GUARANTEE.noise,
+)
+
+
+def _is_tff_dp_class(cls: type) -> bool:
   return cls.__name__ == 'DPAggregatorState' and cls.__module__.startswith(
       'tensorflow_federated'
   )
 
 
-# The neighbouring relation of the event each known state carries (the
-# factories' `guarantee.neighboring_relation`), by state class.
-_STATE_RELATIONS = {
-    ('tensorflow_federated', 'DPAggregatorState'): 'add_or_remove_one',
-    ('tff_priv.aggregators.smp', 'RandKState'): 'add_or_remove_one',
-    ('tff_priv.aggregators.smp', 'TopKState'): 'add_or_remove_one',
-    ('tff_priv.aggregators.udp', 'ClientNoiseState'): 'replace_one',
-    ('tff_priv.aggregators.ldp', 'LDPState'): 'replace_one',
-}
+def declared_accounting(state_or_type: Any) -> Optional[StateAccounting]:
+  """The `StateAccounting` a state (or its class) declares, else None.
 
-
-# The states of the stream factories (dicts), by their fields, and the
-# relation of their events. BLT's and the tree's hold under zero-out
-# (REPLACE_SPECIAL) for a participation schedule the caller keeps, and claim
-# no amplification by sampling; BandMF's event holds its own sampling
-# (`BandSampler`), under add-or-remove-one. Neither takes sampling arguments.
-_STREAM_STATES = {
-    frozenset(
-        (
-            'buffers',
-            'nonce',
-            'rounds_done',
-            'force_restart',
-            'dp_event',
-            'is_init_state',
-        )
-    ): 'BLTFactory',
-    frozenset(
-        (
-            'tree',
-            'nonce',
-            'rounds_done',
-            'force_restart',
-            'dp_event',
-            'is_init_state',
-        )
-    ): 'TreeRestartFactory',
-    frozenset(
-        (
-            'window',
-            'nonce',
-            'rounds_done',
-            'force_restart',
-            'dp_event',
-            'is_init_state',
-        )
-    ): 'BandMFFactory',
-}
-_STREAM_RELATIONS = {
-    'BLTFactory': 'replace_special',
-    'TreeRestartFactory': 'replace_special',
-    'BandMFFactory': 'add_or_remove_one',
-}
-
-
-def stream_factory_of_state(aggregator_state: Any) -> Optional[str]:
-  """'BLTFactory', 'TreeRestartFactory' or 'BandMFFactory' for their states."""
-  if isinstance(aggregator_state, dict):
-    # A calibrated factory's state also carries its plan.
-    return _STREAM_STATES.get(frozenset(aggregator_state) - {'planned_rounds'})
+  TFF's `DifferentiallyPrivateFactory` state reads as
+  `TFF_DP_STATE_ACCOUNTING`. No wrapper is seen through (`accounting_of`).
+  """
+  cls = (
+      state_or_type if isinstance(state_or_type, type) else type(state_or_type)
+  )
+  found = getattr(cls, 'accounting', None)
+  if isinstance(found, StateAccounting):
+    return found
+  if _is_tff_dp_class(cls):
+    return TFF_DP_STATE_ACCOUNTING
   return None
+
+
+def accounting_of(aggregator_state: Any) -> StateAccounting:
+  """The `StateAccounting` of the state inside TFF's wrappers.
+
+  Raises:
+    TypeError: the state declares none (the message says what is needed).
+    wrapped_states.UnnoisedWrapperError: a wrapper tracks its norm without
+      noise.
+  """
+  inner, _ = wrapped_states.unwrap(aggregator_state)
+  found = declared_accounting(inner)
+  if found is None:
+    cls = type(inner)
+    raise TypeError(
+        f'unknown aggregator state {cls.__module__}.{cls.__name__}: tff_priv '
+        "charges the state of TFF's DifferentiallyPrivateFactory and a state "
+        'whose class declares its accounting (a tff_priv.accounting.'
+        "StateAccounting as its class attribute `accounting`, as tff_priv's "
+        'do), also inside tff.aggregators.zeroing_factory / clipping_factory '
+        'with a public norm; for a state of your own factory that declares '
+        "none, pass its neighboring_relation (its factory's guarantee)"
+    )
+  return found
 
 
 def factory_kind_of_state(aggregator_state: Any) -> str:
   """'tff_priv' or 'tff_dp': whose state this is (inside TFF's wrappers).
 
+  'tff_dp' is TFF's DifferentiallyPrivateFactory; 'tff_priv' any state that
+  declares its `StateAccounting` (every measurement public).
+
   Raises:
-    TypeError: a state of no factory tff_priv knows (the message says what
-      it knows).
+    TypeError: a state that declares no accounting.
     wrapped_states.UnnoisedWrapperError: a wrapper tracks its norm without
       noise.
   """
-  inner, _ = wrapped_states.unwrap(aggregator_state)
-  if _is_tff_dp_state(inner):
-    return 'tff_dp'
-  if stream_factory_of_state(inner) is not None:
-    return 'tff_priv'
-  cls = type(inner)
-  for module, name in _STATE_RELATIONS:
-    if cls.__name__ == name and cls.__module__.startswith(module):
-      return 'tff_priv'
-  raise TypeError(
-      f'unknown aggregator state {cls.__module__}.{cls.__name__}: tff_priv '
-      "charges the states of its factories and of TFF's "
-      'DifferentiallyPrivateFactory (also inside tff.aggregators.'
-      'zeroing_factory / clipping_factory with a public norm); a state of '
-      'your own factory needs its neighboring_relation (factory.guarantee)'
-  )
+  found = accounting_of(aggregator_state)
+  return 'tff_dp' if found is TFF_DP_STATE_ACCOUNTING else 'tff_priv'
 
 
 def relation_of_state(aggregator_state: Any) -> str:
-  """The neighbouring relation of the event in a known factory's state.
-
-  TFF's zeroing and clipping wrappers are seen through
-  (`wrapped_states.unwrap`).
-  """
-  inner, _ = wrapped_states.unwrap(aggregator_state)
-  stream = stream_factory_of_state(inner)
-  if stream is not None:
-    return _STREAM_RELATIONS[stream]
-  cls = type(inner)
-  for (module, name), relation in _STATE_RELATIONS.items():
-    if cls.__name__ == name and cls.__module__.startswith(module):
-      return relation
-  factory_kind_of_state(inner)  # Raises the TypeError naming what is known.
-  raise AssertionError('unreachable')
+  """The neighbouring relation of the event in a state (inside wrappers)."""
+  return accounting_of(aggregator_state).relation
 
 
 def extract_dp_event(
@@ -296,7 +349,7 @@ def extract_dp_event(
         'the state comes from initialize(), whose DpEvent is a placeholder; '
         'pass a state returned by next()'
     )
-  if _is_tff_dp_state(aggregator_state) and not bool(is_init):
+  if _is_tff_dp_class(type(aggregator_state)) and not bool(is_init):
     # pylint: disable=g-import-not-at-top
     from tensorflow_federated.python.aggregators import differential_privacy
     # TFF's own reader, checked against ours (which whitelists the classes).

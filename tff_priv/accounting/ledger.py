@@ -404,26 +404,26 @@ def _checked_state(aggregator_state):
 
 
 def _refuse_sampling_of_a_stream(aggregator_state, sampling) -> None:
-  """A stream's event (BLT, the tree, BandMF) takes no sampling arguments."""
-  # Inside TFF's wrappers too: the stream's event is what gets charged.
-  stream = guarantees.stream_factory_of_state(
-      wrapped_states.unwrap(aggregator_state)[0]
-  )
-  if stream is None or sampling.kind == 'none':
+  """A state whose event holds a schedule or its own sampling takes none."""
+  # Inside TFF's wrappers too: the inner factory's event is what gets charged.
+  try:
+    declared = guarantees.accounting_of(aggregator_state)
+  except TypeError:
+    return  # Refused with its reason where the relation is read.
+  if declared.takes_sampling or sampling.kind == 'none':
     return
-  if stream == 'BandMFFactory':
+  if declared.sampling == 'own':
     raise ValueError(
-        "BandMFFactory's event already holds its sampling (q within "
-        'its cyclic groups): call record_round(state) without sampling '
-        'arguments, and draw the clients with '
-        'tff_priv.program.BandSampler'
+        f"{declared.factory}'s event already holds its sampling "
+        f'({declared.schedule}): call record_round(state) without sampling '
+        f'arguments, and draw the clients with '
+        f'tff_priv.program.{declared.sampler}'
     )
   raise ValueError(
-      f'{stream} claims no amplification by sampling: its event holds '
-      'for each client at most once per stream (or the (k, b) schedule '
-      'it was built for) whoever is sampled; call record_round(state) '
-      'without sampling arguments, and draw the clients with '
-      'tff_priv.program.StreamSampler'
+      f'{declared.factory} claims no amplification by sampling: its event '
+      f'holds for {declared.schedule}, whoever is sampled; call '
+      'record_round(state) without sampling arguments, and draw the clients '
+      f'with tff_priv.program.{declared.sampler}'
   )
 
 

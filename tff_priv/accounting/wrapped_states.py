@@ -67,6 +67,24 @@ def _norm_event(norm_key: str, norm_state) -> Optional[dp_event.DpEvent]:
   return dp_event.GaussianDpEvent(float(stddev) / float(clip))
 
 
+def _admits_noised_norm(state) -> bool:
+  """Whether a wrapper's noised norm composes with the event of `state`.
+
+  It does with an add-or-remove-one event the server's noise makes, charged
+  under the caller's sampling: its `StateAccounting` (the class attribute
+  `accounting`, read here without importing `guarantees`) says so, or it is
+  TFF's `DPAggregatorState`.
+  """
+  declared = getattr(type(state), 'accounting', None)
+  if declared is not None:
+    return (
+        getattr(declared, 'relation', None) == 'add_or_remove_one'
+        and getattr(declared, 'noise', None) == 'central'
+        and getattr(declared, 'sampling', None) == 'caller'
+    )
+  return type(state).__name__ == 'DPAggregatorState'
+
+
 def unwrap(state: Any) -> tuple[Any, list[dp_event.DpEvent]]:
   """(the state inside TFF's zeroing / clipping wrappers, their extra events).
 
@@ -87,8 +105,10 @@ def unwrap(state: Any) -> tuple[Any, list[dp_event.DpEvent]]:
   its count query is one more Gaussian release a round.
 
   A noised norm's event (a Gaussian count, add-or-remove-one, the server
-  adding the noise) is accepted around TFF's `DifferentiallyPrivateFactory`
-  only, whose event it composes with (same relation, same adversary).
+  adding the noise) is accepted only around a factory whose event it
+  composes with (same relation, same adversary, the caller's sampling): TFF's
+  `DifferentiallyPrivateFactory`, or a state that declares so
+  (`_admits_noised_norm`).
 
   Raises:
     UnnoisedWrapperError: a wrapper's norm is tracked without noise, or a
@@ -98,11 +118,12 @@ def unwrap(state: Any) -> tuple[Any, list[dp_event.DpEvent]]:
   while True:
     keys = _wrapper(state)
     if keys is None:
-      if extras and type(state).__name__ != 'DPAggregatorState':
+      if extras and not _admits_noised_norm(state):
         raise UnnoisedWrapperError(
             "a TFF wrapper with a noised norm is charged around TFF's "
-            'DifferentiallyPrivateFactory only (its count is an '
-            'add-or-remove-one Gaussian the server adds); use a fixed '
+            'DifferentiallyPrivateFactory (or a factory whose state declares '
+            'central add-or-remove-one noise) only: its count is an '
+            'add-or-remove-one Gaussian the server adds; use a fixed '
             '(public) norm around this factory'
         )
       return state, extras

@@ -39,6 +39,26 @@ GUARANTEE = guarantees.Guarantee(
 )
 
 
+# A BandMFFactory process's state; its `noise` holds the window of its last
+# b - 1 noise draws.
+BandMFState = correlated_noise.stream_state_class(
+    'BandMFState',
+    __name__,
+    accounting=guarantees.StateAccounting(
+        factory='BandMFFactory',
+        relation=GUARANTEE.neighboring_relation,
+        noise=GUARANTEE.noise,
+        sampling='own',
+        sampler='BandSampler',
+        schedule=(
+            'the cyclic Poisson sampling of rate q within its b groups of '
+            'clients'
+        ),
+    ),
+    legacy_noise_key='window',
+)
+
+
 def cycle_event(
     noise_multiplier: float, sampling_probability: float
 ) -> dp_accounting.DpEvent:
@@ -312,6 +332,10 @@ class BandMFFactory(
   def clip(self) -> float:
     return self._clip
 
+  def audit_spec(self) -> guarantees.AuditSpec:
+    """Its clip; coordinatewise: a clipped sum plus noise per coordinate."""
+    return guarantees.AuditSpec(clip=self._clip, coordinatewise='central_sum')
+
   @property
   def noise_multiplier(self) -> float:
     return self._z
@@ -338,19 +362,18 @@ class BandMFFactory(
     planned = self._planned
 
     def initial_state():
-      return correlated_noise.with_plan(
-          collections.OrderedDict(
-              window=tf.nest.map_structure(
-                  lambda s: tf.zeros([bands - 1] + s.shape.as_list(), s.dtype),
-                  specs,
-              ),
-              nonce=correlated_noise.initial_nonce(fixed),
-              rounds_done=tf.constant(0, tf.int64),
-              force_restart=tf.constant(False),
-              dp_event=charged(tf.constant(1, tf.int32)),
-              is_init_state=tf.constant(True),
-          ),
+      return correlated_noise.stream_state(
+          BandMFState,
           planned,
+          noise=tf.nest.map_structure(
+              lambda s: tf.zeros([bands - 1] + s.shape.as_list(), s.dtype),
+              specs,
+          ),
+          nonce=correlated_noise.initial_nonce(fixed),
+          rounds_done=tf.constant(0, tf.int64),
+          force_restart=tf.constant(False),
+          dp_event=charged(tf.constant(1, tf.int32)),
+          is_init_state=tf.constant(True),
       )
 
     def inverse_step(window, z):
@@ -363,13 +386,13 @@ class BandMFFactory(
 
     @correlated_noise.refusing_past(planned, 'BandMFFactory')
     def add_noise(state, total):
-      restart = state['force_restart']
-      rounds_done = state['rounds_done']
+      restart = state.force_restart
+      rounds_done = state.rounds_done
       window = tf.nest.map_structure(
-          lambda w: tf.where(restart, tf.zeros_like(w), w), state['window']
+          lambda w: tf.where(restart, tf.zeros_like(w), w), state.noise
       )
       nonce, z = correlated_noise.round_noise(
-          key, fixed, state['nonce'], restart, rounds_done, total
+          key, fixed, state.nonce, restart, rounds_done, total
       )
       flat_noise, flat_window = [], []
       for w_prev, zi in zip(tf.nest.flatten(window), tf.nest.flatten(z)):
@@ -379,24 +402,23 @@ class BandMFFactory(
       result, measurements = correlated_noise.noised_mean(
           total, flat_noise, self._z * self._clip, float(self._k), rounds_done
       )
-      new_state = correlated_noise.with_plan(
-          collections.OrderedDict(
-              window=tf.nest.pack_sequence_as(window, flat_window),
-              nonce=nonce,
-              rounds_done=rounds_done + 1,
-              force_restart=tf.constant(False),
-              # A cycle's first round charges the whole cycle; a forced
-              # restart starts a new one (the rounds up to the next multiple of
-              # b: each client at most once in them, b rounds from its next).
-              dp_event=charged(
-                  tf.cast(
-                      tf.logical_or(restart, tf.equal(rounds_done % bands, 0)),
-                      tf.int32,
-                  )
-              ),
-              is_init_state=tf.constant(False),
-          ),
+      new_state = correlated_noise.stream_state(
+          BandMFState,
           planned,
+          noise=tf.nest.pack_sequence_as(window, flat_window),
+          nonce=nonce,
+          rounds_done=rounds_done + 1,
+          force_restart=tf.constant(False),
+          # A cycle's first round charges the whole cycle; a forced restart
+          # starts a new one (the rounds up to the next multiple of b: each
+          # client at most once in them, b rounds from its next).
+          dp_event=charged(
+              tf.cast(
+                  tf.logical_or(restart, tf.equal(rounds_done % bands, 0)),
+                  tf.int32,
+              )
+          ),
+          is_init_state=tf.constant(False),
       )
       return collections.OrderedDict(
           state=new_state, result=result, measurements=measurements

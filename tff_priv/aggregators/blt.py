@@ -39,6 +39,26 @@ GUARANTEE = guarantees.Guarantee(
 )
 
 
+# A BLTFactory process's state; its `noise` holds BLT's buffers
+# ([num_buffers, ...] per tensor).
+BLTState = correlated_noise.stream_state_class(
+    'BLTState',
+    __name__,
+    accounting=guarantees.StateAccounting(
+        factory='BLTFactory',
+        relation=GUARANTEE.neighboring_relation,
+        noise=GUARANTEE.noise,
+        sampling='schedule',
+        sampler='StreamSampler',
+        schedule=(
+            'each client at most k times in a stream, b rounds apart (the '
+            '(k, b) participation it was built for)'
+        ),
+    ),
+    legacy_noise_key='buffers',
+)
+
+
 def stream_event(noise_multiplier: float, sensitivity: float):
   """The DpEvent of one stream: one Gaussian of multiplier z / sensitivity."""
   return dp_accounting.GaussianDpEvent(noise_multiplier / sensitivity)
@@ -320,6 +340,10 @@ class BLTFactory(
     """The L2 clip C of each client's update."""
     return self._clip
 
+  def audit_spec(self) -> guarantees.AuditSpec:
+    """Its clip; coordinatewise: a clipped sum plus noise per coordinate."""
+    return guarantees.AuditSpec(clip=self._clip, coordinatewise='central_sum')
+
   @property
   def blt(self) -> blt_lib.BLT:
     return self._blt
@@ -358,34 +382,33 @@ class BLTFactory(
     planned = self._planned
 
     def initial_state():
-      return correlated_noise.with_plan(
-          collections.OrderedDict(
-              buffers=tf.nest.map_structure(
-                  lambda s: tf.zeros([nbuf] + s.shape.as_list(), s.dtype), specs
-              ),
-              nonce=correlated_noise.initial_nonce(fixed),
-              rounds_done=tf.constant(0, tf.int64),
-              force_restart=tf.constant(False),
-              dp_event=charged(tf.constant(1, tf.int32)),
-              is_init_state=tf.constant(True),
-          ),
+      return correlated_noise.stream_state(
+          BLTState,
           planned,
+          noise=tf.nest.map_structure(
+              lambda s: tf.zeros([nbuf] + s.shape.as_list(), s.dtype), specs
+          ),
+          nonce=correlated_noise.initial_nonce(fixed),
+          rounds_done=tf.constant(0, tf.int64),
+          force_restart=tf.constant(False),
+          dp_event=charged(tf.constant(1, tf.int32)),
+          is_init_state=tf.constant(True),
       )
 
     @correlated_noise.refusing_past(planned, 'BLTFactory')
     def add_noise(state, total):
       restart = tf.logical_or(
-          state['force_restart'], tf.equal(state['rounds_done'] % rounds, 0)
+          state.force_restart, tf.equal(state.rounds_done % rounds, 0)
       )
       buffers = tf.nest.map_structure(
-          lambda b: tf.where(restart, tf.zeros_like(b), b), state['buffers']
+          lambda b: tf.where(restart, tf.zeros_like(b), b), state.noise
       )
       nonce, z = correlated_noise.round_noise(
           key,
           fixed,
-          state['nonce'],
-          state['force_restart'],
-          state['rounds_done'],
+          state.nonce,
+          state.force_restart,
+          state.rounds_done,
           total,
       )
       flat_noise, flat_buffers = [], []
@@ -398,18 +421,17 @@ class BLTFactory(
           flat_noise,
           self._z * self._clip,
           float(self._k),
-          state['rounds_done'],
+          state.rounds_done,
       )
-      new_state = correlated_noise.with_plan(
-          collections.OrderedDict(
-              buffers=tf.nest.pack_sequence_as(buffers, flat_buffers),
-              nonce=nonce,
-              rounds_done=state['rounds_done'] + 1,
-              force_restart=tf.constant(False),
-              dp_event=charged(tf.cast(restart, tf.int32)),
-              is_init_state=tf.constant(False),
-          ),
+      new_state = correlated_noise.stream_state(
+          BLTState,
           planned,
+          noise=tf.nest.pack_sequence_as(buffers, flat_buffers),
+          nonce=nonce,
+          rounds_done=state.rounds_done + 1,
+          force_restart=tf.constant(False),
+          dp_event=charged(tf.cast(restart, tf.int32)),
+          is_init_state=tf.constant(False),
       )
       return collections.OrderedDict(
           state=new_state, result=result, measurements=measurements

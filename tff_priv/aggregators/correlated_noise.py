@@ -1,22 +1,168 @@
-"""The server-side correlated-noise process of BLTFactory and BandMFFactory.
+"""The server-side stream of BLTFactory, BandMFFactory and TreeRestartFactory.
 
 Both clip each client's update to C (`clipping.clip_l2`: a non-finite update
 contributes zeros), sum, add sigma x_t (x_t the round's correlated noise, a
 linear function of fresh z_1..z_t ~ N(0, I)), and divide by the public
 `clients_per_round` K. What differs is x_t's generator (BLT's buffers,
-BandMF's window) and the event charged; this module holds the rest.
+BandMF's window) and the event charged; this module holds the rest, and the
+stream state the three factories share (`StreamState`).
 """
 
 import collections
 import secrets
-from typing import Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
+import attr
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv.aggregators import plan as plan_lib
 from tff_priv.mechanisms import clipping
 from tff_priv.mechanisms import gaussian
+
+
+class StreamState(NamedTuple):
+  """The fields of a correlated-noise stream's state, at SERVER.
+
+  Shared by BLT, BandMF and the tree (DP-FTRL): each factory's state class is
+  made of these fields by `stream_state_class`, with its own `accounting`
+  (`guarantees.StateAccounting`).
+
+  Attributes:
+    noise: the generator's own state: BLT's buffers, BandMF's window of past
+      noise, the tree (TFF's tree-aggregation state).
+    nonce: int64 [2], the seed nonce of the stream's noise (`round_noise`).
+    rounds_done: int64, the rounds released.
+    force_restart: bool, restart the stream at the next round
+      (`with_restart_forced`).
+    dp_event: the `to_named_tuple()` form of the event the last round was
+      charged (a placeholder in `initialize()`'s state).
+    is_init_state: True in the state `initialize()` returns.
+    planned_rounds: int64, the rounds a calibrated factory was calibrated for
+      (0: no plan; `plan.check` refuses the round past it).
+  """
+
+  noise: Any
+  nonce: Any
+  rounds_done: Any
+  force_restart: Any
+  dp_event: Any
+  is_init_state: Any
+  planned_rounds: Any
+
+
+def stream_state_class(
+    name: str, module: str, accounting: Any, legacy_noise_key: str
+) -> type:
+  """A factory's state class: `StreamState`'s fields, its own `accounting`.
+
+  A named tuple of its own, not a subclass of `StreamState`: TFF's program
+  state manager restores only plain named tuples (dm-tree reads a subclass of
+  one as another kind of sequence). `legacy_noise_key` is the key `noise` had
+  in the OrderedDict the state was in tff_priv 0.2 (`legacy_form`).
+  """
+  cls = NamedTuple(name, [(field, Any) for field in StreamState._fields])
+  cls.__module__ = module
+  cls.__doc__ = (
+      f'The state of a {accounting.factory} process: the fields of '
+      '`correlated_noise.StreamState`.'
+  )
+  cls.accounting = accounting
+  cls.legacy_noise_key = legacy_noise_key
+  return cls
+
+
+def is_stream_state(value) -> bool:
+  """Whether `value` is the state of a `stream_state_class` class."""
+  cls = type(value)
+  return (
+      getattr(cls, '_fields', None) == StreamState._fields
+      and getattr(cls, 'legacy_noise_key', None) is not None
+  )
+
+
+def _legacy(state) -> collections.OrderedDict:
+  """`state` as the OrderedDict of tff_priv 0.2."""
+  legacy = collections.OrderedDict(
+      (type(state).legacy_noise_key if k == 'noise' else k, v)
+      for k, v in state._asdict().items()
+      if k != 'planned_rounds'
+  )
+  if int(_numpy(state.planned_rounds)) > 0:
+    legacy['planned_rounds'] = state.planned_rounds
+  return legacy
+
+
+def _numpy(value):
+  return value.numpy() if hasattr(value, 'numpy') else value
+
+
+def legacy_form(structure):
+  """`structure` with every stream state in it as its tff_priv 0.2 dict."""
+  if is_stream_state(structure):
+    return _legacy(structure)
+  return _map_children(legacy_form, structure)
+
+
+def from_legacy_form(template, loaded):
+  """`loaded` (read with `legacy_form(template)`) with `template`'s states.
+
+  Where `template` has a stream state, `loaded` has its legacy dict: it
+  becomes that state's class again (no plan: `planned_rounds` 0).
+  """
+  if is_stream_state(template):
+    cls = type(template)
+    fields = dict(loaded)
+    fields['noise'] = fields.pop(cls.legacy_noise_key)
+    fields.setdefault('planned_rounds', 0)
+    return cls(**fields)
+  return _map_children(from_legacy_form, template, loaded)
+
+
+_ALONE = object()
+
+
+def _map_children(fn, node, other=_ALONE):
+  """`node` with `fn(child)` (or `fn(child, other's child)`) for each child.
+
+  Over the containers TFF states are made of (named tuples, attrs classes,
+  dicts, lists and tuples), children matched by field, key or index; any
+  other node is returned as it is (`other` when given).
+  """
+
+  def child(get):
+    return fn(get(node)) if other is _ALONE else fn(get(node), get(other))
+
+  def item(key):
+    return child(lambda tree: tree[key])
+
+  if hasattr(node, '_fields'):
+    return type(node)(*[item(i) for i in range(len(node))])
+  if attr.has(type(node)):
+    return attr.evolve(
+        node,
+        **{
+            a.alias: child(lambda tree, name=a.name: getattr(tree, name))
+            for a in attr.fields(type(node))
+            if a.init
+        },
+    )
+  if isinstance(node, dict):
+    return type(node)((k, item(k)) for k in node)
+  if isinstance(node, (list, tuple)):
+    return type(node)(item(i) for i in range(len(node)))
+  return node if other is _ALONE else other
+
+
+def stream_state(
+    cls: type,
+    planned_rounds: Optional[int],
+    **fields,
+) -> StreamState:
+  """A `cls` state of `fields` with its plan (TF, or federated values)."""
+  return cls(
+      planned_rounds=tf.constant(planned_rounds or 0, tf.int64), **fields
+  )
 
 
 def new_key(noise_seed: Optional[int]) -> int:
@@ -132,13 +278,6 @@ def stream_process(
   return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-def with_plan(state, planned_rounds: Optional[int]):
-  """`state` (an OrderedDict) with `planned_rounds` if there is a plan (TF)."""
-  if planned_rounds is not None:
-    state['planned_rounds'] = tf.constant(planned_rounds, tf.int64)
-  return state
-
-
 def refusing_past(planned_rounds: Optional[int], name: str):
   """Decorates `add_noise(state, total)` to refuse the round past the plan.
 
@@ -152,7 +291,7 @@ def refusing_past(planned_rounds: Optional[int], name: str):
 
     def checked(state, total):
       with tf.control_dependencies(
-          [plan_lib.check(state['rounds_done'], planned_rounds, name)]
+          [plan_lib.check(state.rounds_done, planned_rounds, name)]
       ):
         total = tf.nest.map_structure(tf.identity, total)
       return add_noise(state, total)
@@ -168,6 +307,4 @@ def with_restart_forced(aggregator_state):
   Its generator is zeroed and charged anew at that round: for a loop that
   runs rounds again.
   """
-  state = collections.OrderedDict(aggregator_state)
-  state['force_restart'] = True
-  return state
+  return aggregator_state._replace(force_restart=True)

@@ -260,6 +260,10 @@ class DistortionFactory(
   def clip(self) -> Optional[float]:
     return self._clip
 
+  def audit_spec(self) -> guarantees.AuditSpec:
+    """Its public clip (one trial per call)."""
+    return guarantees.AuditSpec(clip=self._clip)
+
   @property
   def guarantee(self) -> guarantees.Guarantee:
     """Whom the round's `dp_event` protects (one client, replace-one)."""

@@ -8,7 +8,6 @@ client-level DP under the zero-out relation when every client takes part at
 most once per tree, against an analyst who sees the released models only.
 """
 
-import collections
 import math
 import secrets
 from typing import Optional
@@ -36,6 +35,23 @@ GUARANTEE = guarantees.Guarantee(
         'client-level DP of each tree (each client at most once per tree), '
         'its update replaced by zero; the server sees the clipped updates'
     ),
+)
+
+
+# A TreeRestartFactory process's state; its `noise` holds the tree (the state
+# of TFF's tree-aggregation factory).
+TreeState = correlated_noise.stream_state_class(
+    'TreeState',
+    __name__,
+    accounting=guarantees.StateAccounting(
+        factory='TreeRestartFactory',
+        relation=GUARANTEE.neighboring_relation,
+        noise=GUARANTEE.noise,
+        sampling='schedule',
+        sampler='StreamSampler',
+        schedule='each client at most once per tree',
+    ),
+    legacy_noise_key='tree',
 )
 
 
@@ -198,6 +214,10 @@ class TreeRestartFactory(
     """The L2 clip C of each client's update."""
     return self._clip
 
+  def audit_spec(self) -> guarantees.AuditSpec:
+    """Its public clip (one trial per call)."""
+    return guarantees.AuditSpec(clip=self._clip)
+
   def create(self, value_type):
     specs = tf.nest.map_structure(
         lambda t: tf.TensorSpec(t.shape, t.dtype),
@@ -241,7 +261,7 @@ class TreeRestartFactory(
       fresh = tff.federated_map(
           reseed, (inner.initialize(), state.rounds_done, nonce)
       )
-      tree = tff.federated_map(pick, (restart, fresh, state.tree))
+      tree = tff.federated_map(pick, (restart, fresh, state.noise))
       output = inner.next(tree, tff.federated_map(finite, value))
       return tff.templates.MeasuredProcessOutput(
           state=tff.federated_map(
@@ -272,22 +292,17 @@ def _init_computation(inner, new_nonce, event, planned):
 
   @tff.federated_computation()
   def init_fn():
-    plan_field = (
-        {}
-        if planned is None
-        else {
-            'planned_rounds': tff.federated_value(np.int64(planned), tff.SERVER)
-        }
-    )
     return tff.federated_zip(
-        collections.OrderedDict(
-            tree=inner.initialize(),
+        TreeState(
+            noise=inner.initialize(),
             nonce=tff.federated_eval(new_nonce, tff.SERVER),
             rounds_done=tff.federated_value(np.int64(0), tff.SERVER),
             force_restart=tff.federated_value(False, tff.SERVER),
             dp_event=tff.federated_eval(placeholder_dp_event, tff.SERVER),
             is_init_state=tff.federated_value(True, tff.SERVER),
-            **plan_field,
+            planned_rounds=tff.federated_value(
+                np.int64(planned or 0), tff.SERVER
+            ),
         )
     )
 
@@ -315,18 +330,15 @@ def _round_computations(rounds, tree_type, event, planned, value_type):
           [plan_lib.check(rounds_done, planned, 'TreeRestartFactory')]
       ):
         rounds_done = tf.identity(rounds_done)
-    return collections.OrderedDict(
-        tree=tree,
+    return correlated_noise.stream_state(
+        TreeState,
+        planned,
+        noise=tree,
         nonce=nonce,
         rounds_done=rounds_done + 1,
         force_restart=tf.constant(False),
         dp_event=_charged(event, tf.cast(restart, tf.int32)),
         is_init_state=tf.constant(False),
-        **(
-            {}
-            if planned is None
-            else {'planned_rounds': tf.constant(planned, tf.int64)}
-        ),
     )
 
   @tff.tensorflow.computation(value_type)

@@ -286,6 +286,11 @@ class LDPState(NamedTuple):
   dp_event: Any
   is_init_state: Any
 
+  # Replace-one: each value's two-point report is eps-LDP on the client.
+  accounting = guarantees.StateAccounting(
+      factory='LDPEncodeFactory', relation='replace_one', noise='local'
+  )
+
 
 class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
   """Mean of the clients' values, each scalar encoded with eps-LDP (LDP-FL).
@@ -451,6 +456,21 @@ class LDPEncodeFactory(tff.aggregators.UnweightedAggregationFactory):
   @property
   def range_mode(self) -> str:
     return self._range_mode
+
+  def audit_spec(self) -> guarantees.AuditSpec:
+    """A fixed range: coordinatewise, each value encoded on its own.
+
+    Its `value_range` is the range of a factory of one center and radius.
+    """
+    if self._range_mode != 'fixed':
+      return guarantees.AuditSpec()
+    value_range = None
+    center, radius = np.ravel(self._center), np.ravel(self._radius)
+    if center.size == 1 and radius.size == 1:
+      value_range = (float(center[0]), float(radius[0]))
+    return guarantees.AuditSpec(
+        coordinatewise='single_client', value_range=value_range
+    )
 
   @property
   def range_release_is_private(self) -> bool:

@@ -75,6 +75,14 @@ class RandKState(NamedTuple):
   dp_event: Any
   is_init_state: Any
 
+  # Its guarantee says 'central' without a secure sum; 'secure_sum' admits
+  # less (no TFF wrapper's noised norm around either).
+  accounting = guarantees.StateAccounting(
+      factory='SparsifiedSecureSumFactory',
+      relation='add_or_remove_one',
+      noise='secure_sum',
+  )
+
 
 class TopKState(NamedTuple):
   """Server state with mask='top_k'.
@@ -93,6 +101,14 @@ class TopKState(NamedTuple):
   sum_state: Any
   dp_event: Any
   is_init_state: Any
+
+  # Its guarantee says 'central' without a secure sum; 'secure_sum' admits
+  # less (no TFF wrapper's noised norm around either).
+  accounting = guarantees.StateAccounting(
+      factory='SparsifiedSecureSumFactory',
+      relation='add_or_remove_one',
+      noise='secure_sum',
+  )
 
 
 def _with_top_k_mask(state: TopKState, indices: Any) -> TopKState:
@@ -354,6 +370,10 @@ class SparsifiedSecureSumFactory(
   def clip(self) -> float:
     """C, the L2 sensitivity of the sum to one client."""
     return self._clip
+
+  def audit_spec(self) -> guarantees.AuditSpec:
+    """Its public clip (one trial per call)."""
+    return guarantees.AuditSpec(clip=self._clip)
 
   @property
   def expected_clients_per_round(self) -> float:

@@ -71,6 +71,11 @@ class ClientNoiseState(NamedTuple):
   dp_event: Any
   is_init_state: Any
 
+  # Replace-one: each client's upload carries its own Gaussian noise.
+  accounting = guarantees.StateAccounting(
+      factory='ClientNoiseFactory', relation='replace_one', noise='local'
+  )
+
 
 class NoiseSource(abc.ABC):
   """Where a round's client noise std comes from (pure TF pieces).
@@ -181,6 +186,19 @@ class _ClientNoise:
   def guarantee(self) -> guarantees.Guarantee:
     """Whom the round's `dp_event` protects (`guarantees.Guarantee`)."""
     return self._guarantee
+
+  def audit_spec(self) -> guarantees.AuditSpec:
+    """Its clip; one client's upload noised per coordinate without a clip.
+
+    Coordinatewise only for a fixed or scheduled sigma (not a function of
+    the dimension) and no clip (nothing couples the coordinates).
+    """
+    coordinatewise = None
+    if self._clip is None and isinstance(
+        self._source, (FixedNoise, ScheduledNoise)
+    ):
+      coordinatewise = 'single_client'
+    return guarantees.AuditSpec(clip=self._clip, coordinatewise=coordinatewise)
 
   def _create(self, value_type, weight_type=None):
     check_value_type(value_type)

@@ -160,33 +160,43 @@ def _tff_gaussian_clip(factory) -> Optional[float]:
   return None
 
 
-def _default_canary(factory, initial_state, dimension, rng):
-  """(canary, replaced value, domain center) worst case for known factories."""
-  # LDP-FL's 'fixed' range: the canary and the client it replaces sit at the
-  # two ends of every coordinate's range [c - r, c + r].
-  center = getattr(initial_state, 'center', None)
-  radius = getattr(initial_state, 'radius', None)
-  if type(factory).__name__ == 'LDPEncodeFactory':
-    if getattr(factory, 'range_mode', None) != 'fixed':
-      raise ValueError(
-          'the default LDP canary needs range_mode="fixed"; pass canary='
-      )
-    c = np.asarray(center, np.float64).ravel()
-    r = np.asarray(radius, np.float64).ravel()
-    if c.size != 1:
-      raise ValueError('the default LDP canary needs one tensor; pass canary=')
-    base = np.full(dimension, c[0])
-    return base + r[0], base - r[0], base
-  clip = getattr(factory, 'clip', None)
-  if not isinstance(clip, (int, float)):
+def audit_spec(factory) -> guarantees.AuditSpec:
+  """What the auditor takes from `factory` (`guarantees.AuditSpec`).
+
+  The factory's own `audit_spec()`; for TFF's `DifferentiallyPrivateFactory`
+  (a Gaussian sum of clipped values, coordinatewise, when its query is
+  `gaussian_fixed`'s) its query's clip; else only a public `clip` attribute.
+  """
+  declared = getattr(factory, 'audit_spec', None)
+  if callable(declared):
+    return declared()
+  if guarantees.guarantee_of(factory) is guarantees.TFF_DP_FACTORY_GUARANTEE:
     clip = _tff_gaussian_clip(factory)
-  if clip is None:
+    return guarantees.AuditSpec(
+        clip=clip, coordinatewise=None if clip is None else 'central_sum'
+    )
+  clip = getattr(factory, 'clip', None)
+  return guarantees.AuditSpec(
+      clip=float(clip) if isinstance(clip, (int, float)) else None
+  )
+
+
+def _default_canary(factory, dimension, rng):
+  """(canary, replaced value, domain center), the worst case for `factory`."""
+  spec = audit_spec(factory)
+  if spec.value_range is not None:
+    # A fixed public range [c - r, c + r]: the canary and the client it
+    # replaces sit at its two ends in every coordinate.
+    c, r = spec.value_range
+    base = np.full(dimension, float(c))
+    return base + float(r), base - float(r), base
+  if spec.clip is None:
     raise ValueError(
         f'no default canary for {type(factory).__name__} (no clip known): '
         "pass canary= (the canary client's value)"
     )
   direction = rng.standard_normal(dimension)
-  canary = clip * direction / np.linalg.norm(direction)
+  canary = spec.clip * direction / np.linalg.norm(direction)
   return canary, -canary, np.zeros(dimension)
 
 
@@ -262,32 +272,20 @@ def _batched_runner(process, batch_size, weighted, fresh_state):
 
 
 def _vector_kind(factory, relation, num_clients, initial_state):
-  """'central_sum', 'single_client' or None (see the comment above)."""
-  if initial_state is not None:
+  """'central_sum', 'single_client' or None (see the comment above).
+
+  The factory's `AuditSpec.coordinatewise`, under the relation of its own
+  guarantee, from a fresh state ('single_client': one client).
+  """
+  guarantee = guarantees.guarantee_of(factory)
+  if initial_state is not None or guarantee is None:
     return None
-  name = type(factory).__name__
-  if (
-      name == 'DifferentiallyPrivateFactory'
-      and _tff_gaussian_clip(factory) is not None
-      and relation == 'add_or_remove_one'
-  ):
-    return 'central_sum'
-  if name == 'BLTFactory' and relation == 'replace_special':
-    return 'central_sum'
-  if name == 'BandMFFactory' and relation == 'add_or_remove_one':
-    return 'central_sum'
-  if num_clients != 1 or relation != 'replace_one':
+  if relation != guarantee.neighboring_relation:
     return None
-  if name == 'ClientNoiseFactory' and getattr(factory, '_clip', 1.0) is None:
-    source = type(getattr(factory, '_source', None)).__name__
-    if source in ('FixedNoise', 'ScheduledNoise'):
-      return 'single_client'
-  if (
-      name == 'LDPEncodeFactory'
-      and getattr(factory, 'range_mode', '') == 'fixed'
-  ):
-    return 'single_client'
-  return None
+  kind = audit_spec(factory).coordinatewise
+  if kind == 'single_client' and num_clients != 1:
+    return None
+  return kind
 
 
 def vectorizable(factory, num_clients: int) -> bool:
@@ -320,7 +318,7 @@ def _vectorized_statistics(
   """
   d = canary.size
   if kind == 'central_sum':
-    clip = _tff_gaussian_clip(factory) or factory.clip
+    clip = audit_spec(factory).clip
     if np.any(center != 0):
       raise ValueError('the vectorised central sum needs the center at 0')
     norm = float(np.linalg.norm(canary))
@@ -480,7 +478,6 @@ def _neighboring_relation(factory, guarantee, neighboring_relation, state):
 
 def _canary_values(
     factory,
-    state,
     dimension,
     rng,
     canary,
@@ -490,19 +487,17 @@ def _canary_values(
   """(canary, replaced value, domain center), each flat float64.
 
   Default canary (`canary=None`, `_default_canary`, which draws its direction
-  from `rng`): for a factory with an L2 clip C (`factory.clip`, or the clip of
-  TFF's `DifferentiallyPrivateFactory.gaussian_fixed`) a value of norm C in a
-  random direction, and the replaced client holds its negation (the two
-  differ by 2C, the replace-one sensitivity); for `LDPEncodeFactory` with a
-  fixed range every coordinate at c + r, the replaced client at c - r. Other
-  factories (e.g. `GaussianUDPFactory`, whose sensitivity is not visible)
-  need `canary=` (the replaced value defaults to its negation, the center to
-  0). `replaced_value` (replace-one only) overrides the replaced value.
+  from `rng`), from the factory's `audit_spec`: for an L2 clip C a value of
+  norm C in a random direction, and the replaced client holds its negation
+  (the two differ by 2C, the replace-one sensitivity); for a fixed public
+  range [c - r, c + r] (`LDPEncodeFactory`'s 'fixed') every coordinate at
+  c + r, the replaced client at c - r. Other factories (e.g.
+  `GaussianUDPFactory`, whose sensitivity is not visible) need `canary=` (the
+  replaced value defaults to its negation, the center to 0). `replaced_value`
+  (replace-one only) overrides the replaced value.
   """
   if canary is None:
-    canary_flat, replaced, center = _default_canary(
-        factory, state, dimension, rng
-    )
+    canary_flat, replaced, center = _default_canary(factory, dimension, rng)
   else:
     canary_flat = np.asarray(canary, np.float64).ravel()
     if canary_flat.size != dimension:
@@ -526,7 +521,6 @@ def _canary_values(
 
 def _client_sets(
     factory,
-    state,
     dimension,
     rng,
     canary,
@@ -544,7 +538,7 @@ def _client_sets(
   the other set (under replace-special, zero-out, the value 0).
   """
   canary, replaced, center = _canary_values(
-      factory, state, dimension, rng, canary, replaced_value, relation
+      factory, dimension, rng, canary, replaced_value, relation
   )
   spread = 0.1 * np.linalg.norm(canary - center) / math.sqrt(dimension)
   others = center + spread * rng.standard_normal((num_clients, dimension))
@@ -972,7 +966,6 @@ def _set_up(
   rng = np.random.default_rng(seed)
   clients = _client_sets(
       factory,
-      state,
       dimension,
       rng,
       canary,

@@ -8,11 +8,12 @@ import os
 import re
 import shutil
 import sys
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_priv.aggregators import correlated_noise
 from tff_priv.program import layout
 
 # `best_test_accuracy` before any evaluation.
@@ -20,6 +21,23 @@ NO_ACCURACY = -1.0
 # The fields a checkpoint of an older version lacks when its run had no
 # canaries (its state then had only the others): still loaded.
 _CANARY_FIELDS = ('canary_seed', 'canary_max_cosines')
+# A checkpoint's format, a leaf of its own: a checkpoint of tff_priv 0.2 (no
+# such leaf; its stream states OrderedDicts, whose leaves are in another
+# order) cannot load into this version's structure by its leaf count alone.
+STATE_FORMAT = 'tff_priv.ProgramState/2'
+
+
+def versioned(structure) -> collections.OrderedDict:
+  """`structure` with its format: what a checkpoint of this version holds."""
+  return collections.OrderedDict(format=STATE_FORMAT, state=structure)
+
+
+def unversioned(loaded) -> Any:
+  """The state of a checkpoint `versioned` wrote; TypeError: another format."""
+  found = text(loaded['format'])
+  if found != STATE_FORMAT:
+    raise TypeError(f'a checkpoint of format {found!r}, not {STATE_FORMAT!r}')
+  return loaded['state']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +82,10 @@ class ProgramState:
   )
 
   def structure(self) -> collections.OrderedDict:
-    """What `IntactStateManager` saves: one shape for every run."""
+    """What `IntactStateManager` saves: one shape for every run, versioned."""
+    return versioned(self._fields())
+
+  def _fields(self) -> collections.OrderedDict:
     return collections.OrderedDict(
         train_state=self.train_state,
         round_num=np.int64(self.round_num),
@@ -79,20 +100,35 @@ class ProgramState:
         canary_max_cosines=np.asarray(self.canary_max_cosines, np.float64),
     )
 
-  def templates(self) -> tuple[collections.OrderedDict, ...]:
-    """The structures a checkpoint may have: this version's, then an older's.
+  def templates(self) -> tuple[Any, ...]:
+    """The structures a checkpoint may have: this version's, then older ones.
 
-    The older version's is without canaries (it lacked the canary part).
+    This version's is `versioned(structure())`; tff_priv 0.2's had no format
+    and its stream states as OrderedDicts (`correlated_noise.legacy_form`),
+    and an older one's lacked the canary part.
     """
-    full = self.structure()
-    legacy = collections.OrderedDict(
-        (k, v) for k, v in full.items() if k not in _CANARY_FIELDS
+    legacy = self._fields()
+    legacy['train_state'] = correlated_noise.legacy_form(self.train_state)
+    no_canary = collections.OrderedDict(
+        (k, v) for k, v in legacy.items() if k not in _CANARY_FIELDS
     )
-    return full, legacy
+    return self.structure(), legacy, no_canary
 
   @classmethod
-  def from_structure(cls, loaded) -> 'ProgramState':
-    """The state a loaded checkpoint holds."""
+  def from_structure(
+      cls, loaded, template: Optional['ProgramState'] = None
+  ) -> 'ProgramState':
+    """The state a checkpoint loaded with `template.templates()` holds.
+
+    A checkpoint of tff_priv 0.2 needs the `template` it was loaded with.
+    """
+    if 'format' in loaded:
+      loaded = unversioned(loaded)
+    elif template is not None:
+      loaded = collections.OrderedDict(loaded)
+      loaded['train_state'] = correlated_noise.from_legacy_form(
+          template.train_state, loaded['train_state']
+      )
     return cls(
         train_state=loaded['train_state'],
         round_num=int(loaded['round_num']),

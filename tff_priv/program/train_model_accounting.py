@@ -27,6 +27,7 @@ from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import wrapped_states
 from tff_priv.aggregators import bandmf
 from tff_priv.aggregators import blt
+from tff_priv.aggregators import correlated_noise
 from tff_priv.aggregators import dp_ftrl
 from tff_priv.learning import client_metrics as client_metrics_lib
 from tff_priv.program import data_sources
@@ -47,48 +48,40 @@ _STREAM_FACTORIES = (
     dp_ftrl.TreeRestartFactory,
     bandmf.BandMFFactory,
 )
-# What each stream factory's event assumes of the draws, and who draws so.
-_SCHEDULES = {
-    'BLTFactory': (
-        'StreamSampler',
-        'the (k, b) participation its event ' 'charges',
-    ),
-    'TreeRestartFactory': (
-        'StreamSampler',
-        'each client at most once per ' 'tree, which its event charges',
-    ),
-    'BandMFFactory': (
-        'BandSampler',
-        'the cyclic Poisson sampling its event ' 'holds',
-    ),
-}
 
 
-def _needs_sampler(stream: str) -> str:
-  sampler, pattern = _SCHEDULES[stream]
+def _needs_sampler(stream: guarantees.StateAccounting) -> str:
   return (
-      f'{stream} needs its clients drawn by {sampler}: train_model draws K of '
-      f'N uniformly each round, which is not {pattern}; give train_model '
+      f'{stream.factory} needs its clients drawn by {stream.sampler}: '
+      'train_model draws K of N uniformly each round, which is not '
+      f'{stream.schedule}; give train_model '
       'train_data_source=ClientArraysSource(clients, batch_size, '
-      f'sampler={sampler}(N, K, ...)) and TrainModelAccounting(..., '
+      f'sampler={stream.sampler}(N, K, ...)) and TrainModelAccounting(..., '
       'aggregator=factory), or use the own loop of examples/own_loop.py'
   )
 
 
-def _stream_factory_of_type(type_spec) -> Optional[str]:
-  """The stream factory whose state a process state's type holds, if any."""
+def _stream_of(state_or_type) -> Optional[guarantees.StateAccounting]:
+  """The accounting of a state (class) that takes no sampling, else None."""
+  declared = guarantees.declared_accounting(state_or_type)
+  if declared is None or declared.takes_sampling:
+    return None
+  return declared
+
+
+def _stream_of_type(type_spec) -> Optional[guarantees.StateAccounting]:
+  """The accounting of the stream state a process state's type holds."""
   if isinstance(type_spec, tff.FederatedType):
     type_spec = type_spec.member
   if not isinstance(type_spec, tff.StructType):
     return None
-  items = list(tff.structure.iter_elements(type_spec))
-  names = [name for name, _ in items]
-  if all(names):
-    found = guarantees.stream_factory_of_state(dict.fromkeys(names))
+  container = getattr(type_spec, 'python_container', None)
+  if container is not None:
+    found = _stream_of(container)
     if found is not None:
       return found
-  for _, member in items:
-    found = _stream_factory_of_type(member)
+  for _, member in tff.structure.iter_elements(type_spec):
+    found = _stream_of_type(member)
     if found is not None:
       return found
   return None
@@ -249,7 +242,7 @@ class SerialFileProgramStateManager(tff.program.FileProgramStateManager):
       try:
         asyncio.run(
             tff.program.FileProgramStateManager.save(
-                self, program_state, version
+                self, state_lib.versioned(program_state), version
             )
         )
       except BaseException as e:  # pylint: disable=broad-except
@@ -268,6 +261,22 @@ class SerialFileProgramStateManager(tff.program.FileProgramStateManager):
   async def load_latest(self, structure):
     state_lib.remove_temporary_states(self._root_dir)
     return await super().load_latest(structure)
+
+  async def load(self, version: int, structure):
+    """The state `save` wrote (`state.versioned`), or one of tff_priv 0.2's.
+
+    tff_priv 0.2 saved no format and its stream states as OrderedDicts
+    (`correlated_noise.legacy_form`): such a checkpoint has fewer leaves and
+    loads into that form, converted back.
+    """
+    try:
+      loaded = await super().load(version, state_lib.versioned(structure))
+    except (ValueError, TypeError):
+      legacy = await super().load(
+          version, correlated_noise.legacy_form(structure)
+      )
+      return correlated_noise.from_legacy_form(structure, legacy)
+    return state_lib.unversioned(loaded)
 
 
 async def _done() -> None:
@@ -699,7 +708,7 @@ class TrainModelAccounting:
     """Refuses (before round 1) a stream factory not drawn by its sampler."""
     sampler = getattr(args['train_data_source'], 'sampler', None)
     try:
-      stream = _stream_factory_of_type(
+      stream = _stream_of_type(
           args['train_process'].initialize.type_signature.result
       )
     except AttributeError:
@@ -713,26 +722,28 @@ class TrainModelAccounting:
           args['program_state_manager'], SerialFileProgramStateManager
       ):
         error = (
-            f"{stream}'s rounds must not be released twice in one stream: "
-            'give train_model program_state_manager='
+            f"{stream.factory}'s rounds must not be released twice in one "
+            'stream: give train_model program_state_manager='
             'accounting.program_state_manager(), which saves each round '
             'before its release'
         )
     if error is not None:
       raise ValueError(error)
 
-  def _sampler_error(self, sampler, stream: Optional[str]) -> Optional[str]:
+  def _sampler_error(
+      self, sampler, stream: Optional[guarantees.StateAccounting]
+  ) -> Optional[str]:
     """Why the rounds drawn by `sampler` cannot be charged, or None."""
     if stream is None:
       return (
           f'the data source draws by {type(sampler).__name__}, which only '
-          'BLTFactory, TreeRestartFactory and BandMFFactory are charged '
-          'for; this aggregator is charged under uniform sampling of K of '
-          'N: give ClientArraysSource no sampler'
+          'a stream factory (BLT, the tree, BandMF) is charged for; this '
+          'aggregator is charged under uniform sampling of K of N: give '
+          'ClientArraysSource no sampler'
       )
-    if type(self._aggregator).__name__ != stream:
+    if type(self._aggregator).__name__ != stream.factory:
       return (
-          f"the process's aggregator is a {stream}: pass it as "
+          f"the process's aggregator is a {stream.factory}: pass it as "
           'TrainModelAccounting(..., aggregator=factory), whose stream the '
           'sampler is checked against'
       )
@@ -836,7 +847,7 @@ class TrainModelAccounting:
     state's round, and no later round was charged before.
     """
     inner = wrapped_states.unwrap(aggregator)[0]
-    stream = guarantees.stream_factory_of_state(inner)
+    stream = _stream_of(inner)
     iterator = (
         None
         if self._frame is None
@@ -847,16 +858,16 @@ class TrainModelAccounting:
       return None
     if stream is not None and self._frame is None:
       raise ValueError(
-          f"{stream}'s rounds are charged through accounting.run("
+          f"{stream.factory}'s rounds are charged through accounting.run("
           'train_model(...)), which checks the schedule its data source '
-          f'draws by ({_SCHEDULES[stream][0]})'
+          f'draws by ({stream.sampler})'
       )
     if stream is not None and sampler is None:
       raise ValueError(_needs_sampler(stream))
     error = self._sampler_error(sampler, stream)
     if error is not None:
       raise ValueError(error)
-    drawn, done = iterator.rounds_drawn, int(inner['rounds_done'])
+    drawn, done = iterator.rounds_drawn, int(inner.rounds_done)
     if drawn != done:
       raise ValueError(
           f'the aggregator state is at round {done} but the data source drew '
@@ -876,8 +887,8 @@ class TrainModelAccounting:
     if not _same_event(charged.event, expected):
       raise ValueError(
           f'the state charges {charged.event}, not the event of the '
-          f'{stream} given as aggregator ({expected}): pass the factory the '
-          'process was built with'
+          f'{stream.factory} given as aggregator ({expected}): pass the '
+          'factory the process was built with'
       )
     return drawn
 

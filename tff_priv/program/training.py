@@ -563,7 +563,7 @@ class _Run:
         *self.state.templates()
     )
     if loaded is not None:
-      loaded = state_lib.ProgramState.from_structure(loaded)
+      loaded = state_lib.ProgramState.from_structure(loaded, self.state)
       # The ledger file holds at least the checkpoint's charges, or it is
       # not this run's latest: refused either way (a new model too).
       self._check_ledger_file(loaded, version, written_privacy)
