@@ -470,7 +470,7 @@ class StreamsInTrainModelTest(tf.test.TestCase):
         ValueError,
         r'^BLTFactory needs its clients drawn by StreamSampler: '
         r'train_model draws K of N uniformly each round, which is not the '
-        r'\(k, b\) participation its event charges; [^\n]*own_loop.py$',
+        r'\(k, b\) participation it was built for [^\n]*own_loop.py$',
     ):
       uniform.run(
           _stream_program(factory, uniform, array_clients.source(_N), 5)

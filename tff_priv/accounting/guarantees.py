@@ -139,6 +139,8 @@ class AuditSpec:
   def __post_init__(self):
     if self.coordinatewise is not None:
       validation.one_of('coordinatewise', self.coordinatewise, COORDINATEWISE)
+    if self.coordinatewise == 'central_sum' and self.clip is None:
+      raise ValueError("coordinatewise='central_sum' needs the clip")
 
 
 # TFF's DifferentiallyPrivateFactory: the server clips and noises the sum of
@@ -173,13 +175,15 @@ class StateAccounting:
   `extract_dp_event`) carries one as its class attribute `accounting`, and
   the ledger, the auditor and the training loops read it from the state. None
   of them knows a factory by name: a factory of the user's own is charged as
-  tff_priv's are. Its measurements must be public (functions of its
-  arguments and the round), as tff_priv's are, checked on neighbouring
-  inputs. TFF's `DifferentiallyPrivateFactory`, whose state class cannot
-  declare itself, is read as `TFF_DP_STATE_ACCOUNTING`.
+  tff_priv's are. A state that declares one has every measurement of its
+  factory released as public (`factory_kind_of_state` 'tff_priv'): they must
+  be functions of its arguments and the round, as tff_priv's are (checked on
+  neighbouring inputs). TFF's `DifferentiallyPrivateFactory`, whose state
+  class cannot declare itself, is read as `TFF_DP_STATE_ACCOUNTING`.
 
   Attributes:
-    factory: the factory's name, for messages.
+    factory: the factory's class name (messages name it, and
+      `TrainModelAccounting` checks its `aggregator=` against it).
     relation: the neighbouring relation the state's events hold under (the
       factory's `guarantee.neighboring_relation`).
     noise: where the noise is added ('local', 'secure_sum', 'central'; the

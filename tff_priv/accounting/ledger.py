@@ -143,10 +143,11 @@ class PrivacyLedger:
       population: N, for fixed-size sampling of `sample_size` of N clients.
       sample_size: K, for fixed-size sampling.
       neighboring_relation: the relation the state's event holds under
-        (`factory.guarantee.neighboring_relation`); None: known from the
-        state of tff_priv's factories and TFF's DP factory, also inside
-        TFF's zeroing and clipping wrappers with a public (or noised,
-        then charged) norm.
+        (`factory.guarantee.neighboring_relation`); None: read from the
+        state (`guarantees.StateAccounting`, which tff_priv's states and
+        TFF's DP factory's have), also inside TFF's zeroing and clipping
+        wrappers with a public norm (or a noised one, charged, around a
+        central add-or-remove-one state: TFF's DP factory's).
 
     Returns:
       The event recorded.
@@ -156,8 +157,8 @@ class PrivacyLedger:
         (`guarantees.past_plan`); Poisson sampling of an event that holds
         under replace-one
         (noise added on each client: sample K of N instead); any sampling
-        of a BLT or tree stream (no amplification is claimed) or of a BandMF
-        state (its event holds its sampling); a TFF
+        of a state whose event holds a schedule (BLT, the tree: no
+        amplification is claimed) or its own sampling (BandMF); a TFF
         wrapper that tracks its norm without noise
         (`wrapped_states.UnnoisedWrapperError`, also for debug measurements
         in an output's metrics); an explicit

@@ -195,7 +195,7 @@ class BandMFFactory(
   sigma = noise_multiplier x clip, z_t ~ N(0, I) fresh, C the b-banded Toeplitz
   strategy (unit column norm), and divides by the public `clients_per_round`
   K. (C^{-1} z)_t comes from the last b - 1 outputs, kept in the state's
-  `window`.
+  `noise` (its window).
 
   Event and schedule. The clients must be drawn as the theorem assumes:
   `tff_priv.program.BandSampler` (a secret partition into b groups, round t

@@ -51,8 +51,8 @@ BLTState = correlated_noise.stream_state_class(
         sampling='schedule',
         sampler='StreamSampler',
         schedule=(
-            'each client at most k times in a stream, b rounds apart (the '
-            '(k, b) participation it was built for)'
+            'the (k, b) participation it was built for (each client at most '
+            'k times in a stream, b rounds apart)'
         ),
     ),
     legacy_noise_key='buffers',

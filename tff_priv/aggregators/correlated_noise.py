@@ -1,11 +1,11 @@
 """The server-side stream of BLTFactory, BandMFFactory and TreeRestartFactory.
 
-Both clip each client's update to C (`clipping.clip_l2`: a non-finite update
-contributes zeros), sum, add sigma x_t (x_t the round's correlated noise, a
-linear function of fresh z_1..z_t ~ N(0, I)), and divide by the public
-`clients_per_round` K. What differs is x_t's generator (BLT's buffers,
-BandMF's window) and the event charged; this module holds the rest, and the
-stream state the three factories share (`StreamState`).
+BLT and BandMF clip each client's update to C (`clipping.clip_l2`: a
+non-finite update contributes zeros), sum, add sigma x_t (x_t the round's
+correlated noise, a linear function of fresh z_1..z_t ~ N(0, I)), and divide by
+the public `clients_per_round` K. What differs is x_t's generator (BLT's
+buffers, BandMF's window) and the event charged; this module holds the rest,
+and the layout of the stream state the three factories share (`StreamState`).
 """
 
 import collections
@@ -13,6 +13,7 @@ import secrets
 from typing import Any, Callable, NamedTuple, Optional
 
 import attr
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -114,7 +115,7 @@ def from_legacy_form(template, loaded):
     cls = type(template)
     fields = dict(loaded)
     fields['noise'] = fields.pop(cls.legacy_noise_key)
-    fields.setdefault('planned_rounds', 0)
+    fields.setdefault('planned_rounds', np.int64(0))
     return cls(**fields)
   return _map_children(from_legacy_form, template, loaded)
 
@@ -158,7 +159,7 @@ def stream_state(
     cls: type,
     planned_rounds: Optional[int],
     **fields,
-) -> StreamState:
+) -> tuple:
   """A `cls` state of `fields` with its plan (TF, or federated values)."""
   return cls(
       planned_rounds=tf.constant(planned_rounds or 0, tf.int64), **fields

@@ -245,8 +245,9 @@ def _batched_runner(process, batch_size, weighted, fresh_state):
 # drawn independently for each coordinate, and no clip binds. Then a call on B
 # blocks of d values, each client holding its trial value in every block, draws
 # B independent releases of the d-value factory: block b of the release has
-# exactly the distribution of one unbatched release. Two kinds are known to be
-# coordinatewise (and `_vector_kind` finds them):
+# exactly the distribution of one unbatched release. A factory says which of
+# two kinds it is (`AuditSpec.coordinatewise`, read by `_vector_kind`); these
+# declare one:
 #   'central_sum': TFF's DifferentiallyPrivateFactory.gaussian_fixed: each
 #     client clipped to C, summed, N(0, (zC)^2) added to each coordinate of the
 #     sum, divided by the FIXED clients_per_round. Add-or-remove-one. One
@@ -275,7 +276,7 @@ def _vector_kind(factory, relation, num_clients, initial_state):
   """'central_sum', 'single_client' or None (see the comment above).
 
   The factory's `AuditSpec.coordinatewise`, under the relation of its own
-  guarantee, from a fresh state ('single_client': one client).
+  guarantee, from a fresh state ('single_client': one client, replace-one).
   """
   guarantee = guarantees.guarantee_of(factory)
   if initial_state is not None or guarantee is None:
@@ -283,7 +284,9 @@ def _vector_kind(factory, relation, num_clients, initial_state):
   if relation != guarantee.neighboring_relation:
     return None
   kind = audit_spec(factory).coordinatewise
-  if kind == 'single_client' and num_clients != 1:
+  if kind == 'single_client' and (
+      num_clients != 1 or relation != 'replace_one'
+  ):
     return None
   return kind
 

@@ -21,9 +21,11 @@ NO_ACCURACY = -1.0
 # The fields a checkpoint of an older version lacks when its run had no
 # canaries (its state then had only the others): still loaded.
 _CANARY_FIELDS = ('canary_seed', 'canary_max_cosines')
-# A checkpoint's format, a leaf of its own: a checkpoint of tff_priv 0.2 (no
-# such leaf; its stream states OrderedDicts, whose leaves are in another
-# order) cannot load into this version's structure by its leaf count alone.
+# A checkpoint's format, a leaf of its own. A checkpoint of tff_priv 0.2 has
+# no such leaf and its stream states are OrderedDicts (their leaves in another
+# order): TFF's load already refuses it for this version's structure (its
+# structure check compares dict keys and named tuples' fields), and the format
+# leaf makes sure of it whatever the leaf counts.
 STATE_FORMAT = 'tff_priv.ProgramState/2'
 
 
@@ -124,7 +126,12 @@ class ProgramState:
     """
     if 'format' in loaded:
       loaded = unversioned(loaded)
-    elif template is not None:
+    else:
+      if template is None:
+        raise ValueError(
+            'a checkpoint without a format (tff_priv 0.2) needs the template '
+            'it was loaded with: from_structure(loaded, template)'
+        )
       loaded = collections.OrderedDict(loaded)
       loaded['train_state'] = correlated_noise.from_legacy_form(
           template.train_state, loaded['train_state']

@@ -266,15 +266,19 @@ class SerialFileProgramStateManager(tff.program.FileProgramStateManager):
     """The state `save` wrote (`state.versioned`), or one of tff_priv 0.2's.
 
     tff_priv 0.2 saved no format and its stream states as OrderedDicts
-    (`correlated_noise.legacy_form`): such a checkpoint has fewer leaves and
-    loads into that form, converted back.
+    (`correlated_noise.legacy_form`): such a checkpoint does not load into
+    this version's structure, and loads into that form, converted back. A
+    checkpoint that loads into neither fails with this version's error.
     """
     try:
       loaded = await super().load(version, state_lib.versioned(structure))
-    except (ValueError, TypeError):
-      legacy = await super().load(
-          version, correlated_noise.legacy_form(structure)
-      )
+    except (ValueError, TypeError) as error:
+      try:
+        legacy = await super().load(
+            version, correlated_noise.legacy_form(structure)
+        )
+      except (ValueError, TypeError):
+        raise error from None
       return correlated_noise.from_legacy_form(structure, legacy)
     return state_lib.unversioned(loaded)
 
