@@ -188,17 +188,19 @@ class _ClientNoise:
     return self._guarantee
 
   def audit_spec(self) -> guarantees.AuditSpec:
-    """Its clip; one client's upload noised per coordinate without a clip.
+    """One client's upload noised per coordinate; no clip for the canary.
 
     Coordinatewise only for a fixed or scheduled sigma (not a function of
-    the dimension) and no clip (nothing couples the coordinates).
+    the dimension) and no clip (nothing couples the coordinates). No clip is
+    given for the default canary: the event's sensitivity (an example's, for
+    `GaussianUDPFactory`) is not the clip, so an audit passes `canary=`.
     """
     coordinatewise = None
     if self._clip is None and isinstance(
         self._source, (FixedNoise, ScheduledNoise)
     ):
       coordinatewise = 'single_client'
-    return guarantees.AuditSpec(clip=self._clip, coordinatewise=coordinatewise)
+    return guarantees.AuditSpec(coordinatewise=coordinatewise)
 
   def _create(self, value_type, weight_type=None):
     check_value_type(value_type)
