@@ -21,6 +21,7 @@ from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import udp as udp_aggregators
 from tff_priv.learning import udp as udp_learning
 from tff_priv.program import layout
+from tff_priv.program import session as session_lib
 from tff_priv.program import training
 from tff_priv.program.registry import udp as udp_mechanism
 
@@ -451,7 +452,7 @@ class ResumeTest(_RootTestCase):
     # a limit of 1.3x (the program's is 4x).
     training.run_until(config, root, 3, checkpoint_every=100, progress=False)
     with (
-        mock.patch.object(training, 'MAX_NOISE_INCREASE', 1.3),
+        mock.patch.object(session_lib, 'MAX_NOISE_INCREASE', 1.3),
         self.assertRaisesRegex(
             training.ConfigError,
             r'cannot cover the 4 rounds left: noise multiplier .* the planned',

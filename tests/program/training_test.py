@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import tempfile
-import types
 from unittest import mock
 
 from absl.testing import parameterized
@@ -23,6 +22,7 @@ from tff_priv.program import layout
 from tff_priv.program import registry
 from tff_priv.program import releases as releases_lib
 from tff_priv.program import sampling as sampling_lib
+from tff_priv.program import setup as setup_lib
 from tff_priv.program import training
 from tff_priv.program.registry import base
 from tff_priv.program.registry import ldp
@@ -202,49 +202,6 @@ class ClientMetricsRefusalTest(parameterized.TestCase):
 
   def test_dp_fedavg_takes_them(self):
     _config(mechanism='dp_fedavg', client_metrics='dp').validate()
-
-
-class SameStreamTest(tf.test.TestCase):
-
-  def test_a_stream_matches_to_1e9_relative_and_in_every_other_value(self):
-    recorded = {'bands': 2, 'coefs': [0.8, 0.6]}
-    self.assertTrue(
-        training._same_stream(
-            recorded, {'bands': 2, 'coefs': [0.8 * (1 + 1e-12), 0.6]}
-        )
-    )
-    for built in (
-        {'bands': 2, 'coefs': [0.8, 0.6 * (1 + 1e-6)]},
-        {'bands': 3, 'coefs': [0.8, 0.6]},
-        {'bands': 2, 'coefs': [0.8, 0.6, 0.0]},
-        {'bands': 2},
-        None,
-    ):
-      self.assertFalse(training._same_stream(recorded, built), built)
-
-
-class StreamChangedTest(tf.test.TestCase):
-
-  def _changed(self, built, ledger, checkpointed):
-    run = types.SimpleNamespace(
-        root='/run',
-        mechanism=types.SimpleNamespace(name='bandmf', stream=built),
-    )
-    return training._Run._stream_changed(run, ledger, checkpointed)
-
-  def test_both_the_ledger_and_the_checkpoint_must_have_run_this_stream(self):
-    a, b = {'bands': 2, 'coefs': [0.8, 0.6]}, {'bands': 2, 'coefs': [1.0, 0.0]}
-    session = lambda stream: {'start_round': 0, 'stream': stream}
-    self.assertFalse(self._changed(a, [session(a)], [session(a)]))
-    # A later session charged a round of stream a it never checkpointed;
-    # the checkpoint holds b's state.
-    self.assertTrue(self._changed(a, [session(b), session(a)], [session(b)]))
-    self.assertTrue(self._changed(a, [session(b)], [session(a)]))
-    # An older version recorded no stream: restarted, charged.
-    self.assertTrue(self._changed(a, [{'start_round': 0}], [session(a)]))
-    self.assertTrue(self._changed(a, [session(a)], []))
-    # No stream to continue.
-    self.assertFalse(self._changed(None, [{'start_round': 0}], []))
 
 
 class _TempDirTestCase(tf.test.TestCase):
@@ -719,8 +676,8 @@ class HoldoutValidationTest(tf.test.TestCase):
         params=dict(epsilon=8.0, crd_beta=0.5),
     )
     config.validate()
-    setup = training._setup(config, cache_dir=None)
-    x, y = training._test_arrays(setup.task, config)
+    setup = setup_lib.build(config, cache_dir=None)
+    x, y = setup_lib.test_arrays(setup.task, config)
     half = len(y) // 2
     val_x, val_y = setup.context.validation_data()
     self.assertAllEqual(val_x, x[:half])

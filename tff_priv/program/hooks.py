@@ -194,3 +194,58 @@ class CanaryExamples(RunHook):
         delta,
         accounted_epsilon,
     )
+
+
+def of_run(config, setup, mechanism, state) -> list[RunHook]:
+  """A session's hooks: evaluation, and the canary audit of `audit_canaries`.
+
+  Args:
+    config: the run's `RunConfig`.
+    setup: the run's `setup.Setup`.
+    mechanism: the session's built mechanism.
+    state: the `ProgramState` the session starts from (its canary seed and
+      cosines so far).
+
+  Returns:
+    The hooks, in the order the loop calls them.
+  """
+  hooks = [Evaluation(setup.task.model_fn, setup.test_data, config.eval_every)]
+  n, datasets = config.audit_canaries, setup.task.datasets
+  if setup.canary_kind == 'examples':
+    # Record-level: canary examples in the clients' data (Steinke et al.).
+    shape, num_classes, dtype = canary_examples_lib.model_shape(
+        setup.task.model_fn
+    )
+    examples = canary_examples_lib.CanaryExamples(
+        state.canary_seed, n, len(setup.client_ids), shape, num_classes, dtype
+    )
+    hooks.append(
+        CanaryExamples(examples, setup.task.model_fn, config.batch_size)
+    )
+  if setup.canary_kind != 'clients':
+    return hooks
+  # Inserted canaries join each round at the real clients' rate q = K / N
+  # (Andrew et al.'s code samples them with the real clients); under epoch
+  # sampling once per epoch, as a real client (DP-FTRL's trees and BLT's
+  # streams hold for clients at most once per epoch).
+  sampling = setup.sampling
+  epoch = sampling.rounds_per_epoch if sampling.kind == 'epoch' else None
+  hooks.append(
+      CanaryClients(
+          canaries_lib.Canaries(
+              state.canary_seed,
+              n,
+              mechanism.num_parameters,
+              sampling.rate,
+              rounds_per_epoch=epoch,
+          ),
+          mechanism,
+          lambda: datasets.train_preprocess_fn(
+              datasets.train_data.create_tf_dataset_for_client(
+                  setup.client_ids[0]
+              )
+          ),
+          state.canary_max_cosines,
+      )
+  )
+  return hooks
