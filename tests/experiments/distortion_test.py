@@ -65,7 +65,7 @@ class RunConfigsTest(tf.test.TestCase):
     for name, config in distortion.run_configs(_SMALL).items():
       valid = config.validate()  # The training program accepts it.
       self.assertEqual(config.mechanism, 'distortion')
-      self.assertEqual(distortion_mechanism.DEFINITION.sampling, 'fixed')
+      self.assertEqual(distortion_mechanism.Config.SAMPLING, 'fixed')
       self.assertEqual(config.clients_per_round, 4)  # Everyone, every round.
       self.assertEqual(config.seed, 3)  # One split, one initial model.
       self.assertEqual(

@@ -1,4 +1,4 @@
-"""Tests for registry.dp_fedavg: adaptive clipping, and a resumed state."""
+"""Tests for dp_fedavg: adaptive clipping, a resumed state (`adopt_state`)."""
 
 import numpy as np
 import tensorflow as tf
@@ -6,8 +6,8 @@ import tensorflow_federated as tff
 
 from tff_priv import runtime
 from tff_priv.accounting import guarantees
+from tff_priv.aggregators import dp_fedavg
 from tff_priv.program import registry
-from tff_priv.program.registry import dp_fedavg
 
 
 class AdaptiveClipTest(tf.test.TestCase):

@@ -25,63 +25,51 @@ _GUARANTEE = guarantees.Guarantee(
 
 
 @dataclasses.dataclass(frozen=True)
-class _ToyConfig:
-  """The toy's parameters.
+class _Toy(registry.MechanismConfig):
+  """A toy: TFF's fixed Gaussian DP aggregator under Poisson sampling."""
 
-  Attributes:
-    noise_multiplier: z of the clipped sum.
-    clip: the L2 clip of an update.
-    delta: the delta its eps is reported at.
-  """
+  NAME = _NAME
+  SAMPLING = 'poisson'
+  GUARANTEE = _GUARANTEE
 
-  noise_multiplier: float = 1.0
-  clip: float = 1.0
-  delta: float = 1e-5
+  noise_multiplier: float = registry.param(1.0, 'z of the clipped sum.')
+  clip: float = registry.param(1.0, 'the L2 clip of an update.')
+  delta: float = registry.param(1e-5, 'the delta its eps is reported at.')
 
-  def __post_init__(self):
+  def validate(self):
     if self.noise_multiplier <= 0:
       raise ValueError(
           f'noise_multiplier must be > 0, got {self.noise_multiplier}'
       )
 
-
-def _build(config, context):
-  factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-      noise_multiplier=config.noise_multiplier,
-      clients_per_round=context.sampling.clients_per_round,
-      clip=config.clip,
-  )
-  return registry.Mechanism(
-      _NAME,
-      config,
-      context.sampling,
-      context.fed_avg(factory),
-      registry.count_parameters(context.model_fn),
-      _GUARANTEE,
-  )
-
-
-_TOY = registry.Definition(
-    name=_NAME,
-    config=_ToyConfig,
-    build=_build,
-    sampling='poisson',
-    guarantee=_GUARANTEE,
-)
+  def make(self, context):
+    factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+        noise_multiplier=self.calibrate(context),
+        clients_per_round=context.sampling.clients_per_round,
+        clip=self.clip,
+    )
+    return registry.Mechanism(
+        _NAME,
+        self,
+        context.sampling,
+        context.fed_avg(factory),
+        registry.count_parameters(context.model_fn),
+        _GUARANTEE,
+    )
 
 
 class _Registered(tf.test.TestCase):
   """Registers the toy mechanism for each test, unregisters it after.
 
-  The whole contract of a mechanism is one `registry.Definition`: this test
-  defines a toy one (TFF's fixed Gaussian DP aggregator under Poisson sampling,
-  with its own `Guarantee`), registers it and runs it through `training.run`;
-  nothing else in the repository names it.
+  The whole contract of a mechanism is one `registry.MechanismConfig`
+  subclass: this test defines a toy one (TFF's fixed Gaussian DP aggregator
+  under Poisson sampling, with its own `Guarantee`), registers it and runs it
+  through `training.run`; nothing else in the repository names it.
   """
 
   def setUp(self):
     super().setUp()
-    registry.register(_TOY)
+    registry.register(_Toy)
     self.addCleanup(registry.unregister, _NAME)
 
 
@@ -105,21 +93,29 @@ class RegistryTest(_Registered):
           task='digits', mechanism=_NAME, params={'noise_multiplier': -1.0}
       ).validate()
 
-  def test_a_name_is_registered_once_and_only_a_definition(self):
+  def test_a_name_is_registered_once_and_only_a_mechanism_config(self):
     with self.assertRaisesRegex(ValueError, 'already registered'):
-      registry.register(_TOY)
+      registry.register(_Toy)
+
+    @dataclasses.dataclass(frozen=True)
+    class Taken(_Toy):
+      NAME = 'dp_fedavg'
+
     with self.assertRaisesRegex(ValueError, 'already registered'):
-      registry.register(dataclasses.replace(_TOY, name='dp_fedavg'))
-    with self.assertRaisesRegex(TypeError, 'takes a registry.Definition'):
+      registry.register(Taken)
+    with self.assertRaisesRegex(TypeError, 'subclass of registry.Mechanism'):
       registry.register(training)
-    with self.assertRaisesRegex(ValueError, 'sampling'):
-      registry.Definition(
-          name='x', config=_ToyConfig, build=_build, sampling='everyone'
-      )
+    with self.assertRaisesRegex(ValueError, 'SAMPLING must be one of'):
+      type('Everyone', (_Toy,), {'NAME': 'x', 'SAMPLING': 'everyone'})
+
+  def test_its_fields_are_its_flags_with_their_help(self):
+    self.assertEqual(
+        registry.base.parameter_help(_Toy)['clip'], 'the L2 clip of an update.'
+    )
 
   def test_unregistered_it_is_unknown(self):
     registry.unregister(_NAME)
-    self.addCleanup(registry.register, _TOY)  # For the cleanup's unregister.
+    self.addCleanup(registry.register, _Toy)  # For the cleanup's unregister.
     self.assertNotIn(_NAME, registry.MECHANISMS)
     with self.assertRaisesRegex(ValueError, 'mechanism'):
       registry.definition(_NAME)

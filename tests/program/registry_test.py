@@ -146,8 +146,7 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
         },
     )
     for name in registry.MECHANISMS:
-      definition = registry.definition(name)
-      self.assertEqual(definition.name, name)
+      self.assertEqual(registry.definition(name).NAME, name)
       self.assertIn(
           registry.sampling_kind(name, _REQUIRED.get(name)), sampling.KINDS
       )
@@ -160,6 +159,24 @@ class ResolveTest(tf.test.TestCase, parameterized.TestCase):
       with self.assertRaises(dataclasses.FrozenInstanceError):
         config = registry.config(name, _REQUIRED.get(name, P()))
         config.delta = 0.5
+
+  def test_a_class_declares_the_guarantee_and_sampling_of_its_defaults(self):
+    # `unit(name)` and `sampling_kind(name)` without parameters read the
+    # class attributes: they must be what a config of the defaults says.
+    for name in registry.MECHANISMS:
+      cls = registry.definition(name)
+      config = registry.config(name, _REQUIRED.get(name))
+      self.assertEqual(config.sampling_kind(), cls.SAMPLING, name)
+      got, want = config.guarantee(), cls.GUARANTEE
+      for field in ('unit', 'noise', 'neighboring_relation'):
+        self.assertEqual(
+            getattr(got, field, None), getattr(want, field, None), name
+        )
+      self.assertEqual(
+          set(base.parameter_help(cls)), set(registry.parameter_names(name))
+      )
+      for field, text in base.parameter_help(cls).items():
+        self.assertTrue(text, f'{name}.{field} has no help')
 
   def test_the_docs_list_every_registered_mechanism(self):
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -516,12 +533,14 @@ class BuildTest(tf.test.TestCase):
     self.assertEqual(tff.structure.name_list(train_metrics_type(top_k)), [])
     self.assertIsNone(remote._mergeable_form(top_k.process.next))  # pylint: disable=protected-access
 
-  def test_build_refuses_a_definition_whose_noise_is_not_its_factorys(self):
-    udp_guarantee = registry.definition('udp').guarantee
-    said = dataclasses.replace(
-        registry.definition('none'), guarantee=udp_guarantee
-    )
-    with mock.patch.dict(registry.REGISTRY, {'none': said}):
+  def test_build_refuses_a_mechanism_whose_noise_is_not_its_factorys(self):
+    udp_guarantee = registry.definition('udp').GUARANTEE
+
+    @dataclasses.dataclass(frozen=True)
+    class Said(registry.definition('none')):
+      GUARANTEE = udp_guarantee
+
+    with mock.patch.dict(registry.REGISTRY, {'none': Said}):
       with self.assertRaisesRegex(
           ValueError, "unit None, its definition says 'example'"
       ):

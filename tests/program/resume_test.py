@@ -23,7 +23,6 @@ from tff_priv.learning import udp as udp_learning
 from tff_priv.program import layout
 from tff_priv.program import session as session_lib
 from tff_priv.program import training
-from tff_priv.program.registry import udp as udp_mechanism
 
 _TARGET = 8.0
 
@@ -133,7 +132,7 @@ class CrdResumeTest(tf.test.TestCase):
     loaded = udp_learning.CRDState(
         learning=learning, validation_loss=0.0, discounts=0
     )
-    adopt = udp_mechanism._crd_adopt(  # pylint: disable=protected-access
+    adopt = udp_learning.crd_adopt(
         schedule, 0.1, calibration.Spent.of_ledger(ledger)
     )
     state = adopt(loaded, None).learning.aggregator.noise
@@ -145,7 +144,7 @@ class CrdResumeTest(tf.test.TestCase):
     # With only the checkpoint's rounds in the ledger, nothing moves.
     three = ledger_lib.PrivacyLedger()
     three.record_gaussian(planned / 0.1, count=3, sampling=sampling)
-    same = udp_mechanism._crd_adopt(  # pylint: disable=protected-access
+    same = udp_learning.crd_adopt(
         schedule, 0.1, calibration.Spent.of_ledger(three)
     )(loaded, None)
     self.assertIs(same, loaded)
@@ -153,9 +152,9 @@ class CrdResumeTest(tf.test.TestCase):
     many = ledger_lib.PrivacyLedger()
     many.record_gaussian(planned / 0.1, count=8, sampling=sampling)
     with self.assertRaisesRegex(ValueError, 'planned|budget|tabulated'):
-      udp_mechanism._crd_adopt(  # pylint: disable=protected-access
-          schedule, 0.1, calibration.Spent.of_ledger(many)
-      )(loaded, None)
+      udp_learning.crd_adopt(schedule, 0.1, calibration.Spent.of_ledger(many))(
+          loaded, None
+      )
 
 
 @pytest.mark.slow

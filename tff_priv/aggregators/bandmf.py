@@ -6,12 +6,14 @@ optimiser, choice of bands, privacy argument) is in
 `tff_priv.mechanisms.bandmf`. `BandMFFactory` is client-level DP under
 add-or-remove-one, one Poisson-sampled Gaussian per cycle of b rounds, for
 clients drawn by `tff_priv.program.BandSampler`; the server adds the noise
-and sees the clipped updates ('central').
+and sees the clipped updates ('central'). `plan_bands` plans a run's bands;
+`resolved` and `privacy_report` read a plan (the training program's `bandmf`).
 """
 
 import collections
 import dataclasses
-from typing import Optional, Sequence
+import functools
+from typing import Any, Optional, Sequence
 
 import dp_accounting
 import numpy as np
@@ -21,6 +23,7 @@ import tensorflow_federated as tff
 from tff_priv import validation
 from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import reports
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import target_noise
 from tff_priv.aggregators import correlated_noise
@@ -183,6 +186,91 @@ def plan_bands(
       validation.positive('noise_multiplier', z),
       scores,
   )
+
+
+@functools.lru_cache(maxsize=16)
+def cached_plan_bands(
+    total_rounds: int,
+    population: int,
+    clients_per_round: int,
+    epsilon: Optional[float],
+    noise_multiplier: Optional[float],
+    delta: float,
+    bands: Optional[int],
+) -> BandPlan:
+  """`plan_bands` of a run with nothing spent, cached by its arguments.
+
+  Cached: a resumed run plans twice (the bands, then its noise left); each
+  candidate's calibration takes seconds. The same arguments give the same
+  `BandPlan` object: not to be modified.
+  """
+  return plan_bands(
+      total_rounds,
+      population,
+      clients_per_round,
+      epsilon=epsilon,
+      noise_multiplier=noise_multiplier,
+      delta=delta,
+      bands=bands,
+  )
+
+
+# The keys of `resolved` that fix the noise's coefficients (the training
+# program's `Mechanism.stream`).
+STREAM_KEYS = ('bands', 'sampling_probability', 'coefs')
+
+
+def resolved(plan: BandPlan) -> dict[str, Any]:
+  """The JSON-ready values of `plan` a run resolves (its bands, C, q, z)."""
+  return {
+      'noise_multiplier': plan.noise_multiplier,
+      'bands': plan.bands,
+      'sampling_probability': plan.sampling_probability,
+      'cycles': plan.cycles,
+      'coefs': [float(c) for c in plan.coefs],
+      'scores': {str(b): s for b, s in plan.scores.items()},
+  }
+
+
+def privacy_report(
+    plan: BandPlan, rounds: int, delta: float, epsilon: Optional[float]
+) -> dict:
+  """eps of a plan's cycles by every accountant, or the noise for a target.
+
+  The run's releases are its ceil(T / b) cycles, each a Poisson-sampled
+  Gaussian (q = K / floor(N / b), multiplier z) under add-or-remove-one. No
+  paper closed form. `rounds` in the report is T; `bandmf.cycles` the
+  releases the accountants count.
+
+  Args:
+    plan: the run's `plan_bands`.
+    rounds: T >= 1.
+    delta: the delta of the report.
+    epsilon: the target `plan` was calibrated for; None: its noise
+      multiplier was given.
+  """
+  report = reports.gaussian_mechanism_report(
+      'bandmf',
+      delta=delta,
+      rounds=plan.cycles,
+      **(
+          {'epsilon': epsilon}
+          if epsilon is not None
+          else {'noise_multiplier': plan.noise_multiplier}
+      ),
+      sampling=sampling_lib.Sampling.poisson(plan.sampling_probability),
+  )
+  reports.counted_as(report, rounds, plan.cycles, 'cycles')
+  report['neighboring_relation'] = GUARANTEE.neighboring_relation
+  report['bandmf'] = {
+      **resolved(plan),
+      'note': (
+          'rounds is T; the accountants count the cycles of b rounds, '
+          'each a Poisson-sampled Gaussian of multiplier '
+          'noise_multiplier'
+      ),
+  }
+  return report
 
 
 class BandMFFactory(

@@ -6,13 +6,14 @@ Dvijotham et al. (arXiv 2404.16706); the math is in
 `BLTFactory` charges each stream of n rounds, in which each client takes part
 at most k times at least b rounds apart, as one Gaussian under the zero-out
 relation, client-level; the server adds the noise and sees the clipped
-updates ('central').
+updates ('central'). `plan_streams` plans a run's streams; `resolved` and
+`privacy_report` read a plan (the training program's `blt`).
 """
 
 import collections
 import dataclasses
 import functools
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import dp_accounting
 import tensorflow as tf
@@ -21,6 +22,7 @@ import tensorflow_federated as tff
 from tff_priv import validation
 from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import reports
 from tff_priv.accounting import target_noise
 from tff_priv.aggregators import correlated_noise
 from tff_priv.aggregators import plan as plan_lib
@@ -173,6 +175,80 @@ def plan_streams(
       sensitivity,
       validation.positive('noise_multiplier', noise_multiplier),
   )
+
+
+# The keys of `resolved` that fix a stream's coefficients (the training
+# program's `Mechanism.stream`).
+STREAM_KEYS = (
+    'participation',
+    'rounds_per_stream',
+    'max_participations',
+    'min_sep',
+    'sensitivity',
+    'buf_decay',
+    'output_scale',
+)
+
+
+def resolved(plan: StreamPlan) -> dict[str, Any]:
+  """The JSON-ready values of `plan` a run resolves (its schedule, BLT, z)."""
+  return {
+      'participation': plan.participation,
+      'noise_multiplier': plan.noise_multiplier,
+      'rounds_per_stream': plan.rounds_per_stream,
+      'max_participations': plan.max_participations,
+      'min_sep': plan.min_sep,
+      'sensitivity': plan.sensitivity,
+      'buf_decay': [float(x) for x in plan.strategy.buf_decay],
+      'output_scale': [float(x) for x in plan.strategy.output_scale],
+  }
+
+
+def privacy_report(
+    plan: StreamPlan, rounds: int, delta: float, epsilon: Optional[float]
+) -> dict:
+  """eps of a plan's streams by every accountant, or the noise for a target.
+
+  The run's streams (a stream per epoch of N // K rounds, or one stream of
+  T rounds with each client every N // K rounds) are unsampled Gaussians of
+  multiplier noise_multiplier / sensitivity (no amplification: the sampling
+  only sets the schedule). No paper closed form. `rounds` in the report is
+  T; `blt.streams` the releases the accountants count.
+
+  Args:
+    plan: the run's `plan_streams`.
+    rounds: T >= 1.
+    delta: the delta of the report.
+    epsilon: the target `plan` was calibrated for; None: its noise
+      multiplier was given.
+  """
+  report = reports.gaussian_mechanism_report(
+      'blt',
+      delta=delta,
+      rounds=plan.streams,
+      **(
+          {'epsilon': epsilon}
+          if epsilon is not None
+          else {'noise_stddev': plan.noise_multiplier}
+      ),
+      scale=plan.sensitivity,
+  )
+  # The accountants' releases are the streams, not the rounds.
+  reports.counted_as(report, rounds, plan.streams, 'streams')
+  if 'neighboring_relation' in report:
+    # The sensitivity is for a client's updates replaced by zero; an
+    # unsampled Gaussian's eps is the same under either relation.
+    report['neighboring_relation'] = GUARANTEE.neighboring_relation
+  report['blt'] = {
+      **resolved(plan),
+      'streams': plan.streams,
+      'note': (
+          'rounds is T; the accountants count the streams, each a Gaussian '
+          'of multiplier noise_multiplier / sensitivity (noise_multiplier is '
+          "the std of each round's z in units of clip)"
+      ),
+  }
+  return report
 
 
 round_seed = correlated_noise.round_seed

@@ -13,7 +13,7 @@ client; without, `NonPrivateDpEvent`.
 
 import collections
 import math
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import dp_accounting
 import numpy as np
@@ -23,10 +23,12 @@ import tensorflow_federated as tff
 from tff_priv import validation
 from tff_priv.accounting import calibration
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import reports
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import target_noise
 from tff_priv.aggregators import plan as plan_lib
 from tff_priv.aggregators import udp
+from tff_priv.mechanisms import bernoulli_sampling
 from tff_priv.mechanisms import total_variation
 
 
@@ -308,6 +310,116 @@ class DistortionFactory(
         clip=self._clip,
     )
     return factory.create(value_type)
+
+
+def privacy_report(
+    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
+) -> dict:
+  """The distortion read as a Gaussian mechanism, by every accountant.
+
+  Any two clipped uploads differ by at most Delta = 2C, so z = sigma_e / 2C;
+  the paper's TV bounds are no DP claim and are not here (they depend on the
+  model: `tv_closed_form`). The report carries the training program's name
+  'distortion'.
+
+  Args:
+    params: by name, `delta`, `clip` and any of `epsilon`,
+      `noise_multiplier` and `noise_stddev` (absent: not given; `delta`
+      given; `clip` required).
+    rounds: T >= 1.
+    sampling: the rounds' client `Sampling`.
+  """
+  params = dict(params)
+  clip = params.pop('clip', None)
+  scale = sensitivity(
+      validation.positive('clip', validation.required('clip', clip))
+  )
+  return reports.gaussian_mechanism_report(
+      'distortion', rounds=rounds, scale=scale, sampling=sampling, **params
+  )
+
+
+def bernoulli_preprocess(
+    rho: float, local_steps: Optional[int], batch_seed: Optional[int]
+) -> Callable[[tf.data.Dataset, int, int], tf.data.Dataset]:
+  """A client's dataset in a round -> its Bernoulli(rho) mini-batches.
+
+  `(dataset, round_num, client_index) -> dataset`: `local_steps` batches
+  (None: ceil(1 / rho)) by `bernoulli_sampling.bernoulli_batches`. With a
+  `batch_seed`, round t's batches of client i are seeded by
+  (batch_seed, t, i); None: fresh randomness.
+  """
+
+  def preprocess(dataset, round_num, client_index):
+    seed = None
+    if batch_seed is not None:
+      seed = int(
+          np.random.default_rng([batch_seed, round_num, client_index]).integers(
+              2**31
+          )
+      )
+    batches = bernoulli_sampling.bernoulli_batches(
+        rho, num_batches=local_steps, seed=seed
+    )
+    # Bernoulli(rho) batches of the client's examples (unbatched first).
+    return batches(dataset.unbatch())
+
+  return preprocess
+
+
+_TV_FORMULA = 'Gaussian TV bounds (Devroye, Mehrabian, Reddad 2018; rebuilt)'
+
+
+def tv_resolved(source: TVNoise, clip: float) -> dict[str, float]:
+  """sigma_e, z = sigma_e / 2C and the TV bounds of `source` (JSON-ready).
+
+  Functions of the configuration and d (a TV target is calibrated at the
+  given parameter_variance).
+  """
+  return dict(
+      noise_stddev=source.noise_stddev,
+      noise_multiplier=source.noise_stddev / sensitivity(clip),
+      tv_lower=source.tv_lower,
+      tv_upper=source.tv_upper,
+  )
+
+
+def tv_closed_form(
+    source: TVNoise, target_tv: Optional[float]
+) -> dict[str, Any]:
+  """The paper's TV bounds of `source` at parameter_variance (JSON-ready).
+
+  `target_tv`: the target sigma_e was calibrated to; None: sigma_e given.
+  """
+  closed_form = {
+      'formula': f'{_TV_FORMULA} at parameter_variance',
+      'tv_lower': source.tv_lower,
+      'tv_upper': source.tv_upper,
+  }
+  if target_tv is not None:
+    closed_form.update(
+        formula=f'{_TV_FORMULA}, sigma_e calibrated to target_tv',
+        target_tv=target_tv,
+    )
+  return closed_form
+
+
+def run_caveats(mini_batches: bool) -> list[str]:
+  """What the eps of a distortion run does not cover, in words.
+
+  `mini_batches`: the run trains on Bernoulli(rho) mini-batches.
+  """
+  caveats = [
+      'eps reads the distortion as a Gaussian mechanism on each clipped '
+      'upload (sensitivity 2C, replace one client); against the server per '
+      'client over the rounds it took part in, against an analyst with '
+      'the amplification of sampling K of N'
+  ]
+  if mini_batches:
+    caveats.append(
+        'Bernoulli(rho) mini-batches are not credited in the accounting'
+    )
+  return caveats
 
 
 def _num_elements(value_type) -> int:

@@ -9,10 +9,13 @@ by the fixed K (Hu, Guo, Gong, "Federated Learning with Sparsified Model
 Perturbation"). The round releases a Gaussian mechanism of sensitivity C and
 noise multiplier sigma whatever the number of clients, and keeps its
 `dp_accounting.DpEvent` in its state (`tff_priv.accounting.guarantees`).
+`privacy_report` reads a run of it by every accountant, the paper's Theorem 1
+beside.
 """
 
 import collections
 import logging
+import math
 from typing import Any, NamedTuple, Optional
 
 from dp_accounting import dp_event
@@ -23,7 +26,10 @@ import tensorflow_federated as tff
 from tff_priv import runtime
 from tff_priv import validation
 from tff_priv.accounting import calibration
+from tff_priv.accounting import closed_forms
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import reports
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import plan as plan_lib
 from tff_priv.mechanisms import smp as smp_mechanisms
 
@@ -845,3 +851,56 @@ def _check_value_type(value_type) -> tuple[Any, Any, int]:
   if dimension < 1:
     raise TypeError(f'value_type has no elements: {value_type}')
   return dtypes.pop().as_numpy_dtype, specs, dimension
+
+
+def _theorem1_for_target(epsilon, delta, q, rounds) -> dict:
+  check = closed_forms.fedsmp_theorem1_truth(epsilon, delta, q, rounds)
+  return {
+      'formula': 'Fed-SMP Theorem 1',
+      'paper_noise_multiplier': check.noise_multiplier,
+      'paper_claimed_epsilon': epsilon,
+      'true_rdp_epsilon': check.true_epsilon,
+      'holds': check.holds,
+  }
+
+
+def _theorem1_for_noise(
+    noise_multiplier, rdp_epsilon, delta, q, rounds
+) -> dict:
+  del noise_multiplier  # The theorem is read at the accountant's eps.
+  return {
+      'formula': 'Fed-SMP Theorem 1 (sufficient condition)',
+      'paper_noise_multiplier_needed_for_rdp_epsilon': (
+          closed_forms.fedsmp_theorem1_noise_multiplier(
+              rdp_epsilon, delta, q, rounds
+          )
+          if 0 < rdp_epsilon < math.inf
+          else None
+      ),
+  }
+
+
+def privacy_report(
+    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
+) -> dict:
+  """The sampled Gaussian's eps by every accountant, Fed-SMP Theorem 1 beside.
+
+  For a target eps: the noise the accountants need, and the theorem's noise
+  multiplier with what it really gives (`closed_forms.fedsmp_theorem1_truth`);
+  for a noise level: the multiplier the theorem would need for the
+  accountant's eps. The report carries the training program's name 'smp'.
+
+  Args:
+    params: by name, `delta` and any of `epsilon` and `noise_multiplier`
+      (absent: not given; `delta` given).
+    rounds: T >= 1.
+    sampling: the rounds' client `Sampling`.
+  """
+  return reports.gaussian_mechanism_report(
+      'smp',
+      rounds=rounds,
+      claim_for_target=_theorem1_for_target,
+      claim_for_noise=_theorem1_for_noise,
+      sampling=sampling,
+      **params,
+  )

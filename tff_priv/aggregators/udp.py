@@ -8,7 +8,8 @@ factory (`tff.aggregators.MeanFactory` by default). Its state keeps the
 a Gaussian mechanism of noise multiplier sigma_t / Delta for one example of one
 client, Delta the sensitivity given to the factory. The same "client noise,
 then inner mean" machinery serves parameter distortion
-(`tff_priv.aggregators.distortion`).
+(`tff_priv.aggregators.distortion`). `privacy_report` counts that Gaussian
+over a run by every accountant, with UDP's Theorem 1 beside.
 """
 
 import abc
@@ -22,7 +23,9 @@ import tensorflow_federated as tff
 
 from tff_priv import validation
 from tff_priv.accounting import calibration
+from tff_priv.accounting import closed_forms
 from tff_priv.accounting import guarantees
+from tff_priv.accounting import reports
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import target_noise
 from tff_priv.aggregators import plan as plan_lib
@@ -527,3 +530,70 @@ def _calibrated(
 
 
 GaussianUDPFactory.calibrated = _calibrated
+
+
+def _theorem1_for_target(epsilon, delta, q, rounds) -> dict:
+  z = closed_forms.udp_theorem1_sigma(epsilon, delta, q, rounds, 1.0)
+  check = closed_forms.udp_theorem1_truth(epsilon, delta, q, rounds)
+  return {
+      'formula': 'UDP Theorem 1, eq. (10)',
+      'paper_noise_multiplier': z,
+      'paper_claimed_epsilon': epsilon,
+      'true_rdp_epsilon': check.true_epsilon,
+      'true_delta_at_claimed_epsilon': check.true_delta,
+      'holds': check.holds,
+  }
+
+
+def _theorem1_for_noise(
+    noise_multiplier, rdp_epsilon, delta, q, rounds
+) -> dict:
+  del rdp_epsilon  # The claim is the paper's own, beside the accountant's.
+  # The eps eq. (10) claims for this noise: sigma is proportional to 1/eps,
+  # so eps = sigma(eps=1) / z with Delta = 1.
+  return {
+      'formula': 'UDP Theorem 1, eq. (10) solved for eps',
+      'paper_claimed_epsilon': (
+          closed_forms.udp_theorem1_sigma(1.0, delta, q, rounds, 1.0)
+          / noise_multiplier
+      ),
+  }
+
+
+def privacy_report(
+    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
+) -> dict:
+  """Each client's Gaussian by every accountant, UDP Theorem 1 (eq. 10) beside.
+
+  z = sigma / Delta. For a target eps: the noise the accountants need (and
+  sigma, given the sensitivity), and eq. (10)'s with what it really gives
+  (`closed_forms.udp_theorem1_truth`); for a noise level: the eps eq. (10)
+  claims for it. The report carries the training program's name 'udp'.
+
+  Args:
+    params: by name, `delta` and any of `epsilon`, `noise_multiplier`,
+      `noise_stddev` and `sensitivity` (Delta; absent: not given).
+    rounds: T >= 1.
+    sampling: the rounds' client `Sampling`.
+
+  Raises:
+    ValueError: noise_stddev without the sensitivity, or a bad value.
+  """
+  params = dict(params)
+  sensitivity = params.pop('sensitivity', None)
+  if sensitivity is not None:
+    sensitivity = validation.positive('sensitivity', sensitivity)
+  elif params.get('noise_stddev') is not None:
+    raise ValueError(
+        'noise_stddev needs sensitivity (of a client update) to give a noise '
+        'multiplier'
+    )
+  return reports.gaussian_mechanism_report(
+      'udp',
+      rounds=rounds,
+      scale=sensitivity,
+      claim_for_target=_theorem1_for_target,
+      claim_for_noise=_theorem1_for_noise,
+      sampling=sampling,
+      **params,
+  )

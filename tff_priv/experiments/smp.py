@@ -28,7 +28,7 @@ DP_FEDAVG_NAME = "DP-FedAvg (TFF's central noise, fixed clip C)"
 FED_SMP = 'fed_smp'  # Fed-SMP at p < 1.
 P1 = 'p1'  # Fed-SMP at p = 1.
 NOISE_FREE = 'noise_free'  # Fed-SMP's process without noise.
-DP_FEDAVG = dp_fedavg_mechanism.NAME  # The baseline: TFF's DP-FedAvg.
+DP_FEDAVG = dp_fedavg_mechanism.Config.NAME  # The baseline: TFF's DP-FedAvg.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +180,11 @@ class Run:
   @property
   def mechanism(self) -> str:
     """The registry's mechanism it runs: DP-FedAvg's, else Fed-SMP's."""
-    return dp_fedavg_mechanism.NAME if self.method == DP_FEDAVG else smp.NAME
+    return (
+        dp_fedavg_mechanism.Config.NAME
+        if self.method == DP_FEDAVG
+        else smp.Config.NAME
+    )
 
 
 def runs(setting: Setting) -> list[Run]:

@@ -5,12 +5,13 @@ which every scalar a client uploads goes through `LDPEncodeFactory` (each
 scalar eps-LDP, Theorem 1) and the server averages the reports, of model
 deltas (default) or of full local weights (the paper's Algorithm 1).
 `ldp_report` and `ldp_privacy_report` say what that means over a client's d
-scalars and T rounds, and for the range side channel.
+scalars and T rounds, and for the range side channel; `privacy_report` is the
+training program's report of mechanism 'ldp'.
 """
 
 import collections
 import math
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -19,6 +20,7 @@ import tensorflow_federated as tff
 from tff_priv import validation
 from tff_priv.accounting import closed_forms
 from tff_priv.accounting import ledger as ledger_lib
+from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.aggregators import ldp as ldp_aggregators
 
 MODES = ('deltas', 'weights')
@@ -39,6 +41,13 @@ def _check_mode(mode):
   if not isinstance(mode, str) or mode not in MODES:
     raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
   return mode
+
+
+def default_range(mode: str) -> tuple[float, float]:
+  """(c, r): the default range center and radius of a process of `mode`."""
+  if mode == 'weights':
+    return DEFAULT_WEIGHTS_CENTER, DEFAULT_WEIGHTS_RADIUS
+  return DEFAULT_DELTAS_CENTER, DEFAULT_DELTAS_RADIUS
 
 
 def ldp_factory(
@@ -66,14 +75,11 @@ def ldp_factory(
   mode = _check_mode(mode)
   if epsilon is None:
     return None
+  default_center, default_radius = default_range(mode)
   if center is None:
-    center = (
-        DEFAULT_WEIGHTS_CENTER if mode == 'weights' else DEFAULT_DELTAS_CENTER
-    )
+    center = default_center
   if radius is None:
-    radius = (
-        DEFAULT_WEIGHTS_RADIUS if mode == 'weights' else DEFAULT_DELTAS_RADIUS
-    )
+    radius = default_radius
   return ldp_aggregators.LDPEncodeFactory(
       epsilon,
       range_mode,
@@ -388,6 +394,67 @@ def ldp_report(
       'what a client releases'
   )
   return out
+
+
+def privacy_report(
+    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
+) -> dict:
+  """A client's local DP: the paper's claim, its composition, the shuffle bound.
+
+  `ldp_report` for `rounds` rounds of d eps0-LDP values; client sampling is
+  not credited (every report is local DP). The report carries the training
+  program's name 'ldp'.
+
+  Args:
+    params: by name, `ldp_epsilon`, `delta`, `num_values` and `num_clients`
+      (absent: not given; `delta` given; `ldp_epsilon` and `num_values`
+      required).
+    rounds: T >= 1.
+    sampling: ignored.
+  """
+  del sampling
+  return {
+      'mechanism': 'ldp',
+      **ldp_report(
+          params.get('ldp_epsilon'),
+          num_values=params.get('num_values'),
+          rounds=rounds,
+          delta=params['delta'],
+          num_clients=params.get('num_clients'),
+      ),
+  }
+
+
+def resolved_values(
+    factory: ldp_aggregators.LDPEncodeFactory,
+    process: tff.learning.templates.LearningProcess,
+) -> dict:
+  """What a run of `factory` in `process` uses (JSON-ready).
+
+  d, the values a client reports per round (the process's trainable
+  weights), and whether the range release is private.
+  """
+  update_type = process.initialize.type_signature.result.member
+  update_type = update_type.global_model_weights.trainable
+  return {
+      'values_per_client_per_round': factory.num_scalars(update_type),
+      'range_release_is_private': factory.range_release_is_private,
+  }
+
+
+def run_caveats(factory: ldp_aggregators.LDPEncodeFactory) -> list[str]:
+  """What the eps a run of `factory` reports does not cover, in words."""
+  caveats = [
+      'local DP: each client is charged d values of eps0 for every round '
+      'it takes part in (plain composition through the accountant); the '
+      'shuffle-model bound is in the closed-form report'
+  ]
+  if not factory.range_release_is_private:
+    caveats.append(
+        "ldp_range_mode='minmax' sends the clients' min/max in the clear: "
+        'a non-private release (eps = inf)'
+    )
+  return caveats
 
 
 def ldp_privacy_report(

@@ -6,7 +6,9 @@ process whose aggregator holds a CRD `BudgetSchedule` (built by `crd_schedule`
 for a client's (eps, delta) target) and shrinks the planned rounds when the
 validation loss of the global model on server-side data stalls. Each round's
 DpEvent is the aggregator's (`state.aggregator.dp_event`, read with
-`tff_priv.accounting.guarantees.extract_dp_event`).
+`tff_priv.accounting.guarantees.extract_dp_event`). For the training program:
+`caveats` and `crd_adopt` (a resumed CRD state charged for the rounds run
+again).
 """
 
 import collections
@@ -17,6 +19,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_priv import validation
+from tff_priv.accounting import calibration as calibration_lib
+from tff_priv.accounting import events
 from tff_priv.accounting import sampling as sampling_lib
 from tff_priv.accounting import udp as udp_accounting
 from tff_priv.aggregators import udp as udp_aggregators
@@ -445,3 +449,86 @@ def crd_schedule(
       cost_table=budget.cost_table,
       order=budget.order,
   )
+
+
+def caveats(calibration: Optional[str], crd: bool) -> list[str]:
+  """What the reported eps of a UDP run (`crd`: a CRD run) does not cover.
+
+  `calibration`: the target's ('paper': eq. (10), whose eps is a claim;
+  not said of CRD).
+  """
+  out = [
+      "record-level DP of each client's data (replace one example); "
+      'sensitivity 2 eta C / min_i |D_i| of one clipped full-batch step'
+  ]
+  if crd:
+    out.append(
+        'CRD: sigma changes when the validation loss stalls, so the rounds '
+        'are chosen adaptively: the reported eps are what the schedule '
+        'guarantees on every path (a Renyi filter), not the composition of '
+        'the sigma this run used (analyst_ledger, an ex-post diagnostic); '
+        'the schedule is calibrated for the analyst, so the eps against '
+        'the server is larger'
+    )
+  elif calibration == 'paper':
+    out.append(
+        "noise from the paper's Theorem 1: the target epsilon is a claim; "
+        "the ledger's eps is what it spends"
+    )
+  return out
+
+
+def crd_adopt(
+    schedule: noise_schedule.BudgetSchedule,
+    sensitivity: float,
+    spent: Optional[calibration_lib.Spent],
+):
+  """A resumed CRD run's state, its budget charged for the rounds run again.
+
+  The checkpoint's schedule state counts the cost of the rounds up to it;
+  the ledger holds every round released, the ones after the checkpoint
+  included, which run again. The schedule's `spent` becomes the ledger's
+  whole cost, so the filter (every released round within the budget) still
+  holds; the rounds left share what is left.
+
+  Args:
+    schedule: the run's CRD schedule (`crd_schedule`).
+    sensitivity: Delta, the one the schedule was built for.
+    spent: what the run's ledger charged (None: nothing).
+
+  Returns:
+    `(loaded CRDState, fresh state) -> state` (`Mechanism.adopt_state` of
+    the training program), raising ValueError when the rounds left would
+    need more than `calibration.MAX_NOISE_INCREASE` times the planned sigma
+    (or the schedule cannot share the budget left).
+  """
+
+  def adopt(loaded, fresh):
+    del fresh  # The schedule is the same: only its spent budget moves.
+    if spent is None or not spent.releases:
+      return loaded
+    charged = sum(
+        count * schedule.cost_of(z * sensitivity)
+        for z, count in events.gaussian_releases(spent.event)
+    )
+    aggregator = loaded.learning.aggregator
+    noise = noise_schedule.ScheduleState(*aggregator.noise)
+    if charged <= float(noise.spent):
+      return loaded
+    noise = noise._replace(spent=np.float64(charged))
+    try:
+      sigma, _ = schedule.round_noise(tf.nest.map_structure(tf.constant, noise))
+    except tf.errors.InvalidArgumentError as e:
+      raise ValueError(e.message.splitlines()[0]) from None
+    planned = schedule.round_noise(schedule.initial_state())[0]
+    if float(sigma) > calibration_lib.MAX_NOISE_INCREASE * float(planned):
+      raise ValueError(
+          f'sigma {float(sigma):.4g} needed, {float(sigma / planned):.1f}x '
+          f'the planned {float(planned):.4g}'
+      )
+    learning = loaded.learning._replace(
+        aggregator=aggregator._replace(noise=noise)
+    )
+    return loaded._replace(learning=learning)
+
+  return adopt

@@ -76,9 +76,9 @@ def define_flags() -> None:
   # mechanism that takes it.
   kinds, helps = {}, {}
   for name in registry.MECHANISMS:
-    config_class = registry.definition(name).config
+    config_class = registry.definition(name)
     hints = typing.get_type_hints(config_class)
-    described = base.attribute_help(config_class)
+    described = base.parameter_help(config_class)
     for field in dataclasses.fields(config_class):
       kinds[field.name] = _kind(hints[field.name])
       helps.setdefault(field.name, {}).setdefault(

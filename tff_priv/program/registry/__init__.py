@@ -1,12 +1,4 @@
-"""The training program's mechanism registry: one module per mechanism, by name.
-
-Each module defines one frozen `base.Definition` (`DEFINITION`): its name,
-config class, sampling, its factory's `Guarantee` (whence the unit its eps
-protects and who adds the noise), `build` and its optional abilities (a
-privacy report, a canary refusal, record-level canaries, noised client
-metrics). The registry reads nothing else from a module; `build` lists the
-mechanisms registered here.
-"""
+"""The training program's mechanisms by name: one `MechanismConfig` each."""
 
 import dataclasses
 import typing
@@ -29,35 +21,46 @@ BuildContext = base.BuildContext
 Mechanism = base.Mechanism
 count_parameters = base.count_parameters
 
-Definition = base.Definition
-Report = base.Report
+MechanismConfig = base.MechanismConfig
+param = base.param
 
-REGISTRY: dict[str, base.Definition] = {}
+REGISTRY: dict[str, type[base.MechanismConfig]] = {}
 MECHANISMS: tuple[str, ...] = ()
 # The mechanisms with a privacy report (the papers' closed forms beside).
 REPORTS: tuple[str, ...] = ()
 
 
-def register(definition: base.Definition) -> None:
-  """Adds a mechanism to the registry (`MECHANISMS`, `REPORTS`).
+def register(config_class: type[base.MechanismConfig]) -> None:
+  """Adds a mechanism (its config class) to the registry (`MECHANISMS`).
 
   A mechanism of the user's own: `training.run` then runs it like the
   others.
 
   Raises:
-    TypeError: not a `Definition`.
-    ValueError: its name is taken.
+    TypeError: not a frozen dataclass subclass of `MechanismConfig`.
+    ValueError: no NAME, or its name is taken.
   """
   global MECHANISMS, REPORTS
-  if not isinstance(definition, base.Definition):
+  if not (
+      isinstance(config_class, type)
+      and issubclass(config_class, base.MechanismConfig)
+      and dataclasses.is_dataclass(config_class)
+      and config_class.__dataclass_params__.frozen
+  ):
     raise TypeError(
-        f'register() takes a registry.Definition, got {definition!r}'
+        'register() takes a frozen dataclass subclass of '
+        f'registry.MechanismConfig, got {config_class!r}'
     )
-  if definition.name in REGISTRY:
-    raise ValueError(f'mechanism {definition.name!r} is already registered')
-  REGISTRY[definition.name] = definition
+  name = config_class.NAME
+  if not name:
+    raise ValueError(f'{config_class.__name__} has no NAME')
+  if name in REGISTRY:
+    raise ValueError(f'mechanism {name!r} is already registered')
+  REGISTRY[name] = config_class
   MECHANISMS = tuple(REGISTRY)
-  REPORTS = tuple(n for n, d in REGISTRY.items() if d.report is not None)
+  REPORTS = tuple(
+      n for n, c in REGISTRY.items() if c.REPORT_PARAMETERS is not None
+  )
 
 
 def unregister(name: str) -> None:
@@ -66,7 +69,9 @@ def unregister(name: str) -> None:
   definition(name)
   del REGISTRY[name]
   MECHANISMS = tuple(REGISTRY)
-  REPORTS = tuple(n for n, d in REGISTRY.items() if d.report is not None)
+  REPORTS = tuple(
+      n for n, c in REGISTRY.items() if c.REPORT_PARAMETERS is not None
+  )
 
 
 for _module in (
@@ -80,11 +85,11 @@ for _module in (
     smp,
     distortion,
 ):
-  register(_module.DEFINITION)
+  register(_module.Config)
 
 
-def definition(name: str) -> base.Definition:
-  """The definition of mechanism `name` (ValueError naming the choices)."""
+def definition(name: str) -> type[base.MechanismConfig]:
+  """Mechanism `name`'s config class (ValueError naming the choices)."""
   validation.one_of('mechanism', name, MECHANISMS)
   return REGISTRY[name]
 
@@ -97,19 +102,17 @@ def sampling_kind(name: str, params: Any = None) -> str:
     params: its parameters (see `config`; None: every default), for a
       mechanism whose sampling depends on them (blt's participation).
   """
-  mechanism = definition(name)
-  if not callable(mechanism.sampling):
-    return mechanism.sampling
-  return mechanism.sampling_of(config(name, params))
+  if params is None:
+    return definition(name).SAMPLING
+  return config(name, params).sampling_kind()
 
 
 def _guarantee(name: str, params: Any):
-  mechanism = definition(name)
-  if not callable(mechanism.guarantee):
-    return mechanism.guarantee
-  return mechanism.guarantee_of(
-      None if params is None else config(name, params)
-  )
+  # None: the class's (a config of every default may not validate: dp_ftrl
+  # and distortion need a noise parameter).
+  if params is None:
+    return definition(name).GUARANTEE
+  return config(name, params).guarantee()
 
 
 def unit(name: str, params: Any = None) -> Optional[str]:
@@ -137,7 +140,7 @@ def noise(name: str, params: Any = None) -> Optional[str]:
 
 def parameter_names(name: str) -> tuple[str, ...]:
   """The parameters mechanism `name` takes."""
-  return tuple(f.name for f in dataclasses.fields(definition(name).config))
+  return tuple(f.name for f in dataclasses.fields(definition(name)))
 
 
 def config(name: str, params: Union[None, Mapping[str, Any], Any] = None):
@@ -155,7 +158,7 @@ def config(name: str, params: Union[None, Mapping[str, Any], Any] = None):
     ValueError: an unknown mechanism, a parameter that does not apply to it,
       a bad value or conflicting parameters (the message names them).
   """
-  config_class = definition(name).config
+  config_class = definition(name)
   if isinstance(params, config_class):
     return params
   given = {k: v for k, v in dict(params or {}).items() if v is not None}
@@ -178,17 +181,16 @@ def canary_kind(name: str) -> str:
   """What `audit_canaries` inserts for `name`: 'clients' or 'examples'.
 
   'examples' for a mechanism whose guarantee is record-level
-  (`Definition.canary_examples`): canary examples in the clients' data
+  (`MechanismConfig.CANARY_EXAMPLES`): canary examples in the clients' data
   (`tff_priv.auditing.canary_examples`); else canary clients
   (`tff_priv.auditing.canaries`).
   """
-  return 'examples' if definition(name).canary_examples else 'clients'
+  return 'examples' if definition(name).CANARY_EXAMPLES else 'clients'
 
 
 def canary_refusal(name: str, params: Any = None) -> Optional[str]:
   """Why mechanism `name` with `params` takes no canaries; None: it does."""
-  refusal = definition(name).canary_refusal
-  return refusal(config(name, params)) if refusal else None
+  return config(name, params).canary_refusal()
 
 
 def client_metrics_refusal(name: str) -> Optional[str]:
@@ -198,7 +200,7 @@ def client_metrics_refusal(name: str) -> Optional[str]:
   server (its model noise added by the clients) would lose that guarantee,
   so only the mechanisms whose server adds the model noise too take them.
   """
-  if definition(name).dp_client_metrics:
+  if definition(name).DP_CLIENT_METRICS:
     return None
   if name == 'none':
     return (
@@ -242,9 +244,8 @@ def build(name: str, params: Any, context: base.BuildContext) -> base.Mechanism:
     ValueError: bad parameters, or a context the mechanism cannot run in
       (sampling of another kind, an optimizer it does not take, ...).
   """
-  mechanism = definition(name)
   mechanism_config = config(name, params)
-  kind = sampling_kind(name, mechanism_config)
+  kind = mechanism_config.sampling_kind()
   if context.sampling.kind != kind:
     raise ValueError(
         f'mechanism {name!r} is accounted under {kind} sampling, got '
@@ -263,8 +264,8 @@ def build(name: str, params: Any, context: base.BuildContext) -> base.Mechanism:
     refusal = client_metrics_refusal(name)
     if refusal:
       raise ValueError(refusal)
-  built = mechanism.build(mechanism_config, context)
-  declared = mechanism.guarantee_of(mechanism_config)
+  built = mechanism_config.make(context)
+  declared = mechanism_config.guarantee()
   for field in ('unit', 'noise', 'neighboring_relation'):
     got = getattr(built.guarantee, field) if built.guarantee else None
     want = getattr(declared, field) if declared else None
@@ -278,25 +279,25 @@ def build(name: str, params: Any, context: base.BuildContext) -> base.Mechanism:
   return built
 
 
-def _report(name: str) -> base.Report:
+def _report(name: str) -> type[base.MechanismConfig]:
   mechanism = definition(name)
-  if mechanism.report is None:
+  if mechanism.REPORT_PARAMETERS is None:
     raise ValueError(
         f'mechanism {name!r} has no privacy report; one of '
         f'{", ".join(REPORTS)}'
     )
-  return mechanism.report
+  return mechanism
 
 
 def report_fields(name: str) -> tuple[tuple[type, str], ...]:
   """(dataclass, field name) of every parameter mechanism `name`'s report reads.
 
-  Its config fields in `Report.parameters`, then the fields of its
-  `Report.inputs` (what a run resolves from its task), if it has one.
+  Its config fields in `REPORT_PARAMETERS`, then the fields of its
+  `REPORT_INPUTS` (what a run resolves from its task), if it has one.
   """
-  report = _report(name)
-  fields = [(definition(name).config, k) for k in report.parameters]
-  inputs = report.inputs
+  mechanism = _report(name)
+  fields = [(mechanism, k) for k in mechanism.REPORT_PARAMETERS]
+  inputs = mechanism.REPORT_INPUTS
   if inputs is not None:
     fields += [(inputs, f.name) for f in dataclasses.fields(inputs)]
   return tuple(fields)
@@ -321,7 +322,7 @@ def report_parameters() -> dict[str, tuple[type, str]]:
     for cls, field in report_fields(name):
       kinds[field] = _kind(cls, field)
       meanings.setdefault(field, {}).setdefault(
-          base.attribute_help(cls).get(field, ''), []
+          base.parameter_help(cls).get(field, ''), []
       ).append(name)
   return {
       field: (
@@ -385,4 +386,4 @@ def privacy_report(
       population=population,
       sample_size=sample_size,
   )
-  return report.compute(given, rounds, sampling)
+  return report.report(given, rounds, sampling)

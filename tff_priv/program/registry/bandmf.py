@@ -1,50 +1,56 @@
-"""Amplified BandMF: banded matrix-factorization noise, cyclic Poisson groups.
-
-`tff_priv.aggregators.bandmf.BandMFFactory` in unweighted FedAvg
-(Choquette-Choo et al. 2023, "(Amplified) Banded Matrix Factorization";
-docs/blt.md): the clients split by a secret permutation into b groups taking
-turns, each Poisson-sampled in its round at q = K / floor(N / b) ('banded'
-sampling); one `PoissonSampledDpEvent(q, GaussianDpEvent(z))` charged at the
-first round of each cycle of b rounds, under add-or-remove-one. The server
-adds the noise: no guarantee against it.
-"""
+"""Amplified BandMF: banded matrix-factorization noise in cyclic groups."""
 
 import dataclasses
-import functools
-from typing import Any, Optional
+from typing import Optional
 
-from tff_priv.accounting import reports
-from tff_priv.accounting import sampling as sampling_lib
-from tff_priv.aggregators import bandmf as bandmf_factory
+from tff_priv.aggregators import bandmf
 from tff_priv.program.registry import base
-
-NAME = 'bandmf'
-REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta', 'bands')
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-  """Amplified BandMF's parameters.
+class Config(base.MechanismConfig):
+  """Amplified BandMF: banded MF noise, clients Poisson-sampled in b groups.
 
-  Attributes:
-    epsilon: the run's target eps at delta (exclusive with
-      noise_multiplier; default when neither is given).
-    noise_multiplier: z > 0: the noise std is z C per round before the
-      banded correlation (needs bands).
-    delta: the delta of the target and the report.
-    clip: L2 clip C of each client's update.
-    bands: b, the groups taking turns (at most N // K); None: chosen for the
-      target by the prefix-error model among the divisors of N.
+  `aggregators.bandmf.BandMFFactory` in unweighted FedAvg (Choquette-Choo et
+  al. 2023, "(Amplified) Banded Matrix Factorization"; docs/blt.md), its
+  bands, strategy and noise from `bandmf.plan_bands` (b chosen from (T, N, K,
+  eps, delta) by the prefix-error model, b = 1 being DP-FedAvg, or given):
+  the clients split by a secret permutation into b groups taking turns, each
+  Poisson-sampled in its round at q = K / floor(N / b) ('banded' sampling);
+  one `PoissonSampledDpEvent(q, GaussianDpEvent(z))` charged at the first
+  round of each cycle of b rounds, under add-or-remove-one. The server adds
+  the noise: no guarantee against it.
   """
 
-  epsilon: Optional[float] = None
-  noise_multiplier: Optional[float] = None
-  delta: float = base.DEFAULT_DELTA
-  clip: float = base.DEFAULT_CLIP
-  bands: Optional[int] = None
+  NAME = 'bandmf'
+  SAMPLING = 'banded'
+  GUARANTEE = bandmf.GUARANTEE
+  REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta', 'bands')
+
+  epsilon: Optional[float] = base.param(
+      None,
+      "the run's target eps at delta (exclusive with noise_multiplier; "
+      'default when neither is given).',
+  )
+  noise_multiplier: Optional[float] = base.param(
+      None,
+      'z > 0: the noise std is z C per round before the banded correlation '
+      '(needs bands).',
+  )
+  delta: float = base.param(
+      base.DEFAULT_DELTA, 'the delta of the target and the report.'
+  )
+  clip: float = base.param(
+      base.DEFAULT_CLIP, "L2 clip C of each client's update."
+  )
+  bands: Optional[int] = base.param(
+      None,
+      'b, the groups taking turns (at most N // K); None: chosen for the '
+      'target by the prefix-error model among the divisors of N.',
+  )
 
   def __post_init__(self):
-    base.fill_noise_target(self, NAME, ('epsilon', 'noise_multiplier'))
+    base.fill_noise_target(self, self.NAME, ('epsilon', 'noise_multiplier'))
     self.validate()
 
   def validate(self) -> None:
@@ -62,160 +68,84 @@ class Config:
           'noise_multiplier give bands too'
       )
 
-
-def canary_refusal(config: Config) -> Optional[str]:
-  """Canary clients join every round: not the cyclic groups of its event."""
-  del config
-  return (
-      'audit_canaries with bandmf is not supported: canary clients join at '
-      "the real clients' rate every round, not in the cyclic groups its "
-      'event holds for'
-  )
-
-
-@functools.lru_cache(maxsize=16)
-def _plan(total_rounds, population, k, epsilon, noise_multiplier, delta, bands):
-  # Cached: a resumed run plans twice (the bands, then its noise left);
-  # each candidate's calibration takes seconds.
-  return bandmf_factory.plan_bands(
-      total_rounds,
-      population,
-      k,
-      epsilon=epsilon,
-      noise_multiplier=noise_multiplier,
-      delta=delta,
-      bands=bands,
-  )
-
-
-def privacy_report(
-    params: dict[str, Any], rounds: int, sampling: sampling_lib.Sampling
-) -> dict:
-  """eps of a run's cycles by every accountant, or the noise for a target.
-
-  The run (T = `rounds`, N = `population`, K = `sample_size`) plans its
-  bands as the program does; its releases are the ceil(T / b) cycles, each
-  a Poisson-sampled Gaussian (q = K / floor(N / b), multiplier z) under
-  add-or-remove-one. No paper closed form. `rounds` in the report is T;
-  `bandmf.cycles` the releases the accountants count.
-
-  Args:
-    params: `REPORT_PARAMETERS` by name (absent: not given; `delta` given).
-    rounds: T >= 1.
-    sampling: fixed-size, `population` and `sample_size` (needed).
-  """
-  if sampling.kind != 'fixed':
-    raise ValueError(
-        "mechanism 'bandmf' needs --population and --clients_per_round (its "
-        'groups: the rate in each is K / floor(N / b)), not a sampling rate'
+  def canary_refusal(self) -> Optional[str]:
+    """Canary clients join every round: not the cyclic groups of its event."""
+    return (
+        'audit_canaries with bandmf is not supported: canary clients join at '
+        "the real clients' rate every round, not in the cyclic groups its "
+        'event holds for'
     )
-  given = dict(params)
-  if given.get('epsilon') is None and given.get('noise_multiplier') is None:
-    raise ValueError("mechanism 'bandmf' needs epsilon or noise_multiplier")
-  config = Config(**given)
-  target = config.epsilon if config.noise_multiplier is None else None
-  plan = _plan(
-      rounds,
-      sampling.population,
-      sampling.sample_size,
-      target,
-      config.noise_multiplier,
-      config.delta,
-      config.bands,
-  )
-  report = reports.gaussian_mechanism_report(
-      NAME,
-      delta=config.delta,
-      rounds=plan.cycles,
-      **(
-          {'epsilon': target}
-          if target is not None
-          else {'noise_multiplier': plan.noise_multiplier}
-      ),
-      sampling=sampling_lib.Sampling.poisson(plan.sampling_probability),
-  )
-  reports.counted_as(report, rounds, plan.cycles, 'cycles')
-  report['neighboring_relation'] = bandmf_factory.GUARANTEE.neighboring_relation
-  report['bandmf'] = {
-      **_resolved(plan),
-      'note': (
-          'rounds is T; the accountants count the cycles of b rounds, '
-          'each a Poisson-sampled Gaussian of multiplier '
-          'noise_multiplier'
-      ),
-  }
-  return report
 
+  def _plan(self, total_rounds, population, k) -> bandmf.BandPlan:
+    return bandmf.cached_plan_bands(
+        total_rounds,
+        population,
+        k,
+        self.epsilon,
+        self.noise_multiplier,
+        self.delta,
+        self.bands,
+    )
 
-def _resolved(plan) -> dict[str, Any]:
-  return {
-      'noise_multiplier': plan.noise_multiplier,
-      'bands': plan.bands,
-      'sampling_probability': plan.sampling_probability,
-      'cycles': plan.cycles,
-      'coefs': [float(c) for c in plan.coefs],
-      'scores': {str(b): s for b, s in plan.scores.items()},
-  }
+  def calibrate(self, context: base.BuildContext) -> bandmf.BandPlan:
+    """The run's `bandmf.plan_bands`: its bands, and z given or for the target.
 
-
-def build(config: Config, context: base.BuildContext) -> base.Mechanism:
-  """The run's amplified BandMF in unweighted FedAvg.
-
-  Its bands, strategy and noise come from `bandmf.plan_bands`: b is chosen
-  from (T, N, K, eps, delta) by the prefix-error model (b = 1 is DP-FedAvg),
-  or given (`bands`).
-  """
-  population = context.sampling.num_clients
-  k = context.sampling.clients_per_round
-  target = config.epsilon if config.noise_multiplier is None else None
-  # The bands are a function of the configuration alone: a resumed session
-  # draws the same groups.
-  plan = _plan(
-      context.total_rounds,
-      population,
-      k,
-      target,
-      config.noise_multiplier,
-      config.delta,
-      config.bands,
-  )
-  if target is not None and context.spent is not None:
+    The bands are a function of the configuration alone: a resumed session
+    draws the same groups, its z calibrated over its cycles left after what
+    is spent.
+    """
+    population = context.sampling.num_clients
+    k = context.sampling.clients_per_round
+    plan = self._plan(context.total_rounds, population, k)
+    if self.epsilon is None or context.spent is None:
+      return plan
     noise = context.stream_noise(
         plan.bands,
-        lambda cycles, spent: bandmf_factory.plan_bands(
+        lambda cycles, spent: bandmf.plan_bands(
             context.total_rounds,
             population,
             k,
-            epsilon=target,
-            delta=config.delta,
+            epsilon=self.epsilon,
+            delta=self.delta,
             bands=plan.bands,
             cycles_left=cycles,
             spent=spent,
         ).noise_multiplier,
     )
-    plan = dataclasses.replace(plan, noise_multiplier=noise)
-  factory = bandmf_factory.BandMFFactory.from_plan(plan, k, config.clip)
-  mech = base.restarting_on_resume(
-      NAME,
-      config,
-      context,
-      factory,
-      bandmf_factory.with_restart_forced,
-      resolved=_resolved(plan),
-      what='cycle',
-      stream=('bands', 'sampling_probability', 'coefs'),
-  )
-  mech.sampling = dataclasses.replace(context.sampling, bands=plan.bands)
-  return mech
+    return dataclasses.replace(plan, noise_multiplier=noise)
 
+  def make(self, context: base.BuildContext) -> base.Mechanism:
+    """The run's amplified BandMF in unweighted FedAvg, sampled in its bands."""
+    plan = self.calibrate(context)
+    factory = bandmf.BandMFFactory.from_plan(
+        plan, context.sampling.clients_per_round, self.clip
+    )
+    mech = base.restarting_on_resume(
+        self.NAME,
+        self,
+        context,
+        factory,
+        bandmf.with_restart_forced,
+        resolved=bandmf.resolved(plan),
+        what='cycle',
+        stream=bandmf.STREAM_KEYS,
+    )
+    mech.sampling = dataclasses.replace(context.sampling, bands=plan.bands)
+    return mech
 
-DEFINITION = base.Definition(
-    name=NAME,
-    config=Config,
-    build=build,
-    sampling='banded',
-    # The server adds the correlated noise.
-    guarantee=bandmf_factory.GUARANTEE,
-    report=base.Report(privacy_report, REPORT_PARAMETERS),
-    canary_refusal=canary_refusal,
-)
+  @classmethod
+  def report(cls, params, rounds, sampling):
+    """`bandmf.privacy_report` of the bands the program plans for the run.
+
+    `sampling`: fixed-size, its `population` N and `sample_size` K needed.
+    """
+    if sampling.kind != 'fixed':
+      raise ValueError(
+          "mechanism 'bandmf' needs --population and --clients_per_round (its "
+          'groups: the rate in each is K / floor(N / b)), not a sampling rate'
+      )
+    if params.get('epsilon') is None and params.get('noise_multiplier') is None:
+      raise ValueError("mechanism 'bandmf' needs epsilon or noise_multiplier")
+    config = cls(**params)
+    plan = config._plan(rounds, sampling.population, sampling.sample_size)
+    return bandmf.privacy_report(plan, rounds, config.delta, config.epsilon)

@@ -1,15 +1,9 @@
-"""What every mechanism shares: its definition, build context, built mechanism.
-
-A mechanism of the training program is one frozen `Definition`, built for a
-`BuildContext` into a `Mechanism`. The privacy charge is not the mechanism's
-business: every round is charged from the DpEvent its aggregation factory
-keeps in its state (`tff_priv.program.privacy`).
-"""
+"""The shared parts of a mechanism: `MechanismConfig`, `BuildContext`."""
 
 import dataclasses
 import math
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -97,6 +91,18 @@ def attribute_help(cls) -> dict[str, str]:
   return out
 
 
+def param(default: Any, text: str) -> Any:
+  """A mechanism parameter: a dataclass field with its default and flag help."""
+  return dataclasses.field(
+      default=default, metadata={'help': ' '.join(text.split())}
+  )
+
+
+def parameter_help(cls) -> dict[str, str]:
+  """{field: its help} of a dataclass whose fields are made by `param`."""
+  return {f.name: f.metadata.get('help', '') for f in dataclasses.fields(cls)}
+
+
 def finite(name: str, value) -> float:
   """`value` as a float, checked finite (a check of `check_fields`)."""
   value = float(value)
@@ -122,7 +128,7 @@ class BuildContext:
       client datasets already repeat them; smp's top_k public training does
       the same).
     seed: seeds smp's rand_k mask sequence and distortion's mini-batches.
-    public_data: smp with mask 'top_k': D_pub (see `smp.build`).
+    public_data: smp with mask 'top_k': D_pub (see `smp.Config.make`).
     min_client_examples: udp: returns the smallest |D_i| of the population,
       counted as the clients train on it (after `max_client_examples`; with
       canary examples, their slots included); called only by the mechanisms
@@ -133,12 +139,12 @@ class BuildContext:
     canary_clients: build the process with canary clients
       (`tff_priv.learning.canary_clients`: its client data becomes
       `<dataset, canary>`) for the one-shot privacy estimate; a mechanism
-      that cannot host them refuses (`Definition.canary_refusal`).
+      that cannot host them refuses (`MechanismConfig.canary_refusal`).
     mean_client_examples: returns the mean |D_i| of the population (called
       only by a weighted process's canaries: it reads every client).
     metrics_aggregator: the `metrics_aggregator` of `fed_avg` (e.g. a
       `client_metrics.DpClientMetrics`); None: `no_client_metrics`. Only a
-      mechanism with `Definition.dp_client_metrics` is built with one.
+      mechanism with `MechanismConfig.DP_CLIENT_METRICS` is built with one.
     start_round: the rounds already run (a resumed session continues after
       it): a target epsilon is calibrated for the rounds after it.
     spent: what the run's ledger has charged already (a resumed session, or
@@ -423,78 +429,89 @@ def restarting_on_resume(
 
 
 @dataclasses.dataclass(frozen=True)
-class Report:
-  """A mechanism's privacy report: the accountants, the paper's closed forms.
+class MechanismConfig:
+  """One mechanism of the training program, whole: a frozen config.
 
-  Attributes:
-    compute: `(params, rounds, sampling) -> dict`: what a run spends, or
-      its noise for a target (`registry.privacy_report`).
-    parameters: the config fields it reads.
-    inputs: a dataclass of what a run resolves from its task (udp's smallest
-      client, ldp's d), whose fields it reads too; None: nothing.
-  """
+  As jax_privacy's `ExecutionPlanConfig`: a subclass is one mechanism. Its
+  fields are its parameters, and so `train.py`'s flags (`param`: a default and
+  the flag's help); `__post_init__` validates them (ValueError naming the
+  field). Its class attributes say how its rounds are accounted, and three
+  methods are the mechanism: `calibrate(context)` (what a target epsilon
+  resolves to in a context, e.g. the noise multiplier), `make(context)` (the
+  built `Mechanism`) and, with `REPORT_PARAMETERS`, the classmethod
+  `report(params, rounds, sampling)` (what a run spends, without building
+  one). The privacy charge is not the mechanism's business: every round is
+  charged from the DpEvent its aggregation factory keeps in its state.
 
-  compute: Callable[..., dict]
-  parameters: tuple[str, ...]
-  inputs: Optional[type] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Definition:
-  """One mechanism of the training program, whole.
-
-  Its name, a frozen config class of its own parameters (defaults and
-  `validate()`), the client sampling its rounds are accounted under, the
-  `Guarantee` of its aggregation factory (unit and noise are read from it,
-  declared once, by the factory), `build(config, context) -> Mechanism` and
-  its optional abilities (a privacy report, a canary refusal, record-level
-  canaries, noised client metrics).
-
-  Attributes:
-    name: what `--mechanism` takes.
-    config: its frozen config class (every field has a default or is
-      optional; `__post_init__` validates and raises ValueError naming the
-      field).
-    build: `(config, context) -> Mechanism`.
-    sampling: the client sampling its rounds are accounted under (one of
-      `sampling.KINDS`), or `config -> kind` where a parameter chooses it.
-    guarantee: its aggregation factory's `Guarantee` (a constant of the
-      factory), or `config -> Guarantee` where a parameter changes it; None:
-      not private. The mechanism's unit and noise are read from it, and a
+  Class attributes:
+    NAME: what `--mechanism` takes.
+    SAMPLING: the client sampling its rounds are accounted under (one of
+      `sampling.KINDS`; `sampling_kind()` where a parameter chooses it).
+    GUARANTEE: its aggregation factory's `Guarantee` with every default
+      (None: not private; `guarantee()` where a parameter changes it). A
       build whose factory says otherwise is refused.
-    report: its privacy report; None: it has none.
-    canary_refusal: `config -> reason or None`: why it cannot host the
-      canary clients of `RunConfig.audit_canaries`; None: it can.
-    canary_examples: its guarantee is record-level: `audit_canaries` inserts
-      canary examples, not canary clients.
-    dp_client_metrics: it may release noised client metrics
+    REPORT_PARAMETERS: the fields `report` reads; None: no privacy report.
+    REPORT_INPUTS: a dataclass of what a run resolves from its task (udp's
+      smallest client, ldp's d), whose fields `report` reads too; None.
+    CANARY_EXAMPLES: its guarantee is record-level: `audit_canaries`
+      inserts canary examples, not canary clients.
+    DP_CLIENT_METRICS: it may release noised client metrics
       (`RunConfig.client_metrics='dp'`: the server noises them like its
       model, so only a mechanism whose server adds the model noise takes
       them).
   """
 
-  name: str
-  config: type
-  build: Callable[[Any, BuildContext], Mechanism]
-  sampling: Any
-  guarantee: Any = None
-  report: Optional[Report] = None
-  canary_refusal: Optional[Callable[[Any], Optional[str]]] = None
-  canary_examples: bool = False
-  dp_client_metrics: bool = False
+  NAME: ClassVar[str] = ''
+  SAMPLING: ClassVar[str] = 'poisson'
+  GUARANTEE: ClassVar[Optional[guarantees.Guarantee]] = None
+  REPORT_PARAMETERS: ClassVar[Optional[tuple[str, ...]]] = None
+  REPORT_INPUTS: ClassVar[Optional[type]] = None
+  CANARY_EXAMPLES: ClassVar[bool] = False
+  DP_CLIENT_METRICS: ClassVar[bool] = False
+
+  def __init_subclass__(cls, **kwargs):
+    super().__init_subclass__(**kwargs)
+    if cls.SAMPLING not in sampling_lib.KINDS:
+      raise ValueError(
+          f'mechanism {cls.NAME!r}: SAMPLING must be one of '
+          f'{", ".join(sampling_lib.KINDS)}, got {cls.SAMPLING!r}'
+      )
 
   def __post_init__(self):
-    if not dataclasses.is_dataclass(self.config):
-      raise TypeError(f'mechanism {self.name!r}: config must be a dataclass')
-    if not callable(self.sampling):
-      validation.one_of('sampling', self.sampling, sampling_lib.KINDS)
+    self.validate()
 
-  def sampling_of(self, config: Any) -> str:
-    """The sampling kind of a run with `config`."""
-    return self.sampling(config) if callable(self.sampling) else self.sampling
+  def validate(self) -> None:
+    """Checks the fields (`check_fields`); a subclass adds its own checks."""
+    check_fields(self)
 
-  def guarantee_of(self, config: Any) -> Optional[guarantees.Guarantee]:
-    """The factory's guarantee for `config` (None: not private)."""
-    if callable(self.guarantee):
-      return self.guarantee(config)
-    return self.guarantee
+  def sampling_kind(self) -> str:
+    """The client sampling of a run with this config."""
+    return self.SAMPLING
+
+  def guarantee(self) -> Optional[guarantees.Guarantee]:
+    """The factory's guarantee with this config (None: not private)."""
+    return self.GUARANTEE
+
+  def canary_refusal(self) -> Optional[str]:
+    """Why it cannot host `audit_canaries`' canary clients; None: it can."""
+    return None
+
+  def calibrate(self, context: BuildContext) -> Any:
+    """What a target epsilon resolves to in `context`: the noise multiplier.
+
+    `BuildContext.noise_multiplier` (the given one, or the z that meets the
+    target over the rounds left after what is spent). A mechanism whose
+    calibration gives more (a plan of streams) overrides it.
+    """
+    return context.noise_multiplier(self)
+
+  def make(self, context: BuildContext) -> Mechanism:
+    """The mechanism built for `context` (ValueError: it cannot run there)."""
+    raise NotImplementedError(f'mechanism {self.NAME!r} defines no make()')
+
+  @classmethod
+  def report(
+      cls, params: dict[str, Any], rounds: int, sampling: Any
+  ) -> dict[str, Any]:
+    """What a run spends, or its noise for a target (`REPORT_PARAMETERS`)."""
+    raise ValueError(f'mechanism {cls.NAME!r} has no privacy report')

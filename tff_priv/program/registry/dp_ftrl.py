@@ -1,13 +1,4 @@
-"""DP-FTRL: TFF's tree-aggregation DP factory, the baseline a TFF user picks.
-
-`tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation` in
-`tff.learning.algorithms.build_unweighted_fed_avg` (Kairouz et al.,
-"Practical and Private (Deep) Learning without Sampling or Shuffling", ICML
-2021), restarted every epoch by `tff_priv.aggregators.dp_ftrl` (which owns
-the DpEvent): one tree per epoch, charged under dp_accounting's
-REPLACE_SPECIAL relation (`build`), no amplification by sampling. The server
-adds the noise: no guarantee against it.
-"""
+"""DP-FTRL: TFF's tree-aggregation DP factory, restarted every epoch."""
 
 import dataclasses
 from typing import Optional
@@ -15,27 +6,37 @@ from typing import Optional
 from tff_priv.aggregators import dp_ftrl
 from tff_priv.program.registry import base
 
-NAME = 'dp_ftrl'
-
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-  """DP-FTRL's parameters.
+class Config(base.MechanismConfig):
+  """DP-FTRL (Kairouz et al., ICML 2021), the baseline a TFF user picks.
 
-  Attributes:
-    noise_multiplier: z > 0: each tree node's noise std is z C.
-    epsilon: instead of noise_multiplier, the run's target eps at delta.
-    delta: the delta of the target and the report.
-    clip: L2 clip C of each client's update.
+  `tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation` in
+  unweighted FedAvg, restarted every epoch by `aggregators.dp_ftrl` (which
+  owns the DpEvent): clients are drawn epoch by epoch ('epoch' sampling: each
+  at most once per epoch of N // K rounds) and each epoch's tree is charged
+  `SingleEpochTreeAggregationDpEvent(z, N // K)` at its first round, under
+  REPLACE_SPECIAL, no amplification by sampling. The server adds the noise:
+  no guarantee against it. The paper's server optimizer is SGD (momentum
+  optional) on the noised residual sums: the program's server optimizer.
   """
 
-  noise_multiplier: Optional[float] = None
-  epsilon: Optional[float] = None
-  delta: float = base.DEFAULT_DELTA
-  clip: float = base.DEFAULT_CLIP
+  NAME = 'dp_ftrl'
+  SAMPLING = 'epoch'
+  GUARANTEE = dp_ftrl.GUARANTEE
 
-  def __post_init__(self):
-    self.validate()
+  noise_multiplier: Optional[float] = base.param(
+      None, "z > 0: each tree node's noise std is z C."
+  )
+  epsilon: Optional[float] = base.param(
+      None, "instead of noise_multiplier, the run's target eps at delta."
+  )
+  delta: float = base.param(
+      base.DEFAULT_DELTA, 'the delta of the target and the report.'
+  )
+  clip: float = base.param(
+      base.DEFAULT_CLIP, "L2 clip C of each client's update."
+  )
 
   def validate(self) -> None:
     base.check_fields(self)
@@ -48,59 +49,46 @@ class Config:
           "mechanism 'dp_ftrl' needs noise_multiplier > 0 or a target epsilon"
       )
 
+  def calibrate(self, context: base.BuildContext) -> float:
+    """z: given, or exact for the target over the ceil(T / epoch) trees.
 
-def build(config: Config, context: base.BuildContext) -> base.Mechanism:
-  """The restarted tree factory in unweighted FedAvg, one tree per epoch.
-
-  Clients are drawn epoch by epoch ('epoch' sampling: each at most once per
-  epoch of N // K rounds); each epoch's tree is charged
-  `SingleEpochTreeAggregationDpEvent(z, N // K)` at its first round, under
-  dp_accounting's REPLACE_SPECIAL relation. No amplification by sampling:
-  the guarantee holds whoever is drawn. A target `epsilon` is calibrated
-  exactly: the run composes ceil(T / epoch) trees, each counted by
-  dp_accounting as a Gaussian of multiplier z / sqrt(S)
-  (`events.tree_sensitivity_squared`). The paper's server optimizer is SGD
-  (momentum optional) on the noised residual sums: the program's server
-  optimizer and rate.
-  """
-  rounds_per_epoch = context.sampling.rounds_per_epoch
-  noise_multiplier = config.noise_multiplier
-  if noise_multiplier is None:
-    noise_multiplier = context.stream_noise(
+    dp_accounting counts each tree as a Gaussian of multiplier z / sqrt(S)
+    (`events.tree_sensitivity_squared`); a resumed session, the trees left.
+    """
+    if self.noise_multiplier is not None:
+      return self.noise_multiplier
+    rounds_per_epoch = context.sampling.rounds_per_epoch
+    return context.stream_noise(
         rounds_per_epoch,
         lambda trees, spent: dp_ftrl.tree_noise(
-            config.epsilon,
-            config.delta,
+            self.epsilon,
+            self.delta,
             context.total_rounds,
             rounds_per_epoch,
             trees_left=trees,
             spent=spent,
         ),
     )
-  factory = dp_ftrl.TreeRestartFactory(
-      noise_multiplier,
-      context.sampling.clients_per_round,
-      config.clip,
-      rounds_per_epoch,
-  )
-  return base.restarting_on_resume(
-      NAME,
-      config,
-      context,
-      factory,
-      dp_ftrl.with_restart_forced,
-      resolved={
-          'noise_multiplier': noise_multiplier,
-          'rounds_per_tree': rounds_per_epoch,
-      },
-      what='tree',
-  )
 
-
-DEFINITION = base.Definition(
-    name=NAME,
-    config=Config,
-    build=build,
-    sampling='epoch',
-    guarantee=dp_ftrl.GUARANTEE,
-)
+  def make(self, context: base.BuildContext) -> base.Mechanism:
+    """The restarted tree factory in unweighted FedAvg, one tree per epoch."""
+    noise_multiplier = self.calibrate(context)
+    rounds_per_epoch = context.sampling.rounds_per_epoch
+    factory = dp_ftrl.TreeRestartFactory(
+        noise_multiplier,
+        context.sampling.clients_per_round,
+        self.clip,
+        rounds_per_epoch,
+    )
+    return base.restarting_on_resume(
+        self.NAME,
+        self,
+        context,
+        factory,
+        dp_ftrl.with_restart_forced,
+        resolved={
+            'noise_multiplier': noise_multiplier,
+            'rounds_per_tree': rounds_per_epoch,
+        },
+        what='tree',
+    )
