@@ -391,9 +391,9 @@ class BuildTest(tf.test.TestCase):
         validation_data=lambda: validation,
     )
     state = mech.process.initialize()
-    self.assertFalse(mech.is_done(state))
+    self.assertFalse(mech.loop.is_done(state))
     event = guarantees.extract_dp_event(
-        mech.aggregator_state(state), allow_initial_state=True
+        mech.loop.aggregator_state(state), allow_initial_state=True
     )
     self.assertIsInstance(event, dp_event.GaussianDpEvent)
 
@@ -414,7 +414,7 @@ class BuildTest(tf.test.TestCase):
     mech = _build('dp_fedavg', P(noise_multiplier=0.5))
     self.assertIn('clipped count std 0.5', mech.resolved['clipping'])
     event = guarantees.extract_dp_event(
-        mech.aggregator_state(mech.process.initialize()),
+        mech.loop.aggregator_state(mech.process.initialize()),
         allow_initial_state=True,
     )
     # The value's and the count's Gaussians compose to noise multiplier z.

@@ -83,7 +83,7 @@ def factory(
 def adopt_state(loaded, fresh):
   """A saved learning state carried over to `fresh`'s noise.
 
-  For a process of `factory`'s (`Mechanism.adopt_state` of the training
+  For a process of `factory`'s (`Loop.adopt_state` of the training
   program). TFF's DP aggregator keeps its noise in its state (the query's
   global state): the aggregator becomes this process's, with the adaptive
   clip's current estimate (a noised state of the run) carried over.

@@ -179,10 +179,10 @@ def build_processes(
       mechanism = build_mechanism(
           'blt', extra={'participation': 'cyclic'}, **kwargs
       )
-      entries[name] = Entry(mechanism.process, mechanism.preprocess)
+      entries[name] = Entry(mechanism.process, mechanism.loop.preprocess)
     else:
       mechanism = build_mechanism(name, **kwargs)
-      entries[name] = Entry(mechanism.process, mechanism.preprocess)
+      entries[name] = Entry(mechanism.process, mechanism.loop.preprocess)
   return entries
 
 

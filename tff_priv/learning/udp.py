@@ -497,7 +497,7 @@ def crd_adopt(
     spent: what the run's ledger charged (None: nothing).
 
   Returns:
-    `(loaded CRDState, fresh state) -> state` (`Mechanism.adopt_state` of
+    `(loaded CRDState, fresh state) -> state` (`Loop.adopt_state` of
     the training program), raising ValueError when the rounds left would
     need more than `calibration.MAX_NOISE_INCREASE` times the planned sigma
     (or the schedule cannot share the budget left).

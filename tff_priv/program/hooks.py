@@ -129,8 +129,8 @@ class CanaryClients(RunHook):
     return [canary_clients.real_client_data(x, d) for x in data] + [
         canary_clients.canary_client_data(
             template,
-            -self._mechanism.canary_norm * self.canaries.direction(j),
-            self._mechanism.canary_weight,
+            -self._mechanism.loop.canary_norm * self.canaries.direction(j),
+            self._mechanism.loop.canary_weight,
         )
         for j in self.canaries.participants(round_num)
     ]

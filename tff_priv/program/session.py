@@ -322,10 +322,10 @@ def _resume(
   mechanism, state = _recalibrate(
       run, privacy, start_round, loaded.train_state, sessions, restart_stream
   )
-  if restart_stream and mechanism.on_resume is not None:
+  if restart_stream and mechanism.loop.on_resume is not None:
     # A stream with rounds released twice restarts (and is charged again);
     # otherwise it goes on from its checkpoint.
-    state = mechanism.on_resume(state)
+    state = mechanism.loop.on_resume(state)
   entry = _entry(run, mechanism, start_round, round_offset)
   logging.info(
       'Resuming %s from checkpoint %d (round %d, eps %.4g at delta %g)',
@@ -436,7 +436,7 @@ def _recalibrate(
 
   With a target epsilon and charges in the ledger, the mechanism is built
   again for the rounds after `start_round` with what the ledger spent
-  (`BuildContext.spent`), so that the whole run meets the target: the choice
+  (`BuildContext.resumed`), so that the whole run meets the target: the choice
   reads the ledger alone (public), never the data. Stops in one line
   (ConfigError) when the budget left is gone, or needs more than
   `MAX_NOISE_INCREASE` times the planned noise multiplier.
@@ -458,18 +458,20 @@ def _recalibrate(
   planned = mechanism.resolved.get('noise_multiplier')
   context = dataclasses.replace(
       run.setup.context,
-      start_round=start_round,
-      spent=spent,
-      restart_stream=restart_stream,
-      # A stream this session continues was charged in an earlier one: at the
-      # noise a session recorded, or (sessions of older versions) at the
-      # planned one.
-      noise_floor=max(
-          [s.get('noise_multiplier') or 0.0 for s in sessions]
-          + [planned or 0.0]
-      )
-      if start_round
-      else 0.0,
+      resumed=registry.Resumed(
+          start_round=start_round,
+          spent=spent,
+          restart_stream=restart_stream,
+          # A stream this session continues was charged in an earlier one: at
+          # the noise a session recorded, or (sessions of older versions) at
+          # the planned one.
+          noise_floor=max(
+              [s.get('noise_multiplier') or 0.0 for s in sessions]
+              + [planned or 0.0]
+          )
+          if start_round
+          else 0.0,
+      ),
   )
   left = config.total_rounds - start_round
   delta = mechanism.config.delta
@@ -481,8 +483,8 @@ def _recalibrate(
           f'noise multiplier {noise:.4g} needed, {noise / planned:.1f}x the '
           f'planned {planned:.4g} (at most {MAX_NOISE_INCREASE:g}x)'
       )
-    if rebuilt.adopt_state is not None:
-      train_state = rebuilt.adopt_state(
+    if rebuilt.loop.adopt_state is not None:
+      train_state = rebuilt.loop.adopt_state(
           train_state, rebuilt.process.initialize()
       )
   except ValueError as e:

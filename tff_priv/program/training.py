@@ -246,7 +246,8 @@ class _Run:
     if self.mechanism.guarantee is None:
       return None
     model_event = guarantees.extract_dp_event(
-        self.mechanism.aggregator_state(train_state), allow_initial_state=True
+        self.mechanism.loop.aggregator_state(train_state),
+        allow_initial_state=True,
     )
     if self.setup.dp_metrics is None:
       return model_event
@@ -280,8 +281,8 @@ class _Run:
 
   def finished(self, state: state_lib.ProgramState) -> bool:
     return state.round_num >= self.config.total_rounds or (
-        self.mechanism.is_done is not None
-        and self.mechanism.is_done(state.train_state)
+        self.mechanism.loop.is_done is not None
+        and self.mechanism.loop.is_done(state.train_state)
     )
 
   def train(self, state: state_lib.ProgramState, planned_event):
@@ -329,7 +330,7 @@ class _Run:
       for hook in self.hooks:
         x = hook.client_dataset(x, setup.client_index[c])
       data.append(
-          self.mechanism.preprocess(x, round_num, setup.client_index[c])
+          self.mechanism.loop.preprocess(x, round_num, setup.client_index[c])
       )
     # The model is read only for a hook that asks (the canary audit): each
     # read moves the whole learning state through TFF's executor.

@@ -18,7 +18,9 @@ from tff_priv.program.registry import smp
 from tff_priv.program.registry import udp
 
 BuildContext = base.BuildContext
+Resumed = base.Resumed
 Mechanism = base.Mechanism
+Loop = base.Loop
 count_parameters = base.count_parameters
 
 MechanismConfig = base.MechanismConfig
@@ -274,7 +276,7 @@ def build(name: str, params: Any, context: base.BuildContext) -> base.Mechanism:
           f'mechanism {name!r} built a guarantee of {field} {got!r}, its '
           f'definition says {want!r}'
       )
-  if context.canary_clients and built.canary_norm is None:
+  if context.canary_clients and built.loop.canary_norm is None:
     raise ValueError(f'mechanism {name!r} did not build its canary clients')
   return built
 

@@ -97,7 +97,7 @@ class Config(base.MechanismConfig):
     population = context.sampling.num_clients
     k = context.sampling.clients_per_round
     plan = self._plan(context.total_rounds, population, k)
-    if self.epsilon is None or context.spent is None:
+    if self.epsilon is None or context.resumed.spent is None:
       return plan
     noise = context.stream_noise(
         plan.bands,

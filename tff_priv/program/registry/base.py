@@ -112,6 +112,34 @@ def finite(name: str, value) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
+class Resumed:
+  """What a resumed session brings to a mechanism built again (`session`).
+
+  Attributes:
+    start_round: the rounds already run (a resumed session continues after
+      it): a target epsilon is calibrated for the rounds after it.
+    spent: what the run's ledger has charged already (a resumed session, or
+      a model restarted in a directory with charges); None: nothing. A
+      target epsilon is then met by everything together
+      (`calibration.Spent`: a function of the ledger alone).
+    restart_stream: a resumed session restarts the stream (or tree) its
+      start round falls in (rounds after the checkpoint were released and
+      run again); False: it continues it (nothing was released twice).
+    noise_floor: a continued stream was charged at this noise multiplier:
+      its rounds left run at no less (more noise on a charged release is a
+      post-processing of it).
+  """
+
+  start_round: int = 0
+  spent: Optional[calibration.Spent] = None
+  restart_stream: bool = True
+  noise_floor: float = 0.0
+
+  def __post_init__(self):
+    validation.int_at_least('start_round', self.start_round, 0)
+
+
+@dataclasses.dataclass(frozen=True)
 class BuildContext:
   """What a mechanism is built for: the task's model, the loop's sampling.
 
@@ -145,18 +173,8 @@ class BuildContext:
     metrics_aggregator: the `metrics_aggregator` of `fed_avg` (e.g. a
       `client_metrics.DpClientMetrics`); None: `no_client_metrics`. Only a
       mechanism with `MechanismConfig.DP_CLIENT_METRICS` is built with one.
-    start_round: the rounds already run (a resumed session continues after
-      it): a target epsilon is calibrated for the rounds after it.
-    spent: what the run's ledger has charged already (a resumed session, or
-      a model restarted in a directory with charges); None: nothing. A
-      target epsilon is then met by everything together
-      (`calibration.Spent`: a function of the ledger alone).
-    restart_stream: a resumed session restarts the stream (or tree) its
-      start round falls in (rounds after the checkpoint were released and
-      run again); False: it continues it (nothing was released twice).
-    noise_floor: a continued stream was charged at this noise multiplier:
-      its rounds left run at no less (more noise on a charged release is a
-      post-processing of it).
+    resumed: what a resumed session brings to the build (`Resumed`; the
+      default: a run's first session).
   """
 
   model_fn: Callable[[], tff.learning.models.VariableModel]
@@ -175,14 +193,10 @@ class BuildContext:
   canary_clients: bool = False
   mean_client_examples: Optional[Callable[[], float]] = None
   metrics_aggregator: Optional[Callable[..., Any]] = None
-  start_round: int = 0
-  spent: Optional[calibration.Spent] = None
-  restart_stream: bool = True
-  noise_floor: float = 0.0
+  resumed: Resumed = dataclasses.field(default_factory=Resumed)
 
   def __post_init__(self):
     validation.int_at_least('total_rounds', self.total_rounds, 1)
-    validation.int_at_least('start_round', self.start_round, 0)
     validation.one_of('client_optimizer', self.client_optimizer, OPTIMIZERS)
     validation.one_of('server_optimizer', self.server_optimizer, OPTIMIZERS)
     validation.positive('client_learning_rate', self.client_learning_rate)
@@ -238,7 +252,7 @@ class BuildContext:
   @property
   def rounds_left(self) -> int:
     """The rounds this session may run: max(1, total_rounds - start_round)."""
-    return max(1, self.total_rounds - self.start_round)
+    return max(1, self.total_rounds - self.resumed.start_round)
 
   def streams_left(self, rounds_per_stream: int) -> int:
     """The streams (trees) of `rounds_per_stream` rounds still to charge.
@@ -247,10 +261,11 @@ class BuildContext:
     (`restart_stream`), the one `start_round` falls in (0: the session
     continues the run's last stream, already charged).
     """
+    start, restart = self.resumed.start_round, self.resumed.restart_stream
     started = (
-        self.start_round // rounds_per_stream
-        if self.restart_stream
-        else -(-self.start_round // rounds_per_stream)
+        start // rounds_per_stream
+        if restart
+        else -(-start // rounds_per_stream)
     )
     return max(0, math.ceil(self.total_rounds / rounds_per_stream) - started)
 
@@ -264,12 +279,13 @@ class BuildContext:
     `streams_left` after `spent`, never below `noise_floor`; with none left
     it continues at `noise_floor`.
     """
-    if self.spent is None:
+    spent, floor = self.resumed.spent, self.resumed.noise_floor
+    if spent is None:
       return calibrate(None, None)
     left = self.streams_left(rounds_per_stream)
     if not left:
-      return self.noise_floor
-    return max(calibrate(left, self.spent), self.noise_floor)
+      return floor
+    return max(calibrate(left, spent), floor)
 
   def noise_multiplier(self, config: Any, local_noise: bool = False) -> float:
     """`config.noise_multiplier`, or the z that meets `config.epsilon`.
@@ -287,7 +303,7 @@ class BuildContext:
         self.rounds_left,
         self.sampling.ledger_sampling(),
         min_with_unsampled=local_noise,
-        spent=self.spent,
+        spent=self.resumed.spent,
     )
 
 
@@ -298,6 +314,49 @@ def count_parameters(model_fn) -> int:
     return int(
         sum(np.prod(v.shape, dtype=np.int64) for v in model.trainable_variables)
     )
+
+
+def _as_is(dataset, round_num, client_index):
+  del round_num, client_index
+  return dataset
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+  """What the training loop needs of a built mechanism beyond its process.
+
+  Attributes:
+    preprocess: `(dataset, round_num, client_index) -> dataset`, applied to
+      each client's preprocessed training dataset in a round (client_index:
+      the client's position in the task's list of clients).
+    aggregator_state: the aggregator's part of a process state (where the
+      factory keeps its DpEvent).
+    is_done: for a process that may end before `total_rounds` (CRD): True
+      once it has; None: it runs every round.
+    on_resume: the process state to continue from when a run resumes from a
+      checkpoint (DP-FTRL: its tree restarted, so that rounds run again are
+      released with fresh noise); None: the loaded state as it is.
+    adopt_state: `(loaded state, this process's initial state) -> state`:
+      a state saved by the same mechanism built with another noise (a
+      resumed run recalibrated to its budget left), carried over to this
+      one's noise where the state holds it (TFF's DP aggregator keeps its
+      stddev in its state); may raise ValueError (the state cannot continue
+      at this noise). None: the loaded state as it is (the noise is a
+      constant of the computations).
+    canary_norm: built with `context.canary_clients`: the L2 norm of a canary
+      client's model delta (the clip, where the clip binds: a worst-case
+      client); None: built without canaries.
+    canary_weight: a canary client's update weight (weighted processes only;
+      unweighted ones ignore weights).
+  """
+
+  preprocess: Callable[[tf.data.Dataset, int, int], tf.data.Dataset] = _as_is
+  aggregator_state: Callable[[Any], Any] = lambda state: state.aggregator
+  is_done: Optional[Callable[[Any], bool]] = None
+  on_resume: Optional[Callable[[Any], Any]] = None
+  adopt_state: Optional[Callable[[Any, Any], Any]] = None
+  canary_norm: Optional[float] = None
+  canary_weight: float = 1.0
 
 
 @dataclasses.dataclass
@@ -319,28 +378,6 @@ class Mechanism:
     caveats: what the reported eps does not cover, in words.
     closed_form: the paper's own reading of the run at its nominal
       parameters (never instead of the ledger), or None.
-    preprocess: `(dataset, round_num, client_index) -> dataset`, applied to
-      each client's preprocessed training dataset in a round (client_index:
-      the client's position in the task's list of clients).
-    aggregator_state: the aggregator's part of a process state (where the
-      factory keeps its DpEvent).
-    is_done: for a process that may end before `total_rounds` (CRD): True
-      once it has; None: it runs every round.
-    canary_norm: built with `context.canary_clients`: the L2 norm of a canary
-      client's model delta (the clip, where the clip binds: a worst-case
-      client); None: built without canaries.
-    canary_weight: a canary client's update weight (weighted processes only;
-      unweighted ones ignore weights).
-    on_resume: the process state to continue from when a run resumes from a
-      checkpoint (DP-FTRL: its tree restarted, so that rounds run again are
-      released with fresh noise); None: the loaded state as it is.
-    adopt_state: `(loaded state, this process's initial state) -> state`:
-      a state saved by the same mechanism built with another noise (a
-      resumed run recalibrated to its budget left), carried over to this
-      one's noise where the state holds it (TFF's DP aggregator keeps its
-      stddev in its state); may raise ValueError (the state cannot continue
-      at this noise). None: the loaded state as it is (the noise is a
-      constant of the computations).
     stream: the public values that fix a correlated-noise stream's
       coefficients (BLT's buffers, BandMF's bands and coefficients), kept in
       each session's entry: a resumed session whose build gives others
@@ -350,6 +387,7 @@ class Mechanism:
       earlier releases (CRD): the (analyst, server) `filters.RdpBound`s every
       path keeps, reported instead of the realised composition; None: the
       rounds' events are fixed before the run.
+    loop: what the training loop needs of it beyond the process (`Loop`).
   """
 
   name: str
@@ -362,23 +400,13 @@ class Mechanism:
   resolved: dict[str, Any] = dataclasses.field(default_factory=dict)
   caveats: list[str] = dataclasses.field(default_factory=list)
   closed_form: Optional[dict[str, Any]] = None
-  preprocess: Optional[
-      Callable[[tf.data.Dataset, int, int], tf.data.Dataset]
-  ] = None
-  aggregator_state: Callable[[Any], Any] = lambda state: state.aggregator
-  is_done: Optional[Callable[[Any], bool]] = None
-  canary_norm: Optional[float] = None
-  canary_weight: float = 1.0
-  on_resume: Optional[Callable[[Any], Any]] = None
-  adopt_state: Optional[Callable[[Any, Any], Any]] = None
   stream: Optional[dict[str, Any]] = None
   adaptive_bounds: Optional[tuple[filters.RdpBound, filters.RdpBound]] = None
+  loop: Loop = dataclasses.field(default_factory=Loop)
 
   def __post_init__(self):
     if not self.upload_bytes_per_client:
       self.upload_bytes_per_client = BYTES_PER_FLOAT32 * self.num_parameters
-    if self.preprocess is None:
-      self.preprocess = lambda dataset, round_num, client_index: dataset
 
 
 def restarting_on_resume(
@@ -404,7 +432,7 @@ def restarting_on_resume(
     return state._replace(aggregator=restart_forced(state.aggregator))
 
   # A session that continues a stream charged in an earlier one draws at
-  # least that noise (`BuildContext.noise_floor`).
+  # least that noise (`Resumed.noise_floor`).
 
   mech = Mechanism(
       name,
@@ -414,10 +442,12 @@ def restarting_on_resume(
       count_parameters(context.model_fn),
       factory.guarantee,
       resolved=resolved,
-      on_resume=on_resume,
       stream={k: resolved[k] for k in stream} if stream else None,
-      # At the clip: clipping leaves it whole, a worst-case client.
-      canary_norm=factory.clip if context.canary_clients else None,
+      loop=Loop(
+          on_resume=on_resume,
+          # At the clip: clipping leaves it whole, a worst-case client.
+          canary_norm=factory.clip if context.canary_clients else None,
+      ),
   )
   mech.caveats.append(
       f'a run resumed after rounds released past its checkpoint restarts '

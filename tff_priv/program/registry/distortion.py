@@ -123,10 +123,18 @@ class Config(base.MechanismConfig):
     factory = distortion.DistortionFactory(
         parameter_variance=self.parameter_variance, clip=self.clip, **level
     )
-    preprocess = None
+    loop = base.Loop(
+        # At the clip: clipping leaves it whole, a worst-case client.
+        canary_norm=self.clip
+        if context.canary_clients
+        else None
+    )
     if self.rho is not None:
-      preprocess = distortion.bernoulli_preprocess(
-          self.rho, self.local_steps, self.batch_seed
+      loop = dataclasses.replace(
+          loop,
+          preprocess=distortion.bernoulli_preprocess(
+              self.rho, self.local_steps, self.batch_seed
+          ),
       )
     d = base.count_parameters(context.model_fn)
     process = context.fed_avg(factory)
@@ -138,12 +146,10 @@ class Config(base.MechanismConfig):
         process,
         d,
         factory.guarantee,
-        preprocess=preprocess,
         resolved=distortion.tv_resolved(source, self.clip),
         closed_form=distortion.tv_closed_form(source, level.get('target_tv')),
         caveats=distortion.run_caveats(self.rho is not None),
-        # At the clip: clipping leaves it whole, a worst-case client.
-        canary_norm=self.clip if context.canary_clients else None,
+        loop=loop,
     )
 
   @classmethod

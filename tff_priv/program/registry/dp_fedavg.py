@@ -103,9 +103,11 @@ class Config(base.MechanismConfig):
         base.count_parameters(context.model_fn),
         guarantees.guarantee_of(factory),
         resolved={'noise_multiplier': z, 'clipping': clipping},
-        # At the clip: clipping leaves it whole, a worst-case client.
-        canary_norm=self.clip if context.canary_clients else None,
-        adopt_state=dp_fedavg.adopt_state,
+        loop=base.Loop(
+            # At the clip: clipping leaves it whole, a worst-case client.
+            canary_norm=self.clip if context.canary_clients else None,
+            adopt_state=dp_fedavg.adopt_state,
+        ),
     )
     if self.clip is None:
       mech.caveats.append(

@@ -61,6 +61,8 @@ class Config(base.MechanismConfig):
         ],
     )
     if context.canary_clients:
-      mech.canary_norm = CANARY_NORM
-      mech.canary_weight = float(context.mean_client_examples())
+      mech.loop = base.Loop(
+          canary_norm=CANARY_NORM,
+          canary_weight=float(context.mean_client_examples()),
+      )
     return mech

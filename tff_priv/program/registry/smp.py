@@ -139,8 +139,10 @@ class Config(base.MechanismConfig):
         # C / sqrt(p) >= C whatever the mask, so the clip binds and the
         # canary uploads exactly C on the kept coordinates, as a worst-case
         # client does.
-        canary_norm=(
-            self.clip / self.compression if context.canary_clients else None
+        loop=base.Loop(
+            canary_norm=(
+                self.clip / self.compression if context.canary_clients else None
+            )
         ),
         closed_form=self.report(
             {'noise_multiplier': z, 'delta': self.delta},

@@ -194,7 +194,7 @@ class Config(base.MechanismConfig):
           sensitivity=sensitivity,
           calibration=self.udp_calibration,
           min_with_unsampled=True,
-          spent=context.spent if tight else None,
+          spent=context.resumed.spent if tight else None,
       )
     return min_examples, sensitivity, sigma
 
@@ -259,8 +259,8 @@ class Config(base.MechanismConfig):
     # At most: what the ledger charged, and the rounds left of the plan.
     max_rounds = (
         None
-        if context.spent is None
-        else context.spent.releases + context.rounds_left
+        if context.resumed.spent is None
+        else context.resumed.spent.releases + context.rounds_left
     )
     return base.Mechanism(
         self.NAME,
@@ -277,12 +277,14 @@ class Config(base.MechanismConfig):
             'initial_rounds': context.total_rounds,
         },
         caveats=udp_learning.caveats(self.udp_calibration, crd=True),
-        aggregator_state=lambda state: state.learning.aggregator,
-        is_done=udp_learning.is_done,
         adaptive_bounds=udp_accounting.crd_bounds(
             schedule, sensitivity, max_rounds
         ),
-        adopt_state=udp_learning.crd_adopt(
-            schedule, sensitivity, context.spent
+        loop=base.Loop(
+            aggregator_state=lambda state: state.learning.aggregator,
+            is_done=udp_learning.is_done,
+            adopt_state=udp_learning.crd_adopt(
+                schedule, sensitivity, context.resumed.spent
+            ),
         ),
     )
