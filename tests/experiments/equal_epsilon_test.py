@@ -120,5 +120,103 @@ class EqualEpsilonTest(tf.test.TestCase):
     )
 
 
+_TUNED = equal_epsilon.Setting(
+    epsilons=(8.0,),
+    seeds=(0,),
+    methods=('dp_fedavg', 'dp_fedavg_adaptive'),
+    tuning=equal_epsilon.Tuning(
+        clips=(0.25, 1.0), server_learning_rates=(0.5, 1.0), seeds=(100, 101)
+    ),
+)
+
+
+def _scored(value, measure='accuracy'):
+  key = 'final_test_accuracy' if measure == 'accuracy' else 'final_test_metrics'
+  summary = {'privacy': {'rdp_epsilon': 7.9}}
+  summary[key] = value if measure == 'accuracy' else {'loss': value}
+  return runs.RunResult('x', '/nonexistent', summary, [], [])
+
+
+class TuningTest(tf.test.TestCase):
+
+  def test_the_grid_runs_on_the_validation_half(self):
+    configs = equal_epsilon.tuning_configs(_TUNED)
+    # dp_fedavg: 2 clips x 2 steps; adaptive: 2 steps; each for 2 seeds.
+    self.assertLen(configs, 2 * (4 + 2))
+    run = configs['tune_dp_fedavg_eps8_clip0.25_slr0.5_seed101'].validate()
+    self.assertEqual(
+        (run.params.clip, run.server_learning_rate, run.seed),
+        (0.25, 0.5, 101),
+    )
+    self.assertEqual(
+        (run.holdout_validation, run.evaluation_split), (True, 'validation')
+    )
+    adaptive = configs['tune_dp_fedavg_adaptive_eps8_slr1_seed100'].validate()
+    self.assertIsNone(adaptive.params.clip)
+    with self.assertRaisesRegex(ValueError, 'no tuning grid'):
+      equal_epsilon.tuning_configs(_SETTING)
+
+  def test_each_method_takes_its_best_mean_and_is_reported_at_it(self):
+    results = {}
+    for label in equal_epsilon.tuning_configs(_TUNED):
+      results[label] = _scored(0.5)
+    for seed, value in ((100, 0.9), (101, 0.7)):  # Mean 0.8: the best.
+      results[f'tune_dp_fedavg_eps8_clip1_slr0.5_seed{seed}'] = _scored(value)
+    # A single better seed does not win on its mean (0.95 and 0.6).
+    results['tune_dp_fedavg_eps8_clip0.25_slr1_seed100'] = _scored(0.95)
+    results['tune_dp_fedavg_eps8_clip0.25_slr1_seed101'] = _scored(0.6)
+    chosen = equal_epsilon.choose(_TUNED, results)
+    self.assertEqual(
+        chosen[('dp_fedavg', 8.0)], equal_epsilon.Choice(1.0, 0.5, 0.8)
+    )
+    # A tie goes to the first of the grid: the smaller step.
+    self.assertEqual(
+        chosen[('dp_fedavg_adaptive', 8.0)],
+        equal_epsilon.Choice(None, 0.5, 0.5),
+    )
+    reported = equal_epsilon.configs(_TUNED, chosen)
+    fixed = reported['dp_fedavg_eps8_seed0'].validate()
+    self.assertEqual(
+        (fixed.params.clip, fixed.server_learning_rate), (1.0, 0.5)
+    )
+    self.assertEqual(
+        (fixed.holdout_validation, fixed.evaluation_split), (True, 'test')
+    )
+    # The non-private run is tested on the same half.
+    self.assertTrue(reported['none_seed0'].validate().holdout_validation)
+    lines = equal_epsilon.table(_TUNED, {}, chosen=chosen).splitlines()
+    self.assertTrue(lines[0].startswith('| method | eps | clip | server lr |'))
+    self.assertTrue(
+        lines[3].startswith('| dp_fedavg | 8 | 1 | 0.5 |'), lines[3]
+    )
+    self.assertIn('| dp_fedavg_adaptive | 8 | adaptive | 0.5 |', lines[4])
+    grid = equal_epsilon.tuning_table(_TUNED, results).splitlines()
+    self.assertIn('| dp_fedavg | 8 | 1 | **0.800** | 0.500 |', grid)
+
+  def test_a_loss_is_tuned_down_and_a_missing_cell_is_refused(self):
+    results = {
+        label: _scored(3.0, 'loss')
+        for label in equal_epsilon.tuning_configs(_TUNED)
+    }
+    for seed in (100, 101):
+      results[f'tune_dp_fedavg_eps8_clip0.25_slr1_seed{seed}'] = _scored(
+          2.5, 'loss'
+      )
+    chosen = equal_epsilon.choose(_TUNED, results, 'loss')
+    self.assertEqual(
+        chosen[('dp_fedavg', 8.0)], equal_epsilon.Choice(0.25, 1.0, 2.5)
+    )
+    del results['tune_dp_fedavg_adaptive_eps8_slr0.5_seed100']
+    del results['tune_dp_fedavg_adaptive_eps8_slr1_seed101']
+    with self.assertRaisesRegex(ValueError, 'no tuning run of dp_fedavg_adapt'):
+      equal_epsilon.choose(_TUNED, results, 'loss')
+
+  def test_a_bad_grid_is_refused(self):
+    with self.assertRaisesRegex(ValueError, 'clips must not be empty'):
+      equal_epsilon.Tuning(clips=())
+    with self.assertRaisesRegex(ValueError, 'server_learning_rate'):
+      equal_epsilon.Tuning(server_learning_rates=(0.0,))
+
+
 if __name__ == '__main__':
   tf.test.main()

@@ -684,6 +684,17 @@ class HoldoutValidationTest(tf.test.TestCase):
     self.assertAllEqual(val_y, y[:half])
     tested = np.concatenate([b[1] for b in setup.test_data.as_numpy_iterator()])
     self.assertAllEqual(tested, y[half:])
+    # A tuning run is evaluated on the server's half instead.
+    tuning = dataclasses.replace(config, evaluation_split='validation')
+    setup = setup_lib.build(tuning.validate(), cache_dir=None)
+    tested = np.concatenate([b[1] for b in setup.test_data.as_numpy_iterator()])
+    self.assertAllEqual(tested, y[:half])
+
+  def test_the_validation_half_needs_holdout_validation(self):
+    with self.assertRaisesRegex(ValueError, 'needs holdout_validation'):
+      _config(evaluation_split='validation').validate()
+    with self.assertRaisesRegex(ValueError, 'evaluation_split must be one of'):
+      _config(holdout_validation=True, evaluation_split='train').validate()
 
 
 class DpFtrlRunTest(_TempDirTestCase):

@@ -31,6 +31,8 @@ TASK_OPTION_NAMES = (
     'test_fraction',
 )
 CLIENT_METRICS = ('none', 'dp')
+# What a run with holdout_validation is evaluated on (`RunConfig`).
+EVALUATION_SPLITS = ('test', 'validation')
 
 
 class ConfigError(ValueError):
@@ -66,6 +68,10 @@ class RunConfig:
     holdout_validation: the first half of the (subset of the) test set is
       the server's validation data (public to the server: CRD's trigger
       reads it), and the run is evaluated on the second half only.
+    evaluation_split: with holdout_validation, what the run is evaluated on:
+      'test' (the second half) or 'validation' (the first half, the server's:
+      a tuning run's, so that the test half stays unseen until the reported
+      runs).
     seed: seeds the data split, client sampling, model init, smp masks.
     server_budget: the budget filter's eps: a client whose eps against the
       server would exceed it is left out of the round (mechanisms private
@@ -116,6 +122,7 @@ class RunConfig:
   eval_every: int = 5
   test_examples: Optional[int] = None
   holdout_validation: bool = False
+  evaluation_split: str = 'test'
   seed: int = 0
   server_budget: Optional[float] = None
   sampling_seed: Optional[int] = None
@@ -163,6 +170,14 @@ class RunConfig:
       )
     if self.test_examples is not None:
       validation.int_at_least('test_examples', self.test_examples, 1)
+    validation.one_of(
+        'evaluation_split', self.evaluation_split, EVALUATION_SPLITS
+    )
+    if self.evaluation_split == 'validation' and not self.holdout_validation:
+      raise ValueError(
+          "evaluation_split='validation' needs holdout_validation (the "
+          'validation half is the first half of the test set)'
+      )
     if self.server_budget is not None:
       validation.positive('server_budget', self.server_budget)
     params = registry.config(self.mechanism, self.params)

@@ -14,6 +14,7 @@ from typing import Any
 
 from absl import flags
 
+from tff_priv.program import config as config_lib
 from tff_priv.program import registry
 from tff_priv.program import training
 from tff_priv.program.registry import base
@@ -27,6 +28,7 @@ _CHOICES = {
     'client_optimizer': tuple(training.OPTIMIZERS),
     'server_optimizer': tuple(training.OPTIMIZERS),
     'client_metrics': training.CLIENT_METRICS,
+    'evaluation_split': config_lib.EVALUATION_SPLITS,
 }
 
 

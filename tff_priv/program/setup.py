@@ -205,8 +205,12 @@ def build(
   except ValueError as e:
     raise ConfigError(str(e)) from e
   if config.holdout_validation:
-    # The first half of the test set is the server's: test on the rest.
-    test_x, test_y = test_x[half:], test_y[half:]
+    # The first half of the test set is the server's: test on the rest (a
+    # tuning run evaluates on the server's half).
+    if config.evaluation_split == 'validation':
+      test_x, test_y = server_half
+    else:
+      test_x, test_y = test_x[half:], test_y[half:]
   if dp_metrics is not None:
     mechanism.caveats.append(
         "client_metrics='dp': every round also charges the noised client "
