@@ -27,19 +27,13 @@ class Config(base.MechanismConfig):
   GUARANTEE = bandmf.GUARANTEE
   REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta', 'bands')
 
-  epsilon: Optional[float] = base.param(
-      None,
-      "the run's target eps at delta (exclusive with noise_multiplier; "
-      'default when neither is given).',
-  )
+  epsilon: Optional[float] = base.epsilon_param()
   noise_multiplier: Optional[float] = base.param(
       None,
       'z > 0: the noise std is z C per round before the banded correlation '
       '(needs bands).',
   )
-  delta: float = base.param(
-      base.DEFAULT_DELTA, 'the delta of the target and the report.'
-  )
+  delta: float = base.delta_param()
   clip: float = base.param(
       base.DEFAULT_CLIP, "L2 clip C of each client's update."
   )

@@ -98,6 +98,20 @@ def param(default: Any, text: str) -> Any:
   )
 
 
+def epsilon_param() -> Any:
+  """The `epsilon` parameter of a mechanism with a target: its field."""
+  return param(
+      None,
+      "the run's target eps at delta (exclusive with the noise levels; "
+      'the default when none is given).',
+  )
+
+
+def delta_param() -> Any:
+  """The `delta` parameter of a mechanism with a target: its field."""
+  return param(DEFAULT_DELTA, 'the delta of the target and the report.')
+
+
 def parameter_help(cls) -> dict[str, str]:
   """{field: its help} of a dataclass whose fields are made by `param`."""
   return {f.name: f.metadata.get('help', '') for f in dataclasses.fields(cls)}

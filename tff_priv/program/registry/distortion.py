@@ -33,17 +33,13 @@ class Config(base.MechanismConfig):
       'clip',
   )
 
-  epsilon: Optional[float] = base.param(
-      None, 'target eps of the whole run at `delta` (the default).'
-  )
+  epsilon: Optional[float] = base.epsilon_param()
   noise_multiplier: Optional[float] = base.param(None, 'z = sigma_e / 2C.')
   noise_stddev: Optional[float] = base.param(None, 'sigma_e.')
   target_tv: Optional[float] = base.param(
       None, 'calibrate sigma_e to this total variation.'
   )
-  delta: float = base.param(
-      base.DEFAULT_DELTA, 'the delta of the target and the report.'
-  )
+  delta: float = base.delta_param()
   clip: float = base.param(base.DEFAULT_CLIP, 'L2 clip C of the upload.')
   parameter_variance: Optional[float] = base.param(
       None,

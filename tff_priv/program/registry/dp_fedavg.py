@@ -29,17 +29,11 @@ class Config(base.MechanismConfig):
   # The server adds the model's noise: it may add the client metrics' too.
   DP_CLIENT_METRICS = True
 
-  epsilon: Optional[float] = base.param(
-      None,
-      'target eps of the whole run at `delta` (the default when '
-      '`noise_multiplier` is not given).',
-  )
+  epsilon: Optional[float] = base.epsilon_param()
   noise_multiplier: Optional[float] = base.param(
       None, 'z, noise std of the sum / clip.'
   )
-  delta: float = base.param(
-      base.DEFAULT_DELTA, 'the delta of the target and the report.'
-  )
+  delta: float = base.delta_param()
   clip: Optional[float] = base.param(
       None, 'fixed L2 clip of an update; None: adaptive clipping.'
   )

@@ -21,8 +21,8 @@ class Config(base.MechanismConfig):
   optional) on the noised residual sums: the program's server optimizer.
   """
 
-  NAME = 'dp_ftrl'
-  SAMPLING = 'epoch'
+  NAME = "dp_ftrl"
+  SAMPLING = "epoch"
   GUARANTEE = dp_ftrl.GUARANTEE
 
   noise_multiplier: Optional[float] = base.param(
@@ -31,9 +31,7 @@ class Config(base.MechanismConfig):
   epsilon: Optional[float] = base.param(
       None, "instead of noise_multiplier, the run's target eps at delta."
   )
-  delta: float = base.param(
-      base.DEFAULT_DELTA, 'the delta of the target and the report.'
-  )
+  delta: float = base.delta_param()
   clip: float = base.param(
       base.DEFAULT_CLIP, "L2 clip C of each client's update."
   )
@@ -87,8 +85,8 @@ class Config(base.MechanismConfig):
         factory,
         dp_ftrl.with_restart_forced,
         resolved={
-            'noise_multiplier': noise_multiplier,
-            'rounds_per_tree': rounds_per_epoch,
+            "noise_multiplier": noise_multiplier,
+            "rounds_per_tree": rounds_per_epoch,
         },
-        what='tree',
+        what="tree",
     )

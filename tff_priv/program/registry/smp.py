@@ -38,17 +38,11 @@ class Config(base.MechanismConfig):
   )
   REPORT_PARAMETERS = ('epsilon', 'noise_multiplier', 'delta')
 
-  epsilon: Optional[float] = base.param(
-      None,
-      'target eps of the whole run at `delta` (the default when '
-      '`noise_multiplier` is not given).',
-  )
+  epsilon: Optional[float] = base.epsilon_param()
   noise_multiplier: Optional[float] = base.param(
       None, 'z, noise std of the sum / clip.'
   )
-  delta: float = base.param(
-      base.DEFAULT_DELTA, 'the delta of the target and the report.'
-  )
+  delta: float = base.delta_param()
   clip: float = base.param(base.DEFAULT_CLIP, 'L2 clip C of the k kept values.')
   compression: float = base.param(DEFAULT_COMPRESSION, 'p = k / d in (0, 1].')
   mask: str = base.param(

@@ -89,14 +89,10 @@ class Config(base.MechanismConfig):
   # audit_canaries inserts canary examples: the guarantee is record-level.
   CANARY_EXAMPLES = True
 
-  epsilon: Optional[float] = base.param(
-      None, 'target eps of the whole run at `delta` (the default).'
-  )
+  epsilon: Optional[float] = base.epsilon_param()
   noise_multiplier: Optional[float] = base.param(None, 'sigma / Delta.')
   noise_stddev: Optional[float] = base.param(None, 'sigma.')
-  delta: float = base.param(
-      base.DEFAULT_DELTA, 'the delta of the target and the report.'
-  )
+  delta: float = base.delta_param()
   clip: float = base.param(base.DEFAULT_CLIP, 'per-example gradient clip C.')
   udp_calibration: Optional[str] = base.param(
       None,
