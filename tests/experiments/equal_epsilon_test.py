@@ -175,7 +175,9 @@ class TuningTest(tf.test.TestCase):
         equal_epsilon.Choice(None, 0.5, 0.5),
     )
     reported = equal_epsilon.configs(_TUNED, chosen)
-    fixed = reported['dp_fedavg_eps8_seed0'].validate()
+    # A tuned run's label names its choice: another choice, another run.
+    self.assertIn('dp_fedavg_adaptive_eps8_slr0.5_seed0', reported)
+    fixed = reported['dp_fedavg_eps8_clip1_slr0.5_seed0'].validate()
     self.assertEqual(
         (fixed.params.clip, fixed.server_learning_rate), (1.0, 0.5)
     )
@@ -184,7 +186,8 @@ class TuningTest(tf.test.TestCase):
     )
     # The non-private run is tested on the same half.
     self.assertTrue(reported['none_seed0'].validate().holdout_validation)
-    lines = equal_epsilon.table(_TUNED, {}, chosen=chosen).splitlines()
+    results['dp_fedavg_eps8_clip1_slr0.5_seed0'] = _scored(0.75)
+    lines = equal_epsilon.table(_TUNED, results, chosen=chosen).splitlines()
     self.assertTrue(lines[0].startswith('| method | eps | clip | server lr |'))
     self.assertTrue(
         lines[3].startswith('| dp_fedavg | 8 | 1 | 0.5 |'), lines[3]

@@ -188,11 +188,27 @@ SHAKESPEARE = Setting(
 )
 
 
-def label(method: str, epsilon: Optional[float], seed: int) -> str:
-  """The run directory's name."""
+def label(
+    method: str,
+    epsilon: Optional[float],
+    seed: int,
+    choice: Optional[Choice] = None,
+) -> str:
+  """The run directory's name (with `choice`: a tuned run's, which names it).
+
+  A tuned run's name holds its clip and server step, so that a choice that
+  changes (a tuning seed added) runs anew instead of meeting a directory of
+  another configuration.
+  """
   if epsilon is None:
     return f'{method}_seed{seed}'
-  return f'{method}_eps{epsilon:g}_seed{seed}'
+  if choice is None:
+    return f'{method}_eps{epsilon:g}_seed{seed}'
+  clip = '' if choice.clip is None else f'_clip{choice.clip:g}'
+  return (
+      f'{method}_eps{epsilon:g}{clip}_slr{choice.server_learning_rate:g}'
+      f'_seed{seed}'
+  )
 
 
 def tuning_label(
@@ -371,13 +387,13 @@ def configs(
     )
     for epsilon in setting.epsilons:
       for method in setting.methods:
-        clip, rate = setting.clip, 1.0
+        clip, rate, choice = setting.clip, 1.0, None
         if chosen is not None:
           choice = chosen[(method, epsilon)]
           rate = choice.server_learning_rate
           if choice.clip is not None:
             clip = choice.clip
-        out[label(method, epsilon, seed)] = _private(
+        out[label(method, epsilon, seed, choice)] = _private(
             setting, method, epsilon, clip, rate, seed, base
         )
   return out
@@ -419,7 +435,8 @@ def table(
   def row(method, epsilon):
     values, charged = [], []
     for seed in setting.seeds:
-      result = results.get(label(method, epsilon, seed))
+      choice = None if chosen is None else chosen.get((method, epsilon))
+      result = results.get(label(method, epsilon, seed, choice))
       value = None if result is None else _final(result, measure)
       values.append(value)
       if result is not None and result.summary is not None:
